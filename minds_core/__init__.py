@@ -1,0 +1,18 @@
+"""minds: reinforcement learning of language models on the Tinker API.
+
+Plugin authors import from here: ``hookimpl`` marks hook implementations, and
+the environment protocol types come from ``minds_core.envs``.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+import pluggy
+
+hookimpl = pluggy.HookimplMarker("minds")
+
+try:
+    __version__ = version("minds-core")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0"
+
+__all__ = ["__version__", "hookimpl"]

@@ -1,0 +1,52 @@
+"""Built-in advantage estimators: a group's rewards -> one advantage per rollout."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+#: Below this standard deviation a group counts as constant (group_norm gives zeros).
+STD_EPSILON = 1e-8
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def group_mean(rewards: Sequence[float]) -> list[float]:
+    """r - mean(group): the seeds' centered advantage."""
+    mean = _mean(rewards)
+    return [r - mean for r in rewards]
+
+
+def group_norm(rewards: Sequence[float]) -> list[float]:
+    """(r - mean) / sample stdev of the group; zeros when the stdev is below 1e-8."""
+    if len(rewards) < 2:
+        return [0.0 for _ in rewards]
+    mean = _mean(rewards)
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1))
+    if std < STD_EPSILON:
+        return [0.0 for _ in rewards]
+    return [(r - mean) / std for r in rewards]
+
+
+def direct(rewards: Sequence[float]) -> list[float]:
+    """The reward itself, no baseline."""
+    return [float(r) for r in rewards]
+
+
+def rloo(rewards: Sequence[float]) -> list[float]:
+    """r_i - mean of the OTHER rewards of the group (leave-one-out baseline)."""
+    n = len(rewards)
+    if n < 2:
+        return [0.0 for _ in rewards]
+    total = sum(rewards)
+    return [r - (total - r) / (n - 1) for r in rewards]
+
+
+ESTIMATORS = {
+    "group_mean": (group_mean, "reward minus the group mean (centered)"),
+    "group_norm": (group_norm, "centered and divided by the group's sample stdev"),
+    "direct": (direct, "the raw reward"),
+    "rloo": (rloo, "reward minus the mean of the other rollouts of the group"),
+}

@@ -1,0 +1,40 @@
+"""The core's own parts, registered through the same hooks as any plugin."""
+
+from __future__ import annotations
+
+from minds_core import hookimpl
+from minds_core.advantages import ESTIMATORS
+from minds_core.backends import create_local_service
+from minds_core.backends.tinker import create_tinker_service
+from minds_core.hookspecs import Register
+from minds_core.losses import BUILTIN_LOSSES, CUSTOM_LOSSES
+from minds_core.sinks.console import ConsoleSink
+from minds_core.sinks.jsonl import JsonlSink
+from minds_core.sinks.wandb import WandbSink
+
+
+@hookimpl
+def minds_register_advantage_estimators(register: Register) -> None:
+    for name, (fn, description) in ESTIMATORS.items():
+        register(name, fn, description)
+
+
+@hookimpl
+def minds_register_losses(register: Register) -> None:
+    for name, description in BUILTIN_LOSSES.items():
+        register(name, name, f"Tinker built-in: {description}")
+    for name, (loss, description) in CUSTOM_LOSSES.items():
+        register(name, loss, description)
+
+
+@hookimpl
+def minds_register_metric_sinks(register: Register) -> None:
+    register("jsonl", lambda run_dir, config: JsonlSink(run_dir), "one JSON line per step in <run>/metrics.jsonl (always on)")
+    register("console", lambda run_dir, config: ConsoleSink(config.trainer.steps), "progress bar with step, reward, s/step; summary at the end")
+    register("wandb", lambda run_dir, config: WandbSink(config), "Weights & Biases (needs the wandb extra and metrics.wandb_project)")
+
+
+@hookimpl
+def minds_register_backends(register: Register) -> None:
+    register("local", create_local_service, "in-process Tinker-compatible service on torch + peft")
+    register("tinker", create_tinker_service, "the hosted Tinker service (needs an API key)")

@@ -1,0 +1,206 @@
+"""The ``minds`` command: run | eval | plugins | envs.
+
+Imports are lazy so that ``minds --help`` and ``minds plugins`` stay fast and never import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = """\
+examples:
+  minds run --env ghost_trace                 train on the local backend with defaults
+  minds run configs/ghost_trace.toml --set trainer.steps=5
+  minds run --resume runs/ghost_trace-20260101-120000
+  minds eval --env self_prediction --set trainer.groups_per_batch=8
+  minds plugins --json
+"""
+
+
+def _version() -> str:
+    from minds_core import __version__
+
+    return __version__
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="?", help="TOML or YAML config file (optional)")
+    parser.add_argument("--env", metavar="NAME", help="environment to use (sets env.id)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. trainer.group_size=8 (repeatable)")
+    parser.add_argument("--steps", type=int, metavar="N", help="training steps (sets trainer.steps)")
+    parser.add_argument("--backend", metavar="NAME", help="auto | local | tinker | a plugin's backend")
+    parser.add_argument("--model", metavar="NAME", help="base model (sets model.base_model)")
+    parser.add_argument("--name", help="run name (sets name)")
+    parser.add_argument("--dry-run", action="store_true", help="print the resolved config (secrets redacted) and exit")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="minds",
+        description="Reinforcement learning of language models on the Tinker API, with plugins for environments and rewards.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("--log-format", choices=("auto", "console", "json"), default="auto", help="logs on stderr: console on a terminal, JSON lines otherwise (auto)")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = commands.add_parser("run", help="train a LoRA adapter on one or more environments")
+    _add_run_arguments(run)
+    run.add_argument("--resume", metavar="DIR", help="continue the run in DIR (runs/<name>) at its next step")
+
+    evaluate = commands.add_parser("eval", help="roll out and report reward statistics, no training")
+    _add_run_arguments(evaluate)
+    evaluate.add_argument("--groups", type=int, default=None, metavar="N", help="groups to roll out (default trainer.groups_per_batch)")
+
+    plugins = commands.add_parser("plugins", help="list installed plugins and what each registers")
+    plugins.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    envs = commands.add_parser("envs", help="list the environments that can be trained on")
+    envs.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    return parser
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    extra = []
+    if args.env:
+        extra.append(f"env.id={args.env}")
+    if args.steps is not None:
+        extra.append(f"trainer.steps={args.steps}")
+    if args.backend:
+        extra.append(f"backend={args.backend}")
+    if args.model:
+        extra.append(f"model.base_model={args.model}")
+    if args.name:
+        extra.append(f"name={args.name}")
+    return [*args.overrides, *extra]
+
+
+def _plugins_command(args: argparse.Namespace) -> int:
+    from minds_core.plugins import load_plugins
+
+    loaded = load_plugins()
+    rows = [
+        {
+            "name": p.name,
+            "distribution": p.distribution,
+            "version": p.version,
+            "builtin": p.builtin,
+            "status": "ok" if p.ok else "broken",
+            "registers": p.registered,
+            "errors": p.errors,
+        }
+        for p in loaded.plugins
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="minds plugins")
+    for column in ("plugin", "distribution", "status", "registers"):
+        table.add_column(column)
+    for row in rows:
+        registers = "\n".join(f"{kind}: {', '.join(names)}" for kind, names in row["registers"].items())
+        status = "ok" if not row["errors"] else "BROKEN: " + "; ".join(row["errors"])
+        dist = f"{row['distribution'] or '-'} {row['version'] or ''}".strip()
+        table.add_row(row["name"], dist, status, registers or "-")
+    Console(soft_wrap=False).print(table)
+    return 0
+
+
+def _envs_command(args: argparse.Namespace) -> int:
+    from minds_core.plugins import load_plugins
+
+    loaded = load_plugins()
+    dists = {p.name: p.distribution for p in loaded.plugins}
+    rows = [
+        {"name": e.name, "plugin": e.plugin, "distribution": dists.get(e.plugin), "description": e.description}
+        for e in loaded.registry.entries("environments")
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="minds environments")
+        for column in ("environment", "plugin", "description"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(row["name"], f"{row['plugin']} ({row['distribution'] or '-'})", row["description"])
+        Console().print(table)
+        if not rows:
+            print("no environments installed: pip install a plugin, e.g. plugins/ghost_trace", file=sys.stderr)
+    for plugin in loaded.broken:
+        print(f"warning: plugin {plugin.name!r} is broken: {'; '.join(plugin.errors)}", file=sys.stderr)
+    return 0
+
+
+def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
+    from minds_core.config import load_config
+
+    if resume:
+        from minds_core.checkpoint import resume_config_path
+
+        if args.config:
+            from minds_core.errors import UsageError
+
+            raise UsageError("pass either a config file or --resume DIR, not both (the run keeps its own config)")
+        return load_config(resume_config_path(Path(resume)), _overrides(args), drop_redacted=True)
+    return load_config(args.config, _overrides(args))
+
+
+def _run_command(args: argparse.Namespace, evaluate: bool) -> int:
+    from minds_core.config import dump_yaml
+
+    resume = None if evaluate else args.resume
+    config = _resolve_config(args, resume)
+    if args.dry_run:
+        print(dump_yaml(config), end="")
+        return 0
+    from minds_core import trainer
+
+    if evaluate:
+        trainer.evaluate(config, groups=args.groups)
+    else:
+        trainer.train(config, resume_dir=Path(resume) if resume else None)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``minds`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        print(f"minds {_version()}")
+        return 0
+    if not args.command:
+        parser.print_help()
+        return 2
+    from minds_core import logs
+    from minds_core.errors import MindsError
+
+    logs.configure(args.log_format, args.log_level)
+    try:
+        if args.command == "plugins":
+            return _plugins_command(args)
+        if args.command == "envs":
+            return _envs_command(args)
+        return _run_command(args, evaluate=args.command == "eval")
+    except MindsError as exc:
+        print(f"minds: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("minds: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,479 @@
+"""The run configuration: attrs schema, TOML/YAML loading, ``--set`` overrides, readable errors."""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+import yaml
+
+from minds_core.errors import ConfigError, did_you_mean
+
+DEFAULT_BASE_MODEL = "minds-tiny"
+
+Check = Callable[[Any], str | None]
+
+
+def _positive(value: Any) -> str | None:
+    return None if value > 0 else "must be > 0"
+
+
+def _non_negative(value: Any) -> str | None:
+    return None if value >= 0 else "must be >= 0"
+
+
+def _at_least(low: int) -> Check:
+    return lambda value: None if value >= low else f"must be >= {low}"
+
+
+def _unit(value: Any) -> str | None:
+    return None if 0 < value <= 1 else "must be in (0, 1]"
+
+
+def _one_of(*allowed: str) -> Check:
+    return lambda value: None if value in allowed else f"must be one of {', '.join(allowed)}"
+
+
+def _finite(check: Check) -> Check:
+    return lambda value: "must be a finite number" if math.isnan(value) or math.isinf(value) else check(value)
+
+
+def _field(default: Any, check: Check | None = None, *, secret: bool = False, help: str = "") -> Any:
+    metadata = {"check": check, "secret": secret, "help": help}
+    if isinstance(default, (list, dict)):
+        return attrs.field(factory=lambda: type(default)(default), metadata=metadata)
+    return attrs.field(default=default, metadata=metadata)
+
+
+@attrs.define
+class RewardRef:
+    """A registered reward function and its weight in a rubric."""
+
+    name: str
+    weight: float = _field(1.0, _finite(lambda v: None))
+
+
+@attrs.define
+class EnvConfig:
+    """One environment of the run."""
+
+    id: str = _field("", help="registered environment name, module path, or folder")
+    args: dict[str, Any] = _field({}, help="keyword arguments for the environment's loader")
+    weight: float = _field(1.0, _finite(_positive), help="share of groups drawn from this environment")
+    split: str = _field("train")
+    rewards: list[RewardRef] = _field([], help="replace the environment's rubric with these")
+    extra_rewards: list[RewardRef] = _field([], help="add these to the environment's rubric")
+    group_size: int | None = _field(None, _at_least(1), help="overrides trainer.group_size")
+    max_failing_rollouts: int | None = _field(None, _non_negative)
+    temperature: float | None = _field(None, _finite(_non_negative))
+    top_p: float | None = _field(None, _unit)
+
+
+@attrs.define
+class ModelConfig:
+    base_model: str = _field(DEFAULT_BASE_MODEL)
+    lora_rank: int = _field(8, _at_least(1))
+    train_unembed: bool = _field(True)
+
+
+@attrs.define
+class TinkerConfig:
+    api_key: str = _field("", secret=True, help="prefer api_key_env")
+    api_key_env: str = _field("TINKER_API_KEY")
+    base_url: str = _field("")
+
+
+@attrs.define
+class SamplingConfig:
+    max_tokens: int = _field(48, _at_least(1))
+    temperature: float = _field(1.0, _finite(_non_negative))
+    top_p: float = _field(1.0, _unit)
+    top_k: int = _field(-1, lambda v: None if v == -1 or v >= 1 else "must be -1 (off) or >= 1")
+
+
+@attrs.define
+class RolloutConfig:
+    concurrency: int = _field(64, _at_least(1), help="rollouts in flight at once")
+    timeout: float = _field(300.0, _finite(_non_negative), help="seconds per rollout, 0 = none")
+    retries: int = _field(1, _non_negative, help="extra attempts after a failed rollout")
+    max_failing_rollouts: int = _field(0, _non_negative, help="a group with more failures is dropped")
+    drop_constant_reward_groups: bool = _field(False)
+    invalid_reward: str = _field("zero", _one_of("zero", "fail"), help="None/NaN/non-numeric rewards")
+    max_turns: int = _field(16, _at_least(1))
+    max_total_tokens: int = _field(4096, _at_least(2))
+
+
+@attrs.define
+class TrainerConfig:
+    steps: int = _field(20, _at_least(1))
+    group_size: int = _field(8, _at_least(1))
+    groups_per_batch: int = _field(4, _at_least(1))
+    learning_rate: float = _field(1e-3, _finite(_positive))
+    beta1: float = _field(0.9, lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
+    beta2: float = _field(0.95, lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
+    eps: float = _field(1e-12, _finite(_positive))
+    weight_decay: float = _field(0.0, _finite(_non_negative))
+    grad_clip_norm: float = _field(0.0, _finite(_non_negative), help="0 = off")
+    loss_fn: str = _field("importance_sampling", help="a registered loss (minds plugins)")
+    loss_fn_config: dict[str, float] = _field({})
+    advantage: str = _field("group_mean", help="a registered advantage estimator")
+    max_steps_off_policy: int = _field(0, _non_negative)
+    kl_penalty: float = _field(0.0, _finite(_non_negative), help="coefficient of a KL penalty to the base model")
+    save_every: int = _field(0, _non_negative, help="steps between checkpoints, 0 = only at the end")
+    resume_from: str = _field("", help="tinker:// path of saved weights to start from")
+
+
+@attrs.define
+class MetricsConfig:
+    sinks: list[str] = _field(["jsonl", "console"])
+    rollouts_per_step: int = _field(2, _non_negative, help="groups written to rollouts.jsonl per step")
+    wandb_project: str = _field("")
+    wandb_run_name: str = _field("")
+
+
+@attrs.define
+class RunConfig:
+    """Everything a run needs; every field has a default except the environment."""
+
+    name: str = _field("", help="run name; default <env>-<time>")
+    seed: int = _field(0)
+    backend: str = _field("auto", help="auto | local | tinker | a plugin's backend")
+    runs_dir: str = _field("runs")
+    env: EnvConfig | None = _field(None)
+    envs: list[EnvConfig] = _field([])
+    model: ModelConfig = attrs.field(factory=ModelConfig)
+    tinker: TinkerConfig = attrs.field(factory=TinkerConfig)
+    sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
+    rollout: RolloutConfig = attrs.field(factory=RolloutConfig)
+    trainer: TrainerConfig = attrs.field(factory=TrainerConfig)
+    metrics: MetricsConfig = attrs.field(factory=MetricsConfig)
+
+    @property
+    def environments(self) -> list[EnvConfig]:
+        """``env`` and ``envs`` together, in order."""
+        return ([self.env] if self.env is not None else []) + list(self.envs)
+
+
+#: Seed-000 keys accepted for compatibility: old dotted path -> canonical dotted path.
+LEGACY_KEYS: dict[str, str] = {
+    "trainer.rollouts_per_example": "trainer.group_size",
+    "trainer.args.max_new_tokens": "sampling.max_tokens",
+    "trainer.args.temperature": "sampling.temperature",
+    "trainer.args.top_p": "sampling.top_p",
+    "trainer.batch_size": "trainer.groups_per_batch",
+}
+
+_SECRET_KEY = re.compile(r"(^|_)(api_key|apikey|secret|secrets|token|password)$", re.IGNORECASE)
+REDACTED = "***"
+
+
+# ---------------------------------------------------------------- converter
+
+
+def _strict(accept: Callable[[Any], Any], label: str) -> Callable[[Any, Any], Any]:
+    def structure(value: Any, _type: Any) -> Any:
+        try:
+            result = accept(value)
+        except (TypeError, ValueError):
+            result = None
+        if result is None:
+            raise ConfigValueError(f"expected {label}, got {value!r}")
+        return result
+
+    return structure
+
+
+class ConfigValueError(ValueError):
+    """A value of the wrong type; the message already says what was expected."""
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):  # YAML 1.1 reads 1e-4 as a string
+        return float(value)
+    return None
+
+
+def _make_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    converter.register_structure_hook(int, _strict(_as_int, "an integer"))
+    converter.register_structure_hook(float, _strict(_as_float, "a number"))
+    converter.register_structure_hook(bool, _strict(lambda v: v if isinstance(v, bool) else None, "true or false"))
+    converter.register_structure_hook(str, _strict(lambda v: v if isinstance(v, str) else None, "a string"))
+    return converter
+
+
+_CONVERTER = _make_converter()
+
+
+# ---------------------------------------------------------------- reading files
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Parse a TOML or YAML file into a dict; errors name the file and line."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    if path.is_dir():
+        raise ConfigError(f"config path is a directory, not a file: {path}")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".toml":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    elif path.suffix in (".yaml", ".yml"):
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+        data = {} if data is None else data
+    else:
+        raise ConfigError(f"{path}: unknown config format {path.suffix!r}; use .toml, .yaml or .yml")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a table/mapping, got {type(data).__name__}")
+    return data
+
+
+# ---------------------------------------------------------------- schema walking
+
+
+def _unwrap(tp: Any) -> Any:
+    """``X | None`` -> ``X``."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _fields(cls: type) -> dict[str, attrs.Attribute]:
+    return {f.name: f for f in attrs.fields(attrs.resolve_types(cls))}
+
+
+def _unknown_keys(data: Mapping[str, Any], cls: type, path: str) -> Iterable[str]:
+    fields = _fields(cls)
+    for key, value in data.items():
+        where = f"{path}{key}"
+        if key not in fields:
+            yield f"{where}: unknown key{did_you_mean(str(key), fields)}; valid keys here: {', '.join(fields)}"
+            continue
+        tp = _unwrap(fields[key].type)
+        if attrs.has(tp) and isinstance(value, Mapping):
+            yield from _unknown_keys(value, tp, f"{where}.")
+        elif typing.get_origin(tp) is list and isinstance(value, list):
+            (item,) = typing.get_args(tp)
+            if attrs.has(item):
+                for i, element in enumerate(value):
+                    if isinstance(element, Mapping):
+                        yield from _unknown_keys(element, item, f"{where}[{i}].")
+
+
+def _checks(obj: Any, path: str) -> Iterable[str]:
+    for field in attrs.fields(type(obj)):
+        value = getattr(obj, field.name)
+        where = f"{path}{field.name}"
+        check = field.metadata.get("check")
+        if check is not None and value is not None:
+            problem = check(value)
+            if problem:
+                yield f"{where} = {value!r}: {problem}"
+        if attrs.has(type(value)):
+            yield from _checks(value, f"{where}.")
+        elif isinstance(value, list):
+            for i, element in enumerate(value):
+                if attrs.has(type(element)):
+                    yield from _checks(element, f"{where}[{i}].")
+
+
+def _structure_errors(exc: BaseException) -> list[str]:
+    def describe(error: BaseException, _type: Any) -> str:
+        if isinstance(error, ConfigValueError):
+            return str(error)
+        if isinstance(error, cattrs.ForbiddenExtraKeysError):
+            return f"unknown keys {sorted(error.extra_fields)}"
+        if isinstance(error, KeyError):
+            return "required key is missing"
+        return f"invalid value ({error})"
+
+    messages = cattrs.transform_error(exc, path="$", format_exception=describe)
+    out = []
+    for message in messages:
+        text, _, where = message.rpartition(" @ ")
+        out.append(f"{where.removeprefix('$.').removeprefix('$')}: {text}")
+    return out
+
+
+# ---------------------------------------------------------------- overrides
+
+
+def _apply_legacy_keys(data: dict[str, Any]) -> dict[str, Any]:
+    for old, new in LEGACY_KEYS.items():
+        *parents, leaf = old.split(".")
+        node: Any = data
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf in node:
+            _set_path(data, new.split("."), node.pop(leaf))
+    trainer = data.get("trainer")
+    if isinstance(trainer, dict) and trainer.get("args") == {}:
+        del trainer["args"]
+    return data
+
+
+def _set_path(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    node = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+def _parse_for_type(tp: Any, text: str) -> Any:
+    tp = _unwrap(tp)
+    if tp is bool:
+        return _parse_bool(text)
+    if tp is int:
+        return int(text)
+    if tp is float:
+        return float(text)
+    if tp is str:
+        return text
+    return yaml.safe_load(text)  # lists, dicts and free-form values
+
+
+def _type_at(parts: list[str]) -> Any:
+    """The schema type at a dotted path; free-form (Any) inside dict fields."""
+    cls: Any = RunConfig
+    for i, part in enumerate(parts):
+        cls = _unwrap(cls)
+        if not attrs.has(cls):
+            return Any  # inside a free-form table such as env.args
+        fields = _fields(cls)
+        if part not in fields:
+            where = ".".join(parts[: i + 1])
+            raise ConfigError(f"--set {where}: unknown key{did_you_mean(part, fields)}; valid keys here: {', '.join(fields)}")
+        cls = fields[part].type
+    return cls
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one ``a.b=value`` override, parsing the value to the field's type."""
+    key, sep, text = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, e.g. --set trainer.group_size=8")
+    key = LEGACY_KEYS.get(key, key)
+    parts = key.split(".")
+    tp = _type_at(parts)
+    try:
+        value = _parse_for_type(tp, text)
+    except (ValueError, yaml.YAMLError):
+        name = getattr(_unwrap(tp), "__name__", str(tp))
+        raise ConfigError(f"--set {key}={text!r}: expected a value of type {name}") from None
+    if parts[0] == "env" and not isinstance(data.get("env"), dict):
+        data["env"] = {}
+    _set_path(data, parts, value)
+
+
+# ---------------------------------------------------------------- public API
+
+
+def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
+    """Validate a raw mapping into a RunConfig; all problems are reported together."""
+    data = _apply_legacy_keys(dict(data))
+    problems = list(_unknown_keys(data, RunConfig, ""))
+    if not problems:
+        try:
+            config = _CONVERTER.structure(data, RunConfig)
+        except Exception as exc:  # noqa: BLE001 - cattrs raises exception groups
+            problems = _structure_errors(exc)
+        else:
+            problems = list(_checks(config, ""))
+    if problems:
+        raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(f"  - {p}" for p in problems))
+    return config
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), drop_redacted: bool = False) -> RunConfig:
+    """Read an optional config file, apply ``--set`` overrides, and validate.
+
+    ``drop_redacted`` forgets values written as *** (a saved run's config), so
+    secrets come from the environment again.
+    """
+    data = read_config_file(path) if path else {}
+    if drop_redacted:
+        data = _drop_redacted(data)
+    data = _apply_legacy_keys(data)
+    for assignment in overrides:
+        apply_override(data, assignment)
+    return build_config(data, source=str(path) if path else "defaults and --set")
+
+
+def to_dict(config: RunConfig) -> dict[str, Any]:
+    """The config as plain data (secrets included: redact before showing or writing)."""
+    return _CONVERTER.unstructure(config)
+
+
+def redact(value: Any) -> Any:
+    """A copy with secret values (api keys, tokens, secrets) replaced by ***."""
+    if isinstance(value, Mapping):
+        return {
+            k: (_redact_all(v) if _SECRET_KEY.search(str(k)) else redact(v)) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
+
+
+def _drop_redacted(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _drop_redacted(v) for k, v in value.items() if v != REDACTED}
+    return value
+
+
+def _redact_all(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _redact_all(v) for k, v in value.items()}
+    return REDACTED if value not in ("", None) else value
+
+
+def dump_yaml(config: RunConfig) -> str:
+    """The resolved config as YAML with secrets redacted."""
+    return yaml.safe_dump(redact(to_dict(config)), sort_keys=False)

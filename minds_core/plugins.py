@@ -1,0 +1,231 @@
+"""Plugin discovery (entry-point group ``minds``), isolation of broken plugins, the registry."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from collections.abc import Iterable
+from types import ModuleType
+from typing import Any
+
+import attrs
+import pluggy
+
+from minds_core import hookspecs
+from minds_core.errors import PluginError, UnknownNameError, did_you_mean
+
+ENTRY_POINT_GROUP = "minds"
+CORE_PLUGIN = "minds_core"
+
+#: hook name -> registry kind, in the order plugins are asked.
+HOOK_KINDS: dict[str, str] = {
+    "minds_register_environments": "environments",
+    "minds_register_reward_functions": "reward_functions",
+    "minds_register_advantage_estimators": "advantage_estimators",
+    "minds_register_losses": "losses",
+    "minds_register_metric_sinks": "metric_sinks",
+    "minds_register_backends": "backends",
+}
+
+#: first-party environments and the distribution that provides each, for "not installed" hints.
+KNOWN_ENVIRONMENT_PACKAGES: dict[str, str] = {
+    "ghost_trace": "minds-plugin-ghost-trace",
+    "self_prediction": "minds-plugin-self-prediction",
+    "gradient_prophet": "minds-plugin-gradient-prophet",
+    "gradient_intuition": "minds-plugin-gradient-prophet",
+    "entropy_intuition": "minds-plugin-gradient-prophet",
+    "openreward": "minds-plugin-openreward",
+    "verifiers": "minds-plugin-verifiers",
+}
+
+
+@attrs.frozen
+class Entry:
+    """One registered part and the plugin that registered it."""
+
+    kind: str
+    name: str
+    obj: Any
+    description: str
+    plugin: str
+
+
+@attrs.define
+class PluginInfo:
+    """What `minds plugins` shows about one plugin."""
+
+    name: str
+    distribution: str | None = None
+    version: str | None = None
+    builtin: bool = False
+    registered: dict[str, list[str]] = attrs.field(factory=dict)
+    errors: list[str] = attrs.field(factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+class Registry:
+    """Named parts of every kind, each remembering its plugin; duplicates are errors."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, dict[str, Entry]] = {kind: {} for kind in HOOK_KINDS.values()}
+        self._conflicts: dict[tuple[str, str], list[str]] = {}
+
+    def add(self, kind: str, name: str, obj: Any, description: str, plugin: str) -> None:
+        """Register ``name``; raises PluginError naming both plugins on a duplicate."""
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"{kind[:-1]} name must be a non-empty string, got {name!r}")
+        existing = self._entries[kind].get(name)
+        if existing is not None:
+            owners = self._conflicts.setdefault((kind, name), [existing.plugin])
+            owners.append(plugin)
+            raise PluginError(
+                f"{kind[:-1].replace('_', ' ')} {name!r} is registered by both "
+                f"{existing.plugin!r} and {plugin!r}; uninstall or disable one "
+                f"(MINDS_DISABLE_PLUGINS={plugin})"
+            )
+        self._entries[kind][name] = Entry(kind, name, obj, description, plugin)
+
+    def get(self, kind: str, name: str) -> Entry:
+        """The entry for ``name``, or a UnknownNameError listing what exists."""
+        owners = self._conflicts.get((kind, name))
+        if owners:
+            raise PluginError(
+                f"{kind[:-1].replace('_', ' ')} {name!r} is registered by several plugins "
+                f"({', '.join(owners)}); disable all but one with MINDS_DISABLE_PLUGINS"
+            )
+        try:
+            return self._entries[kind][name]
+        except KeyError:
+            raise UnknownNameError(self._unknown_message(kind, name)) from None
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self._entries[kind])
+
+    def entries(self, kind: str) -> list[Entry]:
+        return [self._entries[kind][n] for n in self.names(kind)]
+
+    def _unknown_message(self, kind: str, name: str) -> str:
+        label = kind[:-1].replace("_", " ")
+        known = self.names(kind)
+        message = f"unknown {label} {name!r}{did_you_mean(name, known)}."
+        message += f" Available: {', '.join(known) if known else '(none)'}."
+        package = KNOWN_ENVIRONMENT_PACKAGES.get(name) if kind == "environments" else None
+        if package:
+            message += f" {name!r} is provided by {package}: pip install {package}"
+        return message
+
+
+@attrs.define
+class Plugins:
+    """The loaded plugins and the registry they filled."""
+
+    registry: Registry
+    plugins: list[PluginInfo]
+
+    @property
+    def broken(self) -> list[PluginInfo]:
+        return [p for p in self.plugins if not p.ok]
+
+
+def _env_list(name: str) -> set[str]:
+    return {item.strip() for item in os.environ.get(name, "").split(",") if item.strip()}
+
+
+def _strict() -> bool:
+    return os.environ.get("MINDS_STRICT_PLUGINS", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _entry_points() -> Iterable[importlib.metadata.EntryPoint]:
+    seen: set[str] = set()
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in seen:  # the same distribution on sys.path twice
+            seen.add(ep.name)
+            yield ep
+
+
+def _check_hook_names(module: ModuleType) -> list[str]:
+    """Errors for ``minds_*`` functions marked as hooks that no spec defines (typos)."""
+    known = set(HOOK_KINDS)
+    errors = []
+    for attr in dir(module):
+        fn = getattr(module, attr, None)
+        if attr.startswith("minds_") and attr not in known and hasattr(fn, f"{hookspecs.PROJECT}_impl"):
+            errors.append(f"unknown hook {attr}{did_you_mean(attr, known)}")
+    return errors
+
+
+def load_plugins(extra: Iterable[tuple[str, object]] = ()) -> Plugins:
+    """Discover, register and call every plugin; broken ones are recorded, not fatal.
+
+    ``extra`` adds (name, module-or-object) pairs, e.g. for tests. Set
+    ``MINDS_STRICT_PLUGINS=1`` to make any plugin error fatal and
+    ``MINDS_DISABLE_PLUGINS=a,b`` to skip plugins by entry-point or distribution name.
+    """
+    from minds_core import builtins
+
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    disabled = _env_list("MINDS_DISABLE_PLUGINS")
+    infos: dict[str, PluginInfo] = {}
+
+    def fail(info: PluginInfo, message: str) -> None:
+        info.errors.append(message)
+        if _strict():
+            raise PluginError(f"plugin {info.name!r}: {message} (MINDS_STRICT_PLUGINS is set)")
+
+    def add(info: PluginInfo, module: object) -> None:
+        infos[info.name] = info
+        if isinstance(module, ModuleType):
+            for message in _check_hook_names(module):
+                fail(info, message)
+        try:
+            pm.register(module, name=info.name)
+        except Exception as exc:  # noqa: BLE001 - a plugin's own error, reported by name
+            fail(info, f"cannot register: {exc}")
+
+    add(PluginInfo(CORE_PLUGIN, "minds-core", _version("minds-core"), builtin=True), builtins)
+    for ep in _entry_points():
+        dist = ep.dist.name if ep.dist else None
+        if ep.name in disabled or (dist and dist in disabled):
+            continue
+        info = PluginInfo(ep.name, dist, ep.dist.version if ep.dist else None)
+        try:
+            module = ep.load()
+        except Exception as exc:  # noqa: BLE001 - isolation is the point
+            infos[info.name] = info
+            fail(info, f"failed to import {ep.value}: {type(exc).__name__}: {exc}")
+            continue
+        add(info, module)
+    for name, module in extra:
+        add(PluginInfo(name), module)
+
+    registry = Registry()
+    for hook_name, kind in HOOK_KINDS.items():
+        for impl in getattr(pm.hook, hook_name).get_hookimpls():
+            info = infos[impl.plugin_name]
+
+            def register(name: str, obj: Any, description: str = "", *, _info: PluginInfo = info, _kind: str = kind) -> None:
+                try:
+                    registry.add(_kind, name, obj, description, _info.name)
+                except PluginError as exc:
+                    fail(_info, str(exc))
+                    return
+                _info.registered.setdefault(_kind, []).append(name)
+
+            try:
+                impl.function(**{arg: register for arg in impl.argnames})
+            except Exception as exc:  # noqa: BLE001 - a plugin's own error, reported by name
+                if isinstance(exc, PluginError) and _strict():
+                    raise
+                fail(info, f"{hook_name} raised {type(exc).__name__}: {exc}")
+    return Plugins(registry, list(infos.values()))
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
