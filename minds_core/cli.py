@@ -168,7 +168,7 @@ def _run_command(args: argparse.Namespace, evaluate: bool) -> int:
     from minds_core import trainer
 
     if evaluate:
-        trainer.evaluate(config, groups=args.groups)
+        print(json.dumps(trainer.evaluate(config, groups=args.groups), indent=2, sort_keys=True))
     else:
         trainer.train(config, resume_dir=Path(resume) if resume else None)
     return 0

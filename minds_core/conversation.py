@@ -1,0 +1,85 @@
+"""A token-exact conversation between the policy and an environment.
+
+The sequence grows by observations (rendered prompt and environment replies,
+never trained on) and sampled turns (trained on, each with its own mask and the
+sampler's log-probabilities).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import tinker
+
+from minds_core.envs.types import Message
+from minds_core.render import Renderer
+
+
+class TokenBudgetExhausted(Exception):
+    """The conversation reached max_total_tokens; the episode ends truncated."""
+
+
+@attrs.define
+class Conversation:
+    """Messages and the exact token sequence of one rollout.
+
+    ``tokens[i]`` was sampled when ``sampled[i]``; then ``logprobs[i]`` is the
+    sampler's log-probability of it and ``turn_ids[i]`` numbers the sampled turn.
+    """
+
+    renderer: Renderer
+    sampler: Any
+    params: tinker.types.SamplingParams
+    max_total_tokens: int
+    tools: list[dict] | None = None
+    messages: list[Message] = attrs.field(factory=list)
+    tokens: list[int] = attrs.field(factory=list)
+    sampled: list[bool] = attrs.field(factory=list)
+    logprobs: list[float] = attrs.field(factory=list)
+    turn_ids: list[int] = attrs.field(factory=list)
+    turns: int = 0
+    last_stopped: bool = True
+    truncated: bool = False
+
+    def _extend(self, tokens: Sequence[int], logprobs: Sequence[float] | None = None) -> None:
+        self.tokens.extend(tokens)
+        self.sampled.extend([logprobs is not None] * len(tokens))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(tokens))
+        self.turn_ids.extend([self.turns if logprobs is not None else -1] * len(tokens))
+
+    def start(self, messages: Sequence[Message]) -> None:
+        """Render the first prompt."""
+        self.messages = list(messages)
+        self._extend(self.renderer.prompt_tokens(self.messages, self.tools))
+
+    def observe(self, messages: Sequence[Message]) -> None:
+        """Append the environment's reply and open the next assistant turn."""
+        if not messages:
+            raise ValueError("an episode that is not done must return the messages of its reply")
+        history = self.messages[:-1]  # without the assistant turn just sampled
+        self._extend(self.renderer.continuation_tokens(history, messages, self.last_stopped, self.tools))
+        self.messages.extend(messages)
+
+    async def sample_turn(self) -> str:
+        """Sample one assistant turn from the policy, record it, return its text."""
+        room = self.max_total_tokens - len(self.tokens)
+        if room <= 0:
+            self.truncated = True
+            raise TokenBudgetExhausted(f"{len(self.tokens)} tokens reached max_total_tokens={self.max_total_tokens}")
+        params = self.params.model_copy(update={"max_tokens": min(self.params.max_tokens or room, room)})
+        response = await self.sampler.sample(tinker.types.ModelInput.from_ints(self.tokens), 1, params)
+        sequence = response.sequences[0]
+        if len(sequence.tokens) != len(sequence.logprobs or []):
+            raise ValueError("the sampler returned tokens without one log-probability each")
+        self._extend(sequence.tokens, sequence.logprobs)
+        self.turns += 1
+        self.last_stopped = sequence.stop_reason == "stop"
+        text = self.renderer.decode(sequence.tokens)
+        self.messages.append({"role": "assistant", "content": text})
+        return text
+
+    @property
+    def sampled_tokens(self) -> int:
+        return sum(self.sampled)

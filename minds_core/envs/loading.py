@@ -1,0 +1,63 @@
+"""From an ``[env]`` config table to a ready Environment (registered name or a path)."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from minds_core.config import EnvConfig, RewardRef
+from minds_core.envs.rubric import Rubric
+from minds_core.errors import ConfigError, UnknownNameError
+from minds_core.plugins import Registry
+
+
+def is_path_like(env_id: str) -> bool:
+    """Folders (``./envs/x``) and module paths (``pkg.mod``) go through the loose adapter."""
+    return env_id.startswith((".", "/", "~")) or "/" in env_id or Path(env_id).suffix == ".py" or "." in env_id
+
+
+def _call_loader(label: str, loader: Any, args: dict[str, Any]) -> Any:
+    try:
+        inspect.signature(loader).bind(**args)
+    except TypeError as exc:
+        raise ConfigError(f"environment {label}: bad [env.args] {sorted(args)}: {exc}") from None
+    except ValueError:  # no signature (builtins): let the call decide
+        pass
+    return loader(**args)
+
+
+def _rubric(refs: list[RewardRef], registry: Registry, where: str) -> list[tuple[str, Any, float]]:
+    out = []
+    for ref in refs:
+        try:
+            entry = registry.get("reward_functions", ref.name)
+        except UnknownNameError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        out.append((ref.name, entry.obj, ref.weight))
+    return out
+
+
+def load_environment(cfg: EnvConfig, registry: Registry) -> Any:
+    """Build the environment named by ``cfg.id`` and apply rubric overrides."""
+    if not cfg.id:
+        raise ConfigError("no environment: pass --env NAME or set [env] id in the config (minds envs lists them)")
+    if cfg.id in registry.names("environments") or not is_path_like(cfg.id):
+        try:
+            loader = registry.get("environments", cfg.id).obj
+        except UnknownNameError as exc:
+            raise ConfigError(f"env.id: {exc}") from None
+        env = _call_loader(repr(cfg.id), loader, cfg.args)
+    else:
+        from minds_core.envs.loose import load_loose_environment
+
+        env = load_loose_environment(cfg.id, cfg.args)
+    if cfg.rewards or cfg.extra_rewards:
+        rubric = getattr(env, "rubric", None)
+        if not isinstance(rubric, Rubric):
+            raise ConfigError(f"environment {cfg.id!r} has no minds Rubric, so env.rewards / env.extra_rewards cannot apply")
+        if cfg.rewards:
+            rubric.funcs, rubric.weights, rubric.names = [], [], []
+        for name, fn, weight in _rubric([*cfg.rewards, *cfg.extra_rewards], registry, f"env {cfg.id!r} rewards"):
+            rubric.add(fn, weight, name)
+    return env

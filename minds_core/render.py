@@ -1,0 +1,83 @@
+"""Rendering chat messages to tokens with the model's chat template.
+
+The tokens a policy sampled are the tokens it is trained on: a reply is never
+decoded and re-encoded. Later turns are appended to the sampled sequence as
+*continuations*: the text the chat template puts after the sampled turn and
+around the environment's reply, tokenized on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from minds_core.envs.types import Message
+
+_SENTINEL = "MINDS_TURN_SENTINEL_7F3A"
+
+
+class TemplateError(ValueError):
+    """The chat template cannot render a multi-turn conversation token-exactly."""
+
+
+class Renderer:
+    """Turns messages into prompt tokens and multi-turn continuations for one tokenizer."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise TemplateError(f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template")
+        self.tokenizer = tokenizer
+        self.supports_tools = "tools" in tokenizer.chat_template
+
+    def _text(self, messages: Sequence[Message], *, generation_prompt: bool, tools: list[dict] | None) -> str:
+        kwargs: dict[str, Any] = {"tools": tools} if tools and self.supports_tools else {}
+        return self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=generation_prompt, **kwargs
+        )
+
+    def encode(self, text: str) -> list[int]:
+        """Tokens of ``text`` without added BOS/EOS."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        """A sampled turn's text as the environment sees it (special tokens removed)."""
+        return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+    def prompt_tokens(self, messages: Sequence[Message], tools: list[dict] | None = None) -> list[int]:
+        """The first prompt: the conversation so far plus the assistant's generation prompt."""
+        if not messages:
+            raise TemplateError("cannot render an empty conversation")
+        return self.encode(self._text(messages, generation_prompt=True, tools=tools))
+
+    def continuation_tokens(
+        self,
+        history: Sequence[Message],
+        new_messages: Sequence[Message],
+        stopped: bool,
+        tools: list[dict] | None = None,
+    ) -> list[int]:
+        """Tokens to append after a sampled assistant turn to show ``new_messages``.
+
+        ``history`` ends with the user/tool messages before the sampled turn;
+        ``stopped`` says whether the turn ended on a stop token (which is then
+        already in the sequence); otherwise the end-of-turn text is added.
+        """
+        turn = [*history, {"role": "assistant", "content": _SENTINEL}]
+        before = self._text(turn, generation_prompt=False, tools=tools)
+        after = self._text([*turn, *new_messages], generation_prompt=True, tools=tools)
+        if not after.startswith(before):
+            raise TemplateError(
+                "the chat template renders earlier turns differently once later turns exist; "
+                "multi-turn episodes need a prefix-stable template"
+            )
+        tail = before[before.rindex(_SENTINEL) + len(_SENTINEL) :]
+        if stopped:
+            tail = self._after_stop(tail)
+        return self.encode(tail + after[len(before) :])
+
+    def _after_stop(self, tail: str) -> str:
+        """Drop the end-of-turn marker the model already sampled from the template's tail."""
+        for marker in (self.tokenizer.eos_token, *getattr(self.tokenizer, "all_special_tokens", [])):
+            if marker and tail.startswith(marker):
+                return tail[len(marker) :]
+        return tail

@@ -1,0 +1,218 @@
+"""Rollouts: one episode per rollout, G rollouts per task, with timeouts, retries and failure policy."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import tinker
+
+from minds_core.config import RolloutConfig
+from minds_core.conversation import Conversation, TokenBudgetExhausted
+from minds_core.envs.rubric import INVALID_PARTS_METRIC, as_reward, maybe_await
+from minds_core.envs.single_turn import prompt_messages
+from minds_core.envs.types import Context, Environment, StepResult, Task
+from minds_core.logs import get_logger
+from minds_core.render import Renderer
+
+log = get_logger("rollout")
+
+
+class RolloutFailed(Exception):
+    """A rollout that produced no usable reward."""
+
+
+@attrs.define
+class Rollout:
+    """One finished (or failed) episode."""
+
+    conversation: Conversation | None
+    reward: float = 0.0
+    metrics: dict[str, float] = attrs.field(factory=dict)
+    error: str | None = None
+    timed_out: bool = False
+    invalid_reward: bool = False
+    attempts: int = 1
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@attrs.define
+class Group:
+    """The rollouts of one task; the unit advantages are computed over."""
+
+    env_name: str
+    task: Task
+    rollouts: list[Rollout]
+    dropped: str | None = None  # "failures" | "constant" | None
+
+    @property
+    def ok_rollouts(self) -> list[Rollout]:
+        return [r for r in self.rollouts if r.ok]
+
+    @property
+    def failures(self) -> int:
+        return sum(not r.ok for r in self.rollouts)
+
+
+@attrs.frozen
+class EpisodeSettings:
+    """What the rollout runner needs beyond the environment."""
+
+    renderer: Renderer
+    params: tinker.types.SamplingParams
+    rollout: RolloutConfig
+
+
+def _observation_messages(observation: Any) -> list[dict]:
+    if isinstance(observation, (str, list)):
+        return prompt_messages(observation)
+    raise TypeError(f"initial_observation() must return a string or a list of messages, got {type(observation).__name__}")
+
+
+def _step_result(value: Any) -> StepResult:
+    """Accept a StepResult, a mapping with 'reward', or any object with a reward attribute."""
+    if isinstance(value, StepResult):
+        return value
+    if isinstance(value, dict):
+        if "reward" not in value:
+            raise TypeError(f"step() returned a mapping without 'reward' (keys: {', '.join(value) or 'none'})")
+        return StepResult(
+            reward=value["reward"],
+            done=value.get("done", True),
+            messages=list(value.get("messages", [])),
+            metrics=dict(value.get("metrics", {})),
+        )
+    if hasattr(value, "reward"):
+        return StepResult(
+            reward=value.reward,
+            done=getattr(value, "done", True),
+            messages=list(getattr(value, "messages", []) or []),
+            metrics=dict(getattr(value, "metrics", {}) or {}),
+        )
+    raise TypeError(f"step() must return a StepResult or an object/mapping with a numeric 'reward', got {type(value).__name__}")
+
+
+async def play_episode(episode: Any, conversation: Conversation, max_turns: int) -> tuple[list[Any], dict[str, float]]:
+    """Drive an episode to its end; returns the raw step rewards and summed step metrics.
+
+    Episodes with ``run(conversation)`` drive the conversation themselves and
+    return one final StepResult (used by bridges to other frameworks).
+    """
+    rewards: list[Any] = []
+    metrics: dict[str, float] = {}
+
+    def record(result: StepResult) -> None:
+        if result.reward is not None:
+            rewards.append(result.reward)
+        for key, value in result.metrics.items():
+            metrics[key] = metrics.get(key, 0.0) + float(value)
+
+    if hasattr(episode, "run"):
+        record(_step_result(await maybe_await(episode.run(conversation))))
+        return rewards, metrics
+    conversation.tools = getattr(episode, "tools", None)
+    conversation.start(_observation_messages(await maybe_await(episode.initial_observation())))
+    for _ in range(max_turns):
+        try:
+            action = await conversation.sample_turn()
+        except TokenBudgetExhausted:
+            break
+        result = _step_result(await maybe_await(episode.step(action)))
+        record(result)
+        if result.done:
+            break
+        conversation.observe(result.messages)
+    return rewards, metrics
+
+
+def _total_reward(raw: list[Any]) -> float | None:
+    """Sum of the step rewards; None when any is not a finite number or there are none."""
+    values = [as_reward(r) for r in raw]
+    if not values or any(v is None for v in values):
+        return None
+    return math.fsum(v for v in values if v is not None)
+
+
+async def run_rollout(
+    env: Environment, task: Task, ctx: Context, settings: EpisodeSettings, seed: int | None
+) -> Rollout:
+    """One rollout with the configured timeout, retries and invalid-reward policy."""
+    cfg = settings.rollout
+    attempts = cfg.retries + 1
+    last: Rollout | None = None
+    for attempt in range(1, attempts + 1):
+        params = settings.params.model_copy(update={"seed": None if seed is None else seed + 7919 * (attempt - 1)})
+        conversation = Conversation(settings.renderer, ctx.sampler, params, cfg.max_total_tokens)
+        episode = None
+        try:
+            episode = env.episode(task, ctx)
+            play = play_episode(episode, conversation, cfg.max_turns)
+            raw, metrics = await (asyncio.wait_for(play, cfg.timeout) if cfg.timeout > 0 else play)
+        except TimeoutError:
+            last = Rollout(conversation, error=f"timed out after {cfg.timeout:g} s", timed_out=True, attempts=attempt)
+            continue
+        except Exception as exc:  # noqa: BLE001 - an environment's failure fails only its rollout
+            last = Rollout(conversation, error=f"{type(exc).__name__}: {exc}", attempts=attempt)
+            continue
+        finally:
+            await _close(episode)
+        return _scored(conversation, raw, metrics, cfg, attempt)
+    assert last is not None
+    return last
+
+
+def _scored(conversation: Conversation, raw: list[Any], metrics: dict[str, float], cfg: RolloutConfig, attempt: int) -> Rollout:
+    reward = _total_reward(raw)
+    invalid = reward is None or metrics.get(INVALID_PARTS_METRIC, 0) > 0
+    if invalid and cfg.invalid_reward == "fail":
+        return Rollout(conversation, metrics=metrics, error=f"invalid reward {raw!r}", invalid_reward=True, attempts=attempt)
+    if reward is None:
+        log.warning("non-numeric reward counted as 0", rewards=repr(raw)[:200])
+        reward = 0.0
+    return Rollout(conversation, reward, metrics, invalid_reward=invalid, attempts=attempt)
+
+
+async def _close(episode: Any) -> None:
+    """Release an episode's resources; a failing close is logged, not raised."""
+    close = getattr(episode, "close", None)
+    if callable(close):
+        try:
+            await maybe_await(close())
+        except Exception as exc:  # noqa: BLE001
+            log.warning("episode close failed", error=f"{type(exc).__name__}: {exc}")
+
+
+async def run_group(
+    env_name: str,
+    env: Environment,
+    task: Task,
+    group_size: int,
+    make_ctx: Callable[[], Context],
+    settings: EpisodeSettings,
+    limiter: asyncio.Semaphore,
+    max_failing: int,
+    seed: int | None,
+) -> Group:
+    """``group_size`` rollouts of one task, concurrently under ``limiter``; drop by policy."""
+
+    async def one(index: int) -> Rollout:
+        async with limiter:
+            return await run_rollout(env, task, make_ctx(), settings, None if seed is None else seed + index)
+
+    rollouts = list(await asyncio.gather(*(one(i) for i in range(group_size))))
+    group = Group(env_name, task, rollouts)
+    rewards = [r.reward for r in group.ok_rollouts]
+    if group.failures > max_failing or not rewards:
+        group.dropped = "failures"
+    elif settings.rollout.drop_constant_reward_groups and max(rewards) - min(rewards) < 1e-8:
+        group.dropped = "constant"
+    for rollout in rollouts:
+        if rollout.error:
+            log.warning("rollout failed", env=env_name, task=task.id, error=rollout.error[:300], attempts=rollout.attempts)
+    return group

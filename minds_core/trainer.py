@@ -1,0 +1,413 @@
+"""The training loop: tasks -> rollouts -> advantages -> datums -> forward_backward + optim_step.
+
+``forward_backward`` and ``optim_step`` are submitted back to back before
+either is awaited; a fresh sampling client follows every update. With
+``max_steps_off_policy = k`` the batches of the next k steps are sampled while
+this one trains, with samplers at most k updates old.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import tinker
+
+from minds_core.backends import choose_backend
+from minds_core.checkpoint import Checkpoint, RunDirectory, default_run_name
+from minds_core.config import EnvConfig, RunConfig
+from minds_core.datums import build_datum
+from minds_core.envs.loading import load_environment
+from minds_core.envs.types import Context, Task
+from minds_core.errors import ConfigError, MindsError, UnknownNameError
+from minds_core.logs import get_logger
+from minds_core.losses import CustomLoss
+from minds_core.plugins import Plugins, load_plugins
+from minds_core.render import Renderer
+from minds_core.rollout import EpisodeSettings, Group, run_group
+from minds_core.schedule import DataSchedule
+from minds_core.stats import batch_metrics, rollout_records
+
+log = get_logger("trainer")
+
+
+@attrs.define
+class EnvHandle:
+    """A loaded environment with its tasks and per-environment settings."""
+
+    name: str
+    env: Any
+    cfg: EnvConfig
+    tasks: Sequence[Task]
+    group_size: int
+    max_failing: int
+    needs_checkpoint: bool
+
+
+@attrs.define
+class Policy:
+    """One version of the policy: its sampler and (when needed) its saved state."""
+
+    version: int
+    sampler: Any
+    checkpoint: str | None = None
+
+
+@attrs.define
+class Batch:
+    step: int
+    groups: list[Group]
+    policy_version: int
+    seconds: float
+
+
+def _lookup(plugins: Plugins, kind: str, name: str, key: str) -> Any:
+    try:
+        return plugins.registry.get(kind, name)
+    except UnknownNameError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+
+
+def _load_envs(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
+    if not config.environments:
+        raise ConfigError("no environment: pass --env NAME or set [env] id in the config (minds envs lists them)")
+    handles: list[EnvHandle] = []
+    for index, cfg in enumerate(config.environments):
+        try:
+            env = load_environment(cfg, plugins.registry)
+            tasks = list(env.tasks(cfg.split))
+        except MindsError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a plugin's failure, reported with its name
+            raise MindsError(f"environment {cfg.id!r} failed to load: {type(exc).__name__}: {exc}") from exc
+        if not tasks:
+            raise ConfigError(f"environment {cfg.id!r} has no tasks in split {cfg.split!r}")
+        name = cfg.id if all(c.id != cfg.id for c in config.environments[:index]) else f"{cfg.id}#{index}"
+        handles.append(
+            EnvHandle(
+                name=name,
+                env=env,
+                cfg=cfg,
+                tasks=tasks,
+                group_size=cfg.group_size or config.trainer.group_size,
+                max_failing=config.rollout.max_failing_rollouts if cfg.max_failing_rollouts is None else cfg.max_failing_rollouts,
+                needs_checkpoint=bool(getattr(env, "needs_policy_checkpoint", False)),
+            )
+        )
+    return handles
+
+
+def _sampling_params(config: RunConfig, cfg: EnvConfig) -> tinker.types.SamplingParams:
+    s = config.sampling
+    return tinker.types.SamplingParams(
+        max_tokens=s.max_tokens,
+        temperature=s.temperature if cfg.temperature is None else cfg.temperature,
+        top_p=s.top_p if cfg.top_p is None else cfg.top_p,
+        top_k=s.top_k,
+    )
+
+
+class Session:
+    """One run: the service clients, the environments and the loop state."""
+
+    def __init__(self, config: RunConfig, plugins: Plugins, envs: list[EnvHandle], service: Any) -> None:
+        self.config = config
+        self.plugins = plugins
+        self.envs = envs
+        self.service = service
+        self.loss = _lookup(plugins, "losses", config.trainer.loss_fn, "trainer.loss_fn").obj
+        self.estimator = _lookup(plugins, "advantage_estimators", config.trainer.advantage, "trainer.advantage").obj
+        self.schedule = DataSchedule(
+            config.seed, [h.cfg.weight for h in envs], [len(h.tasks) for h in envs], config.trainer.groups_per_batch
+        )
+        self.limiter = asyncio.Semaphore(config.rollout.concurrency)
+        self.training_client: Any = None
+        self.renderer: Renderer | None = None
+        self.settings: list[EpisodeSettings] = []
+        self.base_sampler: Any = None
+
+    async def start(self, state_path: str | None, with_optimizer: bool) -> None:
+        """Create (or restore) the policy's training client."""
+        cfg = self.config
+        if state_path and with_optimizer:
+            future = self.service.create_training_client_from_state_with_optimizer(state_path)
+        elif state_path:
+            future = self.service.create_training_client_from_state(state_path)
+        else:
+            future = self.service.create_lora_training_client(
+                base_model=cfg.model.base_model,
+                rank=cfg.model.lora_rank,
+                seed=cfg.seed,
+                train_unembed=cfg.model.train_unembed,
+            )
+        self.training_client = await future
+        self.renderer = Renderer(self.training_client.get_tokenizer())
+        self.settings = [EpisodeSettings(self.renderer, _sampling_params(cfg, h.cfg), cfg.rollout) for h in self.envs]
+        if cfg.trainer.kl_penalty > 0:
+            self.base_sampler = await self.service.create_sampling_client(base_model=cfg.model.base_model)
+
+    async def policy(self, version: int) -> Policy:
+        """Snapshot the current weights as a new sampler (and a state, when an env needs one)."""
+        checkpoint = None
+        if any(h.needs_checkpoint for h in self.envs):
+            saved = await self.training_client.save_state(f"policy-v{version:06d}", overwrite=True)
+            checkpoint = saved.path
+        sampler = await self.training_client.save_weights_and_get_sampling_client()
+        return Policy(version, sampler, checkpoint)
+
+    def _context(self, policy: Policy, step: int) -> Context:
+        return Context(
+            sampler=policy.sampler,
+            tokenizer=self.renderer.tokenizer if self.renderer else None,
+            service=self.service,
+            renderer=self.renderer,
+            base_model=self.config.model.base_model,
+            lora_rank=self.config.model.lora_rank,
+            step=step,
+            policy_checkpoint=policy.checkpoint,
+        )
+
+    def _seed(self, step: int, group: int) -> int:
+        return random.Random(f"{self.config.seed}:sample:{step}:{group}").randrange(2**30)
+
+    async def collect(self, step: int, policy: Policy) -> Batch:
+        """Roll out every group of ``step`` with ``policy``."""
+        began = time.perf_counter()
+        jobs = []
+        for index, (env_index, task_index) in enumerate(self.schedule.batch(step)):
+            handle = self.envs[env_index]
+            jobs.append(
+                run_group(
+                    handle.name,
+                    handle.env,
+                    handle.tasks[task_index],
+                    handle.group_size,
+                    lambda: self._context(policy, step),
+                    self.settings[env_index],
+                    self.limiter,
+                    handle.max_failing,
+                    self._seed(step, index),
+                )
+            )
+        groups = list(await asyncio.gather(*jobs))
+        return Batch(step, groups, policy.version, time.perf_counter() - began)
+
+    async def _kl_terms(self, groups: list[Group]) -> dict[int, list[float]]:
+        """Per rollout: log q - log p_base on every token (0 where not sampled)."""
+        rollouts = [r for g in groups if not g.dropped for r in g.ok_rollouts]
+
+        async def one(rollout: Any) -> list[float]:
+            conv = rollout.conversation
+            base = await self.base_sampler.compute_logprobs(tinker.types.ModelInput.from_ints(conv.tokens))
+            return [(lp - (b or 0.0)) if s else 0.0 for lp, b, s in zip(conv.logprobs, base, conv.sampled)]
+
+        terms = await asyncio.gather(*(one(r) for r in rollouts))
+        return {id(r): t for r, t in zip(rollouts, terms)}
+
+    async def datums(self, batch: Batch) -> tuple[list[tinker.Datum], dict[int, float], dict[str, float]]:
+        """Advantages per group, then one datum per rollout with any nonzero advantage."""
+        kl = await self._kl_terms(batch.groups) if self.base_sampler is not None else {}
+        coef = self.config.trainer.kl_penalty
+        datums, advantages, extra = [], {}, {}
+        kl_values: list[float] = []
+        for group in batch.groups:
+            if group.dropped:
+                continue
+            ok = group.ok_rollouts
+            for rollout, advantage in zip(ok, self.estimator([r.reward for r in ok])):
+                advantages[id(rollout)] = float(advantage)
+                conv = rollout.conversation
+                per_token = [float(advantage)] * len(conv.tokens)
+                if id(rollout) in kl:
+                    terms = kl[id(rollout)]
+                    per_token = [a - coef * t for a, t in zip(per_token, terms)]
+                    kl_values.extend(t for t, s in zip(terms, conv.sampled) if s)
+                if len(conv.tokens) < 2 or not any(a != 0 and s for a, s in zip(per_token, conv.sampled)):
+                    continue
+                datums.append(build_datum(conv.tokens, conv.sampled, conv.logprobs, per_token))
+        if kl_values:
+            extra["kl/sampler_base"] = statistics.fmean(kl_values)
+        return datums, advantages, extra
+
+    async def train_step(self, datums: list[tinker.Datum]) -> dict[str, float]:
+        """Submit forward_backward and optim_step back to back, then await both."""
+        cfg = self.config.trainer
+        if isinstance(self.loss, CustomLoss):
+            forward_backward = self.training_client.forward_backward_custom(datums, self.loss.fn)
+        else:
+            forward_backward = self.training_client.forward_backward(datums, self.loss, dict(cfg.loss_fn_config) or None)
+        optim = self.training_client.optim_step(
+            tinker.types.AdamParams(
+                learning_rate=cfg.learning_rate,
+                beta1=cfg.beta1,
+                beta2=cfg.beta2,
+                eps=cfg.eps,
+                weight_decay=cfg.weight_decay,
+                grad_clip_norm=cfg.grad_clip_norm,
+            )
+        )
+        result = await forward_backward
+        await optim
+        return {f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}
+
+    async def save(self, step: int, run: RunDirectory) -> Checkpoint:
+        saved = await self.training_client.save_state(f"step-{step:06d}", overwrite=True)
+        checkpoint = Checkpoint(step=step, state_path=saved.path)
+        run.record_checkpoint(checkpoint)
+        log.info("checkpoint saved", step=step, path=saved.path)
+        return checkpoint
+
+
+class SinkSet:
+    """The selected metric sinks; one that raises is reported and disabled."""
+
+    def __init__(self, config: RunConfig, plugins: Plugins, run_dir: Path) -> None:
+        names = ["jsonl", *[n for n in config.metrics.sinks if n != "jsonl"]]
+        self.sinks: list[tuple[str, Any]] = []
+        for name in names:
+            factory = _lookup(plugins, "metric_sinks", name, "metrics.sinks").obj
+            self.sinks.append((name, factory(run_dir, config)))
+
+    def _each(self, method: str, record: dict[str, Any]) -> None:
+        for name, sink in list(self.sinks):
+            try:
+                getattr(sink, method)(record)
+            except Exception as exc:  # noqa: BLE001 - a sink never stops training
+                log.error("metric sink failed and is disabled", sink=name, error=f"{type(exc).__name__}: {exc}")
+                self.sinks.remove((name, sink))
+                if name == "jsonl":
+                    raise
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._each("write", record)
+
+    def close(self, summary: dict[str, Any]) -> None:
+        self._each("close", summary)
+
+
+def _prepare(config: RunConfig, resume_dir: Path | None) -> tuple[RunConfig, Plugins, list[EnvHandle], Any, str]:
+    """Everything that can fail on bad input, before any run directory or service exists."""
+    plugins = load_plugins()
+    for broken in plugins.broken:
+        log.warning("plugin is broken and was skipped", plugin=broken.name, errors=broken.errors)
+    if resume_dir is not None:
+        config = attrs.evolve(config, name=resume_dir.name, runs_dir=str(resume_dir.parent))
+    elif not config.name:
+        config = attrs.evolve(config, name=default_run_name(config))
+    for kind, name, key in (
+        ("losses", config.trainer.loss_fn, "trainer.loss_fn"),
+        ("advantage_estimators", config.trainer.advantage, "trainer.advantage"),
+        *(("metric_sinks", sink, "metrics.sinks") for sink in config.metrics.sinks),
+    ):
+        _lookup(plugins, kind, name, key)
+    backend = choose_backend(config)
+    factory = _lookup(plugins, "backends", backend, "backend").obj
+    if config.backend == "auto":
+        log.info("backend chosen", backend=backend, reason="API key configured" if backend == "tinker" else "no Tinker API key")
+    envs = _load_envs(config, plugins)
+    return config, plugins, envs, factory, backend
+
+
+async def _train(config: RunConfig, resume_dir: Path | None) -> dict[str, Any]:
+    config, plugins, envs, factory, backend = _prepare(config, resume_dir)
+    run = RunDirectory(resume_dir) if resume_dir is not None else RunDirectory.create(config)
+    service = factory(config, run.path)
+    session = Session(config, plugins, envs, service)
+    last = run.last_checkpoint() if resume_dir is not None else None
+    start = last.step + 1 if last else 0
+    if resume_dir is not None:
+        run.truncate_after(start)
+        log.info("resuming", run=str(run.path), step=start, checkpoint=last.state_path if last else None)
+    state = last.state_path if last else (config.trainer.resume_from or None)
+    await session.start(state, with_optimizer=last is not None)
+    sinks = SinkSet(config, plugins, run.path)
+    log.info("training", run=str(run.path), backend=backend, envs=[h.name for h in envs], steps=config.trainer.steps, start=start)
+    summary = await _loop(session, run, sinks, start)
+    sinks.close(summary)
+    return summary
+
+
+async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int) -> dict[str, Any]:
+    cfg = session.config
+    steps, ahead = cfg.trainer.steps, cfg.trainer.max_steps_off_policy
+    policy = await session.policy(start)
+    pending: dict[int, asyncio.Task[Batch]] = {}
+    next_launch = start
+    rewards: list[float] = []
+    began = time.perf_counter()
+    try:
+        for step in range(start, steps):
+            step_began = time.perf_counter()
+            while next_launch < steps and next_launch <= step + ahead:
+                pending[next_launch] = asyncio.create_task(session.collect(next_launch, policy))
+                next_launch += 1
+            batch = await pending.pop(step)
+            waited = time.perf_counter() - step_began
+            datums, advantages, extra = await session.datums(batch)
+            train_began = time.perf_counter()
+            train_metrics = await session.train_step(datums) if datums else {"train/skipped": 1.0}
+            policy = await session.policy(policy.version + 1)
+            train_seconds = time.perf_counter() - train_began
+            record = batch_metrics(batch.groups, advantages, session.envs)
+            record.update(train_metrics)
+            record.update(extra)
+            record.update(
+                {
+                    "step": step,
+                    "train/datums": len(datums),
+                    "sampler/staleness": policy.version - 1 - batch.policy_version,
+                    "time/sample": batch.seconds,
+                    "time/wait_for_batch": waited,
+                    "time/train": train_seconds,
+                }
+            )
+            run.log_rollouts(rollout_records(step, batch.groups, advantages, cfg.metrics.rollouts_per_step))
+            save_seconds = 0.0
+            if step == steps - 1 or (cfg.trainer.save_every and (step + 1) % cfg.trainer.save_every == 0):
+                save_began = time.perf_counter()
+                await session.save(step, run)
+                save_seconds = time.perf_counter() - save_began
+            record["time/save"] = save_seconds
+            record["time/step"] = time.perf_counter() - step_began
+            sinks.write(record)
+            if "reward/mean" in record:
+                rewards.append(record["reward/mean"])
+    finally:
+        for task in pending.values():
+            task.cancel()
+    return {
+        "steps": steps - start,
+        "reward/first": rewards[0] if rewards else None,
+        "reward/last": rewards[-1] if rewards else None,
+        "seconds": time.perf_counter() - began,
+        "run_dir": str(run.path),
+    }
+
+
+def train(config: RunConfig, resume_dir: Path | None = None) -> dict[str, Any]:
+    """Run (or resume) training; returns a summary of the run."""
+    return asyncio.run(_train(config, resume_dir))
+
+
+async def _evaluate(config: RunConfig, groups: int | None) -> dict[str, Any]:
+    config, plugins, envs, factory, _ = _prepare(config, None)
+    if groups:
+        config = attrs.evolve(config, trainer=attrs.evolve(config.trainer, groups_per_batch=groups))
+    service = factory(config, Path(config.runs_dir))
+    session = Session(config, plugins, envs, service)
+    await session.start(config.trainer.resume_from or None, with_optimizer=False)
+    batch = await session.collect(0, await session.policy(0))
+    record = batch_metrics(batch.groups, {}, envs)
+    record["time/sample"] = batch.seconds
+    return record
+
+
+def evaluate(config: RunConfig, groups: int | None = None) -> dict[str, Any]:
+    """Roll out one batch without training; returns reward statistics."""
+    return asyncio.run(_evaluate(config, groups))
