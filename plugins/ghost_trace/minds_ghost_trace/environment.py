@@ -1,0 +1,56 @@
+"""The ghost_trace environment: one task per target word, scored by the latent reward."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from minds_core.envs import Rubric, SingleTurnEnvironment, Task
+from minds_core.errors import ConfigError
+
+from minds_ghost_trace.prompts import SYSTEM_PROMPT, task_prompt
+from minds_ghost_trace.reward import latent_logprob
+from minds_ghost_trace.words import WORDS
+
+REWARD_NAME = "ghost_trace.latent_logprob"
+
+#: Share of the word bank held out for the "test" split.
+TEST_FRACTION = 0.2
+
+SPLITS = ("train", "test")
+
+
+def _check_int(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"ghost_trace: env.args.{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def split_words(seed: int) -> dict[str, tuple[str, ...]]:
+    """The bank shuffled by ``seed`` and cut into disjoint train and test words."""
+    words = list(WORDS)
+    random.Random(seed).shuffle(words)
+    n_test = max(1, round(len(words) * TEST_FRACTION))
+    return {"train": tuple(words[n_test:]), "test": tuple(words[:n_test])}
+
+
+def make_tasks(words: Sequence[str], num_examples: int, seed: int) -> list[Task]:
+    """``num_examples`` tasks cycling through ``words``, each pass in a fresh seeded order."""
+    rng = random.Random(seed)
+    tasks: list[Task] = []
+    while len(tasks) < num_examples:
+        order = list(words)
+        rng.shuffle(order)
+        for word in order[: num_examples - len(tasks)]:
+            tasks.append(Task(prompt=task_prompt(word), answer=word, id=f"{word}/{len(tasks)}"))
+    return tasks
+
+
+def load_environment(num_examples: int = 256, seed: int = 0) -> SingleTurnEnvironment:
+    """The ghost_trace environment: ``num_examples`` tasks per split, drawn with ``seed``."""
+    num_examples = _check_int("num_examples", num_examples, 1)
+    seed = _check_int("seed", seed, 0)
+    words = split_words(seed)
+    datasets = {split: make_tasks(words[split], num_examples, seed + i) for i, split in enumerate(SPLITS)}
+    rubric = Rubric([latent_logprob], [1.0], [REWARD_NAME])
+    return SingleTurnEnvironment(datasets, rubric, system_prompt=SYSTEM_PROMPT)
