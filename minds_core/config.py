@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 import cattrs
 import yaml
+from cattrs.errors import IterableValidationError, IterableValidationNote
 
 from minds_core.errors import ConfigError, did_you_mean
 
@@ -221,6 +222,30 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook(float, _strict(_as_float, "a number"))
     converter.register_structure_hook(bool, _strict(lambda v: v if isinstance(v, bool) else None, "true or false"))
     converter.register_structure_hook(str, _strict(lambda v: v if isinstance(v, str) else None, "a string"))
+
+    def structure_list(value: Any, tp: Any) -> list[Any]:
+        if not isinstance(value, list):
+            raise ConfigValueError(f"expected a list, got {value!r}")
+        (item,) = typing.get_args(tp) or (Any,)
+        out, errors = [], []
+        for index, element in enumerate(value):
+            try:
+                out.append(converter.structure(element, item))
+            except Exception as exc:  # noqa: BLE001 - collected with their index
+                exc.__notes__ = [*getattr(exc, "__notes__", []), IterableValidationNote(f"@ index {index}", index, item)]
+                errors.append(exc)
+        if errors:
+            raise IterableValidationError(f"While structuring {tp}", errors, tp)
+        return out
+
+    def structure_dict(value: Any, tp: Any) -> dict[str, Any]:
+        if not isinstance(value, Mapping):
+            raise ConfigValueError(f"expected a table/mapping, got {value!r}")
+        _, item = typing.get_args(tp) or (str, Any)
+        return {str(k): converter.structure(v, item) for k, v in value.items()}
+
+    converter.register_structure_hook_func(lambda tp: typing.get_origin(tp) is list, structure_list)
+    converter.register_structure_hook_func(lambda tp: typing.get_origin(tp) is dict, structure_dict)
     return converter
 
 

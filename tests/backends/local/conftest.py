@@ -1,0 +1,75 @@
+"""Fixtures for the local backend: a service on a temporary root, a tiny LoRA run, datum builders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+import torch
+from tinker import types
+
+from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient, TrainingClient
+
+SEQUENCES = ("The cat sat on the mat.", "1+1=2, 2+2=4", "Hello, world!")
+"""Short texts to train on (the tiny tokenizer is byte-level: one token per character)."""
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[ServiceClient]:
+    """A local service keeping checkpoints under a temporary root."""
+    with ServiceClient(tmp_path / "checkpoints") as client:
+        yield client
+
+
+@pytest.fixture
+def new_trainer(service: ServiceClient) -> Callable[..., TrainingClient]:
+    """Make a rank-4 LoRA run on the tiny model (seed 0 unless given)."""
+
+    def make(seed: int = 0, **kwargs: object) -> TrainingClient:
+        return service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=seed, **kwargs).result()
+
+    return make
+
+
+@pytest.fixture
+def trainer(new_trainer: Callable[..., TrainingClient]) -> TrainingClient:
+    """A fresh rank-4 LoRA run on the tiny model."""
+    return new_trainer()
+
+
+@pytest.fixture
+def encode(trainer: TrainingClient) -> Callable[[str], list[int]]:
+    """Text to tokens with the tiny model's tokenizer."""
+    tokenizer = trainer.get_tokenizer()
+    return lambda text: list(tokenizer.encode(text))
+
+
+@pytest.fixture
+def sft_datum(encode: Callable[[str], list[int]]) -> Callable[..., types.Datum]:
+    """A datum training on every token of ``text`` (``model_input = seq[:-1]``, ``target_tokens = seq[1:]``)."""
+
+    def make(text: str, **loss_inputs: Sequence[float]) -> types.Datum:
+        seq = encode(text)
+        inputs: dict[str, object] = {"target_tokens": seq[1:], **loss_inputs}
+        inputs.setdefault("weights", [1.0] * (len(seq) - 1))
+        return types.Datum(model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs=inputs)
+
+    return make
+
+
+@pytest.fixture
+def adapter_of() -> Callable[[TrainingClient], dict[str, torch.Tensor]]:
+    """A copy of a training client's adapter weights (a test-only peek at its engine)."""
+    return lambda client: client._trainer.adapter_state()
+
+
+@pytest.fixture
+def grads_of() -> Callable[[TrainingClient], dict[str, torch.Tensor]]:
+    """A copy of a training client's accumulated adapter gradients (a test-only peek at its engine)."""
+
+    def grads(client: TrainingClient) -> dict[str, torch.Tensor]:
+        params = client._trainer.model.named_parameters()
+        return {name: p.grad.clone() for name, p in params if p.requires_grad and p.grad is not None}
+
+    return grads

@@ -1,0 +1,55 @@
+"""Shared fixtures: fixture plugins installed with pip into private folders, and a `minds` runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE_PLUGINS = Path(__file__).parent / "plugins"
+
+
+@pytest.fixture(scope="session")
+def installed_plugin(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """Install a fixture plugin distribution with pip into its own folder; returns the folder."""
+    cache: dict[str, Path] = {}
+
+    def install(name: str) -> Path:
+        if name not in cache:
+            target = tmp_path_factory.mktemp(f"site-{name}")
+            subprocess.run(
+                [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                 "--target", str(target), str(FIXTURE_PLUGINS / name)],
+                check=True,
+                capture_output=True,
+            )
+            cache[name] = target
+        return cache[name]
+
+    return install
+
+
+@pytest.fixture
+def run_minds(installed_plugin: Callable[[str], Path], tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
+    """Run `python -m minds_core.cli ARGS` with the given fixture plugins importable."""
+
+    def run(args: Sequence[str], plugins: Sequence[str] = (), env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        paths = [str(installed_plugin(p)) for p in plugins]
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
+        environ["PYTHONPATH"] = os.pathsep.join([*paths, environ.get("PYTHONPATH", "")]).strip(os.pathsep)
+        environ.update(env or {})
+        return subprocess.run(
+            [sys.executable, "-m", "minds_core.cli", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=environ,
+            timeout=300,
+        )
+
+    return run

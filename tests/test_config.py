@@ -1,0 +1,116 @@
+"""Config loading: the malformed-config corpus, overrides, defaults, redaction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from minds_core.cli import main
+from minds_core.config import DEFAULT_BASE_MODEL, REDACTED, dump_yaml, load_config
+from minds_core.errors import ConfigError
+
+BAD = Path(__file__).parent / "configs" / "bad"
+
+#: file -> text the error must contain (the key, or file and line)
+CORPUS = {
+    "unknown_key_trainer.toml": "trainer.groupsize: unknown key (did you mean group_size?)",
+    "unknown_key_env.toml": "env.wieght: unknown key (did you mean weight?)",
+    "unknown_section.toml": "trainr: unknown key (did you mean trainer?)",
+    "wrong_type_int.toml": "trainer.group_size: expected an integer, got 'eight'",
+    "wrong_type_float.toml": "trainer.learning_rate: expected a number, got 'fast'",
+    "wrong_type_bool.toml": "rollout.drop_constant_reward_groups: expected true or false, got 'yes'",
+    "wrong_type_list.toml": "metrics.sinks: expected a list, got 'jsonl'",
+    "bad_enum.toml": "rollout.invalid_reward = 'ignore': must be one of zero, fail",
+    "negative_rate.toml": "trainer.learning_rate = -0.001: must be > 0",
+    "zero_steps.toml": "trainer.steps = 0: must be >= 1",
+    "top_p_range.toml": "sampling.top_p = 1.5: must be in (0, 1]",
+    "nan_temperature.toml": "sampling.temperature = nan: must be a finite number",
+    "broken_syntax.toml": "broken_syntax.toml: invalid TOML",
+    "broken_indent.yaml": "broken_indent.yaml:3:2: invalid YAML",
+    "broken_flow.yaml": "broken_flow.yaml:3:1: invalid YAML",
+    "top_level_list.yaml": "the top level must be a table/mapping",
+    "negative_off_policy.yaml": "trainer.max_steps_off_policy = -1: must be >= 0",
+    "zero_env_weight.yaml": "envs[0].weight = 0.0: must be > 0",
+    "reward_without_name.toml": "env.rewards[0].name: required key is missing",
+    "config.json": "unknown config format '.json'",
+    "missing.toml": "config file not found",
+}
+
+
+def test_corpus_covers_every_file():
+    assert {p.name for p in BAD.iterdir()} | {"missing.toml"} == set(CORPUS)
+    assert len(CORPUS) >= 15
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_malformed_config_gives_one_screen_message_and_exit_2(name, capsys):
+    code = main(["run", str(BAD / name), "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert CORPUS[name] in err
+    assert "Traceback" not in err
+    assert len(err.splitlines()) <= 20
+
+
+def test_defaults_need_no_file():
+    config = load_config(None, ["env.id=echo_example"])
+    assert config.env is not None and config.env.id == "echo_example"
+    assert config.model.base_model == DEFAULT_BASE_MODEL
+    assert config.backend == "auto"
+
+
+def test_overrides_are_parsed_to_the_field_type():
+    config = load_config(None, [
+        "trainer.group_size=3", "trainer.learning_rate=2e-4", "rollout.drop_constant_reward_groups=true",
+        "metrics.sinks=[jsonl]", "env.id=x", "env.args.words=[a, b]", "env.args.n=5", "name=007",
+    ])
+    assert config.trainer.group_size == 3
+    assert config.trainer.learning_rate == pytest.approx(2e-4)
+    assert config.rollout.drop_constant_reward_groups is True
+    assert config.metrics.sinks == ["jsonl"]
+    assert config.env.args == {"words": ["a", "b"], "n": 5}
+    assert config.name == "007"
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("trainer.group_size=many", "expected a value of type int"),
+        ("trainer.groupsize=3", "did you mean group_size?"),
+        ("rollout.drop_constant_reward_groups=perhaps", "expected a value of type bool"),
+        ("no_equals_sign", "expected KEY=VALUE"),
+    ],
+)
+def test_bad_overrides(assignment, message):
+    with pytest.raises(ConfigError, match=message.replace("?", r"\?")):
+        load_config(None, [assignment])
+
+
+def test_seed_000_layout_maps_to_canonical_keys(tmp_path):
+    path = tmp_path / "seed.toml"
+    path.write_text(
+        '[env]\nid = "./environments/my_task"\n[env.args]\ndifficulty = "hard"\n'
+        '[trainer]\nrollouts_per_example = 6\nloss_fn = "ppo"\n[trainer.args]\nmax_new_tokens = 32\n'
+        '[model]\nbase_model = "minds-tiny"\n[tinker]\napi_key_env = "MY_KEY"\n'
+    )
+    config = load_config(path)
+    assert (config.trainer.group_size, config.trainer.loss_fn, config.sampling.max_tokens) == (6, "ppo", 32)
+    assert config.env.args == {"difficulty": "hard"} and config.tinker.api_key_env == "MY_KEY"
+
+
+def test_secrets_are_redacted_in_dry_run(capsys):
+    code = main(["run", "--env", "x", "--set", "tinker.api_key=tml-supersecret",
+                 "--set", "env.args.secrets={openai_api_key: sk-abc}", "--set", "env.args.token=t0k", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "tml-supersecret" not in out and "sk-abc" not in out and "t0k" not in out
+    assert out.count(REDACTED) == 3
+    assert "api_key_env: TINKER_API_KEY" in out
+
+
+def test_redacted_values_are_dropped_when_a_saved_config_is_reloaded(tmp_path):
+    config = load_config(None, ["env.id=x", "tinker.api_key=tml-1"])
+    saved = tmp_path / "config.yaml"
+    saved.write_text(dump_yaml(config))
+    assert load_config(saved, drop_redacted=True).tinker.api_key == ""

@@ -1,0 +1,97 @@
+"""Plugin discovery, attribution, isolation and duplicates, with real pip-installed distributions."""
+
+from __future__ import annotations
+
+import json
+
+from minds_core.plugins import Registry
+from minds_core.errors import PluginError, UnknownNameError
+
+import pytest
+
+
+def _plugins(result) -> dict[str, dict]:
+    assert result.returncode == 0, result.stderr
+    return {row["name"]: row for row in json.loads(result.stdout)}
+
+
+def test_core_builtins_register_through_the_hooks(run_minds):
+    core = _plugins(run_minds(["plugins", "--json"]))["minds_core"]
+    assert core["builtin"] is True and core["status"] == "ok"
+    assert core["registers"]["advantage_estimators"] == ["group_mean", "group_norm", "direct", "rloo"]
+    assert {"importance_sampling", "ppo", "cispo", "dro", "sequence_mean_reinforce"} <= set(core["registers"]["losses"])
+    assert core["registers"]["backends"] == ["local", "tinker"]
+    assert core["registers"]["metric_sinks"] == ["jsonl", "console", "wandb"]
+
+
+def test_installed_plugin_is_discovered_and_attributed(run_minds):
+    rows = _plugins(run_minds(["plugins", "--json"], plugins=["example_plugin"]))
+    example = rows["example"]
+    assert example["distribution"] == "minds-example-plugin"
+    assert example["version"] == "1.2.3"
+    assert example["registers"] == {
+        "environments": ["echo_example"],
+        "reward_functions": ["example.shortness"],
+        "advantage_estimators": ["example_sign"],
+    }
+    envs = json.loads(run_minds(["envs", "--json"], plugins=["example_plugin"]).stdout)
+    assert {"name": "echo_example", "plugin": "example", "distribution": "minds-example-plugin",
+            "description": "say a word back (test fixture)"} in envs
+
+
+def test_broken_plugin_is_reported_and_others_keep_working(run_minds):
+    result = run_minds(["plugins", "--json"], plugins=["example_plugin", "broken_plugin"])
+    rows = _plugins(result)
+    assert rows["broken"]["status"] == "broken"
+    assert "missing_dependency is not installed" in rows["broken"]["errors"][0]
+    assert rows["example"]["status"] == "ok"
+    envs = run_minds(["envs"], plugins=["example_plugin", "broken_plugin"])
+    assert envs.returncode == 0
+    assert "echo_example" in envs.stdout
+    assert "broken" in envs.stderr and "missing_dependency" in envs.stderr
+
+
+def test_broken_plugin_shows_as_broken_in_the_table(run_minds):
+    result = run_minds(["plugins"], plugins=["broken_plugin"], env={"COLUMNS": "200"})
+    assert result.returncode == 0
+    assert "BROKEN" in result.stdout and "missing_dependency" in result.stdout
+
+
+def test_strict_mode_makes_a_broken_plugin_fatal(run_minds):
+    result = run_minds(["envs"], plugins=["broken_plugin"], env={"MINDS_STRICT_PLUGINS": "1"})
+    assert result.returncode == 2
+    assert "plugin 'broken'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_disabled_plugins_are_skipped(run_minds):
+    rows = _plugins(run_minds(["plugins", "--json"], plugins=["example_plugin", "broken_plugin"],
+                              env={"MINDS_DISABLE_PLUGINS": "broken, minds-example-plugin"}))
+    assert "broken" not in rows and "example" not in rows
+
+
+def test_duplicate_names_are_an_error_naming_both_plugins(run_minds):
+    plugins = ["example_plugin", "clashing_plugin"]
+    rows = _plugins(run_minds(["plugins", "--json"], plugins=plugins))
+    assert "'example' and 'clashing'" in rows["clashing"]["errors"][0]
+    result = run_minds(["run", "--env", "echo_example", "--steps", "1"], plugins=plugins)
+    assert result.returncode == 2
+    assert "example" in result.stderr and "clashing" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unknown_environment_lists_what_exists_and_the_providing_package(run_minds):
+    result = run_minds(["run", "--env", "ghost_trace_x"], plugins=["example_plugin"])
+    assert result.returncode == 2
+    assert "echo_example" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_registry_lookup_errors():
+    registry = Registry()
+    registry.add("losses", "ppo", "ppo", "", "core")
+    with pytest.raises(UnknownNameError, match="did you mean ppo"):
+        registry.get("losses", "ppoo")
+    with pytest.raises(PluginError, match="'core' and 'other'"):
+        registry.add("losses", "ppo", "ppo", "", "other")
+    with pytest.raises(PluginError, match="several plugins"):
+        registry.get("losses", "ppo")
+    with pytest.raises(UnknownNameError, match="pip install minds-plugin-ghost-trace"):
+        registry.get("environments", "ghost_trace")
