@@ -1,0 +1,31 @@
+"""The local backend: an in-process, Tinker-compatible service on torch and peft.
+
+Same API and ``tinker.types`` as the hosted SDK::
+
+    service = create_service_client("runs/_checkpoints")
+    trainer = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=8)
+    fwd = trainer.forward_backward(data, "importance_sampling")   # APIFuture, returned at once
+    opt = trainer.optim_step(types.AdamParams(learning_rate=1e-4))
+    await fwd; await opt                                           # or .result()
+    sampler = await trainer.save_weights_and_get_sampling_client()
+    response = await sampler.sample(prompt, 16, types.SamplingParams(max_tokens=64))
+
+Importing this package imports torch.
+"""
+
+from .errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
+from .sampling import SamplingClient
+from .service import ServiceClient, create_service_client
+from .tiny_model import DEFAULT_BASE_MODEL
+from .training import TrainingClient
+
+__all__ = [
+    "DEFAULT_BASE_MODEL",
+    "LocalBadRequestError",
+    "LocalConflictError",
+    "LocalNotFoundError",
+    "SamplingClient",
+    "ServiceClient",
+    "TrainingClient",
+    "create_service_client",
+]

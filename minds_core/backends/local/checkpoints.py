@@ -1,0 +1,155 @@
+"""Checkpoints on disk, addressed by tinker paths.
+
+``tinker://<run_id>/weights/<name>`` (``save_state``: adapter + optimizer) and
+``tinker://<run_id>/sampler_weights/<name>`` (adapter only) live in
+``<root>/<run_id>/<weights|sampler_weights>/<name>/``, holding a standard peft
+adapter (``adapter_model.safetensors``, ``adapter_config.json``),
+``minds_checkpoint.json`` (base model and LoRA settings) and, for ``weights``,
+``optimizer.safetensors``. Each is written into a hidden staging directory
+beside its final place and renamed into place, so a save killed midway leaves
+no partial checkpoint; any service on the same root resolves the paths.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from peft import PeftConfig
+from safetensors.torch import load_file, save_file
+
+from .errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
+from .lora import AdapterState, LoraSpec
+from .trainer import OptimizerState
+
+__all__ = ["Checkpoint", "CheckpointKind", "CheckpointStore"]
+
+CheckpointKind = Literal["weights", "sampler_weights"]
+
+_FORMAT = "minds-local-checkpoint/1"
+_META = "minds_checkpoint.json"
+_ADAPTER = "adapter_model.safetensors"
+_OPTIMIZER = "optimizer.safetensors"
+_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:=+-]*\Z")
+_SCHEME = "tinker://"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a checkpoint holds: enough to rebuild the adapter (and its optimizer) on the base."""
+
+    base_model: str
+    lora: LoraSpec
+    adapter: AdapterState
+    optimizer: OptimizerState | None = None
+
+
+class CheckpointStore:
+    """Reads and writes checkpoints under one root directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def save(
+        self,
+        run_id: str,
+        kind: CheckpointKind,
+        name: str,
+        checkpoint: Checkpoint,
+        adapter_config: PeftConfig,
+        *,
+        overwrite: bool,
+        user_metadata: dict[str, str] | None = None,
+    ) -> str:
+        """Write ``checkpoint`` atomically; its tinker path."""
+        _check_segment(name, "checkpoint name")
+        path = f"{_SCHEME}{run_id}/{kind}/{name}"
+        final = self.root / run_id / kind / name
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=final.parent))
+        try:
+            adapter_config.save_pretrained(str(staging))
+            save_file(checkpoint.adapter, staging / _ADAPTER)
+            if checkpoint.optimizer is not None:
+                save_file(checkpoint.optimizer, staging / _OPTIMIZER)
+            meta = {
+                "format": _FORMAT,
+                "path": path,
+                "base_model": checkpoint.base_model,
+                "lora": checkpoint.lora.to_json(),
+                "created_at": datetime.now(timezone.utc).isoformat(),
+                "user_metadata": user_metadata or {},
+            }
+            (staging / _META).write_text(json.dumps(meta, indent=2))
+            os.chmod(staging, 0o755)
+            _publish(staging, final, path, overwrite)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return path
+
+    def load(self, path: str, *, with_optimizer: bool) -> Checkpoint:
+        """The checkpoint at tinker ``path``; ``with_optimizer`` requires a ``weights`` checkpoint."""
+        run_id, kind, name = _parse(path)
+        directory = self.root / run_id / kind / name
+        if not (directory / _META).is_file():
+            raise LocalNotFoundError(f"No checkpoint at {path} (looked in {directory}); {self._siblings(directory)}")
+        if with_optimizer and not (directory / _OPTIMIZER).is_file():
+            raise LocalBadRequestError(
+                f"{path} has no optimizer state: pass a tinker://<run>/weights/<name> path from save_state"
+            )
+        meta = json.loads((directory / _META).read_text())
+        return Checkpoint(
+            base_model=meta["base_model"],
+            lora=LoraSpec.from_json(meta["lora"]),
+            adapter=load_file(directory / _ADAPTER),
+            optimizer=load_file(directory / _OPTIMIZER) if with_optimizer else None,
+        )
+
+    def _siblings(self, directory: Path) -> str:
+        if not directory.parent.is_dir():
+            return f"this root ({self.root}) has no such run or checkpoint kind"
+        names = sorted(p.name for p in directory.parent.iterdir() if not p.name.startswith("."))
+        return f"that run has: {', '.join(names[:20]) or 'none'}"
+
+
+def _parse(path: str) -> tuple[str, CheckpointKind, str]:
+    if not isinstance(path, str) or not path.startswith(_SCHEME):
+        raise LocalBadRequestError(f"Not a tinker path: {path!r} (expected tinker://<run_id>/weights/<name>)")
+    parts = path[len(_SCHEME) :].split("/")
+    if len(parts) != 3 or parts[1] not in ("weights", "sampler_weights"):
+        raise LocalBadRequestError(
+            f"Not a checkpoint path: {path!r} (expected tinker://<run_id>/weights/<name> "
+            "or tinker://<run_id>/sampler_weights/<name>)"
+        )
+    run_id, kind, name = parts
+    _check_segment(run_id, "run id")
+    _check_segment(name, "checkpoint name")
+    return run_id, kind, name  # type: ignore[return-value]
+
+
+def _check_segment(value: str, what: str) -> None:
+    if not _SEGMENT.match(value):
+        raise LocalBadRequestError(
+            f"Invalid {what} {value!r}: use letters, digits and _ . : = + - (not starting with . or -)"
+        )
+
+
+def _publish(staging: Path, final: Path, path: str, overwrite: bool) -> None:
+    """Rename the finished staging directory into place (replacing an old one only if asked)."""
+    if not final.exists():
+        os.rename(staging, final)
+        return
+    if not overwrite:
+        raise LocalConflictError(f"Checkpoint {path} already exists; pass overwrite=True to replace it")
+    retired = final.with_name(f".{final.name}.{uuid.uuid4().hex}.old")
+    os.rename(final, retired)
+    os.rename(staging, final)
+    shutil.rmtree(retired, ignore_errors=True)

@@ -1,0 +1,88 @@
+"""Checking request inputs (prompts, datums) and turning them into tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from tinker import types
+
+from .errors import LocalBadRequestError
+from .models import BaseModel
+
+__all__ = ["DatumTensors", "as_tensor", "check_tokens", "datum_tensors", "model_input_tokens"]
+
+
+@dataclass(frozen=True)
+class DatumTensors:
+    """One datum as tensors: input tokens ``[T]`` and its loss inputs (``target_tokens`` ``[T]`` or ``[T, K]``)."""
+
+    tokens: torch.Tensor
+    inputs: dict[str, torch.Tensor]
+
+
+def as_tensor(value: Any, key: str) -> torch.Tensor:
+    """A loss input (TensorData, torch tensor, numpy array or list) as a tensor: int64 targets, float32 otherwise."""
+    if isinstance(value, types.TensorData):
+        tensor = value.to_torch()
+    elif isinstance(value, torch.Tensor):
+        tensor = value.detach()
+    elif isinstance(value, (np.ndarray, list, tuple)):
+        tensor = torch.as_tensor(np.asarray(value))
+    else:
+        raise LocalBadRequestError(
+            f"loss_fn_inputs[{key!r}] must be TensorData, a torch tensor, a numpy array or a list, "
+            f"got {type(value).__name__}"
+        )
+    return tensor.to(torch.int64 if key == "target_tokens" else torch.float32)
+
+
+def model_input_tokens(model_input: types.ModelInput, what: str) -> list[int]:
+    """The tokens of a ModelInput made of token chunks (images are not supported locally)."""
+    try:
+        tokens = model_input.to_ints()
+    except ValueError as exc:
+        raise LocalBadRequestError(f"{what}: the local backend takes token chunks only ({exc})") from None
+    if not tokens:
+        raise LocalBadRequestError(f"{what} is empty: give at least one token")
+    return tokens
+
+
+def check_tokens(tokens: torch.Tensor, base: BaseModel, what: str) -> None:
+    """Reject token ids outside ``0 .. vocab_size - 1``."""
+    bad = (tokens < 0) | (tokens >= base.vocab_size)
+    if bad.any():
+        first = int(tokens[bad][0])
+        raise LocalBadRequestError(
+            f"{what} has token {first} outside the vocabulary of {base.name!r} (0..{base.vocab_size - 1})"
+        )
+
+
+def datum_tensors(datum: types.Datum, index: int, required: Sequence[str], base: BaseModel) -> DatumTensors:
+    """Validate datum ``index`` of a request and return it as tensors."""
+    what = f"datum {index}"
+    tokens = torch.tensor(model_input_tokens(datum.model_input, f"{what} model_input"), dtype=torch.int64)
+    check_tokens(tokens, base, f"{what} model_input")
+    if len(tokens) > base.max_length:
+        raise LocalBadRequestError(f"{what} has {len(tokens)} tokens; {base.name!r} takes at most {base.max_length}")
+    if missing := [key for key in required if key not in datum.loss_fn_inputs]:
+        raise LocalBadRequestError(f"{what} lacks loss_fn_inputs {missing}; this loss needs {list(required)}")
+    used = [*required, *(["weights"] if "weights" in datum.loss_fn_inputs else [])]
+    inputs = {key: as_tensor(datum.loss_fn_inputs[key], key) for key in used}
+    targets = inputs["target_tokens"]
+    if targets.ndim not in (1, 2) or targets.shape[0] != len(tokens):
+        raise LocalBadRequestError(
+            f"{what}: target_tokens has shape {list(targets.shape)} but model_input has {len(tokens)} tokens; "
+            "they must align (model_input = seq[:-1], target_tokens = seq[1:])"
+        )
+    check_tokens(targets, base, f"{what} target_tokens")
+    for key in used:
+        if inputs[key].shape != targets.shape:
+            raise LocalBadRequestError(
+                f"{what}: loss_fn_inputs[{key!r}] has shape {list(inputs[key].shape)}, "
+                f"target_tokens has {list(targets.shape)}; they must match"
+            )
+    return DatumTensors(tokens=tokens, inputs=inputs)

@@ -1,0 +1,129 @@
+"""Tinker's built-in losses as per-token functions on tensors.
+
+Each function maps the policy's target log-probs ``logp`` and the datum's loss
+inputs to a per-token loss (the negated objective); the request's loss is the
+SUM over tokens and datums. ``weights``, when given, multiply every loss (1
+otherwise). Notation: ``q`` = sampler log-probs (input ``logprobs``), ``A`` =
+``advantages``, ``r = exp(logp - q)``.
+
+| loss | per-token objective | loss_fn_config (default) |
+|---|---|---|
+| cross_entropy | ``w * logp`` | - |
+| importance_sampling | ``w * r * A`` | - |
+| ppo | ``w * min(r*A, clip(r, lo, hi)*A)`` | clip_low_threshold (0.8), clip_high_threshold (1.2) |
+| cispo | ``w * stopgrad(clip(r, lo, hi)) * logp * A`` | clip_low_threshold (0.0), clip_high_threshold (4.0) |
+| dro | ``w * (logp*A - 0.5*beta*m*(logp - q)^2)`` | beta (0.05) |
+
+DRO's penalty mask ``m`` keeps it to sampled positions: ``weights != 0`` when
+weights are given, else ``advantages != 0``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from .errors import LocalBadRequestError
+
+__all__ = ["LOSSES", "LossSpec", "get_loss", "resolve_config", "token_losses"]
+
+LossInputs = Mapping[str, torch.Tensor]
+TokenLossFn = Callable[[torch.Tensor, LossInputs, Mapping[str, float]], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """A built-in loss: its per-token function, the inputs it needs and its config defaults."""
+
+    fn: TokenLossFn
+    required_inputs: tuple[str, ...]
+    config_defaults: Mapping[str, float]
+
+
+def _weights(logp: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
+    weights = inputs.get("weights")
+    return torch.ones_like(logp) if weights is None else weights
+
+
+def _ratio(logp: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
+    return torch.exp(logp - inputs["logprobs"])
+
+
+def cross_entropy(logp: torch.Tensor, inputs: LossInputs, config: Mapping[str, float]) -> torch.Tensor:
+    """Supervised negative log-likelihood."""
+    return -_weights(logp, inputs) * logp
+
+
+def importance_sampling(logp: torch.Tensor, inputs: LossInputs, config: Mapping[str, float]) -> torch.Tensor:
+    """REINFORCE corrected by the policy/sampler ratio."""
+    return -_weights(logp, inputs) * _ratio(logp, inputs) * inputs["advantages"]
+
+
+def ppo(logp: torch.Tensor, inputs: LossInputs, config: Mapping[str, float]) -> torch.Tensor:
+    """PPO's clipped surrogate."""
+    ratio, advantages = _ratio(logp, inputs), inputs["advantages"]
+    clipped = ratio.clamp(config["clip_low_threshold"], config["clip_high_threshold"])
+    return -_weights(logp, inputs) * torch.minimum(ratio * advantages, clipped * advantages)
+
+
+def cispo(logp: torch.Tensor, inputs: LossInputs, config: Mapping[str, float]) -> torch.Tensor:
+    """Policy gradient weighted by the clipped, detached ratio."""
+    ratio = _ratio(logp, inputs).clamp(config["clip_low_threshold"], config["clip_high_threshold"])
+    return -_weights(logp, inputs) * ratio.detach() * logp * inputs["advantages"]
+
+
+def dro(logp: torch.Tensor, inputs: LossInputs, config: Mapping[str, float]) -> torch.Tensor:
+    """Policy gradient with a quadratic penalty on sampled positions."""
+    advantages = inputs["advantages"]
+    sampled = inputs["weights"] != 0 if "weights" in inputs else advantages != 0
+    penalty = 0.5 * config["beta"] * sampled * (logp - inputs["logprobs"]) ** 2
+    return -_weights(logp, inputs) * (logp * advantages - penalty)
+
+
+_RL_INPUTS = ("target_tokens", "logprobs", "advantages")
+_CLIP = ("clip_low_threshold", "clip_high_threshold")
+
+LOSSES: Mapping[str, LossSpec] = {
+    "cross_entropy": LossSpec(cross_entropy, ("target_tokens",), {}),
+    "importance_sampling": LossSpec(importance_sampling, _RL_INPUTS, {}),
+    "ppo": LossSpec(ppo, _RL_INPUTS, dict(zip(_CLIP, (0.8, 1.2)))),
+    "cispo": LossSpec(cispo, _RL_INPUTS, dict(zip(_CLIP, (0.0, 4.0)))),
+    "dro": LossSpec(dro, _RL_INPUTS, {"beta": 0.05}),
+}
+"""The built-in losses by Tinker name."""
+
+
+def get_loss(name: str) -> LossSpec:
+    """The loss named ``name``, or an error listing the supported ones."""
+    try:
+        return LOSSES[name]
+    except (KeyError, TypeError):
+        raise LocalBadRequestError(
+            f"Unknown loss_fn {name!r}; the local backend supports: {', '.join(LOSSES)} "
+            "(and forward_backward_custom for anything else)"
+        ) from None
+
+
+def resolve_config(name: str, config: Mapping[str, float | str] | None) -> dict[str, float]:
+    """``loss_fn_config`` over the loss's defaults; unknown keys and non-numbers are errors."""
+    defaults = get_loss(name).config_defaults
+    given = dict(config or {})
+    if unknown := sorted(set(given) - set(defaults)):
+        accepted = ", ".join(defaults) or "no keys"
+        raise LocalBadRequestError(f"loss_fn_config for {name!r} takes {accepted}; got unknown {unknown}")
+    try:
+        return {key: float(given.get(key, default)) for key, default in defaults.items()}
+    except (TypeError, ValueError) as exc:
+        raise LocalBadRequestError(f"loss_fn_config for {name!r} must hold numbers: {exc}") from None
+
+
+def token_losses(
+    name: str,
+    logp: torch.Tensor,
+    inputs: LossInputs,
+    config: Mapping[str, float | str] | None = None,
+) -> torch.Tensor:
+    """Per-token loss of the built-in ``name`` (sum it for the request's loss)."""
+    return get_loss(name).fn(logp, inputs, resolve_config(name, config))

@@ -1,0 +1,98 @@
+"""Base models: loading them once, sharing them frozen, and reading log-probs off their logits."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from .errors import LocalNotFoundError
+from .tiny_model import DEFAULT_BASE_MODEL, tiny_model_path
+
+__all__ = ["BaseModel", "BaseModelRegistry", "target_logprobs"]
+
+
+@dataclass(frozen=True)
+class BaseModel:
+    """A frozen causal LM and its tokenizer, shared read-only by every client of a service."""
+
+    name: str
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+
+    @cached_property
+    def vocab_size(self) -> int:
+        """Number of rows of the embedding: valid token ids are ``0 .. vocab_size - 1``."""
+        return int(self.model.get_input_embeddings().num_embeddings)
+
+    @cached_property
+    def max_length(self) -> int:
+        """Longest sequence (prompt plus completion) the model accepts."""
+        return int(getattr(self.model.config, "max_position_embeddings", None) or 1 << 20)
+
+    @cached_property
+    def eos_token_ids(self) -> frozenset[int]:
+        """The tokens that end a sample when ``SamplingParams.stop`` is None."""
+        ids = {self.tokenizer.eos_token_id}
+        configured = self.model.generation_config.eos_token_id
+        ids.update(configured if isinstance(configured, list) else [configured])
+        return frozenset(i for i in ids if i is not None)
+
+    @property
+    def arch(self) -> str:
+        """The model type from its config (e.g. ``qwen3``)."""
+        return str(self.model.config.model_type)
+
+
+class BaseModelRegistry:
+    """Loads each base model once (thread-safe) and hands out the shared copy."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, BaseModel] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> BaseModel:
+        """The loaded model named ``name`` (``minds-tiny``, a model directory or a hub id)."""
+        with self._lock:
+            if name not in self._models:
+                self._models[name] = _load(name)
+            return self._models[name]
+
+
+def _load(name: str) -> BaseModel:
+    source = _locate(name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    except (OSError, ValueError) as exc:
+        raise LocalNotFoundError(
+            f"Cannot load base model {name!r}: it is not {DEFAULT_BASE_MODEL!r}, not a model "
+            f"directory, and not loadable from the Hugging Face hub or its cache ({exc})"
+        ) from exc
+    model.requires_grad_(False)
+    model.eval()
+    return BaseModel(name=name, model=model, tokenizer=tokenizer)
+
+
+def _locate(name: str) -> str:
+    if name == DEFAULT_BASE_MODEL:
+        return str(tiny_model_path())
+    if os.path.isdir(name):
+        return name
+    if name.startswith(("/", "./", "../", "~")) or not name:
+        raise LocalNotFoundError(
+            f"Unknown base model {name!r}: no such model directory. Use {DEFAULT_BASE_MODEL!r}, "
+            "a directory holding a transformers model, or a Hugging Face hub id"
+        )
+    return name
+
+
+def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``log p(target)`` at each position: logits ``[T, V]``, targets ``[T]`` or ``[T, K]``."""
+    logits = logits.float()
+    picked = logits.gather(-1, targets.reshape(targets.shape[0], -1))
+    return (picked - torch.logsumexp(logits, dim=-1, keepdim=True)).reshape(targets.shape)

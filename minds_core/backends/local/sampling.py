@@ -1,0 +1,89 @@
+"""``SamplingClient``: the SDK's sampling API over a local ``Sampler`` snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tinker import types
+from tinker.lib.public_interfaces.api_future import APIFuture
+from transformers import PreTrainedTokenizerBase
+
+from .errors import LocalBadRequestError
+from .futures import RequestQueue
+from .inputs import model_input_tokens
+from .sampler import Sampler
+
+__all__ = ["SamplingClient"]
+
+
+class SamplingClient:
+    """Samples from fixed weights: training after this client was made does not change it.
+
+    Made by ``ServiceClient.create_sampling_client`` or
+    ``TrainingClient.save_weights_and_get_sampling_client``. Requests run on this
+    client's own worker thread; each method returns an ``APIFuture`` at once
+    (``await`` it or call ``.result()``).
+    """
+
+    def __init__(self, sampler: Sampler, queue: RequestQueue) -> None:
+        self._sampler = sampler
+        self._queue = queue
+
+    def sample(
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: types.TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
+    ) -> APIFuture[types.SampleResponse]:
+        """``num_samples`` completions of ``prompt``; tokens include the stop token.
+
+        ``target_prompt_logprobs`` and ``prompt_alt_tokens_k`` are not supported locally
+        (the request fails with ``LocalBadRequestError``).
+        """
+
+        def run() -> types.SampleResponse:
+            if target_prompt_logprobs is not None or prompt_alt_tokens_k:
+                raise LocalBadRequestError(
+                    "The local backend does not support target_prompt_logprobs or prompt_alt_tokens_k"
+                )
+            if prompt_logprobs_last_n is not None and not include_prompt_logprobs:
+                raise LocalBadRequestError("prompt_logprobs_last_n applies to prompt logprobs; set include_prompt_logprobs")
+            return self._sampler.sample(
+                model_input_tokens(prompt, "The prompt"),
+                num_samples,
+                sampling_params,
+                include_prompt_logprobs=include_prompt_logprobs,
+                topk_prompt_logprobs=topk_prompt_logprobs,
+                topk_sample_logprobs=topk_sample_logprobs,
+                prompt_logprobs_last_n=prompt_logprobs_last_n,
+            )
+
+        return self._queue.submit(run)
+
+    def compute_logprobs(
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> APIFuture[list[float | None]]:
+        """``[None, log p(t1 | t0), ...]``: the prompt's log-probs under this client's weights."""
+        return self._queue.submit(
+            lambda: self._sampler.prompt_logprobs(model_input_tokens(prompt, "The prompt"), prompt_logprobs_last_n)
+        )
+
+    def get_tokenizer(self) -> PreTrainedTokenizerBase:
+        """The base model's tokenizer."""
+        return self._sampler.base.tokenizer
+
+    def get_base_model(self) -> str:
+        """The base model's name, e.g. ``minds-tiny``."""
+        return self._sampler.base.name
+
+    def __repr__(self) -> str:
+        return f"<local SamplingClient of {self.get_base_model()!r}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("A local SamplingClient lives in its process and cannot be pickled")

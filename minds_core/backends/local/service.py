@@ -1,0 +1,166 @@
+"""``ServiceClient``: an in-process stand-in for Tinker's service, on torch and peft."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import torch
+from tinker import types
+from tinker.lib.public_interfaces.api_future import APIFuture
+
+from .errors import LocalBadRequestError
+from .futures import completed_future
+from .lora import LoraSpec
+from .runtime import Runtime
+from .sampler import Sampler
+from .sampling import SamplingClient
+from .trainer import LoraTrainer
+from .training import TrainingClient
+
+__all__ = ["ServiceClient", "create_service_client"]
+
+
+class ServiceClient:
+    """Creates training and sampling clients that run in this process.
+
+    Mirrors ``tinker.ServiceClient``: the ``create_*`` methods return an
+    ``APIFuture`` of the client (``await`` it or call ``.result()``). Checkpoints
+    go under ``checkpoint_root`` (a fresh temporary directory, removed on
+    ``close()``, when None); another ``ServiceClient`` on the same root, in any
+    process, resolves their ``tinker://`` paths. Base models are loaded once per
+    service and shared, frozen, by all its clients.
+    """
+
+    def __init__(self, checkpoint_root: str | os.PathLike[str] | None = None) -> None:
+        _limit_torch_threads()
+        self._temporary_root = checkpoint_root is None
+        self.checkpoint_root = Path(tempfile.mkdtemp(prefix="minds-local-")) if checkpoint_root is None else Path(checkpoint_root)
+        self._runtime = Runtime(self.checkpoint_root)
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def create_lora_training_client(
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
+        user_metadata: dict[str, str] | None = None,
+        optimizer: types.OptimizerConfig | None = None,
+    ) -> APIFuture[TrainingClient]:
+        """A new LoRA run on ``base_model`` (``minds-tiny``, a model directory or a hub id)."""
+        self._check_open()
+        spec = LoraSpec(rank=rank, train_mlp=train_mlp, train_attn=train_attn, train_unembed=train_unembed)
+        lora_seed = seed if seed is not None else secrets.randbits(63)
+
+        def build() -> LoraTrainer:
+            if optimizer is not None and optimizer.type != "adamw":
+                raise LocalBadRequestError(f"The local backend trains with AdamW only, not {optimizer.type!r}")
+            return LoraTrainer(self._runtime.models.get(base_model), spec, lora_seed)
+
+        return TrainingClient(self._runtime, _new_run_id())._start(build)
+
+    def create_training_client_from_state(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+        optimizer: types.OptimizerConfig | None = None,
+    ) -> APIFuture[TrainingClient]:
+        """A new run starting from the adapter weights at ``path`` (fresh optimizer state)."""
+        return self._from_state(path, base_model, with_optimizer=False)
+
+    def create_training_client_from_state_with_optimizer(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+    ) -> APIFuture[TrainingClient]:
+        """A new run resuming exactly from ``path``: adapter weights and AdamW state."""
+        return self._from_state(path, base_model, with_optimizer=True)
+
+    def create_sampling_client(
+        self,
+        model_path: str | None = None,
+        base_model: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+    ) -> APIFuture[SamplingClient]:
+        """A sampling client of the weights at ``model_path``, else of the bare ``base_model``."""
+        self._check_open()
+        if model_path is None and base_model is None:
+            raise ValueError("Either model_path or base_model must be provided")
+        queue = self._runtime.queue("minds-sample")
+        if model_path is not None:
+            return queue.submit(lambda: self._runtime.sampling_client_from_path(model_path, queue))
+        return queue.submit(lambda: SamplingClient(Sampler.from_base(self._runtime.models.get(base_model)), queue))
+
+    def close(
+        self,
+        status: Literal["success", "errored", "interrupted"] = "success",
+        detail: str | None = None,
+    ) -> APIFuture[None]:
+        """Stop every client's worker (queued requests still run); remove a temporary root."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._runtime.close()
+                if self._temporary_root:
+                    shutil.rmtree(self.checkpoint_root, ignore_errors=True)
+        return completed_future(None)
+
+    def __enter__(self) -> Self:
+        self._check_open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close("success" if exc_type is None else "errored").result()
+
+    def _from_state(self, path: str, base_model: str | None, *, with_optimizer: bool) -> APIFuture[TrainingClient]:
+        self._check_open()
+
+        def build() -> LoraTrainer:
+            checkpoint = self._runtime.store.load(path, with_optimizer=with_optimizer)
+            base = self._runtime.models.get(base_model or checkpoint.base_model)
+            trainer = LoraTrainer(base, checkpoint.lora, seed=0)
+            trainer.load_state(checkpoint.adapter, checkpoint.optimizer)
+            return trainer
+
+        return TrainingClient(self._runtime, _new_run_id())._start(build)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("ServiceClient is closed")
+
+
+def create_service_client(checkpoint_root: str | os.PathLike[str] | None) -> ServiceClient:
+    """A local ``ServiceClient`` keeping checkpoints under ``checkpoint_root``."""
+    return ServiceClient(checkpoint_root)
+
+
+def _new_run_id() -> str:
+    return f"local-{uuid.uuid4().hex[:16]}"
+
+
+def _limit_torch_threads() -> None:
+    """Use no more intra-op threads than the CPUs this process may run on (containers often see more)."""
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if torch.get_num_threads() > available:
+        torch.set_num_threads(available)

@@ -1,0 +1,182 @@
+"""The training engine: one LoRA adapter on a shared base, its gradients and its AdamW state.
+
+Not thread-safe: a ``TrainingClient`` drives it from its single worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from tinker import types
+
+from .errors import LocalBadRequestError
+from .inputs import DatumTensors, datum_tensors
+from .lora import AdapterState, LoraSpec, adapter_state, attach_lora, load_adapter_state
+from .losses import get_loss, resolve_config
+from .models import BaseModel, target_logprobs
+
+__all__ = ["CustomLossFn", "LoraTrainer", "OptimizerState"]
+
+CustomLossFn = Callable[[list[types.Datum], list[torch.Tensor]], tuple[torch.Tensor, Mapping[str, Any]]]
+"""``fn(data, logprobs_list) -> (loss, metrics)``, as ``TrainingClient.forward_backward_custom`` takes it."""
+
+OptimizerState = dict[str, torch.Tensor]
+"""AdamW state keyed ``"<parameter name>::<state key>"`` (a flat dict, for safetensors)."""
+
+_LOGITS_PER_MICRO_BATCH = 1 << 26  # float32 logits held at once: 256 MiB
+_STATE_SEPARATOR = "::"
+
+
+class LoraTrainer:
+    """Forward/backward passes with gradient accumulation, and AdamW steps, for one adapter."""
+
+    def __init__(self, base: BaseModel, spec: LoraSpec, seed: int) -> None:
+        self.base = base
+        self.spec = spec
+        self.model = attach_lora(base.model, spec, seed)
+        self._params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
+        self._optimizer = torch.optim.AdamW(list(self._params.values()))
+
+    def forward_backward(
+        self,
+        data: Sequence[types.Datum],
+        loss_fn: str,
+        loss_fn_config: Mapping[str, float | str] | None,
+        *,
+        backward: bool,
+    ) -> types.ForwardBackwardOutput:
+        """Loss and target log-probs of a built-in loss; with ``backward``, add its gradients."""
+        spec = get_loss(loss_fn)
+        config = resolve_config(loss_fn, loss_fn_config)
+        items = self._datums(data, spec.required_inputs)
+        logprobs: list[torch.Tensor] = [torch.empty(0)] * len(items)
+        total = 0.0
+        with torch.set_grad_enabled(backward):
+            for batch in self._micro_batches(items):
+                batch_logprobs = self._target_logprobs([items[i] for i in batch])
+                loss = torch.stack(
+                    [spec.fn(lp, items[i].inputs, config).sum() for i, lp in zip(batch, batch_logprobs)]
+                ).sum()
+                if backward:
+                    loss.backward()
+                total += float(loss.detach())
+                for i, lp in zip(batch, batch_logprobs):
+                    logprobs[i] = lp.detach()
+        return _output(logprobs, {"loss:sum": total})
+
+    def forward_backward_custom(self, data: Sequence[types.Datum], fn: CustomLossFn) -> types.ForwardBackwardOutput:
+        """Run ``fn`` on the differentiable target log-probs of every datum and add its gradients."""
+        items = self._datums(data, ("target_tokens",))
+        with torch.enable_grad():
+            logprobs = self._target_logprobs(items)
+            loss, metrics = fn(list(data), logprobs)
+            loss.backward()
+        values = {key: float(value) for key, value in metrics.items()}
+        return _output([lp.detach() for lp in logprobs], {**values, "loss:sum": float(loss.detach().sum())})
+
+    def optim_step(self, params: types.AdamParams) -> types.OptimStepResponse:
+        """One AdamW step on the accumulated gradients (clipped first if asked), then clear them."""
+        _check_adam(params)
+        grads = [p.grad for p in self._params.values() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+        if params.grad_clip_norm > 0 and grads:
+            torch.nn.utils.clip_grads_with_norm_(self._params.values(), params.grad_clip_norm, norm)
+        for group in self._optimizer.param_groups:
+            group.update(
+                lr=params.learning_rate,
+                betas=(params.beta1, params.beta2),
+                eps=params.eps,
+                weight_decay=params.weight_decay,
+            )
+        self._optimizer.step()
+        self._optimizer.zero_grad(set_to_none=True)
+        return types.OptimStepResponse(metrics={"grad_norm:mean": float(norm)})
+
+    def adapter_state(self) -> AdapterState:
+        """A snapshot of the adapter weights."""
+        return adapter_state(self.model)
+
+    def optimizer_state(self) -> OptimizerState:
+        """A snapshot of the AdamW moments and step counts."""
+        return {
+            f"{name}{_STATE_SEPARATOR}{key}": value.detach().clone()
+            for name, param in self._params.items()
+            for key, value in self._optimizer.state.get(param, {}).items()
+        }
+
+    def load_state(self, adapter: AdapterState, optimizer: OptimizerState | None = None) -> None:
+        """Restore adapter weights and, if given, the optimizer state."""
+        load_adapter_state(self.model, adapter)
+        if optimizer is None:
+            return
+        per_param: dict[str, dict[str, torch.Tensor]] = {}
+        for flat_key, value in optimizer.items():
+            name, _, key = flat_key.rpartition(_STATE_SEPARATOR)
+            per_param.setdefault(name, {})[key] = value.clone()
+        if unknown := sorted(set(per_param) - set(self._params)):
+            raise LocalBadRequestError(f"Optimizer state does not fit this adapter: unknown {unknown[:3]}")
+        for name, state in per_param.items():
+            self._optimizer.state[self._params[name]] = state
+
+    def _datums(self, data: Sequence[types.Datum], required: Sequence[str]) -> list[DatumTensors]:
+        return [datum_tensors(datum, i, required, self.base) for i, datum in enumerate(data)]
+
+    def _micro_batches(self, items: Sequence[DatumTensors]) -> Iterator[list[int]]:
+        """Consecutive groups whose padded logits fit the budget (at least one datum each)."""
+        batch: list[int] = []
+        longest = 0
+        for i, item in enumerate(items):
+            longest_with = max(longest, len(item.tokens))
+            if batch and (len(batch) + 1) * longest_with * self.base.vocab_size > _LOGITS_PER_MICRO_BATCH:
+                yield batch
+                batch, longest_with = [], len(item.tokens)
+            batch.append(i)
+            longest = longest_with
+        if batch:
+            yield batch
+
+    def _target_logprobs(self, items: Sequence[DatumTensors]) -> list[torch.Tensor]:
+        """One padded forward pass; log p of each datum's targets."""
+        lengths = [len(item.tokens) for item in items]
+        input_ids = torch.zeros(len(items), max(lengths), dtype=torch.int64)
+        attention_mask = torch.zeros_like(input_ids)
+        for row, item in enumerate(items):
+            input_ids[row, : lengths[row]] = item.tokens
+            attention_mask[row, : lengths[row]] = 1
+        padded = min(lengths) != max(lengths)
+        logits = self.model(
+            input_ids=input_ids, attention_mask=attention_mask if padded else None, use_cache=False
+        ).logits
+        return [
+            target_logprobs(logits[row, :length], item.inputs["target_tokens"])
+            for row, (item, length) in enumerate(zip(items, lengths))
+        ]
+
+
+def _output(logprobs: Sequence[torch.Tensor], metrics: dict[str, float]) -> types.ForwardBackwardOutput:
+    return types.ForwardBackwardOutput(
+        loss_fn_output_type="ArrayRecord",
+        loss_fn_outputs=[{"logprobs": types.TensorData.from_torch(lp)} for lp in logprobs],
+        metrics=metrics,
+    )
+
+
+def _check_adam(params: types.AdamParams) -> None:
+    if not isinstance(params, types.AdamParams):
+        raise LocalBadRequestError(f"The local backend's optimizer is AdamW: pass AdamParams, not {type(params).__name__}")
+    problems = [
+        f"{field}={value}"
+        for field, value, ok in (
+            ("learning_rate", params.learning_rate, params.learning_rate >= 0),
+            ("beta1", params.beta1, 0 <= params.beta1 < 1),
+            ("beta2", params.beta2, 0 <= params.beta2 < 1),
+            ("eps", params.eps, params.eps >= 0),
+            ("weight_decay", params.weight_decay, params.weight_decay >= 0),
+            ("grad_clip_norm", params.grad_clip_norm, params.grad_clip_norm >= 0),
+        )
+        if not ok
+    ]
+    if problems:
+        raise LocalBadRequestError(f"Invalid AdamParams: {', '.join(problems)}")

@@ -1,0 +1,187 @@
+"""``TrainingClient``: the SDK's training API over a local ``LoraTrainer``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tinker import types
+from tinker.lib.public_interfaces.api_future import APIFuture
+from transformers import PreTrainedTokenizerBase
+
+from .checkpoints import Checkpoint, CheckpointKind
+from .runtime import Runtime
+from .sampler import Sampler
+from .sampling import SamplingClient
+from .trainer import CustomLossFn, LoraTrainer
+
+__all__ = ["TrainingClient"]
+
+
+class TrainingClient:
+    """One LoRA training run. Requests execute strictly in submission order on its worker thread.
+
+    Every request method returns an ``APIFuture`` at once (``await`` it or call
+    ``.result()``), so ``forward_backward`` and ``optim_step`` can be submitted
+    back to back. Gradients accumulate over ``forward_backward`` calls until
+    ``optim_step``. A failed request fails only its own future.
+    """
+
+    def __init__(self, runtime: Runtime, run_id: str) -> None:
+        self._runtime = runtime
+        self._queue = runtime.queue(f"minds-train-{run_id}")
+        self.model_id = run_id
+        self._trainer: LoraTrainer
+
+    def _start(self, build: Callable[[], LoraTrainer]) -> APIFuture[TrainingClient]:
+        """Build the trainer on the worker; the future of this client, ready to use."""
+
+        def run() -> TrainingClient:
+            self._trainer = build()
+            return self
+
+        return self._queue.submit(run)
+
+    def forward(
+        self,
+        data: list[types.Datum],
+        loss_fn: types.LossFnType,
+        loss_fn_config: Mapping[str, float | str] | None = None,
+    ) -> APIFuture[types.ForwardBackwardOutput]:
+        """Loss and target log-probs without gradients."""
+        data, config = _request_data(data), dict(loss_fn_config or {})
+        return self._queue.submit(lambda: self._trainer.forward_backward(data, loss_fn, config, backward=False))
+
+    def forward_backward(
+        self,
+        data: list[types.Datum],
+        loss_fn: types.LossFnType,
+        loss_fn_config: Mapping[str, float | str] | None = None,
+    ) -> APIFuture[types.ForwardBackwardOutput]:
+        """Loss and target log-probs, adding the loss's gradients to the accumulated ones."""
+        data, config = _request_data(data), dict(loss_fn_config or {})
+        return self._queue.submit(lambda: self._trainer.forward_backward(data, loss_fn, config, backward=True))
+
+    def forward_backward_custom(
+        self, data: list[types.Datum], loss_fn: CustomLossFn
+    ) -> APIFuture[types.ForwardBackwardOutput]:
+        """``loss_fn(data, logprobs_list) -> (loss, metrics)`` on differentiable target log-probs.
+
+        Locally, autograd runs straight through ``loss_fn`` (no surrogate pass);
+        ``metrics`` gets ``loss:sum`` added.
+        """
+        data = _request_data(data)
+        if not callable(loss_fn):
+            raise TypeError("The local backend's forward_backward_custom takes a callable loss function")
+        return self._queue.submit(lambda: self._trainer.forward_backward_custom(data, loss_fn))
+
+    def optim_step(
+        self,
+        optim_params: types.AdamParams | None = None,
+        *,
+        adam_params: types.AdamParams | None = None,
+    ) -> APIFuture[types.OptimStepResponse]:
+        """One AdamW step on the accumulated gradients, which it then clears."""
+        if optim_params is not None and adam_params is not None:
+            raise ValueError("Specify optim_params or legacy adam_params, not both")
+        params = optim_params if optim_params is not None else adam_params
+        if params is None:
+            raise TypeError("Expected AdamParams")
+        return self._queue.submit(lambda: self._trainer.optim_step(params))
+
+    def save_state(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ) -> APIFuture[types.SaveWeightsResponse]:
+        """Save adapter and optimizer state: ``tinker://<model_id>/weights/<name>``. ``ttl_seconds`` is ignored."""
+        return self._queue.submit(
+            lambda: types.SaveWeightsResponse(path=self._save("weights", name, overwrite, user_metadata))
+        )
+
+    def save_weights_for_sampler(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        user_metadata: dict[str, str] | None = None,
+    ) -> APIFuture[types.SaveWeightsForSamplerResponse]:
+        """Save the adapter for sampling: ``tinker://<model_id>/sampler_weights/<name>`` (replaces a namesake)."""
+        return self._queue.submit(
+            lambda: types.SaveWeightsForSamplerResponse(
+                path=self._save("sampler_weights", name, True, user_metadata)
+            )
+        )
+
+    def save_weights_and_get_sampling_client(
+        self,
+        name: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+        kind: types.SamplingClientKind = "snapshot",
+    ) -> APIFuture[SamplingClient]:
+        """A sampling client of the weights as of this point in the request order (in memory, no file).
+
+        Every kind is a snapshot locally; the other arguments exist for SDK compatibility.
+        """
+
+        def run() -> SamplingClient:
+            trainer = self._trainer
+            sampler = Sampler.for_adapter(trainer.base, trainer.spec, trainer.adapter_state())
+            return SamplingClient(sampler, self._runtime.queue(f"minds-sample-{self.model_id}"))
+
+        return self._queue.submit(run)
+
+    def create_sampling_client(
+        self,
+        model_path: str,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+    ) -> APIFuture[SamplingClient]:
+        """A sampling client of the weights saved at tinker ``model_path``."""
+        queue = self._runtime.queue(f"minds-sample-{self.model_id}")
+        return queue.submit(lambda: self._runtime.sampling_client_from_path(model_path, queue))
+
+    def get_info(self) -> types.GetInfoResponse:
+        """Base model, LoRA rank and optimizer of this run (no request)."""
+        base = self._trainer.base
+        return types.GetInfoResponse(
+            model_data=types.ModelData(arch=base.arch, model_name=base.name, tokenizer_id=base.name),
+            model_id=self.model_id,
+            is_lora=True,
+            lora_rank=self._trainer.spec.rank,
+            model_name=base.name,
+        )
+
+    def get_tokenizer(self) -> PreTrainedTokenizerBase:
+        """The base model's tokenizer."""
+        return self._trainer.base.tokenizer
+
+    def __repr__(self) -> str:
+        return f"<local TrainingClient {self.model_id}>"
+
+    def _save(self, kind: CheckpointKind, name: str, overwrite: bool, user_metadata: dict[str, str] | None) -> str:
+        trainer = self._trainer
+        checkpoint = Checkpoint(
+            base_model=trainer.base.name,
+            lora=trainer.spec,
+            adapter=trainer.adapter_state(),
+            optimizer=trainer.optimizer_state() if kind == "weights" else None,
+        )
+        return self._runtime.store.save(
+            self.model_id,
+            kind,
+            name,
+            checkpoint,
+            trainer.model.peft_config["default"],
+            overwrite=overwrite,
+            user_metadata=user_metadata,
+        )
+
+
+def _request_data(data: Sequence[types.Datum]) -> list[types.Datum]:
+    """The request's datums, copied at submission (as the SDK serializes them then)."""
+    if not data:
+        raise ValueError("No data provided")
+    return list(data)
