@@ -1,4 +1,4 @@
-"""`minds run --env ghost_trace` trains a few steps on the local backend."""
+"""`minds run configs/ghost_trace.toml` trains a few steps on the local backend."""
 
 import json
 from pathlib import Path
@@ -12,11 +12,13 @@ from minds_ghost_trace.reward import INVALID_PENALTY, OFFSET
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
+CONFIG = Path(__file__).resolve().parents[3] / "configs" / "ghost_trace.toml"
+
 
 def test_minds_run_trains_ghost_trace(tmp_path: Path) -> None:
     code = main(
         [
-            "run", "--env", "ghost_trace", "--backend", "local", "--steps", "2", "--name", "gt",
+            "run", str(CONFIG), "--steps", "2", "--name", "gt",
             "--set", f"runs_dir={tmp_path}",
             "--set", "env.args.num_examples=8",
             "--set", "trainer.group_size=4",
