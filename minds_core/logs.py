@@ -56,4 +56,4 @@ def configure(log_format: str = "auto", level: str = "info") -> None:
 
 def get_logger(name: str) -> Any:
     """A structlog logger bound to a component name."""
-    return structlog.get_logger().bind(component=name)
+    return structlog.get_logger(component=name)

@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import tinker
 
+from minds_core.coalesce import GroupSampler
 from minds_core.config import RolloutConfig
 from minds_core.conversation import Conversation, TokenBudgetExhausted
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, as_reward, maybe_await
@@ -140,15 +141,18 @@ def _total_reward(raw: list[Any]) -> float | None:
 
 
 async def run_rollout(
-    env: Environment, task: Task, ctx: Context, settings: EpisodeSettings, seed: int | None
+    env: Environment, task: Task, ctx: Context, settings: EpisodeSettings, seed: int | None, sampler: Any = None
 ) -> Rollout:
-    """One rollout with the configured timeout, retries and invalid-reward policy."""
+    """One rollout with the configured timeout, retries and invalid-reward policy.
+
+    ``sampler`` (default ``ctx.sampler``) is what the conversation samples from.
+    """
     cfg = settings.rollout
     attempts = cfg.retries + 1
     last: Rollout | None = None
     for attempt in range(1, attempts + 1):
         params = settings.params.model_copy(update={"seed": None if seed is None else seed + 7919 * (attempt - 1)})
-        conversation = Conversation(settings.renderer, ctx.sampler, params, cfg.max_total_tokens)
+        conversation = Conversation(settings.renderer, sampler or ctx.sampler, params, cfg.max_total_tokens)
         episode = None
         try:
             episode = env.episode(task, ctx)
@@ -199,11 +203,17 @@ async def run_group(
     max_failing: int,
     seed: int | None,
 ) -> Group:
-    """``group_size`` rollouts of one task, concurrently under ``limiter``; drop by policy."""
+    """``group_size`` rollouts of one task, concurrently under ``limiter``; drop by policy.
+
+    Turns with identical prompts are sampled in one request (see GroupSampler).
+    """
+    first = make_ctx()
+    shared = GroupSampler(first.sampler, group_size)
 
     async def one(index: int) -> Rollout:
         async with limiter:
-            return await run_rollout(env, task, make_ctx(), settings, None if seed is None else seed + index)
+            ctx = first if index == 0 else make_ctx()
+            return await run_rollout(env, task, ctx, settings, None if seed is None else seed + index, shared)
 
     rollouts = list(await asyncio.gather(*(one(i) for i in range(group_size))))
     group = Group(env_name, task, rollouts)

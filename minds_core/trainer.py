@@ -291,9 +291,11 @@ class SinkSet:
         self._each("close", summary)
 
 
-def _prepare(config: RunConfig, resume_dir: Path | None) -> tuple[RunConfig, Plugins, list[EnvHandle], Any, str]:
+def _prepare(
+    config: RunConfig, resume_dir: Path | None, plugins: Plugins | None
+) -> tuple[RunConfig, Plugins, list[EnvHandle], Any, str]:
     """Everything that can fail on bad input, before any run directory or service exists."""
-    plugins = load_plugins()
+    plugins = plugins or load_plugins()
     for broken in plugins.broken:
         log.warning("plugin is broken and was skipped", plugin=broken.name, errors=broken.errors)
     if resume_dir is not None:
@@ -314,8 +316,8 @@ def _prepare(config: RunConfig, resume_dir: Path | None) -> tuple[RunConfig, Plu
     return config, plugins, envs, factory, backend
 
 
-async def _train(config: RunConfig, resume_dir: Path | None) -> dict[str, Any]:
-    config, plugins, envs, factory, backend = _prepare(config, resume_dir)
+async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None) -> dict[str, Any]:
+    config, plugins, envs, factory, backend = _prepare(config, resume_dir, plugins)
     run = RunDirectory(resume_dir) if resume_dir is not None else RunDirectory.create(config)
     service = factory(config, run.path)
     session = Session(config, plugins, envs, service)
@@ -390,13 +392,13 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
     }
 
 
-def train(config: RunConfig, resume_dir: Path | None = None) -> dict[str, Any]:
-    """Run (or resume) training; returns a summary of the run."""
-    return asyncio.run(_train(config, resume_dir))
+def train(config: RunConfig, resume_dir: Path | None = None, plugins: Plugins | None = None) -> dict[str, Any]:
+    """Run (or resume) training; returns a summary of the run. ``plugins`` defaults to the installed ones."""
+    return asyncio.run(_train(config, resume_dir, plugins))
 
 
-async def _evaluate(config: RunConfig, groups: int | None) -> dict[str, Any]:
-    config, plugins, envs, factory, _ = _prepare(config, None)
+async def _evaluate(config: RunConfig, groups: int | None, plugins: Plugins | None) -> dict[str, Any]:
+    config, plugins, envs, factory, _ = _prepare(config, None, plugins)
     if groups:
         config = attrs.evolve(config, trainer=attrs.evolve(config.trainer, groups_per_batch=groups))
     service = factory(config, Path(config.runs_dir))
@@ -408,6 +410,6 @@ async def _evaluate(config: RunConfig, groups: int | None) -> dict[str, Any]:
     return record
 
 
-def evaluate(config: RunConfig, groups: int | None = None) -> dict[str, Any]:
+def evaluate(config: RunConfig, groups: int | None = None, plugins: Plugins | None = None) -> dict[str, Any]:
     """Roll out one batch without training; returns reward statistics."""
-    return asyncio.run(_evaluate(config, groups))
+    return asyncio.run(_evaluate(config, groups, plugins))

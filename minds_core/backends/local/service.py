@@ -160,7 +160,13 @@ def _new_run_id() -> str:
 
 
 def _limit_torch_threads() -> None:
-    """Use no more intra-op threads than the CPUs this process may run on (containers often see more)."""
+    """Half the CPUs this process may use per torch op (1 on 2 cores), unless OMP_NUM_THREADS is set.
+
+    Training and sampling workers run side by side; one intra-op thread each keeps
+    them from oversubscribing a small machine, where OpenMP threads that spin on
+    busy cores slow small ops down several times.
+    """
+    if "OMP_NUM_THREADS" in os.environ:
+        return
     available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if torch.get_num_threads() > available:
-        torch.set_num_threads(available)
+    torch.set_num_threads(max(1, available // 2))

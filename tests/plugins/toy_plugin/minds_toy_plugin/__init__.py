@@ -1,0 +1,90 @@
+"""Toy environments for the core's tests (fixture plugin): a learnable character task and misbehaving ones."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from minds_core import hookimpl
+from minds_core.envs import Rubric, SingleTurnEnvironment, StepResult, Task
+
+TARGET = "a"
+
+
+def share_of_target(completion: str) -> float:
+    """Fraction of the reply's characters that are the target character."""
+    return completion.count(TARGET) / len(completion) if completion else 0.0
+
+
+def load_char_share(num_tasks: int = 4) -> SingleTurnEnvironment:
+    tasks = [Task(prompt=f"Write the letter {TARGET} many times. ({i})", id=f"t{i}") for i in range(num_tasks)]
+    return SingleTurnEnvironment({"train": tasks}, Rubric([share_of_target], names=["toy.share"]))
+
+
+class FlakyEpisode:
+    """Misbehaves according to its task: raise, hang, NaN, a string reward, or fine."""
+
+    def __init__(self, task: Task) -> None:
+        self.mode = task.info["mode"]
+
+    def initial_observation(self) -> str:
+        return "say anything"
+
+    async def step(self, action: str) -> StepResult | dict:
+        if self.mode == "raise":
+            raise RuntimeError("environment exploded")
+        if self.mode == "hang":
+            await asyncio.sleep(3600)
+        if self.mode == "nan":
+            return StepResult(reward=math.nan)
+        if self.mode == "text":
+            return {"reward": "excellent"}
+        return StepResult(reward=float(len(action) % 3))
+
+
+class FlakyEnvironment:
+    def __init__(self, modes: list[str]) -> None:
+        self._tasks = [Task(prompt="", info={"mode": m}, id=m) for m in modes]
+
+    def tasks(self, split: str) -> list[Task]:
+        return self._tasks
+
+    def episode(self, task: Task, ctx) -> FlakyEpisode:
+        return FlakyEpisode(task)
+
+
+class EchoToolEpisode:
+    """Two turns: the environment answers the first reply with a tool message, then scores."""
+
+    def __init__(self) -> None:
+        self.turn = 0
+
+    def initial_observation(self) -> list[dict]:
+        return [{"role": "system", "content": "tools: lookup"}, {"role": "user", "content": "find x"}]
+
+    def step(self, action: str) -> StepResult:
+        self.turn += 1
+        if self.turn == 1:
+            return StepResult(reward=None, done=False, messages=[{"role": "tool", "content": "x = 42"}])
+        return StepResult(reward=float("42" in action), done=True, metrics={"turns": 2.0})
+
+
+class TwoTurnEnvironment:
+    def tasks(self, split: str) -> list[Task]:
+        return [Task(prompt="", id="two-turn")]
+
+    def episode(self, task: Task, ctx) -> EchoToolEpisode:
+        return EchoToolEpisode()
+
+
+@hookimpl
+def minds_register_environments(register):
+    register("toy_char_share", load_char_share, "reward = share of the letter a")
+    register("toy_flaky", lambda modes=("ok",): FlakyEnvironment(list(modes)), "episodes that misbehave on purpose")
+    register("toy_two_turn", TwoTurnEnvironment, "a two-turn episode with a tool reply")
+
+
+@hookimpl
+def minds_register_reward_functions(register):
+    register("toy.share", share_of_target, "share of the letter a")
+    register("toy.length", lambda completion: float(len(completion)), "characters in the reply")

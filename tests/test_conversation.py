@@ -1,0 +1,67 @@
+"""Token-exact multi-turn rollouts on the local backend: sampled turns are trained, replies are not."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import tinker
+
+from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.config import RolloutConfig
+from minds_core.datums import build_datum
+from minds_core.envs import Context
+from minds_core.render import Renderer
+from minds_core.rollout import EpisodeSettings, run_group
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
+from minds_toy_plugin import TwoTurnEnvironment  # noqa: E402
+
+
+class RecordingSampler:
+    """Wraps the real sampling client and keeps every sequence it returned."""
+
+    def __init__(self, sampler) -> None:
+        self.sampler = sampler
+        self.returned: list[list[int]] = []
+
+    async def sample(self, prompt, num_samples, sampling_params):
+        response = await self.sampler.sample(prompt, num_samples, sampling_params)
+        self.returned.extend(list(s.tokens) for s in response.sequences)
+        return response
+
+
+def test_two_turn_rollouts_mask_the_tool_reply_token_by_token(tmp_path):
+    async def go():
+        service = ServiceClient(checkpoint_root=tmp_path)
+        training = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0)
+        sampler = RecordingSampler(await training.save_weights_and_get_sampling_client())
+        renderer = Renderer(training.get_tokenizer())
+        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)
+        settings = EpisodeSettings(renderer, tinker.types.SamplingParams(max_tokens=6, temperature=1.0), RolloutConfig())
+        env = TwoTurnEnvironment()
+        group = await run_group("two", env, env.tasks("train")[0], 3, lambda: ctx, settings, asyncio.Semaphore(8), 0, seed=5)
+        return renderer, sampler, group
+
+    renderer, sampler, group = asyncio.run(go())
+    assert not group.dropped and len(group.ok_rollouts) == 3
+    returned = list(sampler.returned)
+    for rollout in group.rollouts:
+        conv = rollout.conversation
+        assert conv.turns == 2
+        turns = [[t for t, turn in zip(conv.tokens, conv.turn_ids) if turn == k] for k in (0, 1)]
+        for turn in turns:  # every sampled turn is exactly a sequence the sampler returned
+            returned.remove(turn)
+        reply = renderer.encode("<|im_start|>tool\nx = 42<|im_end|>\n<|im_start|>assistant\n")
+        start = len(conv.tokens) - len(turns[1]) - len(reply)
+        assert conv.tokens[start:start + len(reply)] == reply
+        assert not any(conv.sampled[start:start + len(reply)])
+        prompt_end = conv.sampled.index(True)
+        assert conv.tokens[:prompt_end] == renderer.prompt_tokens(
+            [{"role": "system", "content": "tools: lookup"}, {"role": "user", "content": "find x"}])
+        datum = build_datum(conv.tokens, conv.sampled, conv.logprobs, [1.0] * len(conv.tokens))
+        advantages = datum.loss_fn_inputs["advantages"].tolist()
+        assert advantages == [1.0 if s else 0.0 for s in conv.sampled[1:]]
+        assert datum.loss_fn_inputs["target_tokens"].tolist() == conv.tokens[1:]
+    assert returned == []

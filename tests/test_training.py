@@ -1,0 +1,127 @@
+"""The training loop on the local backend with the tiny model: learning, failures, multi-turn, envs, KL."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from minds_core import logs, trainer
+from minds_core.config import load_config
+from minds_core.plugins import load_plugins
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
+import minds_toy_plugin  # noqa: E402
+
+FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[jsonl]"]
+
+
+@pytest.fixture(scope="module")
+def plugins():
+    logs.configure("json", "warning")
+    return load_plugins(extra=[("toy", minds_toy_plugin)])
+
+
+def _train(plugins, tmp_path: Path, *overrides: str) -> list[dict]:
+    config = load_config(None, [*FAST, f"runs_dir={tmp_path}", "name=run", *overrides])
+    summary = trainer.train(config, plugins=plugins)
+    return [json.loads(line) for line in Path(summary["run_dir"], "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("loss", ["importance_sampling", "ppo", "sequence_mean_reinforce"])
+def test_reward_rises_far_above_its_start(plugins, tmp_path, loss):
+    rows = _train(plugins, tmp_path, "env.id=toy_char_share", f"trainer.loss_fn={loss}",
+                  "trainer.learning_rate=1e-2", "trainer.steps=10")
+    rewards = [r["reward/mean"] for r in rows]
+    assert rewards[0] < 0.05, rewards  # a random byte is the letter a about 1/256 of the time
+    assert min(rewards[-3:]) > 0.5, rewards
+    assert all(r["train/datums"] > 0 for r in rows[:3])
+
+
+def test_failures_are_counted_and_do_not_stop_the_run(plugins, tmp_path):
+    rows = _train(
+        plugins, tmp_path, "env.id=toy_flaky", "env.args.modes=[raise, hang, nan, text, ok]",
+        "trainer.group_size=2", "trainer.groups_per_batch=5", "trainer.steps=1",
+        "rollout.timeout=3", "rollout.retries=1", "rollout.max_failing_rollouts=0",
+    )
+    (row,) = rows
+    assert row["rollouts/total"] == 10
+    assert row["rollouts/failed"] == 4  # raise x2, hang x2
+    assert row["rollouts/timed_out"] == 2
+    assert row["rollouts/retried"] == 4
+    assert row["rollouts/invalid_reward"] == 4  # nan x2, "excellent" x2 -> 0
+    assert row["groups/dropped_failures"] == 2
+
+
+def test_invalid_reward_can_fail_the_rollout(plugins, tmp_path):
+    (row,) = _train(plugins, tmp_path, "env.id=toy_flaky", "env.args.modes=[nan]", "trainer.group_size=2",
+                    "trainer.groups_per_batch=1", "trainer.steps=1", "rollout.invalid_reward=fail", "rollout.retries=0")
+    assert row["rollouts/failed"] == 2 and row["groups/dropped_failures"] == 1 and row["train/skipped"] == 1
+
+
+def test_constant_groups_can_be_dropped(plugins, tmp_path):
+    (row,) = _train(plugins, tmp_path, "env.id=toy_flaky", "env.args.modes=[text]", "trainer.steps=1",
+                    "rollout.drop_constant_reward_groups=true", "trainer.groups_per_batch=2")
+    assert row["groups/dropped_constant"] == 2 and row["train/skipped"] == 1
+
+
+def test_several_environments_with_weights_and_rubric_overrides(plugins, tmp_path):
+    config = tmp_path / "mix.yaml"
+    config.write_text(
+        "envs:\n"
+        "  - id: toy_char_share\n    weight: 3\n"
+        "    rewards: [{name: toy.share, weight: 2.0}]\n    extra_rewards: [{name: toy.length, weight: 0.0}]\n"
+        "  - id: toy_two_turn\n    weight: 1\n    group_size: 2\n"
+        f"runs_dir: {tmp_path}\nname: mix\n"
+        "trainer: {steps: 3, groups_per_batch: 4, group_size: 4}\nsampling: {max_tokens: 8}\nmetrics: {sinks: [jsonl]}\n"
+    )
+    summary = trainer.train(load_config(config), plugins=plugins)
+    rows = [json.loads(line) for line in Path(summary["run_dir"], "metrics.jsonl").read_text().splitlines()]
+    groups = {env: sum(r.get(f"env/{env}/groups", 0) for r in rows) for env in ("toy_char_share", "toy_two_turn")}
+    assert groups["toy_char_share"] + groups["toy_two_turn"] == 12 and groups["toy_char_share"] > groups["toy_two_turn"]
+    assert any("env/toy_char_share/reward/toy.length" in r for r in rows)
+    two_turn = [r for r in rows if "env/toy_two_turn/turns" in r]
+    assert two_turn and all(r["env/toy_two_turn/turns"] == 2.0 for r in two_turn)
+
+
+def test_off_policy_staleness_is_bounded(plugins, tmp_path):
+    rows = _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=4", "trainer.max_steps_off_policy=1")
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert max(r["sampler/staleness"] for r in rows) == 1
+    strict = _train(plugins, tmp_path / "strict", "env.id=toy_char_share", "trainer.steps=2")
+    assert all(r["sampler/staleness"] == 0 for r in strict)
+
+
+def test_kl_penalty_against_the_base_model(plugins, tmp_path):
+    rows = _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=3", "trainer.kl_penalty=0.1",
+                  "trainer.learning_rate=1e-2")
+    assert abs(rows[0]["kl/sampler_base"]) < 1e-4  # the first sampler is the base model
+    assert rows[-1]["kl/sampler_base"] > rows[0]["kl/sampler_base"]
+
+
+def test_resume_from_saved_weights_starts_where_they_left(plugins, tmp_path):
+    first = _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=8", "trainer.learning_rate=1e-2")
+    saved = json.loads((tmp_path / "run" / "checkpoints.jsonl").read_text().splitlines()[-1])["state_path"]
+    assert first[-1]["reward/mean"] > 0.5
+    again = _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=1", "name=again",
+                   f"trainer.resume_from={saved}")
+    assert again[0]["reward/mean"] > 0.5
+
+
+def test_secrets_stay_out_of_the_run_directory(plugins, tmp_path, capsys):
+    _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=1", "backend=local",
+           "tinker.api_key=tml-do-not-leak")
+    written = "".join(p.read_text() for p in (tmp_path / "run").iterdir() if p.is_file())
+    captured = capsys.readouterr()
+    assert "tml-do-not-leak" not in written + captured.out + captured.err
+    assert "api_key: '***'" in (tmp_path / "run" / "config.yaml").read_text()
+
+
+def test_eval_reports_rewards_without_training(plugins, tmp_path):
+    config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}"])
+    record = trainer.evaluate(config, groups=2, plugins=plugins)
+    assert record["groups/total"] == 2 and record["rollouts/total"] == 16
+    assert 0 <= record["reward/mean"] < 0.05
+    assert not list(tmp_path.rglob("metrics.jsonl"))
