@@ -18,11 +18,13 @@ REWARD_NAME = "ghost_trace.latent_logprob"
 TEST_FRACTION = 0.2
 
 SPLITS = ("train", "test")
+MAX_EXAMPLES = 1_000_000
 
 
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"ghost_trace: env.args.{name} must be an integer >= {low}, got {value!r}")
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        bounds = f">= {low}" if high is None else f"in {low}..{high}"
+        raise ConfigError(f"ghost_trace: env.args.{name} must be an integer {bounds}, got {value!r}")
     return value
 
 
@@ -48,7 +50,7 @@ def make_tasks(words: Sequence[str], num_examples: int, seed: int) -> list[Task]
 
 def load_environment(num_examples: int = 256, seed: int = 0) -> SingleTurnEnvironment:
     """The ghost_trace environment: ``num_examples`` tasks per split, drawn with ``seed``."""
-    num_examples = _check_int("num_examples", num_examples, 1)
+    num_examples = _check_int("num_examples", num_examples, 1, MAX_EXAMPLES)
     seed = _check_int("seed", seed, 0)
     words = split_words(seed)
     datasets = {split: make_tasks(words[split], num_examples, seed + i) for i, split in enumerate(SPLITS)}
