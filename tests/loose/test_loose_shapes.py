@@ -1,0 +1,115 @@
+"""Each loose shape as an Environment: prompts, per-rollout state, rubric and step scoring, build()."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from structlog.testing import capture_logs
+
+from minds_core.envs.loose import DRAWS, LooseEnvironment, load_loose_environment
+from minds_core.envs.rubric import INVALID_PARTS_METRIC
+from minds_core.envs.types import Context
+from minds_core.errors import ConfigError
+
+
+async def test_drawn_prompts_are_shared_by_a_task_and_state_is_per_rollout(loose_dir: Path, ctx: Context) -> None:
+    env = load_loose_environment("./environments/word_echo", {"seed": 3, "prefix": "Say:"})
+    tasks = env.tasks("train")
+    assert len(tasks) == DRAWS and len({t.id for t in tasks}) == DRAWS
+    first, again, other = env.episode(tasks[0], ctx), env.episode(tasks[0], ctx), env.episode(tasks[5], ctx)
+    observations = [await e.initial_observation() for e in (first, again, other)]
+
+    reference = importlib.import_module("word_echo").load_environment(seed=3, prefix="Say:")
+    expected = [reference.initial_observation(), reference.initial_observation()]
+    assert observations == [expected[0], expected[0], expected[1]]
+
+    word = observations[0].removeprefix("Say: ")
+    result = await first.step(word)
+    assert result.reward == 1.0 and result.done
+    assert (first.instance.steps, again.instance.steps, env.obj.steps) == (1, 0, 0)
+    assert (await again.step("")).reward == 0.0
+    assert first.instance is not again.instance
+
+
+async def test_async_object_continues_on_its_own_copy(loose_dir: Path, ctx: Context) -> None:
+    env = load_loose_environment("seedlike_envs.async_steps", {"low": 10, "high": 20})
+    episode = env.episode(env.tasks("train")[0], ctx)
+    assert (await episode.initial_observation()).startswith("What is 1")
+    first = await episode.step("no idea")
+    assert not first.done and first.messages == [{"role": "user", "content": "Are you sure? Answer again."}]
+    final = await episode.step(str(episode.instance.total))
+    assert final.done and final.reward == 1.0
+    assert env.obj.replies == []
+
+
+async def test_rubric_rows_get_what_they_name(loose_dir: Path, ctx: Context) -> None:
+    env = load_loose_environment("seedlike_envs.rubric_rows", {"max_chars": 10})
+    tasks = env.tasks("train")
+    assert [t.prompt for t in tasks][:2] == ["What is the capital of France?", "What is the capital of Japan?"]
+    assert tasks[0].answer == "Paris" and tasks[0].info == {"max_chars": 10}
+    assert len(env.tasks("eval")) == 2
+    with pytest.raises(ConfigError, match="no test_dataset for split 'test'"):
+        env.tasks("test")
+
+    episode = env.episode(tasks[0], ctx)
+    assert await episode.initial_observation() == "What is the capital of France?"
+    result = await episode.step("Paris")
+    assert result.reward == pytest.approx(1.0 + 0.5 * 1.0 + 0.1 * 1.0)
+    assert result.metrics == {"reward/mentions_answer": 1.0, "reward/shares_letters": 1.0, "reward/short_reply": 1.0}
+    assert episode.state == {"parsed": "Paris"}
+    longer = await env.episode(tasks[1], ctx).step("I think it is Kyoto, maybe")
+    assert longer.metrics["reward/short_reply"] == 0.0 and longer.metrics["reward/mentions_answer"] == 0.0
+
+
+async def test_step_rows_share_one_object(loose_dir: Path, ctx: Context) -> None:
+    env = load_loose_environment("seedlike_envs.step_rows", {})
+    tasks = env.tasks("train")
+    assert tasks[0].prompt[1] == {"role": "user", "content": "Name a color."}
+    results = await asyncio.gather(*(env.episode(t, ctx).step("aeiou xyz") for t in tasks))
+    assert env.obj.calls == len(tasks)
+    assert {r.reward for r in results} == {5 / 8} and all(r.done for r in results)
+
+
+async def test_build_receives_the_rollouts_sampler_once_per_policy(loose_dir: Path, tmp_path: Path) -> None:
+    from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
+
+    module = importlib.import_module("seedlike_envs.model_aware")
+    module.BUILT_WITH.clear()
+    env = load_loose_environment("seedlike_envs.model_aware", {})
+    service = create_service_client(tmp_path)
+    try:
+        old, new = [await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL) for _ in range(2)]
+
+        def context(sampler: object) -> Context:
+            return Context(sampler=sampler, tokenizer=None, service=service, renderer=None, base_model=DEFAULT_BASE_MODEL)
+
+        task = env.tasks("train")[0]
+        rewards = [(await env.episode(task, context(s)).step("1 2")).reward for s in (old, old, new)]
+        assert module.BUILT_WITH == [old, new]
+        expected = await module.PolicyScorer(new).answer_logprob("1 2", task.answer)
+        assert rewards[2] == pytest.approx(expected) and rewards[0] == pytest.approx(expected)
+        assert expected < 0
+    finally:
+        service.close()
+
+
+async def test_non_numeric_rubric_parts_count_zero_and_warn_once(ctx: Context) -> None:
+    def verdict(completion: str) -> str:
+        return "n/a"
+
+    def length(completion: str) -> float:
+        return float(len(completion))
+
+    obj = SimpleNamespace(dataset=[{"question": "Say hi."}], rubric=SimpleNamespace(funcs=[verdict, length], weights=[1.0, 0.5]))
+    env = LooseEnvironment("inline", obj)
+    task = env.tasks("train")[0]
+    with capture_logs() as logs:
+        results = [await env.episode(task, ctx).step("hey") for _ in range(2)]
+    assert [r.reward for r in results] == [1.5, 1.5]
+    assert results[0].metrics == {"reward/length": 3.0, INVALID_PARTS_METRIC: 1.0}
+    warnings = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert len(warnings) == 1 and warnings[0]["functions"] == ["verdict"]
