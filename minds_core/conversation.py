@@ -27,6 +27,7 @@ class Conversation:
 
     ``tokens[i]`` was sampled when ``sampled[i]``; then ``logprobs[i]`` is the
     sampler's log-probability of it and ``turn_ids[i]`` numbers the sampled turn.
+    ``replies`` holds the decoded text of each sampled turn.
     """
 
     renderer: Renderer
@@ -39,6 +40,8 @@ class Conversation:
     sampled: list[bool] = attrs.field(factory=list)
     logprobs: list[float] = attrs.field(factory=list)
     turn_ids: list[int] = attrs.field(factory=list)
+    replies: list[str] = attrs.field(factory=list)
+    prompt: list[Message] = attrs.field(factory=list)
     turns: int = 0
     last_stopped: bool = True
     truncated: bool = False
@@ -51,6 +54,7 @@ class Conversation:
 
     def start(self, messages: Sequence[Message]) -> None:
         """Render the first prompt."""
+        self.prompt = list(messages)
         self.messages = list(messages)
         self._extend(self.renderer.prompt_tokens(self.messages, self.tools))
 
@@ -77,6 +81,7 @@ class Conversation:
         self.turns += 1
         self.last_stopped = sequence.stop_reason == "stop"
         text = self.renderer.decode(sequence.tokens)
+        self.replies.append(text)
         self.messages.append({"role": "assistant", "content": text})
         return text
 

@@ -71,19 +71,17 @@ def rollout_records(step: int, groups: Sequence[Group], advantages: dict[int, fl
     """The first ``limit`` groups of a step, readable: prompt, completions, rewards."""
     records = []
     for group in groups[:limit]:
-        first = next((r.conversation for r in group.rollouts if r.conversation and r.conversation.messages), None)
+        first = next((r.conversation for r in group.rollouts if r.conversation and r.conversation.prompt), None)
         records.append(
             {
                 "step": step,
                 "env": group.env_name,
                 "task": group.task.id,
                 "dropped": group.dropped,
-                "prompt": [m for m in first.messages if m.get("role") != "assistant"][:4] if first else None,
+                "prompt": first.prompt if first else None,
                 "rollouts": [
                     {
-                        "completion": [m["content"] for m in r.conversation.messages if m.get("role") == "assistant"]
-                        if r.conversation
-                        else [],
+                        "completion": list(r.conversation.replies) if r.conversation else [],
                         "reward": r.reward if r.ok else None,
                         "advantage": advantages.get(id(r)),
                         "error": r.error,

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -85,7 +85,7 @@ class CheckpointStore:
                 "path": path,
                 "base_model": checkpoint.base_model,
                 "lora": checkpoint.lora.to_json(),
-                "created_at": datetime.now(timezone.utc).isoformat(),
+                "created_at": datetime.now(UTC).isoformat(),
                 "user_metadata": user_metadata or {},
             }
             (staging / _META).write_text(json.dumps(meta, indent=2))

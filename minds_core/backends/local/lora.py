@@ -16,7 +16,7 @@ from transformers import PreTrainedModel
 
 from .errors import LocalBadRequestError
 
-__all__ = ["AdapterState", "LoraSpec", "attach_lora", "adapter_state", "load_adapter_state"]
+__all__ = ["AdapterState", "LoraSpec", "adapter_state", "attach_lora", "load_adapter_state"]
 
 AdapterState = dict[str, torch.Tensor]
 """Adapter weights keyed as in a peft ``adapter_model.safetensors``."""

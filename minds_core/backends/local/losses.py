@@ -88,8 +88,8 @@ _CLIP = ("clip_low_threshold", "clip_high_threshold")
 LOSSES: Mapping[str, LossSpec] = {
     "cross_entropy": LossSpec(cross_entropy, ("target_tokens",), {}),
     "importance_sampling": LossSpec(importance_sampling, _RL_INPUTS, {}),
-    "ppo": LossSpec(ppo, _RL_INPUTS, dict(zip(_CLIP, (0.8, 1.2)))),
-    "cispo": LossSpec(cispo, _RL_INPUTS, dict(zip(_CLIP, (0.0, 4.0)))),
+    "ppo": LossSpec(ppo, _RL_INPUTS, dict(zip(_CLIP, (0.8, 1.2), strict=True))),
+    "cispo": LossSpec(cispo, _RL_INPUTS, dict(zip(_CLIP, (0.0, 4.0), strict=True))),
     "dro": LossSpec(dro, _RL_INPUTS, {"beta": 0.05}),
 }
 """The built-in losses by Tinker name."""

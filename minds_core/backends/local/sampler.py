@@ -177,7 +177,7 @@ class Sampler:
             if topk:
                 top_values, top_ids = log_probs.topk(min(topk, log_probs.shape[1]), dim=-1)
             keep = []
-            for row, (sample, token) in enumerate(zip(rows, chosen.tolist())):
+            for row, (sample, token) in enumerate(zip(rows, chosen.tolist(), strict=True)):
                 tokens[sample].append(token)
                 logprobs[sample].append(chosen_logprobs[row])
                 if topk:

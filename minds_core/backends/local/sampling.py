@@ -53,7 +53,9 @@ class SamplingClient:
                     "The local backend does not support target_prompt_logprobs or prompt_alt_tokens_k"
                 )
             if prompt_logprobs_last_n is not None and not include_prompt_logprobs:
-                raise LocalBadRequestError("prompt_logprobs_last_n applies to prompt logprobs; set include_prompt_logprobs")
+                raise LocalBadRequestError(
+                    "prompt_logprobs_last_n applies to prompt logprobs; set include_prompt_logprobs"
+                )
             return self._sampler.sample(
                 model_input_tokens(prompt, "The prompt"),
                 num_samples,

@@ -42,7 +42,7 @@ class ServiceClient:
     def __init__(self, checkpoint_root: str | os.PathLike[str] | None = None) -> None:
         _limit_torch_threads()
         self._temporary_root = checkpoint_root is None
-        self.checkpoint_root = Path(tempfile.mkdtemp(prefix="minds-local-")) if checkpoint_root is None else Path(checkpoint_root)
+        self.checkpoint_root = Path(checkpoint_root or tempfile.mkdtemp(prefix="minds-local-"))
         self._runtime = Runtime(self.checkpoint_root)
         self._closed = False
         self._lock = threading.Lock()

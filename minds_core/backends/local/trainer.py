@@ -57,12 +57,12 @@ class LoraTrainer:
             for batch in self._micro_batches(items):
                 batch_logprobs = self._target_logprobs([items[i] for i in batch])
                 loss = torch.stack(
-                    [spec.fn(lp, items[i].inputs, config).sum() for i, lp in zip(batch, batch_logprobs)]
+                    [spec.fn(lp, items[i].inputs, config).sum() for i, lp in zip(batch, batch_logprobs, strict=True)]
                 ).sum()
                 if backward:
                     loss.backward()
                 total += float(loss.detach())
-                for i, lp in zip(batch, batch_logprobs):
+                for i, lp in zip(batch, batch_logprobs, strict=True):
                     logprobs[i] = lp.detach()
         return _output(logprobs, {"loss:sum": total})
 
@@ -151,7 +151,7 @@ class LoraTrainer:
         ).logits
         return [
             target_logprobs(logits[row, :length], item.inputs["target_tokens"])
-            for row, (item, length) in enumerate(zip(items, lengths))
+            for row, (item, length) in enumerate(zip(items, lengths, strict=True))
         ]
 
 
@@ -165,7 +165,9 @@ def _output(logprobs: Sequence[torch.Tensor], metrics: dict[str, float]) -> type
 
 def _check_adam(params: types.AdamParams) -> None:
     if not isinstance(params, types.AdamParams):
-        raise LocalBadRequestError(f"The local backend's optimizer is AdamW: pass AdamParams, not {type(params).__name__}")
+        raise LocalBadRequestError(
+            f"The local backend's optimizer is AdamW: pass AdamParams, not {type(params).__name__}"
+        )
     problems = [
         f"{field}={value}"
         for field, value, ok in (
