@@ -27,11 +27,11 @@ from .inputs import check_tokens
 from .lora import AdapterState, LoraSpec, attach_lora, load_adapter_state
 from .models import BaseModel, target_logprobs
 
-__all__ = ["PromptScores", "Sampler"]
+__all__ = ["Sampler"]
 
 
 @dataclass(frozen=True)
-class PromptScores:
+class _PromptScores:
     """Log-probs of prompt tokens 1..n-1 (NaN where not scored), and optional top-k per position."""
 
     logprobs: np.ndarray
@@ -52,7 +52,7 @@ class Sampler:
         self.model = model
 
     @classmethod
-    def from_base(cls, base: BaseModel) -> Sampler:
+    def for_base(cls, base: BaseModel) -> Sampler:
         """A sampler of the bare base model."""
         return cls(base, base.model)
 
@@ -104,8 +104,6 @@ class Sampler:
         return [None if np.isnan(v) else float(v) for v in values]
 
     def _prompt(self, prompt: Sequence[int]) -> torch.Tensor:
-        if len(prompt) == 0:
-            raise LocalBadRequestError("The prompt is empty: give at least one token")
         ids = torch.tensor(list(prompt), dtype=torch.int64)
         check_tokens(ids, self.base, "The prompt")
         return ids
@@ -134,7 +132,7 @@ class Sampler:
 
     def _scores(
         self, prompt_ids: torch.Tensor, logits: torch.Tensor, topk: int, last_n: int | None
-    ) -> PromptScores:
+    ) -> _PromptScores:
         length = len(prompt_ids)
         if last_n is not None and not 1 <= last_n <= length - 1:
             raise LocalBadRequestError(f"prompt_logprobs_last_n must be between 1 and {length - 1}, got {last_n}")
@@ -143,13 +141,13 @@ class Sampler:
         logprobs[1:] = target_logprobs(logits[:-1], prompt_ids[1:]).numpy()
         logprobs[:first] = np.nan
         if topk == 0:
-            return PromptScores(logprobs, None)
+            return _PromptScores(logprobs, None)
         top = torch.log_softmax(logits[:-1].float(), dim=-1).topk(min(topk, self.base.vocab_size), dim=-1)
         token_ids = np.zeros((length, topk), dtype=np.int32)
         values = np.full((length, topk), MASK_LOGPROB, dtype=np.float32)
         token_ids[first:, : top.indices.shape[1]] = top.indices[first - 1 :].numpy()
         values[first:, : top.values.shape[1]] = top.values[first - 1 :].numpy()
-        return PromptScores(logprobs, TopkLogprobs(token_ids=token_ids, logprobs=values))
+        return _PromptScores(logprobs, TopkLogprobs(token_ids=token_ids, logprobs=values))
 
     def _decode(
         self,
@@ -169,7 +167,7 @@ class Sampler:
         tokens: list[list[int]] = [[] for _ in rows]
         logprobs: list[list[float]] = [[] for _ in rows]
         top: list[list[tuple[list[int], list[float]]]] = [[] for _ in rows]
-        reasons: list[str] = ["length"] * num_samples
+        reasons: list[types.StopReason] = ["length"] * num_samples
         for step in range(max_tokens):
             log_probs = torch.log_softmax(logits, dim=-1)
             chosen = _choose(logits, params, generator)
@@ -195,7 +193,7 @@ class Sampler:
             logits = self.model(input_ids=chosen[:, None], past_key_values=cache, use_cache=True).logits[:, -1].float()
         return [
             types.SampledSequence(
-                stop_reason=reasons[i],  # type: ignore[arg-type]
+                stop_reason=reasons[i],
                 sequence_id=f"local-{uuid.uuid4().hex}",
                 tokens_np=np.asarray(tokens[i], dtype=np.int32),
                 logprobs_np=np.asarray(logprobs[i], dtype=np.float32),

@@ -105,7 +105,7 @@ class ServiceClient:
         queue = self._runtime.queue("minds-sample")
         if model_path is not None:
             return queue.submit(lambda: self._runtime.sampling_client_from_path(model_path, queue))
-        return queue.submit(lambda: SamplingClient(Sampler.from_base(self._runtime.models.get(base_model)), queue))
+        return queue.submit(lambda: SamplingClient(Sampler.for_base(self._runtime.models.get(base_model)), queue))
 
     def close(
         self,

@@ -21,8 +21,8 @@ from minds_core.backends.local import (
     LocalNotFoundError,
     ServiceClient,
     TrainingClient,
+    checkpoints,
 )
-from minds_core.backends.local import checkpoints
 
 ADAM = types.AdamParams(learning_rate=1e-2, weight_decay=0.01)
 
@@ -108,8 +108,8 @@ def test_another_process_resolves_the_paths(
     assert done.returncode == 0, done.stderr
     from_sampler, from_state = json.loads(done.stdout.strip().splitlines()[-1])
     assert from_sampler[0] is None and from_state[0] is None
-    assert max(abs(a - b) for a, b in zip(from_sampler[1:], here[1:])) < 1e-6
-    assert max(abs(a - b) for a, b in zip(from_state[1:], here[1:])) < 1e-6
+    assert max(abs(a - b) for a, b in zip(from_sampler[1:], here[1:], strict=True)) < 1e-6
+    assert max(abs(a - b) for a, b in zip(from_state[1:], here[1:], strict=True)) < 1e-6
 
 
 def test_path_errors(service: ServiceClient, trainer: TrainingClient) -> None:

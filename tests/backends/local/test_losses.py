@@ -141,7 +141,7 @@ def test_forward_backward_gradients_match_a_float64_custom_loss(
     policy = builtin.forward(plain, "cross_entropy").result()
     gen = torch.Generator().manual_seed(1)
     data = []
-    for datum, out in zip(plain, policy.loss_fn_outputs):
+    for datum, out in zip(plain, policy.loss_fn_outputs, strict=True):
         logp = out["logprobs"].to_torch()
         data.append(types.Datum(
             model_input=datum.model_input,
@@ -154,7 +154,7 @@ def test_forward_backward_gradients_match_a_float64_custom_loss(
 
     def float64_reference(batch: list[types.Datum], logprobs: list[torch.Tensor]) -> tuple[torch.Tensor, dict]:
         total = torch.zeros((), dtype=torch.float64)
-        for datum, lp in zip(batch, logprobs):
+        for datum, lp in zip(batch, logprobs, strict=True):
             q = datum.loss_fn_inputs["logprobs"].to_torch().double()
             adv = datum.loss_fn_inputs["advantages"].to_torch().double()
             lp64 = lp.double()
@@ -182,7 +182,8 @@ def test_importance_sampling_on_fresh_samples_equals_weighted_cross_entropy(
     advantages = [0.0] * 5 + [1.5] * 10 + [-0.5] * 7
     text = "The cat sat on the mat."
     logp = rl.forward([sft_datum(text)], "cross_entropy").result().loss_fn_outputs[0]["logprobs"]
-    rl.forward_backward([sft_datum(text, logprobs=logp.tolist(), advantages=advantages)], "importance_sampling").result()
+    rl_datum = sft_datum(text, logprobs=logp.tolist(), advantages=advantages)
+    rl.forward_backward([rl_datum], "importance_sampling").result()
     sft.forward_backward([sft_datum(text, weights=advantages)], "cross_entropy").result()
     for key, want in grads_of(sft).items():
         torch.testing.assert_close(grads_of(rl)[key], want, rtol=1e-5, atol=1e-7)

@@ -11,7 +11,13 @@ import tinker
 import torch
 from tinker import types
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL, LocalBadRequestError, SamplingClient, ServiceClient, TrainingClient
+from minds_core.backends.local import (
+    DEFAULT_BASE_MODEL,
+    LocalBadRequestError,
+    SamplingClient,
+    ServiceClient,
+    TrainingClient,
+)
 
 ADAM = types.AdamParams(learning_rate=2e-2)
 
@@ -44,7 +50,7 @@ def test_compute_logprobs_matches_training_forward(
         for t in texts
     ]
     forward = trained.forward(data, "cross_entropy").result()
-    for text, out in zip(texts, forward.loss_fn_outputs):
+    for text, out in zip(texts, forward.loss_fn_outputs, strict=True):
         logprobs = sampler.compute_logprobs(tokens_of(encode(text))).result()
         assert logprobs[0] is None and len(logprobs) == len(encode(text))
         diff = np.abs(np.array(logprobs[1:]) - out["logprobs"].to_numpy()).max(initial=0.0)
@@ -53,7 +59,8 @@ def test_compute_logprobs_matches_training_forward(
 
 def test_sampled_logprobs_match_a_rescoring_of_the_sequence(sampler: SamplingClient, encode) -> None:
     prompt = encode("<|im_start|>user\n2+2=<|im_end|>\n<|im_start|>assistant\n")
-    response = sampler.sample(tokens_of(prompt), 4, types.SamplingParams(max_tokens=24, seed=7, temperature=0.7, stop=[])).result()
+    params = types.SamplingParams(max_tokens=24, seed=7, temperature=0.7, stop=[])
+    response = sampler.sample(tokens_of(prompt), 4, params).result()
     assert len(response.sequences) == 4
     for seq in response.sequences:
         assert seq.stop_reason == "length" and len(seq.tokens) == len(seq.logprobs) == 24
@@ -150,7 +157,7 @@ def test_prompt_logprobs_and_top_k(sampler: SamplingClient, encode) -> None:
     assert response.prompt_logprobs[1:] == pytest.approx(expected[1:], abs=1e-6)
     topk = response.topk_prompt_logprobs
     assert topk[0] is None and all(len(row) == 3 for row in topk[1:])
-    for row, actual in zip(topk[1:], expected[1:]):
+    for row, actual in zip(topk[1:], expected[1:], strict=True):
         values = [lp for _, lp in row]
         assert values == sorted(values, reverse=True) and values[0] >= actual - 1e-6
     sample_topk = response.sequences[0].topk_logprobs
@@ -161,7 +168,9 @@ def test_prompt_logprobs_and_top_k(sampler: SamplingClient, encode) -> None:
 
 
 @pytest.mark.asyncio
-async def test_base_model_sampler_equals_a_fresh_adapter(service: ServiceClient, trainer: TrainingClient, encode) -> None:
+async def test_base_model_sampler_equals_a_fresh_adapter(
+    service: ServiceClient, trainer: TrainingClient, encode: Callable[[str], list[int]]
+) -> None:
     base = await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL)
     assert base.get_base_model() == DEFAULT_BASE_MODEL
     fresh = await trainer.save_weights_and_get_sampling_client()  # lora_B starts at zero

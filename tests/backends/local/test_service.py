@@ -46,7 +46,11 @@ def test_tiny_model_is_built_once_deterministically_and_atomically(
     for cache in ("a", "b"):
         monkeypatch.setenv("MINDS_CACHE_DIR", str(tmp_path / cache))
         paths: list[Path] = []
-        builders = [threading.Thread(target=lambda: paths.append(tiny_model_path())) for _ in range(3)]
+
+        def build(into: list[Path] = paths) -> None:
+            into.append(tiny_model_path())
+
+        builders = [threading.Thread(target=build) for _ in range(3)]
         for builder in builders:
             builder.start()
         for builder in builders:
@@ -67,8 +71,9 @@ def test_unknown_models_fail_clearly(service: ServiceClient) -> None:
 
 def test_errors_fail_only_their_request(trainer: TrainingClient, sft_datum) -> None:
     good = [sft_datum("Hello, world!")]
+    no_targets = types.Datum(model_input=types.ModelInput.from_ints([1, 2]), loss_fn_inputs={})
     futures = [
-        trainer.forward_backward([types.Datum(model_input=types.ModelInput.from_ints([1, 2]), loss_fn_inputs={})], "cross_entropy"),
+        trainer.forward_backward([no_targets], "cross_entropy"),
         trainer.forward_backward(good, "unknown_loss"),
         trainer.forward_backward(good, "cross_entropy"),
         trainer.optim_step(types.AdamParams(learning_rate=-1.0)),

@@ -133,14 +133,17 @@ def test_training_one_client_leaves_another_bit_identical(
     assert all(torch.equal(weights[k], v) for k, v in adapter_of(shadow).items())
     again = shadow.forward(data, "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
     assert np.array_equal(logprobs, again)
-    assert not np.array_equal(policy.forward(data, "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy(), again)
+    trained = policy.forward(data, "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
+    assert not np.array_equal(trained, again)
 
 
-def test_loss_inputs_in_every_form_give_the_same_loss(trainer: TrainingClient, encode: Callable[[str], list[int]]) -> None:
+def test_loss_inputs_in_every_form_give_the_same_loss(
+    trainer: TrainingClient, encode: Callable[[str], list[int]]
+) -> None:
     seq = encode("1+1=2, 2+2=4")
     targets, weights = seq[1:], [0.0] * 4 + [1.0] * (len(seq) - 5)
     forms = [
-        (types.TensorData.from_numpy(np.array(targets)), types.TensorData.from_numpy(np.array(weights, dtype=np.float32))),
+        (types.TensorData.from_numpy(np.array(targets)), types.TensorData.from_numpy(np.array(weights, np.float32))),
         (torch.tensor(targets), torch.tensor(weights)),
         (np.array(targets), np.array(weights)),
         (targets, weights),
@@ -184,7 +187,7 @@ def test_custom_loss_gradients_match_the_equivalent_builtin(
     data = [sft_datum("The cat sat on the mat."), sft_datum("1+1=2")]
 
     def nll(batch: list[types.Datum], logprobs: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        loss = -sum((lp * d.loss_fn_inputs["weights"].to_torch()).sum() for d, lp in zip(batch, logprobs))
+        loss = -sum((lp * d.loss_fn_inputs["weights"].to_torch()).sum() for d, lp in zip(batch, logprobs, strict=True))
         return loss, {"custom/nll:sum": float(loss.detach())}
 
     out = custom.forward_backward_custom(data, nll).result()
@@ -228,7 +231,9 @@ def test_bad_datums_fail_their_request_only(
 
 
 def test_bad_tokens_and_optimizer_params_are_rejected(trainer: TrainingClient, sft_datum) -> None:
-    out_of_vocab = types.Datum(model_input=types.ModelInput.from_ints([1, 5000]), loss_fn_inputs={"target_tokens": [1, 2]})
+    out_of_vocab = types.Datum(
+        model_input=types.ModelInput.from_ints([1, 5000]), loss_fn_inputs={"target_tokens": [1, 2]}
+    )
     with pytest.raises(LocalBadRequestError, match="model_input has token 5000"):
         trainer.forward([out_of_vocab], "cross_entropy").result()
     with pytest.raises(LocalBadRequestError, match="beta2"):
