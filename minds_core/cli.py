@@ -39,6 +39,12 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the resolved config (secrets redacted) and exit")
 
 
+def _add_log_arguments(parser: argparse.ArgumentParser, log_format: str, level: str) -> None:
+    """Logging options, accepted before or after the command."""
+    parser.add_argument("--log-format", choices=("auto", "console", "json"), default=log_format, help="logs on stderr: console on a terminal, JSON lines otherwise (auto)")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=level)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="minds",
@@ -47,21 +53,22 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    parser.add_argument("--log-format", choices=("auto", "console", "json"), default="auto", help="logs on stderr: console on a terminal, JSON lines otherwise (auto)")
-    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    _add_log_arguments(parser, "auto", "info")
+    shared = argparse.ArgumentParser(add_help=False)
+    _add_log_arguments(shared, argparse.SUPPRESS, argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = commands.add_parser("run", help="train a LoRA adapter on one or more environments")
+    run = commands.add_parser("run", parents=[shared], help="train a LoRA adapter on one or more environments")
     _add_run_arguments(run)
     run.add_argument("--resume", metavar="DIR", help="continue the run in DIR (runs/<name>) at its next step")
 
-    evaluate = commands.add_parser("eval", help="roll out and report reward statistics, no training")
+    evaluate = commands.add_parser("eval", parents=[shared], help="roll out and report reward statistics, no training")
     _add_run_arguments(evaluate)
     evaluate.add_argument("--groups", type=int, default=None, metavar="N", help="groups to roll out (default trainer.groups_per_batch)")
 
-    plugins = commands.add_parser("plugins", help="list installed plugins and what each registers")
+    plugins = commands.add_parser("plugins", parents=[shared], help="list installed plugins and what each registers")
     plugins.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-    envs = commands.add_parser("envs", help="list the environments that can be trained on")
+    envs = commands.add_parser("envs", parents=[shared], help="list the environments that can be trained on")
     envs.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     return parser
 
