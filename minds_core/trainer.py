@@ -294,7 +294,7 @@ class SinkSet:
 def _prepare(
     config: RunConfig, resume_dir: Path | None, plugins: Plugins | None
 ) -> tuple[RunConfig, Plugins, list[EnvHandle], Any, str]:
-    """Everything that can fail on bad input, before any run directory or service exists."""
+    """Everything that can fail on bad input (names, environments, backend credentials), before any run directory exists."""
     plugins = plugins or load_plugins()
     for broken in plugins.broken:
         log.warning("plugin is broken and was skipped", plugin=broken.name, errors=broken.errors)
@@ -313,13 +313,13 @@ def _prepare(
     if config.backend == "auto":
         log.info("backend chosen", backend=backend, reason="API key configured" if backend == "tinker" else "no Tinker API key")
     envs = _load_envs(config, plugins)
-    return config, plugins, envs, factory, backend
+    service = factory(config, Path(config.runs_dir) / config.name)
+    return config, plugins, envs, service, backend
 
 
 async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None) -> dict[str, Any]:
-    config, plugins, envs, factory, backend = _prepare(config, resume_dir, plugins)
+    config, plugins, envs, service, backend = _prepare(config, resume_dir, plugins)
     run = RunDirectory(resume_dir) if resume_dir is not None else RunDirectory.create(config)
-    service = factory(config, run.path)
     session = Session(config, plugins, envs, service)
     last = run.last_checkpoint() if resume_dir is not None else None
     start = last.step + 1 if last else 0
@@ -398,10 +398,9 @@ def train(config: RunConfig, resume_dir: Path | None = None, plugins: Plugins | 
 
 
 async def _evaluate(config: RunConfig, groups: int | None, plugins: Plugins | None) -> dict[str, Any]:
-    config, plugins, envs, factory, _ = _prepare(config, None, plugins)
     if groups:
         config = attrs.evolve(config, trainer=attrs.evolve(config.trainer, groups_per_batch=groups))
-    service = factory(config, Path(config.runs_dir))
+    config, plugins, envs, service, _ = _prepare(config, None, plugins)
     session = Session(config, plugins, envs, service)
     await session.start(config.trainer.resume_from or None, with_optimizer=False)
     batch = await session.collect(0, await session.policy(0))

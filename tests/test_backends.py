@@ -1,0 +1,53 @@
+"""Backend choice and the hosted-Tinker backend's errors (the service itself is unreachable here)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from minds_core.backends import choose_backend
+from minds_core.backends.tinker import create_tinker_service, resolve_api_key
+from minds_core.config import load_config
+from minds_core.errors import UsageError
+
+
+def test_auto_picks_tinker_only_when_a_key_is_configured(monkeypatch):
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    assert choose_backend(load_config(None, ["env.id=x"])) == "local"
+    monkeypatch.setenv("TINKER_API_KEY", "tml-abc")
+    assert choose_backend(load_config(None, ["env.id=x"])) == "tinker"
+    assert choose_backend(load_config(None, ["env.id=x", "backend=local"])) == "local"
+
+
+def test_key_comes_from_the_config_or_the_named_variable(monkeypatch):
+    monkeypatch.setenv("MY_TINKER", "tml-from-env")
+    assert resolve_api_key(load_config(None, ["tinker.api_key_env=MY_TINKER"]).tinker) == "tml-from-env"
+    assert resolve_api_key(load_config(None, ["tinker.api_key=tml-inline"]).tinker) == "tml-inline"
+
+
+def test_missing_key_is_a_clear_usage_error(monkeypatch):
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    with pytest.raises(UsageError, match="export TINKER_API_KEY"):
+        create_tinker_service(load_config(None, ["env.id=x", "backend=tinker"]), None)
+
+
+def test_tinker_backend_without_key_fails_before_any_work(run_minds, tmp_path):
+    result = run_minds(["run", "--env", "toy_char_share", "--backend", "tinker"], plugins=["toy_plugin"])
+    assert result.returncode == 2
+    assert "needs an API key" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_missing_tinker_package_is_a_clear_error(tmp_path):
+    code = (
+        "import sys; sys.modules['tinker'] = None\n"
+        "from minds_core.backends.tinker import create_tinker_service\n"
+        "from minds_core.config import load_config\n"
+        "from minds_core.errors import UsageError\n"
+        "try:\n    create_tinker_service(load_config(None, ['tinker.api_key=tml-secret-value']), None)\n"
+        "except UsageError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "pip install tinker" in out and "tml-secret-value" not in out
