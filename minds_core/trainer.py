@@ -320,6 +320,7 @@ def _prepare(
 async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None) -> dict[str, Any]:
     config, plugins, envs, service, backend = _prepare(config, resume_dir, plugins)
     run = RunDirectory(resume_dir) if resume_dir is not None else RunDirectory.create(config)
+    sinks = SinkSet(config, plugins, run.path)
     session = Session(config, plugins, envs, service)
     last = run.last_checkpoint() if resume_dir is not None else None
     start = last.step + 1 if last else 0
@@ -328,7 +329,6 @@ async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | 
         log.info("resuming", run=str(run.path), step=start, checkpoint=last.state_path if last else None)
     state = last.state_path if last else (config.trainer.resume_from or None)
     await session.start(state, with_optimizer=last is not None)
-    sinks = SinkSet(config, plugins, run.path)
     log.info("training", run=str(run.path), backend=backend, envs=[h.name for h in envs], steps=config.trainer.steps, start=start)
     summary = await _loop(session, run, sinks, start)
     sinks.close(summary)

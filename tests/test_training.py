@@ -10,6 +10,7 @@ import pytest
 
 from minds_core import logs, trainer
 from minds_core.config import load_config
+from minds_core.errors import UsageError
 from minds_core.plugins import load_plugins
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
@@ -125,3 +126,15 @@ def test_eval_reports_rewards_without_training(plugins, tmp_path):
     assert record["groups/total"] == 2 and record["rollouts/total"] == 16
     assert 0 <= record["reward/mean"] < 0.05
     assert not list(tmp_path.rglob("metrics.jsonl"))
+
+
+def test_a_failing_sink_is_disabled_and_training_goes_on(plugins, tmp_path, capsys):
+    rows = _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=3", "metrics.sinks=[jsonl, toy_exploding]")
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert "disk on fire" in capsys.readouterr().err
+
+
+def test_wandb_sink_without_project_is_a_usage_error(plugins, tmp_path):
+    config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}", "metrics.sinks=[jsonl, wandb]"])
+    with pytest.raises(UsageError, match="wandb_project"):
+        trainer.train(config, plugins=plugins)

@@ -66,16 +66,26 @@ class BaseModelRegistry:
 def _load(name: str) -> BaseModel:
     source = _locate(name)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+        try:
+            tokenizer, model = _from_pretrained(source, local_files_only=True)
+        except OSError:
+            if os.path.isdir(source):
+                raise
+            tokenizer, model = _from_pretrained(source, local_files_only=False)  # not cached: ask the hub
     except (OSError, ValueError) as exc:
         raise LocalNotFoundError(
-            f"Cannot load base model {name!r}: it is not {DEFAULT_BASE_MODEL!r}, not a model "
-            f"directory, and not loadable from the Hugging Face hub or its cache ({exc})"
+            f"Cannot load base model {name!r}: it is not {DEFAULT_BASE_MODEL!r}, not a model directory, "
+            f"and not loadable from the Hugging Face hub or its cache ({exc})"
         ) from exc
     model.requires_grad_(False)
     model.eval()
     return BaseModel(name=name, model=model, tokenizer=tokenizer)
+
+
+def _from_pretrained(source: str, *, local_files_only: bool) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_files_only)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=local_files_only)
+    return tokenizer, model
 
 
 def _locate(name: str) -> str:

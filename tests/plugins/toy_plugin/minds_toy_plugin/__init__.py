@@ -84,6 +84,26 @@ def minds_register_environments(register):
     register("toy_two_turn", TwoTurnEnvironment, "a two-turn episode with a tool reply")
 
 
+class ExplodingSink:
+    """A metric sink that fails on its second record."""
+
+    def __init__(self) -> None:
+        self.records = 0
+
+    def write(self, record: dict) -> None:
+        self.records += 1
+        if self.records == 2:
+            raise OSError("disk on fire")
+
+    def close(self, summary: dict) -> None:
+        """Nothing to release."""
+
+
+@hookimpl
+def minds_register_metric_sinks(register):
+    register("toy_exploding", lambda run_dir, config: ExplodingSink(), "fails on its second record")
+
+
 @hookimpl
 def minds_register_reward_functions(register):
     register("toy.share", share_of_target, "share of the letter a")
