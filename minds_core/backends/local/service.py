@@ -36,12 +36,14 @@ class ServiceClient:
     go under ``checkpoint_root`` (a fresh temporary directory, removed on
     ``close()``, when None); another ``ServiceClient`` on the same root, in any
     process, resolves their ``tinker://`` paths. Base models are loaded once per
-    service and shared, frozen, by all its clients.
+    service and shared, frozen, by all its clients. Arguments of the hosted SDK
+    with no local meaning (``user_metadata``, ``weights_access_token``,
+    ``retry_config``, ...) are accepted and ignored.
     """
 
     def __init__(self, checkpoint_root: str | os.PathLike[str] | None = None) -> None:
         _limit_torch_threads()
-        self._temporary_root = checkpoint_root is None
+        self._temporary_root = not checkpoint_root
         self.checkpoint_root = Path(checkpoint_root or tempfile.mkdtemp(prefix="minds-local-"))
         self._runtime = Runtime(self.checkpoint_root)
         self._closed = False
@@ -64,8 +66,7 @@ class ServiceClient:
         lora_seed = seed if seed is not None else secrets.randbits(63)
 
         def build() -> LoraTrainer:
-            if optimizer is not None and optimizer.type != "adamw":
-                raise LocalBadRequestError(f"The local backend trains with AdamW only, not {optimizer.type!r}")
+            _check_optimizer(optimizer)
             return LoraTrainer(self._runtime.models.get(base_model), spec, lora_seed)
 
         return TrainingClient(self._runtime, _new_run_id())._start(build)
@@ -79,7 +80,7 @@ class ServiceClient:
         optimizer: types.OptimizerConfig | None = None,
     ) -> APIFuture[TrainingClient]:
         """A new run starting from the adapter weights at ``path`` (fresh optimizer state)."""
-        return self._from_state(path, base_model, with_optimizer=False)
+        return self._from_state(path, base_model, with_optimizer=False, optimizer=optimizer)
 
     def create_training_client_from_state_with_optimizer(
         self,
@@ -133,10 +134,18 @@ class ServiceClient:
     ) -> None:
         self.close("success" if exc_type is None else "errored").result()
 
-    def _from_state(self, path: str, base_model: str | None, *, with_optimizer: bool) -> APIFuture[TrainingClient]:
+    def _from_state(
+        self,
+        path: str,
+        base_model: str | None,
+        *,
+        with_optimizer: bool,
+        optimizer: types.OptimizerConfig | None = None,
+    ) -> APIFuture[TrainingClient]:
         self._check_open()
 
         def build() -> LoraTrainer:
+            _check_optimizer(optimizer)
             checkpoint = self._runtime.store.load(path, with_optimizer=with_optimizer)
             base = self._runtime.models.get(base_model or checkpoint.base_model)
             trainer = LoraTrainer(base, checkpoint.lora, seed=0)
@@ -153,6 +162,11 @@ class ServiceClient:
 def create_service_client(checkpoint_root: str | os.PathLike[str] | None) -> ServiceClient:
     """A local ``ServiceClient`` keeping checkpoints under ``checkpoint_root``."""
     return ServiceClient(checkpoint_root)
+
+
+def _check_optimizer(optimizer: types.OptimizerConfig | None) -> None:
+    if optimizer is not None and optimizer.type != "adamw":
+        raise LocalBadRequestError(f"The local backend trains with AdamW only, not {optimizer.type!r}")
 
 
 def _new_run_id() -> str:
