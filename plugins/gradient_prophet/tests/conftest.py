@@ -35,31 +35,33 @@ class Policy:
 
         tok = self.ctx.tokenizer
         data = [scoring_datum(tok.encode(p), tok.encode(c, add_special_tokens=False)) for p, c in texts]
+        await self.train(data, learning_rate, steps)
+
+    async def train(self, data: Sequence[Any], learning_rate: float, steps: int = 1) -> None:
+        """Cross-entropy steps of the policy on ``data``."""
         for _ in range(steps):
-            await self.training.forward_backward(data, "cross_entropy")
+            await self.training.forward_backward(list(data), "cross_entropy")
             await self.training.optim_step(_adam(learning_rate))
+
+    async def manual_one_step_delta(self, checkpoint: str, example: Any, probe: Any, learning_rate: float) -> float:
+        """Δ computed step by step on a fresh client from ``checkpoint``, independently of ShadowTrainer."""
+        client = await self.service.create_training_client_from_state(checkpoint)
+
+        async def score() -> float:
+            out = await client.forward([probe], "cross_entropy")
+            logprobs = out.loss_fn_outputs[0]["logprobs"].to_numpy()
+            return float((logprobs * probe.loss_fn_inputs["weights"].to_numpy()).sum())
+
+        before = await score()
+        await client.forward_backward([example], "cross_entropy")
+        await client.optim_step(_adam(learning_rate))
+        return await score() - before
 
 
 def _adam(learning_rate: float) -> Any:
     from tinker import types
 
     return types.AdamParams(learning_rate=learning_rate)
-
-
-async def manual_one_step_delta(service: Any, checkpoint: str, example: Any, probe: Any, learning_rate: float) -> float:
-    """Δ computed step by step on a fresh client from ``checkpoint``, independently of ShadowTrainer."""
-    client = await service.create_training_client_from_state(checkpoint)
-
-    async def score() -> float:
-        out = await client.forward([probe], "cross_entropy")
-        logprobs = out.loss_fn_outputs[0]["logprobs"].to_numpy()
-        weights = probe.loss_fn_inputs["weights"].to_numpy()
-        return float((logprobs * weights).sum())
-
-    before = await score()
-    await client.forward_backward([example], "cross_entropy")
-    await client.optim_step(_adam(learning_rate))
-    return await score() - before
 
 
 @pytest.fixture

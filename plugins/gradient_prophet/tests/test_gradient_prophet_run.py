@@ -1,0 +1,103 @@
+"""`minds run` trains each environment of the plugin for a few steps on the local backend."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from minds_core import hookimpl
+from minds_core.cli import main
+from minds_core.config import load_config
+from minds_core.plugins import load_plugins
+from minds_core.trainer import train
+from minds_gradient_prophet.intuition import GradientIntuitionEnvironment, GradientIntuitionEpisode, load_gradient_intuition
+
+pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
+
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+SMALL = [
+    "--set", "trainer.group_size=2",
+    "--set", "trainer.groups_per_batch=2",
+    "--set", "sampling.max_tokens=16",
+    "--set", 'metrics.sinks=["jsonl"]',
+]  # fmt: skip
+
+
+def _run(tmp_path: Path, name: str, *extra: str) -> list[dict]:
+    code = main(["run", str(CONFIGS / f"{name}.toml"), "--steps", "2", "--name", name, "--set", f"runs_dir={tmp_path}", *SMALL, *extra])
+    assert code == 0
+    steps = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [0, 1]
+    assert all(s["rollouts/failed"] == 0 for s in steps)
+    return steps
+
+
+def test_gradient_prophet_trains_and_measures_every_probe(tmp_path):
+    steps = _run(tmp_path, "gradient_prophet", "--set", 'env.args.kinds=["in_context"]')
+    for step in steps:
+        # four probes per set, each measured with the sampler of the step's policy
+        assert step["env/gradient_prophet/gradient_prophet/probes_measured"] == 4.0
+        assert step["env/gradient_prophet/gradient_prophet/probes_failed"] == 0.0
+        assert 0 < step["env/gradient_prophet/reward/gradient_prophet.in_context"] <= 1
+
+
+def test_entropy_intuition_trains(tmp_path):
+    steps = _run(tmp_path, "entropy_intuition")
+    assert all("env/entropy_intuition/entropy_intuition/no_prediction" in s for s in steps)
+
+
+REPLY = "PREDICTION: 0.05\nANSWER: 12, 7, 300, 45, 9"
+
+
+class ScriptedEpisode(GradientIntuitionEpisode):
+    """Scores a fixed well-formed reply in place of the model's (the untrained tiny model never writes the format)."""
+
+    async def step(self, action: str):
+        return await super().step(REPLY)
+
+
+class ScriptedIntuition(GradientIntuitionEnvironment):
+    """gradient_intuition with scripted replies, so that a run measures real shadow steps."""
+
+    def episode(self, task, ctx):
+        return ScriptedEpisode(self, task, ctx)
+
+
+class ScriptedPlugin:
+    @hookimpl
+    def minds_register_environments(self, register):
+        def load(**args):
+            env = load_gradient_intuition(**args)
+            return ScriptedIntuition(env.inner, env.rubric.weights[0], env.shadow.learning_rate, env.seed)
+
+        register("scripted_intuition", load, "gradient_intuition with a fixed reply (tests)")
+
+
+def test_gradient_intuition_measures_shadow_steps_from_the_trainers_checkpoints(tmp_path):
+    config = load_config(
+        CONFIGS / "gradient_intuition.toml",
+        [
+            "env.id=scripted_intuition", f"runs_dir={tmp_path}", "name=gi", "trainer.steps=2",
+            "env.args.inner_args={num_examples: 8}", "trainer.group_size=2", "trainer.groups_per_batch=2",
+            "sampling.max_tokens=8", 'metrics.sinks=["jsonl"]',
+        ],
+    )  # fmt: skip
+    train(config, plugins=load_plugins(extra=[("scripted", ScriptedPlugin())]))
+    run = tmp_path / "gi"
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(steps) == 2
+    for step in steps:
+        assert step["rollouts/failed"] == 0
+        assert step["env/scripted_intuition/gradient_intuition/true_delta"] != 0.0
+        # reward = R_inner + alpha * closeness, rollout by rollout, hence also on the step's means
+        inner = step["env/scripted_intuition/gradient_intuition/inner_reward"]
+        closeness = step["env/scripted_intuition/reward/gradient_intuition.prediction"]
+        assert 0 < closeness <= 1
+        assert step["env/scripted_intuition/reward_mean"] == pytest.approx(inner + 0.35 * closeness, abs=1e-6)
+    # The same reply measured on the same policy checkpoint: every rollout of a group gets the same reward.
+    for group in map(json.loads, (run / "rollouts.jsonl").read_text().splitlines()):
+        first, *rest = [r["reward"] for r in group["rollouts"]]
+        assert rest == [pytest.approx(first, abs=1e-6)] * len(rest)
+    assert sorted(p.name for p in (tmp_path / "_checkpoints").rglob("policy-v*")) == [
+        "policy-v000000", "policy-v000001", "policy-v000002"
+    ]  # the states the trainer saved for the shadows, one per policy version
