@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -11,6 +11,7 @@ import attrs
 from minds_core.envs import Context, Message, Rubric, StepResult, Task, as_reward, maybe_await, prompt_messages
 from minds_core.config import EnvConfig
 from minds_core.envs.loading import load_environment
+from minds_core.envs.rubric import INVALID_PARTS_METRIC
 from minds_core.errors import ConfigError
 from minds_core.plugins import load_plugins
 
@@ -18,7 +19,7 @@ from minds_gradient_prophet.args import is_finite_number, is_int, require
 from minds_gradient_prophet.lessons import QA
 from minds_gradient_prophet.parsing import header_number, header_text
 from minds_gradient_prophet.policy_scores import encode_context, encode_continuation
-from minds_gradient_prophet.reporting import report
+from minds_gradient_prophet.reporting import report, reported
 from minds_gradient_prophet.scoring import linear_closeness
 from minds_gradient_prophet.shadow import ShadowTrainer, scoring_datum
 from minds_gradient_prophet.trivia import TRIVIA
@@ -88,12 +89,15 @@ async def prediction_reward(completion: str, state: dict[str, Any], ctx: Context
     return linear_closeness(delta, prediction)
 
 
-def _inner_reward(result: Any) -> float | None:
-    """The reward of the inner episode's one step; it must finish the episode."""
-    done = result.get("done", True) if isinstance(result, dict) else getattr(result, "done", True)
-    if not done:
+def _inner_outcome(result: Any) -> tuple[float | None, dict[str, Any]]:
+    """The reward and metrics of the inner episode's one step (a StepResult or a mapping); it must finish."""
+
+    def field(name: str, default: Any) -> Any:
+        return result.get(name, default) if isinstance(result, Mapping) else getattr(result, name, default)
+
+    if not field("done", True):
         raise ValueError("gradient_intuition wraps single-turn environments; the inner episode did not finish")
-    return as_reward(result.get("reward") if isinstance(result, dict) else getattr(result, "reward", None))
+    return as_reward(field("reward", None)), dict(field("metrics", None) or {})
 
 
 class GradientIntuitionEpisode:
@@ -114,8 +118,7 @@ class GradientIntuitionEpisode:
         answer = header_text(action, "ANSWER", to_end=True)
         if answer is None:
             return StepResult(reward=0.0, done=True, metrics={"gradient_intuition/no_answer": 1.0})
-        inner = await maybe_await(self.inner.step(answer))
-        inner_reward = _inner_reward(inner)
+        inner_reward, inner_metrics = _inner_outcome(await maybe_await(self.inner.step(answer)))
         if inner_reward is None:
             return StepResult(reward=None, done=True, metrics={"gradient_intuition/inner_reward_invalid": 1.0})
         self.state[_PENDING] = PendingMeasurement(self.env.shadow, self.inner_prompt, answer, self.probe)
@@ -131,14 +134,15 @@ class GradientIntuitionEpisode:
                 "messages": [*self.inner_prompt, {"role": "assistant", "content": action}],
             }
         )
-        inner_metrics = getattr(inner, "metrics", None) or {}
         metrics = {
             "gradient_intuition/no_answer": 0.0,
             "gradient_intuition/inner_reward": inner_reward,
             **{f"inner/{k}": float(v) for k, v in inner_metrics.items()},
             **{f"reward/{k}": v for k, v in score.parts.items()},
-            **self.state.get("metrics", {}),
+            **reported(self.state),
         }
+        if score.invalid:
+            metrics[INVALID_PARTS_METRIC] = float(len(score.invalid))
         return StepResult(reward=inner_reward + score.total, done=True, metrics=metrics)
 
 

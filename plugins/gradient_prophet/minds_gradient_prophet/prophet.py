@@ -38,40 +38,42 @@ SYSTEM_PROMPT = (
 DEFAULT_TOPK = 20
 
 
+def _lesson_text(lesson: QA) -> str:
+    return f"Lesson: {lesson.question}\nLesson Answer: {lesson.answer}\n\n"
+
+
 def lesson_context(lesson: QA, probe: QA) -> str:
     """The probe after the lesson."""
-    return f"Lesson: {lesson.question}\nLesson Answer: {lesson.answer}\n\n{probe.context}"
+    return _lesson_text(lesson) + probe.context
 
 
-def _probe_list(probes: Sequence[QA]) -> str:
-    return "\n".join(f"{i}. {p.question} -> {p.answer}" for i, p in enumerate(probes, 1))
+def _setting(lessons: LessonSet, probes_title: str) -> str:
+    probes = "\n".join(f"{i}. {p.question} -> {p.answer}" for i, p in enumerate(lessons.probes, 1))
+    return (
+        "Suppose this lesson were written just before each probe question:\n\n"
+        f"{_lesson_text(lessons.lesson)}{probes_title}:\n{probes}\n\n"
+    )
 
 
 def in_context_prompt(lessons: LessonSet) -> str:
     """Ask for the change in log-probability of every probe's answer."""
-    n = len(lessons.probes)
     return (
-        "Suppose this lesson were written just before each probe question:\n\n"
-        f"Lesson: {lessons.lesson.question}\nLesson Answer: {lessons.lesson.answer}\n\n"
-        f"Probes (question -> the answer whose likelihood is measured):\n{_probe_list(lessons.probes)}\n\n"
-        "For every probe, estimate how much the lesson changes the natural-log probability you "
+        _setting(lessons, "Probes (question -> the answer whose likelihood is measured)")
+        + "For every probe, estimate how much the lesson changes the natural-log probability you "
         "give that answer, summed over its tokens: log P(answer | lesson, question) minus "
         "log P(answer | question). Positive means the lesson makes the answer more likely. "
-        f"Finish with a JSON array of {n} numbers in probe order."
+        f"Finish with a JSON array of {len(lessons.probes)} numbers in probe order."
     )
 
 
 def surprise_prompt(lessons: LessonSet) -> str:
     """Ask for the probes ranked by how much the lesson reshapes the first answer token."""
-    n = len(lessons.probes)
     return (
-        "Suppose this lesson were written just before each probe question:\n\n"
-        f"Lesson: {lessons.lesson.question}\nLesson Answer: {lessons.lesson.answer}\n\n"
-        f"Probes:\n{_probe_list(lessons.probes)}\n\n"
-        "Rank the probes by how strongly the lesson reshapes your expectation of the first "
+        _setting(lessons, "Probes")
+        + "Rank the probes by how strongly the lesson reshapes your expectation of the first "
         "token of the answer (the KL divergence between your next-token distributions with and "
-        f"without the lesson). Finish with a JSON array of the probe numbers 1 to {n}, the most "
-        "reshaped first."
+        "without the lesson). Finish with a JSON array of the probe numbers "
+        f"1 to {len(lessons.probes)}, the most reshaped first."
     )
 
 

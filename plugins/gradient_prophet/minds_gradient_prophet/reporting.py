@@ -19,12 +19,17 @@ def report(state: dict[str, Any], name: str, value: float) -> None:
     metrics[name] = metrics.get(name, 0.0) + float(value)
 
 
+def reported(state: dict[str, Any]) -> dict[str, float]:
+    """The metrics reward functions reported into ``state``."""
+    return dict(state.get(_METRICS, {}))
+
+
 class ReportingEpisode(SingleTurnEpisode):
     """A single-turn episode that adds the metrics its reward functions reported."""
 
     async def step(self, action: str) -> StepResult:
         result = await super().step(action)
-        result.metrics.update(self.state.get(_METRICS, {}))
+        result.metrics.update(reported(self.state))
         return result
 
 

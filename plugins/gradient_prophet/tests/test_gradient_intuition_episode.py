@@ -133,3 +133,42 @@ def test_loader_wraps_a_registered_environment_by_name():
 def test_bad_arguments_are_named(args, message):
     with pytest.raises(ConfigError, match=message):
         load_gradient_intuition(**args)
+
+
+class TwoTurnEpisode:
+    """An inner episode that wants a second turn (or returns a non-number): not wrappable."""
+
+    def __init__(self, result) -> None:
+        self.result = result
+
+    def initial_observation(self) -> str:
+        return "Say anything."
+
+    def step(self, action: str):
+        return self.result
+
+
+class TwoTurnEnv:
+    def __init__(self, result) -> None:
+        self.result = result
+
+    def tasks(self, split: str) -> list[Task]:
+        return [Task(prompt="Say anything.", id="any")]
+
+    def episode(self, task: Task, ctx) -> TwoTurnEpisode:
+        return TwoTurnEpisode(self.result)
+
+
+async def test_inner_episodes_must_finish_and_score_in_one_step():
+    unfinished = GradientIntuitionEnvironment(TwoTurnEnv({"reward": 1.0, "done": False}), ALPHA, LR, seed=0)
+    (task,) = unfinished.tasks("train")
+    episode = unfinished.episode(task, None)
+    assert (await episode.initial_observation())[0]["content"].startswith("Say anything.")
+    with pytest.raises(ValueError, match="wraps single-turn environments"):
+        await episode.step("PREDICTION: 0\nANSWER: hi")
+
+    not_a_number = GradientIntuitionEnvironment(TwoTurnEnv({"reward": "high"}), ALPHA, LR, seed=0)
+    episode = not_a_number.episode(task, None)
+    await episode.initial_observation()
+    result = await episode.step("PREDICTION: 0\nANSWER: hi")
+    assert result.reward is None and result.metrics == {"gradient_intuition/inner_reward_invalid": 1.0}

@@ -42,7 +42,8 @@ def test_lesson_sets_and_trivia_are_well_formed():
     assert len({s.id for s in LESSON_SETS}) == len(LESSON_SETS)
     for lessons in LESSON_SETS:
         assert len(lessons.probes) >= 4, lessons.id
-        texts = [lessons.lesson.question, lessons.lesson.answer, *(t for p in lessons.probes for t in (p.question, p.answer))]
+        pairs = [lessons.lesson, *lessons.probes]
+        texts = [text for qa in pairs for text in (qa.question, qa.answer)]
         assert all(t.strip() == t and t for t in texts), lessons.id
     assert len(set(TRIVIA)) == len(TRIVIA) >= 20
 

@@ -10,7 +10,11 @@ from minds_core.cli import main
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
 from minds_core.trainer import train
-from minds_gradient_prophet.intuition import GradientIntuitionEnvironment, GradientIntuitionEpisode, load_gradient_intuition
+from minds_gradient_prophet.intuition import (
+    GradientIntuitionEnvironment,
+    GradientIntuitionEpisode,
+    load_gradient_intuition,
+)
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
@@ -24,7 +28,8 @@ SMALL = [
 
 
 def _run(tmp_path: Path, name: str, *extra: str) -> list[dict]:
-    code = main(["run", str(CONFIGS / f"{name}.toml"), "--steps", "2", "--name", name, "--set", f"runs_dir={tmp_path}", *SMALL, *extra])
+    config = str(CONFIGS / f"{name}.toml")
+    code = main(["run", config, "--steps", "2", "--name", name, "--set", f"runs_dir={tmp_path}", *SMALL, *extra])
     assert code == 0
     steps = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [0, 1]
