@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import yaml
+
+from minds_core.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TINY = ["--backend", "local", "--set", "trainer.group_size=3", "--set", "sampling.max_tokens=12"]
 
@@ -62,7 +68,6 @@ def test_async_module_environment_trains_two_turns(train: Train) -> None:
     assert all(m["tokens/turns"] == 2 * 6 for m in metrics)
     for group in rollouts:
         assert group["prompt"][0]["content"].startswith("What is ")
-        assert group["prompt"][1] == {"role": "user", "content": "Are you sure? Answer again."}
         assert all(len(r["completion"]) == 2 for r in group["rollouts"])
 
 
@@ -88,3 +93,12 @@ def test_model_aware_environment_builds_with_each_policy(train: Train) -> None:
     _check(metrics, rollouts)
     assert len(module.BUILT_WITH) == 2 and module.BUILT_WITH[0] is not module.BUILT_WITH[1]
     assert all(r["reward"] < 0 for g in rollouts for r in g["rollouts"])
+
+
+def test_example_config_runs_from_the_repository_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(ROOT)
+    args = ["run", "configs/loose_example.toml", "--steps", "2", "--name", "example"]
+    sets = [f"runs_dir={tmp_path}", "trainer.groups_per_batch=1", 'metrics.sinks=["jsonl"]']
+    assert main([*args, *(a for s in sets for a in ("--set", s))]) == 0
+    metrics = [json.loads(line) for line in (tmp_path / "example" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1] and all(m["rollouts/total"] == 4 for m in metrics)

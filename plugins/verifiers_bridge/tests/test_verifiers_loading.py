@@ -1,0 +1,67 @@
+"""Loading verifiers environments: the installed entry point, tasks per split, and clear refusals."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from minds_core.errors import ConfigError, UsageError
+from minds_verifiers import load_environment
+
+
+def test_the_installed_distribution_registers_verifiers_without_importing_it() -> None:
+    script = (
+        "import importlib.metadata as md, sys\n"
+        "(ep,) = [e for e in md.entry_points(group='minds') if e.name == 'verifiers']\n"
+        "assert (ep.value, ep.dist.name) == ('minds_verifiers', 'minds-plugin-verifiers'), ep\n"
+        "from minds_core.plugins import load_plugins\n"
+        "entry = load_plugins().registry.get('environments', 'verifiers')\n"
+        "assert entry.obj is ep.load().load_environment\n"
+        "assert 'verifiers' not in sys.modules, 'minds_verifiers imported verifiers at import time'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_tasks_come_from_the_train_and_eval_datasets(vf_environments: Path) -> None:
+    env = load_environment("minds_vf_capitals", {"num_rows": 4})
+    train, evaluation = env.tasks("train"), env.tasks("eval")
+    assert [t.id for t in train] == ["train-0", "train-1", "train-2", "train-3"]
+    assert [t.answer for t in evaluation] == ["Paris", "Tokyo"]
+    assert train[2].prompt[-1] == {"role": "user", "content": "What is the capital of Peru?"}
+    with pytest.raises(ConfigError, match="has the splits train, eval, not 'test'"):
+        env.tasks("test")
+
+
+@pytest.mark.parametrize(
+    ("env_id", "expected"),
+    [
+        ("minds_vf_missing", "cannot import it"),
+        ("minds_vf_group_scored", "group-level reward functions"),
+        ("minds_vf_not_classic", "returned a GymLike"),
+    ],
+)
+def test_unusable_environments_are_refused(vf_environments: Path, env_id: str, expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected) as raised:
+        load_environment(env_id)
+    assert repr(env_id) in str(raised.value)
+
+
+def test_loading_off_the_main_thread_is_refused(vf_environments: Path) -> None:
+    errors: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            load_environment("minds_vf_capitals")
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            errors.append(exc)
+
+    worker = threading.Thread(target=load)
+    worker.start()
+    worker.join()
+    assert len(errors) == 1 and isinstance(errors[0], UsageError)
+    assert "main thread" in str(errors[0])
