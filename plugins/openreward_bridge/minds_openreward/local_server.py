@@ -1,0 +1,42 @@
+"""Serve ORS environments in-process (uvicorn in a thread, 127.0.0.1, a free port): for tests and local work.
+
+    with serve([MyEnv]) as url:
+        ...  # [env.args] base_url = url, name = "myenv"
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+_START_TIMEOUT = 20.0
+
+
+@contextmanager
+def serve(environments: Sequence[type], wrap: Callable[[Any], Any] | None = None) -> Iterator[str]:
+    """Run ``openreward.environments.Server(environments)`` until the block ends; yields its base URL.
+
+    ``wrap`` may put ASGI middleware around the server's app.
+    """
+    import uvicorn
+    from openreward.environments import Server
+
+    app = Server(list(environments)).app
+    config = uvicorn.Config(wrap(app) if wrap else app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="ors-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + _START_TIMEOUT
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the ORS server did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=_START_TIMEOUT)

@@ -1,0 +1,129 @@
+"""Tool-call parsing, reward reduction, args validation and the adaptive session limiter."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from minds_core.errors import ConfigError
+from minds_openreward.capacity import AdaptiveLimiter
+from minds_openreward.rewards import rollout_reward
+from minds_openreward.settings import parse_settings, resolve_secrets
+from minds_openreward.toolcalls import Malformed, ToolCall, parse_tool_calls, reasoning, without_reasoning
+
+
+def test_parses_calls_in_order_with_problems_in_place() -> None:
+    text = (
+        'first <tool_call>{"name": "add", "arguments": {"value": 2}}</tool_call> then '
+        '<tool_call>{"name": "peek"}</tool_call><tool_call>{oops}</tool_call>'
+        '<tool_call>{"name": "add", "arguments": "{\\"value\\": 5}"}</tool_call>'
+    )
+    calls = parse_tool_calls(text)
+    assert calls[:2] == [ToolCall("add", {"value": 2}), ToolCall("peek", {})]
+    assert isinstance(calls[2], Malformed) and "not valid JSON" in calls[2].problem
+    assert calls[3] == ToolCall("add", {"value": 5})
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ("[1, 2]", "expected a JSON object"),
+        ('{"arguments": {}}', 'missing "name"'),
+        ('{"name": "add", "arguments": [1]}', '"arguments" must be a JSON object'),
+        ('{"name": "add", "arguments": "nope"}', "is a string that is not a JSON object"),
+        ('{"name": "add", "args": {}}', "unexpected keys ['args']"),
+    ],
+)
+def test_malformed_calls_say_what_is_wrong(body: str, problem: str) -> None:
+    (call,) = parse_tool_calls(f"<tool_call>{body}</tool_call>")
+    assert isinstance(call, Malformed)
+    assert problem in call.problem
+
+
+def test_unclosed_call_is_read_to_the_end_and_reasoning_is_ignored() -> None:
+    assert parse_tool_calls('<tool_call>{"name": "peek", "arguments": {}}') == [ToolCall("peek", {})]
+    text = '<think>maybe <tool_call>{"name": "explode"}</tool_call></think>no calls here'
+    assert parse_tool_calls(text) == []
+    assert without_reasoning(text) == "no calls here"
+    assert "maybe" in reasoning(text)
+    assert parse_tool_calls("plain words") == []
+
+
+@pytest.mark.parametrize(
+    ("reduction", "rewards", "finished", "extra", "expected"),
+    [
+        ("sum", [1.0, 2.0, 0.5], True, {}, 3.5),
+        ("mean", [1.0, 2.0, 0.0], True, {}, 1.0),
+        ("max", [1.0, 2.0, 0.5], True, {}, 2.0),
+        ("min", [1.0, 2.0, 0.5], True, {}, 0.5),
+        ("sum", [1.0], False, {"nonterminal_reward": -2.0}, -1.0),
+        ("min", [1.0], False, {"nonterminal_reward": -2.0}, -2.0),
+        ("sum", [1.0], True, {"nonterminal_reward": -2.0}, 1.0),
+        ("sum", [], False, {"nonterminal_reward": -0.5}, -0.5),
+        ("sum", [3.0, 3.0], True, {"max_reward": 4.0}, 4.0),
+        ("min", [-3.0], True, {"min_reward": -1.0}, -1.0),
+    ],
+)
+def test_reward_reduction(reduction: str, rewards: list[float], finished: bool, extra: dict, expected: float) -> None:
+    settings = parse_settings({"name": "Org/Env", "reward_reduction": reduction, **extra})
+    assert rollout_reward(rewards, finished, settings) == pytest.approx(expected)
+
+
+def test_no_reward_at_all_is_none() -> None:
+    settings = parse_settings({"name": "Org/Env"})
+    assert rollout_reward([], False, settings) is None
+    assert rollout_reward([], True, settings) is None
+
+
+def test_settings_report_every_problem_at_once() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings({"name": "NoOrg", "reward_reduction": "median", "num_rolouts": 3, "min_reward": 2, "max_reward": 1})
+    message = str(info.value)
+    assert "num_rolouts: unknown key" in message
+    with pytest.raises(ConfigError) as info:
+        parse_settings({"name": "NoOrg", "reward_reduction": "median", "min_reward": 2, "max_reward": 1})
+    message = str(info.value)
+    for part in ("'Org/Name'", "reward_reduction = 'median'", "min_reward = 2.0 is above max_reward = 1.0"):
+        assert part in message
+    with pytest.raises(ConfigError, match="expected an integer"):
+        parse_settings({"name": "Org/Env", "max_sessions": "many"})
+    with pytest.raises(ConfigError, match="num_samples = 0"):
+        parse_settings({"name": "Org/Env", "splits": {"train": {"num_samples": 0}}})
+
+
+def test_secrets_from_names_and_references(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JUDGE_KEY", "judge-value")
+    settings = parse_settings({"name": "Org/Env", "secrets": ["JUDGE_KEY"]})
+    assert resolve_secrets(settings.secrets) == {"JUDGE_KEY": "judge-value"}
+    settings = parse_settings({"name": "Org/Env", "secrets": {"OPENAI_API_KEY": "${JUDGE_KEY}", "plain": "literal"}})
+    assert resolve_secrets(settings.secrets) == {"OPENAI_API_KEY": "judge-value", "plain": "literal"}
+    monkeypatch.delenv("JUDGE_KEY")
+    with pytest.raises(ConfigError, match="JUDGE_KEY is not set"):
+        resolve_secrets(settings.secrets)
+
+
+async def test_limiter_lowers_on_refusal_and_probes_back_up() -> None:
+    limiter = AdaptiveLimiter(ceiling=4)
+    for _ in range(3):
+        await limiter.acquire()
+    limiter.refused()  # the server refused a 4th session while 3 were open
+    assert limiter.limit == 3
+    waiter = asyncio.ensure_future(limiter.acquire())
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    await limiter.release()
+    await asyncio.wait_for(waiter, 1)
+    assert limiter.in_flight == 3 and limiter.max_in_flight == 3
+    for _ in range(3):
+        limiter.opened()
+    assert limiter.limit == 4
+    for _ in range(10):
+        limiter.opened()
+    assert limiter.limit == 4  # never above the ceiling
+
+
+async def test_unbounded_limiter_floors_at_one() -> None:
+    limiter = AdaptiveLimiter()
+    limiter.refused()
+    assert limiter.limit == 1
