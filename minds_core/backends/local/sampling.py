@@ -76,6 +76,18 @@ class SamplingClient:
             lambda: self._sampler.prompt_logprobs(model_input_tokens(prompt, "The prompt"), prompt_logprobs_last_n)
         )
 
+    async def sample_async(
+        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams, **kwargs: Any
+    ) -> types.SampleResponse:
+        """``sample``, awaited: the SDK's async spelling, which seed-style reward code uses."""
+        return await self.sample(prompt, num_samples, sampling_params, **kwargs)
+
+    async def compute_logprobs_async(
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> list[float | None]:
+        """``compute_logprobs``, awaited (the SDK's async spelling)."""
+        return await self.compute_logprobs(prompt, prompt_logprobs_last_n)
+
     def get_tokenizer(self) -> PreTrainedTokenizerBase:
         """The base model's tokenizer."""
         return self._sampler.base.tokenizer
