@@ -93,6 +93,7 @@ def test_model_aware_environment_builds_with_each_policy(train: Train) -> None:
     _check(metrics, rollouts)
     assert len(module.BUILT_WITH) == 2 and module.BUILT_WITH[0] is not module.BUILT_WITH[1]
     assert all(r["reward"] < 0 for g in rollouts for r in g["rollouts"])
+    assert all("env/seedlike_envs.model_aware/reward/keeps_talking" in m for m in metrics)
 
 
 def test_example_config_runs_from_the_repository_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -13,14 +13,21 @@ class PolicyScorer:
 
     def __init__(self, sampling_client) -> None:
         self.sampling_client = sampling_client
-        self.rubric = vf.Rubric(funcs=[self.answer_logprob])
+        self.rubric = vf.Rubric(funcs=[self.answer_logprob, self.keeps_talking], weights=[1.0, 0.0])
 
     async def answer_logprob(self, completion: str, answer: str) -> float:
         tokenizer = self.sampling_client.get_tokenizer()
         context = tokenizer.encode(f"{completion}\nAnswer:", add_special_tokens=False)
         target = tokenizer.encode(f" {answer}", add_special_tokens=False)
-        logprobs = await self.sampling_client.compute_logprobs(tinker.types.ModelInput.from_ints(context + target))
+        logprobs = await self.sampling_client.compute_logprobs_async(tinker.types.ModelInput.from_ints(context + target))
         return sum(logprobs[len(context):]) / len(target)
+
+    async def keeps_talking(self, completion: str) -> float:
+        """A zero-weight metric: does the policy go on after the reply, rather than stop at once?"""
+        tokenizer = self.sampling_client.get_tokenizer()
+        prompt = tinker.types.ModelInput.from_ints(tokenizer.encode(completion or " ", add_special_tokens=False))
+        response = await self.sampling_client.sample_async(prompt, 1, tinker.types.SamplingParams(max_tokens=2, seed=0))
+        return float(response.sequences[0].stop_reason == "length")
 
 
 class SelfKnowledge:
