@@ -1,7 +1,13 @@
 """Environments: the protocol plugin authors implement, and helpers to implement it quickly."""
 
 from minds_core.envs.rubric import Rubric, RubricScore, as_reward, call_with_available, maybe_await
-from minds_core.envs.single_turn import SingleTurnEnvironment, prompt_messages
+from minds_core.envs.single_turn import (
+    SingleTurnEnvironment,
+    prompt_messages,
+    report_metric,
+    reward_inputs,
+    score_completion,
+)
 from minds_core.envs.types import Context, Environment, Episode, Message, StepResult, Task
 
 __all__ = [
@@ -18,4 +24,7 @@ __all__ = [
     "call_with_available",
     "maybe_await",
     "prompt_messages",
+    "report_metric",
+    "reward_inputs",
+    "score_completion",
 ]

@@ -7,16 +7,19 @@ or a module path (``pkg.module``); ``[env.args]`` go to its
 - Prompts. With ``initial_observation()`` the object is ONE stateful instance:
   the split has ``DRAWS`` task slots; a slot is filled on first use by calling
   ``initial_observation()`` on the instance and deep-copying the instance right
-  after. Every rollout of that task gets its own deep copy of that snapshot, so
-  a group shares one prompt and rollouts never share state (``step`` may return
-  ``done = False`` with ``messages`` to continue the conversation). Otherwise a
+  after; a slot keeps its prompt for the whole run. Every rollout of that task
+  gets its own deep copy of that snapshot, so a group shares one prompt and
+  rollouts never share state (``step`` may return ``done = False`` with
+  ``messages`` to continue on that copy; a result without messages ends the
+  episode, as the seeds scored one reply per prompt). Otherwise a
   ``dataset`` (``<split>_dataset`` for other splits) gives one task per row,
   from ``prompt`` or ``question`` with optional ``answer`` and ``info``.
 - Reward. A ``rubric`` with ``funcs`` and ``weights`` wins: each function gets
   what it names of prompt, completion (text), answer, info, state, task, ctx,
   messages and the rubric's ``class_objects`` (verifiers' ``parser``), sync or
   async. Otherwise ``step(text)`` returns an object or mapping with a numeric
-  ``reward``; on a dataset object the calls are serialized (one shared object).
+  ``reward``; on a dataset object the calls are serialized (one shared object)
+  and every reply ends its episode.
 - ``build(sampling_client)``, when present, is called with the rollout's
   CURRENT policy sampler (``ctx.sampler``) before scoring: on the rollout's copy
   for drawn prompts, else once per sampler on the loaded object. It returns the

@@ -8,6 +8,9 @@ from typing import Any
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric
 from minds_core.envs.types import Context, Message, StepResult, Task
 
+#: Key of ``state`` under which reward functions report metrics (see report_metric).
+METRICS_KEY = "metrics"
+
 TaskSource = Mapping[str, Sequence[Task]] | Callable[[str], Sequence[Task]]
 
 
@@ -17,6 +20,40 @@ def prompt_messages(prompt: str | list[Message], system_prompt: str | None = Non
     if system_prompt and not (messages and messages[0].get("role") == "system"):
         messages.insert(0, {"role": "system", "content": system_prompt})
     return messages
+
+
+def report_metric(state: dict[str, Any], name: str, value: float) -> None:
+    """Let a reward function add to its step's metrics (summed per rollout, averaged per env)."""
+    metrics = state.setdefault(METRICS_KEY, {})
+    metrics[name] = metrics.get(name, 0.0) + float(value)
+
+
+def reward_inputs(
+    task: Task, completion: str, state: dict[str, Any], ctx: Context, prompt: list[Message]
+) -> dict[str, Any]:
+    """Everything a reward function may ask for by name."""
+    return {
+        "completion": completion,
+        "prompt": task.prompt,
+        "task": task,
+        "answer": task.answer,
+        "info": task.info,
+        "state": state,
+        "ctx": ctx,
+        "messages": [*prompt, {"role": "assistant", "content": completion}],
+    }
+
+
+async def score_completion(
+    rubric: Rubric, task: Task, completion: str, state: dict[str, Any], ctx: Context, prompt: list[Message]
+) -> StepResult:
+    """A final StepResult from a rubric: the total, each part and reported metrics as metrics."""
+    score = await rubric.score(reward_inputs(task, completion, state, ctx, prompt))
+    metrics = {f"reward/{name}": value for name, value in score.parts.items()}
+    metrics.update(state.get(METRICS_KEY, {}))
+    if score.invalid:
+        metrics[INVALID_PARTS_METRIC] = float(len(score.invalid))
+    return StepResult(reward=score.total, done=True, metrics=metrics)
 
 
 class SingleTurnEpisode:
@@ -30,22 +67,7 @@ class SingleTurnEpisode:
         return prompt_messages(self.task.prompt, self.env.system_prompt)
 
     async def step(self, action: str) -> StepResult:
-        score = await self.env.rubric.score(
-            {
-                "completion": action,
-                "prompt": self.task.prompt,
-                "task": self.task,
-                "answer": self.task.answer,
-                "info": self.task.info,
-                "state": self.state,
-                "ctx": self.ctx,
-                "messages": self.initial_observation() + [{"role": "assistant", "content": action}],
-            }
-        )
-        metrics = {f"reward/{name}": value for name, value in score.parts.items()}
-        if score.invalid:
-            metrics[INVALID_PARTS_METRIC] = float(len(score.invalid))
-        return StepResult(reward=score.total, done=True, metrics=metrics)
+        return await score_completion(self.env.rubric, self.task, action, self.state, self.ctx, self.initial_observation())
 
 
 class SingleTurnEnvironment:
