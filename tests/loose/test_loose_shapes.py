@@ -8,12 +8,16 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import tinker
 from structlog.testing import capture_logs
 
+from minds_core.config import RolloutConfig
 from minds_core.envs.loose import DRAWS, LooseEnvironment, load_loose_environment
 from minds_core.envs.rubric import INVALID_PARTS_METRIC
 from minds_core.envs.types import Context
 from minds_core.errors import ConfigError
+from minds_core.render import Renderer
+from minds_core.rollout import EpisodeSettings, run_rollout
 
 
 async def test_drawn_prompts_are_shared_by_a_task_and_state_is_per_rollout(loose_dir: Path, ctx: Context) -> None:
@@ -113,3 +117,21 @@ async def test_non_numeric_rubric_parts_count_zero_and_warn_once(ctx: Context) -
     assert results[0].metrics == {"reward/length": 3.0, INVALID_PARTS_METRIC: 1.0}
     warnings = [entry for entry in logs if entry["log_level"] == "warning"]
     assert len(warnings) == 1 and warnings[0]["functions"] == ["verdict"]
+
+
+async def test_non_numeric_step_reward_counts_zero_with_a_warning(tmp_path: Path) -> None:
+    from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
+
+    env = LooseEnvironment("inline", SimpleNamespace(dataset=[{"question": "Rate this."}], step=lambda action_text: {"reward": "high"}))
+    service = create_service_client(tmp_path)
+    try:
+        sampler = await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL)
+        renderer = Renderer(sampler.get_tokenizer())
+        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)
+        settings = EpisodeSettings(renderer, tinker.types.SamplingParams(max_tokens=4), RolloutConfig())
+        with capture_logs() as logs:
+            rollout = await run_rollout(env, env.tasks("train")[0], ctx, settings, seed=0)
+    finally:
+        service.close()
+    assert rollout.ok and rollout.reward == 0.0 and rollout.invalid_reward
+    assert any(e["event"] == "non-numeric reward counted as 0" and "high" in e["rewards"] for e in logs)

@@ -38,12 +38,14 @@ class RecordingSampler:
         return response
 
 
-async def _rollout(env_id: str, sampler: Any, service: Any, params: tinker.types.SamplingParams) -> tuple[Conversation, Any, RecordingSampler, float]:
+async def _rollout(
+    env_id: str, sampler: Any, service: Any, params: tinker.types.SamplingParams, max_total_tokens: int = 2048
+) -> tuple[Conversation, Any, RecordingSampler, float]:
     env = load_environment(env_id)
     recorder = RecordingSampler(sampler)
     renderer = Renderer(sampler.get_tokenizer())
     ctx = Context(sampler=recorder, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model="minds-tiny")
-    conversation = Conversation(renderer, recorder, params, max_total_tokens=2048)
+    conversation = Conversation(renderer, recorder, params, max_total_tokens=max_total_tokens)
     episode = env.episode(env.tasks("train")[0], ctx)
     rewards, _ = await play_episode(episode, conversation, max_turns=8)
     return conversation, episode.state, recorder, rewards[0]
@@ -90,6 +92,17 @@ async def test_multi_turn_env_appends_its_replies_between_sampled_turns(vf_envir
     between = [t for t, turn in zip(conversation.tokens, conversation.turn_ids) if turn == -1][len(recorder.prompts[0]) :]
     assert "Why? (1 answers so far)" in conversation.renderer.decode(between)
     assert reward == state["reward"]
+
+
+async def test_token_budget_ends_the_rollout_and_verifiers_still_scores_it(vf_environments: Path, service: Any) -> None:
+    sampler = await service.create_sampling_client(base_model="minds-tiny")
+    prompt = Renderer(sampler.get_tokenizer()).prompt_tokens([{"role": "user", "content": "Do you like tea?"}])
+    params = tinker.types.SamplingParams(max_tokens=12, seed=3)
+    conversation, state, recorder, reward = await _rollout("minds_vf_interview", sampler, service, params, len(prompt) + 15)
+    assert conversation.turns == 1 and conversation.truncated
+    assert state["prompt_too_long"] and state["error"] is None
+    _assert_trained_on_what_was_sampled(conversation, state, recorder)
+    assert reward == state["reward"] == state["metrics"]["answered_every_turn"]
 
 
 async def _tool_calling_sampler(service: Any, renderer: Renderer) -> Any:
