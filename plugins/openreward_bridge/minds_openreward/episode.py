@@ -132,7 +132,7 @@ class OpenRewardEpisode:
             try:
                 await session.__aexit__(None, None, None)
             finally:
-                await self.env.limiter.release()
+                await self.env.limiter.release(was_open=True)
 
     # ------------------------------------------------------------ internals
 
@@ -153,7 +153,7 @@ class OpenRewardEpisode:
                 await session.__aenter__()
             except BaseException as exc:
                 await _discard(session)
-                await env.limiter.release()
+                await env.limiter.release(was_open=False)
                 if not isinstance(exc, Exception) or not is_capacity_error(exc) or attempt > settings.capacity_retries:
                     raise
                 env.limiter.refused()

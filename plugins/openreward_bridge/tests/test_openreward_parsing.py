@@ -104,23 +104,26 @@ def test_secrets_from_names_and_references(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 async def test_limiter_lowers_on_refusal_and_probes_back_up() -> None:
-    limiter = AdaptiveLimiter(ceiling=4)
-    for _ in range(3):
+    limiter = AdaptiveLimiter(ceiling=5)
+    for _ in range(4):
         await limiter.acquire()
-    limiter.refused()  # the server refused a 4th session while 3 were open
-    assert limiter.limit == 3
+    for _ in range(3):
+        limiter.opened()
+    await limiter.release(was_open=False)  # the 4th was refused while 3 sessions were open
+    limiter.refused()
+    assert limiter.limit == 3 and limiter.reductions == 1
     waiter = asyncio.ensure_future(limiter.acquire())
     await asyncio.sleep(0.01)
     assert not waiter.done()
-    await limiter.release()
+    await limiter.release(was_open=True)
     await asyncio.wait_for(waiter, 1)
-    assert limiter.in_flight == 3 and limiter.max_in_flight == 3
+    assert (limiter.in_flight, limiter.open, limiter.max_in_flight) == (3, 2, 4)
     for _ in range(3):
         limiter.opened()
     assert limiter.limit == 4
-    for _ in range(10):
+    for _ in range(20):
         limiter.opened()
-    assert limiter.limit == 4  # never above the ceiling
+    assert limiter.limit == 5  # never above the ceiling
 
 
 async def test_unbounded_limiter_floors_at_one() -> None:
