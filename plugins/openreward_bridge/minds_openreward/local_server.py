@@ -21,18 +21,25 @@ def serve(environments: Sequence[type], wrap: Callable[[Any], Any] | None = None
 
     ``wrap`` may put ASGI middleware around the server's app.
     """
-    import uvicorn
     from openreward.environments import Server
 
     app = Server(list(environments)).app
-    config = uvicorn.Config(wrap(app) if wrap else app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="ors-server", daemon=True)
+    with serve_app(wrap(app) if wrap else app) as url:
+        yield url
+
+
+@contextmanager
+def serve_app(app: Any) -> Iterator[str]:
+    """Run any ASGI app on 127.0.0.1 (a free port) in a thread until the block ends; yields its base URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, name="minds-openreward-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + _START_TIMEOUT
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the ORS server did not start")
+            raise RuntimeError("the local server did not start")
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:

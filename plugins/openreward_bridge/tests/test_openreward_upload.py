@@ -1,0 +1,105 @@
+"""Trajectory upload to OpenReward: off by default, complete when on, off by itself when unreachable."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, Request
+from tinker import types
+
+from minds_core.config import RolloutConfig
+from minds_core.envs.types import Context
+from minds_core.render import Renderer
+from minds_core.rollout import EpisodeSettings, Group, run_group
+from minds_openreward.environment import OpenRewardEnvironment, load_environment
+from minds_openreward.local_server import serve_app
+
+local = pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
+
+UPLOAD_KEY = "sk-or-upload-7e3a"
+
+
+class FakeOpenRewardAPI:
+    """A fake of the hosted OpenReward API's rollout endpoint (the real service is unreachable here)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.keys: list[str | None] = []
+        self.app = FastAPI()
+        self.app.post("/v1/rollouts")(self.receive)
+
+    async def receive(self, request: Request) -> dict[str, bool]:
+        self.keys.append(request.headers.get("x-api-key"))
+        self.events.extend((await request.json())["events"])
+        return {"ok": True}
+
+
+@pytest.fixture
+def fake_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenRewardAPI]:
+    fake = FakeOpenRewardAPI()
+    with serve_app(fake.app) as url:
+        monkeypatch.setenv("OPENREWARD_API_URL", url)
+        monkeypatch.setenv("OPENREWARD_API_KEY", UPLOAD_KEY)
+        yield fake
+
+
+async def play(env: OpenRewardEnvironment, tmp_path: Path, group_size: int) -> Group:
+    service = local.ServiceClient(checkpoint_root=tmp_path)
+    sampler = await service.create_sampling_client(base_model=local.DEFAULT_BASE_MODEL)
+    tokenizer = sampler.get_tokenizer()
+    renderer = Renderer(tokenizer)
+    ctx = Context(sampler=sampler, tokenizer=tokenizer, service=service, renderer=renderer, base_model=local.DEFAULT_BASE_MODEL)
+    settings = EpisodeSettings(renderer, types.SamplingParams(max_tokens=8), RolloutConfig(retries=0, max_total_tokens=1024))
+    task = env.tasks("train")[0]
+    group = await run_group("lab", env, task, group_size, lambda: ctx, settings, asyncio.Semaphore(4), max_failing=0, seed=1)
+    await env.close()
+    return group
+
+
+async def test_trajectories_are_uploaded_only_when_a_run_name_is_set(ors_server, fake_api, tmp_path: Path) -> None:
+    quiet = load_environment(name="toollab", base_url=ors_server.url)
+    assert quiet.uploader is None
+    await play(quiet, tmp_path, 2)
+    assert fake_api.events == []
+
+    env = load_environment(name="toollab", base_url=ors_server.url, upload_run_name="nightly")
+    group = await play(env, tmp_path, 2)
+    assert group.failures == 0 and env.uploader.uploaded == 2
+    starts = [e for e in fake_api.events if e["eventType"] == "rollout"]
+    assert [(e["runName"], e["environment"], e["split"]) for e in starts] == [("nightly", "toollab", "train")] * 2
+    assert set(fake_api.keys) == {UPLOAD_KEY}
+    rewards = sorted(r.reward for r in group.rollouts)
+    for start in starts:
+        messages = sorted(
+            (e for e in fake_api.events if e.get("rolloutEventId") == start["eventId"]), key=lambda e: e["index"]
+        )
+        assert [m["type"] for m in messages] == ["system_message", "user_message", "assistant_message", "tool_call", "tool_result"]
+        assert messages[3]["name"] == "answer"
+        assert messages[-1]["isFinished"] is True
+        rewards.remove(messages[-1]["reward"])
+    assert rewards == []
+
+
+async def test_an_unreachable_service_turns_uploading_off_without_failing_rollouts(ors_server, monkeypatch, tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    monkeypatch.setenv("OPENREWARD_API_URL", f"http://127.0.0.1:{closed}")
+    monkeypatch.setenv("OPENREWARD_API_KEY", UPLOAD_KEY)
+    env = load_environment(name="toollab", base_url=ors_server.url, upload_run_name="nightly")
+    group = await play(env, tmp_path, 3)
+    assert group.failures == 0
+    assert env.uploader.enabled is False and env.uploader.uploaded == 0
+
+
+def test_upload_needs_a_key(ors_server, monkeypatch) -> None:
+    from minds_core.errors import UsageError
+
+    monkeypatch.delenv("OPENREWARD_API_KEY", raising=False)
+    with pytest.raises(UsageError, match="trajectory upload: set the environment variable OPENREWARD_API_KEY"):
+        load_environment(name="toollab", base_url=ors_server.url, upload_run_name="nightly")
