@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import importlib
 import importlib.util
+import inspect
 import json
 import sys
 from collections.abc import Mapping, Sequence
@@ -39,9 +41,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import attrs
+
 from minds_core.envs.loading import _call_loader
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric, maybe_await
-from minds_core.envs.single_turn import prompt_messages
+from minds_core.envs.single_turn import prompt_messages, score_completion
 from minds_core.envs.types import Context, StepResult, Task
 from minds_core.errors import ConfigError
 from minds_core.logs import get_logger
@@ -128,7 +132,20 @@ def as_rubric(source: Any, where: str) -> Rubric:
         raise ConfigError(f"{where}: rubric.funcs must be a non-empty list of functions, got {funcs!r}")
     if len(weights) != len(funcs):
         raise ConfigError(f"{where}: rubric has {len(funcs)} funcs but {len(weights)} weights")
-    return Rubric(funcs, [float(w) for w in weights])
+    objects = dict(getattr(source, "class_objects", None) or {})
+    names = [getattr(f, "__name__", f"reward_{i}") for i, f in enumerate(funcs)]
+    return Rubric([_bind(f, objects) for f in funcs], [float(w) for w in weights], names)
+
+
+def _bind(fn: Any, objects: dict[str, Any]) -> Any:
+    """``fn`` with the rubric's class objects it asks for (verifiers' ``parser``) already given."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # no signature: it gets what call_with_available can give
+        return fn
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    wanted = {name: obj for name, obj in objects.items() if takes_all or name in params}
+    return functools.partial(fn, **wanted) if wanted else fn
 
 
 def _info(value: Any) -> dict[str, Any]:
@@ -248,7 +265,7 @@ class LooseEpisode:
         scorer = await self.env.scorer(self.instance, self.ctx.sampler)
         source = getattr(scorer, "rubric", None)
         if source is not None:
-            return await self._score(as_rubric(source, f"environment {self.env.env_id!r}"), source, action)
+            return await self._score(as_rubric(source, f"environment {self.env.env_id!r}"), action)
         if not callable(getattr(scorer, "step", None)):
             raise TypeError(f"the object built by build(sampling_client), a {type(scorer).__name__}, has neither rubric nor step()")
         if self.instance is not None:
@@ -259,21 +276,9 @@ class LooseEpisode:
         result.done = result.done or not result.messages or self.instance is None
         return result
 
-    async def _score(self, rubric: Rubric, source: Any, action: str) -> StepResult:
-        available = dict(getattr(source, "class_objects", None) or {})
-        available.update(
-            completion=action,
-            prompt=self.prompt,
-            answer=self.task.answer,
-            info=self.task.info,
-            state=self.state,
-            task=self.task,
-            ctx=self.ctx,
-            messages=[*prompt_messages(self.prompt), {"role": "assistant", "content": action}],
-        )
-        score = await rubric.score(available)
-        metrics = {f"reward/{name}": value for name, value in score.parts.items()}
-        if score.invalid:
-            metrics[INVALID_PARTS_METRIC] = float(len(score.invalid))
-            self.env.warn_invalid(score.invalid)
-        return StepResult(reward=score.total, done=True, metrics=metrics)
+    async def _score(self, rubric: Rubric, action: str) -> StepResult:
+        task = attrs.evolve(self.task, prompt=self.prompt)
+        result = await score_completion(rubric, task, action, self.state, self.ctx, prompt_messages(self.prompt))
+        if INVALID_PARTS_METRIC in result.metrics:
+            self.env.warn_invalid([n for n in rubric.names if f"reward/{n}" not in result.metrics])
+        return result
