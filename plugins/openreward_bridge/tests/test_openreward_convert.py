@@ -1,0 +1,184 @@
+"""minds-openreward-convert: the seed's tinker-config.yaml becomes a minds config that `minds run` accepts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from minds_core.cli import main as minds_main
+from minds_core.config import load_config
+from minds_openreward.convert import main
+
+SEED_CONFIG = """\
+wandb_project_name: "tinker-test"
+wandb_run_name: "tinker-rl-test-openreward"
+openreward_run_name: "tinker-rl-test-openreward"
+log_path: "{runs}"
+model_name: "Qwen/Qwen3-30B-A3B"
+lora_rank: 8
+resume_from: "tinker://run-id/weights/checkpoint_000050"
+loss_fn: "ppo"
+loss_fn_config: {{clip_low_threshold: 0.7, clip_high_threshold: 1.3}}
+advantage_calculation: "centered_normalized"
+batch_size: 4
+learning_rate: 1e-5
+weight_decay: 0.01
+num_epochs: 3
+save_every: 10
+max_active_tasks: 2
+max_rollout_concurrency: 64
+rollout_timeout: 600
+max_response_tokens: 512
+max_total_tokens: 8192
+max_rollout_retries: 2
+thinking: false
+seed: 11
+environments:
+  GeneralReasoning/WhoDunIt:
+    splits:
+      train:
+        shuffle: true
+        num_samples: 10
+      validation:
+        num_samples: null
+    num_rollouts: 16
+    max_failing_rollouts: 2
+    temperature: 1.0
+    top_p: 0.95
+    reward_reduction: "sum"
+    nonterminal_reward: 0.0
+    min_reward: -1.0
+    max_reward: 1.0
+    secrets: ["OPENAI_API_KEY"]
+  MATH/GSM8K:
+    splits:
+      train:
+        shuffle: true
+        num_samples: 6
+    num_rollouts: 8
+    temperature: 0.7
+    reward_reduction: "mean"
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "tinker-config.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_every_seed_key_lands_in_the_minds_config(tmp_path: Path, capsys) -> None:
+    source = write(tmp_path, SEED_CONFIG.format(runs=tmp_path / "runs"))
+    out = tmp_path / "minds.toml"
+    assert main([str(source), "-o", str(out)]) == 0
+    notes = capsys.readouterr().err
+    data = tomllib.loads(out.read_text())
+    assert data["model"] == {"base_model": "Qwen/Qwen3-30B-A3B", "lora_rank": 8}
+    assert data["trainer"] == {
+        "resume_from": "tinker://run-id/weights/checkpoint_000050",
+        "loss_fn": "ppo",
+        "loss_fn_config": {"clip_low_threshold": 0.7, "clip_high_threshold": 1.3},
+        "groups_per_batch": 4,
+        "learning_rate": 1e-5,
+        "weight_decay": 0.01,
+        "save_every": 10,
+        "advantage": "group_norm",
+        "steps": 12,  # 3 epochs x 16 tasks / 4 groups per step
+    }
+    assert data["sampling"] == {"max_tokens": 512}
+    assert data["rollout"] == {"max_total_tokens": 8192, "retries": 2, "concurrency": 32, "timeout": 600}
+    assert (data["seed"], data["runs_dir"], data["name"], data["backend"]) == (11, str(tmp_path / "runs"), "tinker-rl-test-openreward", "tinker")
+    assert data["metrics"] == {"wandb_project": "tinker-test", "wandb_run_name": "tinker-rl-test-openreward", "sinks": ["jsonl", "console", "wandb"]}
+    who, gsm = data["envs"]
+    assert who == {
+        "id": "openreward",
+        "split": "train",
+        "group_size": 16,
+        "max_failing_rollouts": 2,
+        "temperature": 1.0,
+        "top_p": 0.95,
+        "args": {
+            "name": "GeneralReasoning/WhoDunIt",
+            "seed": 11,
+            "splits": {"train": {"shuffle": True, "num_samples": 10}, "validation": {}},
+            "reward_reduction": "sum",
+            "nonterminal_reward": 0.0,
+            "min_reward": -1.0,
+            "max_reward": 1.0,
+            "secrets": ["OPENAI_API_KEY"],
+            "upload_run_name": "tinker-rl-test-openreward",
+        },
+    }
+    assert (gsm["group_size"], gsm["args"]["reward_reduction"], gsm["args"]["name"]) == (8, "mean", "MATH/GSM8K")
+    for note in ("thinking = False: not mapped", "max_active_tasks = 2: at most 32 rollouts", "trainer.steps = 12", "upload to OpenReward"):
+        assert note in notes
+    config = load_config(out)
+    assert config.trainer.learning_rate == 1e-5 and len(config.environments) == 2
+
+
+def test_unknown_keys_are_named_and_can_be_dropped(tmp_path: Path, capsys) -> None:
+    text = SEED_CONFIG.format(runs="runs").replace("lora_rank: 8", "lora_rnak: 8").replace("    num_rollouts: 8", "    num_rolouts: 8")
+    source = write(tmp_path, text)
+    assert main([str(source)]) == 2
+    err = capsys.readouterr().err
+    assert "lora_rnak (did you mean lora_rank?)" in err
+    assert "environments.MATH/GSM8K.num_rolouts (did you mean num_rollouts?)" in err
+    assert main([str(source), "--ignore-unknown"]) == 0
+    captured = capsys.readouterr()
+    assert "ignored unknown key lora_rnak" in captured.err
+    assert "lora_rank" not in captured.out
+
+
+def test_num_epochs_needs_task_counts_or_steps(tmp_path: Path, capsys) -> None:
+    source = write(tmp_path, SEED_CONFIG.format(runs="runs").replace("        num_samples: 6\n", ""))
+    assert main([str(source)]) == 2
+    assert "pass --steps N" in capsys.readouterr().err
+    out = tmp_path / "minds.yaml"
+    assert main([str(source), "--steps", "7", "-o", str(out)]) == 0
+    assert yaml.safe_load(out.read_text())["trainer"]["steps"] == 7
+    assert main([str(source), "-o", str(tmp_path / "minds.json")]) == 2
+
+
+def test_bad_values_are_reported_before_writing(tmp_path: Path, capsys) -> None:
+    source = write(tmp_path, SEED_CONFIG.format(runs="runs").replace('"centered_normalized"', '"whitened"'))
+    assert main([str(source), "-o", str(tmp_path / "x.toml")]) == 2
+    assert "advantage_calculation = 'whitened'" in capsys.readouterr().err
+    source = write(tmp_path, SEED_CONFIG.format(runs="runs").replace('reward_reduction: "mean"', 'reward_reduction: "median"'))
+    assert main([str(source), "-o", str(tmp_path / "x.toml")]) == 2
+    assert "reward_reduction = 'median'" in capsys.readouterr().err
+    assert not (tmp_path / "x.toml").exists()
+
+
+def test_the_console_script_is_installed(tmp_path: Path) -> None:
+    source = write(tmp_path, SEED_CONFIG.format(runs="runs"))
+    script = Path(sys.executable).with_name("minds-openreward-convert")
+    result = subprocess.run([str(script), str(source)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert tomllib.loads(result.stdout)["envs"][0]["args"]["name"] == "GeneralReasoning/WhoDunIt"
+
+
+def test_a_converted_seed_config_runs(hosted_env, tmp_path: Path) -> None:
+    pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
+    seed = {
+        "model_name": "minds-tiny",
+        "log_path": str(tmp_path / "runs"),
+        "wandb_run_name": "converted",
+        "batch_size": 2,
+        "max_response_tokens": 8,
+        "max_total_tokens": 900,
+        "environments": {"Org/ToolLab": {"splits": {"train": {"shuffle": True, "num_samples": 2}}, "num_rollouts": 2, "max_reward": 1.0}},
+        "num_epochs": 1,
+    }
+    source = write(tmp_path, yaml.safe_dump(seed))
+    out = tmp_path / "minds.toml"
+    assert main([str(source), "-o", str(out)]) == 0
+    assert minds_main(["run", str(out), "--backend", "local", "--set", 'metrics.sinks=["jsonl"]']) == 0
+    (step,) = [json.loads(line) for line in (tmp_path / "runs" / "converted" / "metrics.jsonl").read_text().splitlines()]
+    assert step["rollouts/total"] == 4 and step["rollouts/failed"] == 0
+    assert step["reward/max"] <= 1.0
