@@ -15,7 +15,7 @@ from minds_core.config import RolloutConfig
 from minds_core.conversation import Conversation, TokenBudgetExhausted
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, as_reward, maybe_await
 from minds_core.envs.single_turn import prompt_messages
-from minds_core.envs.types import Context, Environment, StepResult, Task
+from minds_core.envs.types import Context, Environment, StepResult, Task, as_step_result
 from minds_core.logs import get_logger
 from minds_core.render import Renderer
 
@@ -76,29 +76,6 @@ def _observation_messages(observation: Any) -> list[dict]:
     raise TypeError(f"initial_observation() must return a string or a list of messages, got {type(observation).__name__}")
 
 
-def _step_result(value: Any) -> StepResult:
-    """Accept a StepResult, a mapping with 'reward', or any object with a reward attribute."""
-    if isinstance(value, StepResult):
-        return value
-    if isinstance(value, dict):
-        if "reward" not in value:
-            raise TypeError(f"step() returned a mapping without 'reward' (keys: {', '.join(value) or 'none'})")
-        return StepResult(
-            reward=value["reward"],
-            done=value.get("done", True),
-            messages=list(value.get("messages", [])),
-            metrics=dict(value.get("metrics", {})),
-        )
-    if hasattr(value, "reward"):
-        return StepResult(
-            reward=value.reward,
-            done=getattr(value, "done", True),
-            messages=list(getattr(value, "messages", []) or []),
-            metrics=dict(getattr(value, "metrics", {}) or {}),
-        )
-    raise TypeError(f"step() must return a StepResult or an object/mapping with a numeric 'reward', got {type(value).__name__}")
-
-
 async def play_episode(episode: Any, conversation: Conversation, max_turns: int) -> tuple[list[Any], dict[str, float]]:
     """Drive an episode to its end; returns the raw step rewards and summed step metrics.
 
@@ -115,7 +92,7 @@ async def play_episode(episode: Any, conversation: Conversation, max_turns: int)
             metrics[key] = metrics.get(key, 0.0) + float(value)
 
     if hasattr(episode, "run"):
-        record(_step_result(await maybe_await(episode.run(conversation))))
+        record(as_step_result(await maybe_await(episode.run(conversation))))
         return rewards, metrics
     conversation.tools = getattr(episode, "tools", None)
     conversation.start(_observation_messages(await maybe_await(episode.initial_observation())))
@@ -124,7 +101,7 @@ async def play_episode(episode: Any, conversation: Conversation, max_turns: int)
             action = await conversation.sample_turn()
         except TokenBudgetExhausted:
             break
-        result = _step_result(await maybe_await(episode.step(action)))
+        result = as_step_result(await maybe_await(episode.step(action)))
         record(result)
         if result.done:
             break

@@ -17,7 +17,8 @@ def is_path_like(env_id: str) -> bool:
     return env_id.startswith((".", "/", "~")) or "/" in env_id or Path(env_id).suffix == ".py" or "." in env_id
 
 
-def _call_loader(label: str, loader: Any, args: dict[str, Any]) -> Any:
+def call_loader(label: str, loader: Any, args: dict[str, Any]) -> Any:
+    """Call an environment loader with [env.args], turning a signature mismatch into a ConfigError."""
     try:
         inspect.signature(loader).bind(**args)
     except TypeError as exc:
@@ -47,7 +48,7 @@ def load_environment(cfg: EnvConfig, registry: Registry) -> Any:
             loader = registry.get("environments", cfg.id).obj
         except UnknownNameError as exc:
             raise ConfigError(f"env.id: {exc}") from None
-        env = _call_loader(repr(cfg.id), loader, cfg.args)
+        env = call_loader(repr(cfg.id), loader, cfg.args)
     else:
         from minds_core.envs.loose import load_loose_environment
 

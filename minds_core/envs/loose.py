@@ -43,13 +43,12 @@ from typing import Any
 
 import attrs
 
-from minds_core.envs.loading import _call_loader
+from minds_core.envs.loading import call_loader
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric, maybe_await
 from minds_core.envs.single_turn import prompt_messages, score_completion
-from minds_core.envs.types import Context, StepResult, Task
+from minds_core.envs.types import Context, StepResult, Task, as_step_result
 from minds_core.errors import ConfigError
 from minds_core.logs import get_logger
-from minds_core.rollout import _step_result
 
 log = get_logger("loose")
 
@@ -73,7 +72,7 @@ def load_loose_environment(env_id: str, args: dict[str, Any]) -> LooseEnvironmen
             f"environment {env_id!r}: {module.__file__} defines no load_environment(**args) "
             f"(it defines: {', '.join(names) or 'nothing'}); {ACCEPTED}"
         )
-    return LooseEnvironment(env_id, _call_loader(repr(env_id), loader, args))
+    return LooseEnvironment(env_id, call_loader(repr(env_id), loader, args))
 
 
 def _import(env_id: str) -> ModuleType:
@@ -269,9 +268,9 @@ class LooseEpisode:
         if not callable(getattr(scorer, "step", None)):
             raise TypeError(f"the object built by build(sampling_client), a {type(scorer).__name__}, has neither rubric nor step()")
         if self.instance is not None:
-            result = _step_result(await maybe_await(scorer.step(action)))
+            result = as_step_result(await maybe_await(scorer.step(action)))
         else:
-            result = _step_result(await self.env.step_shared(scorer, action))
+            result = as_step_result(await self.env.step_shared(scorer, action))
         # The seeds scored one reply per prompt: only an own copy that sends messages continues.
         result.done = result.done or not result.messages or self.instance is None
         return result

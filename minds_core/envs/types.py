@@ -36,6 +36,29 @@ class StepResult:
     metrics: dict[str, float] = attrs.field(factory=dict)
 
 
+def as_step_result(value: Any) -> StepResult:
+    """Accept a StepResult, a mapping with 'reward', or any object with a reward attribute."""
+    if isinstance(value, StepResult):
+        return value
+    if isinstance(value, dict):
+        if "reward" not in value:
+            raise TypeError(f"step() returned a mapping without 'reward' (keys: {', '.join(value) or 'none'})")
+        return StepResult(
+            reward=value["reward"],
+            done=value.get("done", True),
+            messages=list(value.get("messages", [])),
+            metrics=dict(value.get("metrics", {})),
+        )
+    if hasattr(value, "reward"):
+        return StepResult(
+            reward=value.reward,
+            done=getattr(value, "done", True),
+            messages=list(getattr(value, "messages", []) or []),
+            metrics=dict(getattr(value, "metrics", {}) or {}),
+        )
+    raise TypeError(f"step() must return a StepResult or an object/mapping with a numeric 'reward', got {type(value).__name__}")
+
+
 @attrs.define
 class Context:
     """What the trainer hands to every episode: the CURRENT policy and the service.
