@@ -13,7 +13,7 @@ from tinker import types
 from .errors import LocalBadRequestError
 from .models import BaseModel
 
-__all__ = ["DatumTensors", "as_tensor", "check_tokens", "datum_tensors", "model_input_tokens"]
+__all__ = ["DatumTensors", "as_tensor", "check_length", "check_tokens", "datum_tensors", "model_input_tokens"]
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,20 @@ def check_tokens(tokens: torch.Tensor, base: BaseModel, what: str) -> None:
         )
 
 
+def check_length(length: int, base: BaseModel, what: str) -> None:
+    """Reject a sequence longer than the model's context."""
+    if length > base.max_length:
+        raise LocalBadRequestError(
+            f"{what} has {length} tokens, more than the {base.max_length}-token context of {base.name!r}"
+        )
+
+
 def datum_tensors(datum: types.Datum, index: int, required: Sequence[str], base: BaseModel) -> DatumTensors:
     """Validate datum ``index`` of a request and return it as tensors."""
     what = f"datum {index}"
     tokens = torch.tensor(model_input_tokens(datum.model_input, f"{what} model_input"), dtype=torch.int64)
     check_tokens(tokens, base, f"{what} model_input")
-    if len(tokens) > base.max_length:
-        raise LocalBadRequestError(f"{what} has {len(tokens)} tokens; {base.name!r} takes at most {base.max_length}")
+    check_length(len(tokens), base, f"{what} model_input")
     if missing := [key for key in required if key not in datum.loss_fn_inputs]:
         raise LocalBadRequestError(f"{what} lacks loss_fn_inputs {missing}; this loss needs {list(required)}")
     used = [*required, *(["weights"] if "weights" in datum.loss_fn_inputs else [])]

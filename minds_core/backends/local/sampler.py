@@ -23,7 +23,7 @@ from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .errors import LocalBadRequestError
-from .inputs import check_tokens
+from .inputs import check_length, check_tokens
 from .lora import AdapterState, LoraSpec, attach_lora, load_adapter_state
 from .models import BaseModel, target_logprobs
 
@@ -106,6 +106,7 @@ class Sampler:
     def _prompt(self, prompt: Sequence[int]) -> torch.Tensor:
         ids = torch.tensor(list(prompt), dtype=torch.int64)
         check_tokens(ids, self.base, "The prompt")
+        check_length(len(ids), self.base, "The prompt")
         return ids
 
     def _check(self, params: types.SamplingParams, num_samples: int, prompt_length: int) -> int:

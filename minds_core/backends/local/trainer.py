@@ -107,16 +107,16 @@ class LoraTrainer:
         }
 
     def load_state(self, adapter: AdapterState, optimizer: OptimizerState | None = None) -> None:
-        """Restore adapter weights and, if given, the optimizer state."""
-        load_adapter_state(self.model, adapter)
-        if optimizer is None:
-            return
+        """Replace the adapter weights and the optimizer state (fresh when None); drop accumulated gradients."""
         per_param: dict[str, dict[str, torch.Tensor]] = {}
-        for flat_key, value in optimizer.items():
+        for flat_key, value in (optimizer or {}).items():
             name, _, key = flat_key.rpartition(_STATE_SEPARATOR)
             per_param.setdefault(name, {})[key] = value.clone()
         if unknown := sorted(set(per_param) - set(self._params)):
             raise LocalBadRequestError(f"Optimizer state does not fit this adapter: unknown {unknown[:3]}")
+        load_adapter_state(self.model, adapter)
+        self._optimizer.zero_grad(set_to_none=True)
+        self._optimizer.state.clear()
         for name, state in per_param.items():
             self._optimizer.state[self._params[name]] = state
 

@@ -10,6 +10,7 @@ from tinker.lib.public_interfaces.api_future import APIFuture
 from transformers import PreTrainedTokenizerBase
 
 from .checkpoints import Checkpoint, CheckpointKind
+from .errors import LocalBadRequestError
 from .runtime import Runtime
 from .sampler import Sampler
 from .sampling import SamplingClient
@@ -114,6 +115,27 @@ class TrainingClient:
             )
         )
 
+    def load_state(
+        self, path: str, weights_access_token: str | None = None
+    ) -> APIFuture[types.LoadWeightsResponse]:
+        """Load the adapter weights saved at ``path`` into this run; the optimizer state starts afresh.
+
+        Also drops gradients accumulated so far. The checkpoint must be of this run's
+        base model and LoRA settings; ``weights_access_token`` is ignored. (The hosted
+        SDK deprecates this in favour of ``ServiceClient.create_training_client_from_state``.)
+        """
+        return self._queue.submit(lambda: self._load(path, with_optimizer=False))
+
+    def load_state_with_optimizer(
+        self, path: str, weights_access_token: str | None = None
+    ) -> APIFuture[types.LoadWeightsResponse]:
+        """Load the adapter weights and AdamW state saved by ``save_state`` at ``path`` into this run.
+
+        As ``load_state``, but resuming the optimizer's moments too (the hosted SDK's
+        replacement is ``ServiceClient.create_training_client_from_state_with_optimizer``).
+        """
+        return self._queue.submit(lambda: self._load(path, with_optimizer=True))
+
     def save_weights_and_get_sampling_client(
         self,
         name: str | None = None,
@@ -160,6 +182,21 @@ class TrainingClient:
 
     def __repr__(self) -> str:
         return f"<local TrainingClient {self.model_id}>"
+
+    def _load(self, path: str, *, with_optimizer: bool) -> types.LoadWeightsResponse:
+        trainer = self._trainer
+        checkpoint = self._runtime.store.load(path, with_optimizer=with_optimizer)
+        saved = {"base_model": checkpoint.base_model, **checkpoint.lora.to_json()}
+        ours = {"base_model": trainer.base.name, **trainer.spec.to_json()}
+        differences = [f"{key}={saved[key]!r} (this run: {ours[key]!r})" for key in ours if saved[key] != ours[key]]
+        if differences:
+            raise LocalBadRequestError(
+                f"Cannot load {path} into run {self.model_id}: the checkpoint has {', '.join(differences)}; "
+                "load a checkpoint of the same base model and LoRA settings, or start a new run from it "
+                "with ServiceClient.create_training_client_from_state"
+            )
+        trainer.load_state(checkpoint.adapter, checkpoint.optimizer)
+        return types.LoadWeightsResponse(path=path, model_id=self.model_id, type="load_weights")
 
     def _save(self, kind: CheckpointKind, name: str, overwrite: bool, user_metadata: dict[str, str] | None) -> str:
         trainer = self._trainer

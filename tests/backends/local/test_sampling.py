@@ -201,6 +201,19 @@ def test_bad_sampling_requests_fail_alone(sampler: SamplingClient, prompt, num_s
         sampler.compute_logprobs(tokens_of([])).result()
 
 
+def test_prompts_longer_than_the_context_are_rejected(sampler: SamplingClient) -> None:
+    limit = sampler.get_tokenizer().model_max_length  # the tiny model's context (max_position_embeddings)
+    too_long = tokens_of([1] * (limit + 1))
+    message = f"The prompt has {limit + 1} tokens, more than the {limit}-token context of '{DEFAULT_BASE_MODEL}'"
+    scored = sampler.compute_logprobs(too_long)
+    sampled = sampler.sample(too_long, 1, types.SamplingParams(max_tokens=1))
+    good = sampler.compute_logprobs(tokens_of([1, 2]))
+    for failed in (scored, sampled):
+        with pytest.raises(LocalBadRequestError, match=message):
+            failed.result()
+    assert len(good.result()) == 2
+
+
 def test_sample_is_batched_through_one_prefill(sampler: SamplingClient, encode) -> None:
     prompt = tokens_of(encode("Once upon a time"))
     one = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=8, temperature=0, stop=[])).result()
