@@ -11,13 +11,12 @@ from typing import Any
 
 import attrs
 
-from minds_core.envs import Context, Message, Rubric, Task
+from minds_core.envs import Context, Message, Rubric, SingleTurnEnvironment, Task, report_metric
 
 from minds_gradient_prophet.args import is_int, require
 from minds_gradient_prophet.memo import MEMO
 from minds_gradient_prophet.parsing import header_number
 from minds_gradient_prophet.policy_scores import continuation_logprob
-from minds_gradient_prophet.reporting import ReportingEnvironment, report
 from minds_gradient_prophet.scoring import linear_closeness, normalized_entropy
 
 ENTROPY_REWARD = "entropy_intuition.entropy"
@@ -110,14 +109,14 @@ async def entropy_reward(
     allowed = tuple(info["allowed"])
     number = header_number(completion, "NUMBER")
     predicted = header_number(completion, "ENTROPY")
-    report(state, "entropy_intuition/number_allowed", float(number is not None and number in allowed))
-    report(state, "entropy_intuition/no_prediction", float(predicted is None))
+    report_metric(state, "entropy_intuition/number_allowed", float(number is not None and number in allowed))
+    report_metric(state, "entropy_intuition/no_prediction", float(predicted is None))
     if predicted is None:
         return 0.0
     prompt = [m for m in messages if m.get("role") != "assistant"]
     key = ("entropy", json.dumps(prompt, sort_keys=True), allowed)
     h_norm = await MEMO.get(ctx.sampler, key, lambda: choice_entropy(ctx, prompt, allowed))
-    report(state, "entropy_intuition/h_norm", h_norm)
+    report_metric(state, "entropy_intuition/h_norm", h_norm)
     return linear_closeness(h_norm, predicted)
 
 
@@ -134,7 +133,7 @@ def make_tasks(kinds: Sequence[str], count: int, seed: int, split: str) -> list[
 
 def load_entropy_intuition(
     kinds: Sequence[str] = tuple(GENERATORS), num_examples: int = 500, num_eval: int = 50, seed: int = 0
-) -> ReportingEnvironment:
+) -> SingleTurnEnvironment:
     """The entropy_intuition environment."""
     kinds_ok = isinstance(kinds, (list, tuple)) and bool(kinds) and all(k in GENERATORS for k in kinds)
     require(kinds_ok, "kinds", kinds, f"must be a non-empty list drawn from {list(GENERATORS)}")
@@ -145,4 +144,4 @@ def load_entropy_intuition(
         "train": make_tasks(kinds, num_examples, seed, "train"),
         "eval": make_tasks(kinds, num_eval, seed, "eval"),
     }
-    return ReportingEnvironment(tasks, Rubric([entropy_reward], [1.0], [ENTROPY_REWARD]))
+    return SingleTurnEnvironment(tasks, Rubric([entropy_reward], [1.0], [ENTROPY_REWARD]))

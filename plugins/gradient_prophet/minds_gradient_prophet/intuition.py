@@ -8,10 +8,20 @@ from typing import Any
 
 import attrs
 
-from minds_core.envs import Context, Message, Rubric, StepResult, Task, as_reward, maybe_await, prompt_messages
+from minds_core.envs import (
+    Context,
+    Message,
+    Rubric,
+    StepResult,
+    Task,
+    as_reward,
+    maybe_await,
+    prompt_messages,
+    report_metric,
+    score_completion,
+)
 from minds_core.config import EnvConfig
 from minds_core.envs.loading import load_environment
-from minds_core.envs.rubric import INVALID_PARTS_METRIC
 from minds_core.errors import ConfigError
 from minds_core.plugins import load_plugins
 
@@ -19,7 +29,6 @@ from minds_gradient_prophet.args import is_finite_number, is_int, require
 from minds_gradient_prophet.lessons import QA
 from minds_gradient_prophet.parsing import header_number, header_text
 from minds_gradient_prophet.policy_scores import encode_context, encode_continuation
-from minds_gradient_prophet.reporting import report, reported
 from minds_gradient_prophet.scoring import linear_closeness
 from minds_gradient_prophet.shadow import ShadowTrainer, scoring_datum
 from minds_gradient_prophet.trivia import TRIVIA
@@ -80,12 +89,12 @@ async def prediction_reward(completion: str, state: dict[str, Any], ctx: Context
             "remove it from this environment's rewards"
         )
     prediction = header_number(completion, "PREDICTION")
-    report(state, "gradient_intuition/no_prediction", float(prediction is None))
+    report_metric(state, "gradient_intuition/no_prediction", float(prediction is None))
     if prediction is None:
         return 0.0
     delta = await pending.delta(ctx)
-    report(state, "gradient_intuition/true_delta", delta)
-    report(state, "gradient_intuition/abs_error", abs(prediction - delta))
+    report_metric(state, "gradient_intuition/true_delta", delta)
+    report_metric(state, "gradient_intuition/abs_error", abs(prediction - delta))
     return linear_closeness(delta, prediction)
 
 
@@ -122,28 +131,14 @@ class GradientIntuitionEpisode:
         if inner_reward is None:
             return StepResult(reward=None, done=True, metrics={"gradient_intuition/inner_reward_invalid": 1.0})
         self.state[_PENDING] = PendingMeasurement(self.env.shadow, self.inner_prompt, answer, self.probe)
-        score = await self.env.rubric.score(
-            {
-                "completion": action,
-                "prompt": self.task.prompt,
-                "task": self.task,
-                "answer": self.task.answer,
-                "info": self.task.info,
-                "state": self.state,
-                "ctx": self.ctx,
-                "messages": [*self.inner_prompt, {"role": "assistant", "content": action}],
-            }
-        )
+        scored = await score_completion(self.env.rubric, self.task, action, self.state, self.ctx, self.inner_prompt)
         metrics = {
             "gradient_intuition/no_answer": 0.0,
             "gradient_intuition/inner_reward": inner_reward,
             **{f"inner/{k}": float(v) for k, v in inner_metrics.items()},
-            **{f"reward/{k}": v for k, v in score.parts.items()},
-            **reported(self.state),
+            **scored.metrics,
         }
-        if score.invalid:
-            metrics[INVALID_PARTS_METRIC] = float(len(score.invalid))
-        return StepResult(reward=inner_reward + score.total, done=True, metrics=metrics)
+        return StepResult(reward=inner_reward + scored.reward, done=True, metrics=metrics)
 
 
 class GradientIntuitionEnvironment:

@@ -8,7 +8,8 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from minds_core.envs import Context, Rubric, Task
+from minds_core.envs import Context, Rubric, SingleTurnEnvironment, Task, report_metric
+from minds_core.logs import get_logger
 
 from minds_gradient_prophet.args import is_int, require
 from minds_gradient_prophet.lessons import LESSON_SETS, QA, LessonSet
@@ -22,7 +23,6 @@ from minds_gradient_prophet.policy_scores import (
     next_token_logprobs,
     next_token_topk,
 )
-from minds_gradient_prophet.reporting import ReportingEnvironment, log, report
 from minds_gradient_prophet.scoring import in_context_score, kl_from_topk, surprise_score
 
 IN_CONTEXT = "in_context"
@@ -36,6 +36,8 @@ SYSTEM_PROMPT = (
 )
 
 DEFAULT_TOPK = 20
+
+log = get_logger("gradient_prophet")
 
 
 def _lesson_text(lesson: QA) -> str:
@@ -144,8 +146,8 @@ async def measure_probes(
             values.append(None)
         else:
             values.append(result)
-    report(state, "gradient_prophet/probes_measured", len(values) - len(errors))
-    report(state, "gradient_prophet/probes_failed", len(errors))
+    report_metric(state, "gradient_prophet/probes_measured", len(values) - len(errors))
+    report_metric(state, "gradient_prophet/probes_failed", len(errors))
     if len(errors) == len(values):
         raise MeasurementError(f"no probe of set {lessons.id!r} could be measured: {'; '.join(errors)}")
     return values
@@ -160,7 +162,7 @@ async def in_context_reward(completion: str, info: dict[str, Any], ctx: Context,
         return 0.0
     lessons = lessons_from_info(info)
     predicted = parse_number_array(completion, length=len(lessons.probes))
-    report(state, "gradient_prophet/unparsed", float(predicted is None))
+    report_metric(state, "gradient_prophet/unparsed", float(predicted is None))
     truths = await measure_probes(ctx, state, lessons, measure_delta, "delta")
     return in_context_score(truths, predicted)
 
@@ -171,7 +173,7 @@ async def surprise_reward(completion: str, info: dict[str, Any], ctx: Context, s
         return 0.0
     lessons = lessons_from_info(info)
     order = parse_number_array(completion, length=len(lessons.probes))
-    report(state, "gradient_prophet/unparsed", float(order is None))
+    report_metric(state, "gradient_prophet/unparsed", float(order is None))
     if order is None:
         return 0.0
     topk = int(info.get("topk", DEFAULT_TOPK))
@@ -188,7 +190,7 @@ def split_sets(sets: Sequence[LessonSet], eval_sets: int, seed: int) -> dict[str
 
 def load_gradient_prophet(
     kinds: Sequence[str] = KINDS, eval_sets: int = 4, seed: int = 0, topk: int = DEFAULT_TOPK
-) -> ReportingEnvironment:
+) -> SingleTurnEnvironment:
     """The gradient_prophet environment: one task per lesson set and kind."""
     kinds_ok = isinstance(kinds, (list, tuple)) and bool(kinds) and all(k in KINDS for k in kinds)
     require(kinds_ok, "kinds", kinds, f"must be a non-empty list drawn from {list(KINDS)}")
@@ -209,4 +211,4 @@ def load_gradient_prophet(
     rubric = Rubric(
         [in_context_reward, surprise_reward], [1.0, 1.0], ["gradient_prophet.in_context", "gradient_prophet.surprise"]
     )
-    return ReportingEnvironment(tasks, rubric, system_prompt=SYSTEM_PROMPT)
+    return SingleTurnEnvironment(tasks, rubric, system_prompt=SYSTEM_PROMPT)

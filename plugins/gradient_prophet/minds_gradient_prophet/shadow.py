@@ -7,7 +7,6 @@ created from the policy's saved state (``ctx.policy_checkpoint``).
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,22 +40,19 @@ def weighted_logprob(output: types.ForwardBackwardOutput, datum: types.Datum) ->
 
 
 class ShadowTrainer:
-    """Shadows of the policy that each take one measured step, at most ``max_shadows`` at once.
+    """Shadows of the policy that each take one measured step, at most ``max_shadows`` of them.
 
-    A shadow is created from ``ctx.policy_checkpoint`` (the policy's current
-    weights, never the base model) and used by one measurement at a time. When
-    the service can reload weights into a client (``load_state``, which also
-    resets the optimizer), the shadow is reloaded after the measurement and kept
-    for the next one; otherwise it is dropped and the next measurement creates a
-    fresh one from the checkpoint. Shadows of all but the ``keep`` newest
-    checkpoints are dropped.
+    The shadows are created once (from the first measurement's checkpoint) and
+    reused: every measurement first loads its own ``ctx.policy_checkpoint`` into
+    its shadow (``load_state``: the CURRENT policy's weights, a fresh optimizer),
+    so Δ always follows the policy. A shadow serves one measurement at a time;
+    further measurements wait for a free one.
     """
 
-    def __init__(self, learning_rate: float, max_shadows: int = 2, keep: int = 2) -> None:
+    def __init__(self, learning_rate: float, max_shadows: int = 2) -> None:
         self.learning_rate = learning_rate
         self._slots = asyncio.Semaphore(max_shadows)
-        self._keep = keep
-        self._idle: OrderedDict[str, list[Any]] = OrderedDict()
+        self._idle: list[Any] = []
 
     async def one_step_delta(self, ctx: Context, example: types.Datum, probe: types.Datum) -> float:
         """logP(probe) after one cross_entropy step on ``example`` minus before, on a shadow of the policy."""
@@ -67,13 +63,12 @@ class ShadowTrainer:
                 "the environment sets needs_policy_checkpoint = True, so the trainer should provide it"
             )
         async with self._slots:
-            idle = self._idle.get(checkpoint)
-            shadow = idle.pop() if idle else await ctx.service.create_training_client_from_state(checkpoint)
-            delta = await self._measure(shadow, example, probe)
-            if hasattr(shadow, "load_state"):
-                await shadow.load_state(checkpoint)  # back to the policy's weights, optimizer reset
-                self._release(checkpoint, shadow)
-        return delta
+            shadow = self._idle.pop() if self._idle else await ctx.service.create_training_client_from_state(checkpoint)
+            try:
+                await shadow.load_state(checkpoint)
+                return await self._measure(shadow, example, probe)
+            finally:
+                self._idle.append(shadow)
 
     async def _measure(self, shadow: Any, example: types.Datum, probe: types.Datum) -> float:
         from tinker import types
@@ -85,9 +80,3 @@ class ShadowTrainer:
         await update  # the step has finished before the probe is scored again
         after = weighted_logprob(await shadow.forward([probe], "cross_entropy"), probe)
         return after - before
-
-    def _release(self, checkpoint: str, shadow: Any) -> None:
-        self._idle.setdefault(checkpoint, []).append(shadow)
-        self._idle.move_to_end(checkpoint)
-        while len(self._idle) > self._keep:
-            self._idle.popitem(last=False)

@@ -1,5 +1,9 @@
 """The shadow step on the local backend: the right Δ, from the policy's weights, never touching the policy."""
 
+import asyncio
+from typing import Any
+
+import attrs
 import pytest
 from attrs import evolve
 from tinker import types
@@ -30,27 +34,67 @@ def test_the_training_datum_weights_only_the_answer():
         scoring_datum([], [1])
 
 
+@attrs.define
+class CountingService:
+    """The policy's service, counting the shadow clients created through it."""
+
+    service: Any
+    created: int = 0
+
+    def create_training_client_from_state(self, path: str) -> Any:
+        self.created += 1
+        return self.service.create_training_client_from_state(path)
+
+
+def counting(ctx) -> tuple[Any, CountingService]:
+    service = CountingService(ctx.service)
+    return evolve(ctx, service=service), service
+
+
 async def test_delta_is_one_step_from_the_policy_weights(policy):
     # Move the policy away from its initialisation first, so "from the policy" differs from "from the base".
     await policy.train_on([("Say something.", " Rome is far away.")], 5e-2, steps=2)
-    ctx = await policy.snapshot()
+    ctx, service = counting(await policy.snapshot())
     example, probe = _data(ctx)
     expected = await policy.manual_one_step_delta(ctx.policy_checkpoint, example, probe, LR)
     shadow = ShadowTrainer(LR)
     delta = await shadow.one_step_delta(ctx, example, probe)
     assert delta == pytest.approx(expected, abs=1e-5)
     assert abs(delta) > 1e-4  # the step really moved the probe
-    # Measured again on the same checkpoint: the same Δ (each step starts from the policy's weights).
-    assert await shadow.one_step_delta(ctx, example, probe) == pytest.approx(delta, abs=1e-5)
+    # Measured again on the same checkpoint, by the same shadow reloaded: the same Δ.
+    assert await shadow.one_step_delta(ctx, example, probe) == delta
+    assert service.created == 1
 
-    # After the policy itself trains, the new checkpoint gives a different Δ.
+
+async def test_a_reused_shadow_measures_exactly_as_a_fresh_one(policy):
+    ctx, service = counting(await policy.snapshot())
+    example, probe = _data(ctx)
+    other = scoring_datum(ctx.tokenizer.encode("Name a river."), ctx.renderer.encode(" The Nile, surely."))
+    fresh = await ShadowTrainer(LR).one_step_delta(ctx, example, probe)
+    shadow = ShadowTrainer(LR, max_shadows=1)
+    await shadow.one_step_delta(ctx, other, probe)  # leaves a stepped adapter and Adam moments behind
+    assert await shadow.one_step_delta(ctx, example, probe) == fresh
+    # Concurrent measurements wait for the one shadow and each gets its own exact Δ.
+    other_delta = await ShadowTrainer(LR).one_step_delta(ctx, other, probe)
+    jobs = [shadow.one_step_delta(ctx, datum, probe) for datum in (example, other, example, other)]
+    assert await asyncio.gather(*jobs) == [fresh, other_delta, fresh, other_delta]
+    assert service.created == 3  # one per ShadowTrainer
+
+
+async def test_delta_follows_the_policy_checkpoint_after_the_policy_trains(policy):
+    ctx, service = counting(policy.ctx)
+    example, probe = _data(ctx)
+    shadow = ShadowTrainer(LR)
+    delta = await shadow.one_step_delta(ctx, example, probe)
     await policy.train_on([("Name a city in France.", " Lyon, or Paris.")], 5e-2, steps=3)
-    updated = await policy.snapshot()
+    updated = evolve(await policy.snapshot(), service=service)
     after = await shadow.one_step_delta(updated, example, probe)
     assert after == pytest.approx(
         await policy.manual_one_step_delta(updated.policy_checkpoint, example, probe, LR), abs=1e-5
     )
+    assert after == await ShadowTrainer(LR).one_step_delta(updated, example, probe)  # as a fresh shadow, exactly
     assert abs(after - delta) > 1e-4
+    assert service.created == 2  # the first shadow, loaded with the new checkpoint, and the fresh one
 
 
 async def test_the_shadow_leaves_the_policy_bit_identical(policy):
