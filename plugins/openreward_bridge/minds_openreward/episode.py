@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from minds_core.conversation import Conversation, TokenBudgetExhausted
@@ -22,7 +23,9 @@ if TYPE_CHECKING:
 
 log = get_logger("openreward")
 
-#: Per-rollout counters reported as metrics (averaged per environment by the core).
+#: Per-rollout counters reported as metrics (averaged per environment by the core), with
+#: ``finished`` (1 when the environment ended the episode) and ``ors_seconds`` (time spent
+#: waiting on the ORS server: opening the session, prompt, tools, tool calls).
 COUNTERS = ("tool_calls", "malformed_calls", "rejected_calls", "no_tool_call", "capacity_waits")
 _CLEANUP_SECONDS = 5.0
 
@@ -48,6 +51,7 @@ class OpenRewardEpisode:
         self.transcript: list[Event] = []
         self._session: Any = None
         self._tool_names: list[str] = []
+        self._ors_seconds = 0.0
 
     async def run(self, conversation: Conversation) -> StepResult:
         """Play the episode to its end (finished, or out of tokens) and return the rollout's reward."""
@@ -71,11 +75,14 @@ class OpenRewardEpisode:
 
     async def initial_observation(self) -> list[Message]:
         """Open the session; the task's prompt, with tool instructions when the template cannot show tools."""
+        began = time.perf_counter()
         session = await self._open()
         specs = await session.list_tools()
+        ors_messages = await session.get_messages()
+        self._ors_seconds += time.perf_counter() - began
         self._tool_names = [spec.name for spec in specs]
         tools = [prompting.chat_tool_spec(s.name, s.description, s.input_schema) for s in specs]
-        messages = prompting.prompt_messages(await session.get_messages())
+        messages = prompting.prompt_messages(ors_messages)
         final_answer = self.env.terminal is not None
         if self.in_template:
             self.tools = tools or None
@@ -123,6 +130,7 @@ class OpenRewardEpisode:
             )
         metrics = {key: float(value) for key, value in self.counts.items()}
         metrics["finished"] = float(self.finished)
+        metrics["ors_seconds"] = self._ors_seconds
         return StepResult(reward=reward, done=True, metrics=metrics)
 
     async def close(self) -> None:
@@ -180,15 +188,18 @@ class OpenRewardEpisode:
         from openreward.api.errors import ToolCallError
 
         self.transcript.append(Event("tool_call", json.dumps(arguments), name, call_id))
+        began = time.perf_counter()
         try:
             output = await session.call_tool(name, arguments)
         except ToolCallError as exc:
+            self._ors_seconds += time.perf_counter() - began
             if exc.reason == "episode_finished":
                 self.finished = True
             self.counts["rejected_calls"] += 1
             text = prompting.rejected_feedback(name, exc.reason, exc.detail)
             self.transcript.append(Event("tool_result", text, call_id=call_id))
             return text
+        self._ors_seconds += time.perf_counter() - began
         return self._record(output, call_id)
 
     def _record(self, output: Any, call_id: str) -> str:

@@ -56,6 +56,7 @@ async def test_tool_calls_run_and_come_back_as_the_next_turn(ors_server) -> None
     assert last.reward == ors_server.lab.answer_reward(answer)
     outcome = episode.outcome()
     assert outcome.reward == pytest.approx(0.5 + 0.5 + ors_server.lab.answer_reward(answer))
+    assert 0 < outcome.metrics.pop("ors_seconds") < 5
     assert outcome.metrics == {
         "tool_calls": 5.0,
         "malformed_calls": 1.0,
