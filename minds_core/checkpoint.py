@@ -73,7 +73,7 @@ class RunDirectory:
         os.replace(tmp, self.path / CONFIG_FILE)
 
     def checkpoints(self) -> list[Checkpoint]:
-        return [Checkpoint(**row) for row in _read_jsonl(self.path / CHECKPOINTS_FILE)]
+        return [Checkpoint(**row) for row in read_jsonl(self.path / CHECKPOINTS_FILE)]
 
     def last_checkpoint(self) -> Checkpoint | None:
         saved = self.checkpoints()
@@ -92,14 +92,14 @@ class RunDirectory:
             path = self.path / name
             if not path.exists():
                 continue
-            kept = [row for row in _read_jsonl(path) if int(row.get("step", -1)) < next_step]
+            kept = [row for row in read_jsonl(path) if int(row.get("step", -1)) < next_step]
             tmp = path.with_suffix(".tmp")
             tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in kept), encoding="utf-8")
             os.replace(tmp, path)
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a jsonl file; a torn last line (killed mid-write) is skipped."""
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a jsonl file ([] when missing); a torn line (killed mid-write) is skipped."""
     if not path.exists():
         return []
     rows = []

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from minds_core import hookimpl
-from minds_core.cli import main
+from minds_core.testing import run_minds
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
 from minds_core.trainer import train
@@ -19,26 +19,19 @@ from minds_gradient_prophet.intuition import (
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
-SMALL = [
-    "--set", "trainer.group_size=2",
-    "--set", "trainer.groups_per_batch=2",
-    "--set", "sampling.max_tokens=16",
-    "--set", 'metrics.sinks=["jsonl"]',
-]  # fmt: skip
+SMALL = ["trainer.group_size=2", "trainer.groups_per_batch=2", "sampling.max_tokens=16"]
 
 
 def _run(tmp_path: Path, name: str, *extra: str) -> list[dict]:
-    config = str(CONFIGS / f"{name}.toml")
-    code = main(["run", config, "--steps", "2", "--name", name, "--set", f"runs_dir={tmp_path}", *SMALL, *extra])
-    assert code == 0
-    steps = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [0, 1]
-    assert all(s["rollouts/failed"] == 0 for s in steps)
-    return steps
+    run = run_minds(str(CONFIGS / f"{name}.toml"), "--steps", "2", runs_dir=tmp_path, name=name, overrides=[*SMALL, *extra])
+    assert run.exit_code == 0
+    assert run.steps == [0, 1]
+    assert all(s["rollouts/failed"] == 0 for s in run.metrics)
+    return run.metrics
 
 
 def test_gradient_prophet_trains_and_measures_every_probe(tmp_path):
-    steps = _run(tmp_path, "gradient_prophet", "--set", 'env.args.kinds=["in_context"]')
+    steps = _run(tmp_path, "gradient_prophet", 'env.args.kinds=["in_context"]')
     for step in steps:
         # four probes per set, each measured with the sampler of the step's policy
         assert step["env/gradient_prophet/gradient_prophet/probes_measured"] == 4.0

@@ -1,11 +1,10 @@
 """`minds run configs/self_prediction.toml` trains a few steps; logged rewards match the formula."""
 
-import json
 from pathlib import Path
 
 import pytest
 
-from minds_core.cli import main
+from minds_core.testing import run_minds
 from minds_self_prediction.problems import Problem
 from minds_self_prediction.scoring import accuracy_reward, calibration_reward, format_reward
 
@@ -26,28 +25,20 @@ def _expected_reward(question: str, completion: str) -> float:
 
 
 def test_minds_run_trains_self_prediction(tmp_path: Path) -> None:
-    code = main(
-        [
-            "run", str(CONFIG), "--steps", "2", "--name", "sp",
-            "--set", f"runs_dir={tmp_path}",
-            "--set", "env.args.num_examples=16",
-            "--set", "trainer.group_size=4",
-            "--set", "trainer.groups_per_batch=2",
-            "--set", "sampling.max_tokens=24",
-            "--set", 'metrics.sinks=["jsonl"]',
-        ]
+    run = run_minds(
+        str(CONFIG), "--steps", "2", runs_dir=tmp_path, name="sp",
+        overrides=["env.args.num_examples=16", "trainer.group_size=4", "trainer.groups_per_batch=2",
+                   "sampling.max_tokens=24"],
     )  # fmt: skip
-    assert code == 0
-    run_dir = tmp_path / "sp"
-    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [0, 1]
-    for step in steps:
+    assert run.exit_code == 0
+    assert run.steps == [0, 1]
+    for step in run.metrics:
         assert step["rollouts/failed"] == 0
         for part in ("format", "accuracy", "calibration"):
             assert f"env/self_prediction/reward/self_prediction.{part}" in step
-    groups = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    groups = run.rollouts
     assert groups
     for group in groups:
         for rollout in group["rollouts"]:
-            completion = rollout["completion"][-1]  # earlier entries: the worked example in the prompt
+            (completion,) = rollout["completion"]
             assert rollout["reward"] == pytest.approx(_expected_reward(group["task"], completion))
