@@ -1,4 +1,4 @@
-"""Serve ORS environments in-process (uvicorn in a thread, 127.0.0.1, a free port): for tests and local work.
+"""Serve ORS environments in-process (uvicorn on a background loop, 127.0.0.1, a free port): for tests and local work.
 
     with serve([MyEnv]) as url:
         ...  # [env.args] base_url = url, name = "myenv"
@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,15 +31,15 @@ def serve(environments: Sequence[type], wrap: Callable[[Any], Any] | None = None
 
 @contextmanager
 def serve_app(app: Any) -> Iterator[str]:
-    """Run any ASGI app on 127.0.0.1 (a free port) in a thread until the block ends; yields its base URL."""
+    """Run any ASGI app on 127.0.0.1 (a free port) until the block ends; yields its base URL."""
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, name="minds-openreward-server", daemon=True)
-    thread.start()
+    running = asyncio.run_coroutine_threadsafe(server.serve(), _serving_loop())
     deadline = time.monotonic() + _START_TIMEOUT
     while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
+        if running.done() or time.monotonic() > deadline:
+            running.result(timeout=0)  # raises what stopped it
             raise RuntimeError("the local server did not start")
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
@@ -46,4 +47,22 @@ def serve_app(app: Any) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        thread.join(timeout=_START_TIMEOUT)
+        running.result(timeout=_START_TIMEOUT)
+
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _serving_loop() -> asyncio.AbstractEventLoop:
+    """The one event loop (in a daemon thread) that runs every server of this process.
+
+    sse-starlette keeps a process-wide exit event that binds to the first loop
+    waiting on it, so servers on different loops would break each other's streams.
+    """
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="minds-openreward-servers", daemon=True).start()
+        return _loop
