@@ -33,13 +33,13 @@ from typing import Any, ClassVar
 os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
 os.environ.setdefault("OPENREWARD_LOG_LEVEL", "ERROR")  # late keepalive pings of closed sessions warn
 
-import attrs  # noqa: E402
-from openreward.environments import Environment, TextBlock, ToolOutput, terminal, tool  # noqa: E402
-from pydantic import BaseModel  # noqa: E402
+import attrs
+from openreward.environments import Environment, TextBlock, ToolOutput, terminal, tool
+from pydantic import BaseModel
 
-from minds_core.envs.types import Context, Task  # noqa: E402
-from minds_openreward.environment import OpenRewardEnvironment, load_environment  # noqa: E402
-from minds_openreward.local_server import serve  # noqa: E402
+from minds_core.envs.types import Context, Task
+from minds_openreward.environment import OpenRewardEnvironment, load_environment
+from minds_openreward.local_server import serve
 
 TASKS = 64
 HOP = '<tool_call>{"name": "hop", "arguments": {"step": 1}}</tool_call>'
@@ -63,7 +63,7 @@ class Relay(Environment):
     sessions: ClassVar[Counter] = Counter()  # task id -> sessions created
     closed: ClassVar[int] = 0
 
-    def __init__(self, task_spec: dict[str, Any] = {}, secrets: dict[str, str] = {}) -> None:
+    def __init__(self, task_spec: dict[str, Any], secrets: dict[str, str]) -> None:
         super().__init__(task_spec, secrets)
         with Relay.lock:
             Relay.live += 1
@@ -130,15 +130,26 @@ class Report:
         return self.returned == self.episodes and self.sessions == self.expected_sessions
 
     def lines(self) -> list[str]:
-        ms = lambda values: f"{1000 * statistics.fmean(values):.1f} ms"  # noqa: E731
-        latency = f"latency mean {ms(self.latencies)}, p95 {1000 * statistics.quantiles(self.latencies, n=20)[-1]:.1f} ms; " if len(self.latencies) > 1 else ""
+        """Three lines of figures."""
+        latency = ""
+        if len(self.latencies) > 1:
+            p95 = statistics.quantiles(self.latencies, n=20)[-1]
+            latency = f"latency mean {_ms(self.latencies)}, p95 {1000 * p95:.1f} ms; "
         return [
-            f"[{self.phase}] {self.returned}/{self.episodes} episodes in {self.seconds:.2f} s = {self.per_second:.1f} episodes/s "
-            f"({1000 * self.seconds / max(self.returned, 1):.1f} ms of wall time per episode), {self.failed} failed",
-            f"[{self.phase}] {latency}waiting on the server per episode {ms(self.server_waits)}",
-            f"[{self.phase}] most sessions open on the server: {self.peak_sessions} (limit {self.limit}); "
-            f"exactly one session per episode: {'yes' if self.exact else 'NO'}",
+            (
+                f"[{self.phase}] {self.returned}/{self.episodes} episodes in {self.seconds:.2f} s = {self.per_second:.1f} episodes/s "
+                f"({1000 * self.seconds / max(self.returned, 1):.1f} ms of wall time per episode), {self.failed} failed"
+            ),
+            f"[{self.phase}] {latency}waiting on the server per episode {_ms(self.server_waits)}",
+            (
+                f"[{self.phase}] most sessions open on the server: {self.peak_sessions} (limit {self.limit}); "
+                f"exactly one session per episode: {'yes' if self.exact else 'NO'}"
+            ),
         ]
+
+
+def _ms(values: list[float]) -> str:
+    return f"{1000 * statistics.fmean(values):.1f} ms"
 
 
 def _expected(tasks: list[Task], episodes: int, per_task: int = 1) -> tuple[list[Task], Counter]:

@@ -217,5 +217,5 @@ async def _discard(session: Any) -> None:
         return
     try:
         await asyncio.wait_for(session.__aexit__(None, None, None), _CLEANUP_SECONDS)
-    except Exception:  # noqa: BLE001 - cleanup of an already failed start
-        pass
+    except Exception as exc:  # noqa: BLE001 - cleanup of an already failed start
+        log.debug("could not remove a session that failed to start", error=f"{type(exc).__name__}: {exc}")

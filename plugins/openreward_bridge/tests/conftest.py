@@ -18,9 +18,9 @@ from pydantic import BaseModel
 os.environ["OPENREWARD_DISABLE_UPDATE_CHECK"] = "1"
 os.environ.setdefault("OPENREWARD_LOG_LEVEL", "WARNING")
 
-from openreward.environments import Environment, TextBlock, ToolOutput, terminal, tool  # noqa: E402
+from openreward.environments import Environment, TextBlock, ToolOutput, terminal, tool
 
-from minds_openreward.local_server import serve  # noqa: E402
+from minds_openreward.local_server import serve
 
 #: What the fake hosted service accepts as a valid OpenReward key.
 HOSTED_KEY = "sk-or-test-5f1c0d9e"
@@ -71,7 +71,7 @@ class ToolLab(Environment):
 
     census: ClassVar[Census] = Census()
 
-    def __init__(self, task_spec: dict[str, Any] = {}, secrets: dict[str, str] = {}) -> None:
+    def __init__(self, task_spec: dict[str, Any], secrets: dict[str, str]) -> None:
         super().__init__(task_spec, secrets)
         self.census.enter(secrets)
         self.total = 0
@@ -127,7 +127,7 @@ class Maze(Environment):
 
     census: ClassVar[Census] = Census()
 
-    def __init__(self, task_spec: dict[str, Any] = {}, secrets: dict[str, str] = {}) -> None:
+    def __init__(self, task_spec: dict[str, Any], secrets: dict[str, str]) -> None:
         super().__init__(task_spec, secrets)
         self.census.enter(secrets)
 
