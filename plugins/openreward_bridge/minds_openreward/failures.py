@@ -45,8 +45,9 @@ def _is_auth_error(exc: BaseException) -> bool:
     return any(isinstance(e, AuthenticationError) for e in exception_chain(exc)) or http_status(exc) in (401, 403)
 
 
-def _is_unreachable(exc: BaseException) -> bool:
-    return any(isinstance(e, (aiohttp.ClientConnectionError, OSError, TimeoutError)) for e in exception_chain(exc))
+def _connection_error(exc: BaseException) -> BaseException | None:
+    """The first network-level failure in the chain, if any."""
+    return next((e for e in exception_chain(exc) if isinstance(e, (aiohttp.ClientConnectionError, OSError, TimeoutError))), None)
 
 
 def usage_error(exc: BaseException, target: str, key_env: str) -> UsageError | None:
@@ -66,6 +67,7 @@ def usage_error(exc: BaseException, target: str, key_env: str) -> UsageError | N
     status = http_status(exc)
     if status == 404:
         return UsageError(f"{target}: not found (HTTP 404). Names are case-sensitive; check name, variant and base_url.")
-    if _is_unreachable(exc) and status is None:
-        return UsageError(f"cannot reach {target}: {type(exc).__name__}: {exc}".strip())
+    cause = _connection_error(exc)
+    if cause is not None and status is None:
+        return UsageError(f"cannot reach {target}: {type(cause).__name__}: {cause}")
     return None

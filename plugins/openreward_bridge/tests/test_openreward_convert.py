@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tomllib
@@ -11,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from minds_core.cli import main as minds_main
 from minds_core.config import load_config
+from minds_core.testing import run_minds
 from minds_openreward.convert import main
 
 SEED_CONFIG = """\
@@ -178,7 +177,8 @@ def test_a_converted_seed_config_runs(hosted_env, tmp_path: Path) -> None:
     source = write(tmp_path, yaml.safe_dump(seed))
     out = tmp_path / "minds.toml"
     assert main([str(source), "-o", str(out)]) == 0
-    assert minds_main(["run", str(out), "--backend", "local", "--set", 'metrics.sinks=["jsonl"]']) == 0
-    (step,) = [json.loads(line) for line in (tmp_path / "runs" / "converted" / "metrics.jsonl").read_text().splitlines()]
+    run = run_minds(str(out), "--backend", "local", runs_dir=tmp_path / "runs", name="converted")
+    assert run.exit_code == 0
+    (step,) = run.metrics
     assert step["rollouts/total"] == 4 and step["rollouts/failed"] == 0
     assert step["reward/max"] <= 1.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,11 @@ def test_bad_args_stop_minds_run_with_every_problem(ors_server, tmp_path: Path, 
     assert code == 2
     err = capsys.readouterr().err
     assert "num_rollouts: unknown key" in err
+
+
+def test_an_unreachable_server_is_a_clear_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    with pytest.raises(UsageError, match=f"cannot reach environment 'toollab' at http://127.0.0.1:{closed}: ClientConnector"):
+        load_environment(name="toollab", base_url=f"http://127.0.0.1:{closed}")

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from minds_core.cli import main
 from minds_core.schedule import DataSchedule
+from minds_core.testing import run_minds
 from minds_openreward.toolcalls import without_reasoning
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
 SEED = 2  # a seed whose schedule puts one group of each environment in each of the two steps
 CONFIG = """\
-name = "orun"
 seed = {seed}
 backend = "local"
-runs_dir = "{runs}"
 
 [trainer]
 steps = 2
@@ -35,7 +32,6 @@ max_failing_rollouts = 1
 max_total_tokens = 900
 
 [metrics]
-sinks = ["jsonl"]
 rollouts_per_step = 3
 
 [[envs]]
@@ -57,15 +53,13 @@ args = {{ name = "maze", base_url = "{url}", nonterminal_reward = -0.5, reward_r
 
 def test_minds_run_trains_on_several_openreward_environments(ors_server, tmp_path: Path) -> None:
     config = tmp_path / "openreward.toml"
-    config.write_text(CONFIG.format(seed=SEED, runs=tmp_path, url=ors_server.url))
+    config.write_text(CONFIG.format(seed=SEED, url=ors_server.url))
     schedule = DataSchedule(SEED, [1.0, 1.0, 1.0], [4, 2, 2], 3)
     assert [sorted(env for env, _ in schedule.batch(step)) for step in range(2)] == [[0, 1, 2], [0, 1, 2]]
 
-    assert main(["run", str(config)]) == 0
-
-    run = tmp_path / "orun"
-    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [0, 1]
+    run = run_minds(str(config), runs_dir=tmp_path)
+    assert run.exit_code == 0 and run.steps == [0, 1]
+    steps = run.metrics
     assert sum(s["train/datums"] for s in steps) > 0  # the lab's answers score differently: something to learn
     for step in steps:
         assert step["rollouts/total"] == 3 + 2 + 2
@@ -75,7 +69,7 @@ def test_minds_run_trains_on_several_openreward_environments(ors_server, tmp_pat
         assert step["env/openreward#2/finished"] == 0.0 and step["env/openreward#2/no_tool_call"] >= 2
 
     rollouts = {}
-    for group in map(json.loads, (run / "rollouts.jsonl").read_text().splitlines()):
+    for group in run.rollouts:
         rollouts.setdefault(group["env"], []).extend(group["rollouts"])
     lab = ors_server.lab
     assert len(rollouts["openreward"]) == 6
