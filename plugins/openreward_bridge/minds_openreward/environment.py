@@ -52,7 +52,8 @@ class OpenRewardEnvironment:
         tasks = []
         for index in choose(len(listed), self.settings.split(split), self.settings.seed):
             spec = listed[index]
-            task = Task(prompt="", info={"split": split, "index": index, "spec": spec.task_spec}, id=f"{split}/{index}")
+            info = {"split": split, "index": index, "spec": spec.task_spec if spec is not None else None}
+            task = Task(prompt="", info=info, id=f"{split}/{index}")
             self._ors_tasks[task.id] = spec
             tasks.append(task)
         return tasks
@@ -60,12 +61,15 @@ class OpenRewardEnvironment:
     def episode(self, task: Task, ctx: Context) -> OpenRewardEpisode:
         return OpenRewardEpisode(self, task, ctx)
 
-    def ors_task(self, task: Task) -> Any:
-        """The SDK task behind a minds task from ``tasks()``."""
-        try:
-            return self._ors_tasks[task.id]
-        except KeyError:
-            raise KeyError(f"task {task.id!r} did not come from this environment's tasks()") from None
+    def session(self, task: Task) -> Any:
+        """A new (not yet started) SDK session for a task from ``tasks()``, on the running loop's client."""
+        if task.id not in self._ors_tasks:
+            raise KeyError(f"task {task.id!r} did not come from this environment's tasks()")
+        spec, client = self._ors_tasks[task.id], self.clients.environment()
+        secrets = self.secrets or None
+        if spec is None:
+            return client.session(split=task.info["split"], index=task.info["index"], secrets=secrets)
+        return client.session(task=spec, secrets=secrets)
 
     async def close(self) -> None:
         """Close the running loop's client and flush uploads."""
@@ -75,13 +79,13 @@ class OpenRewardEnvironment:
 
 
 async def fetch_tasks(env: Any, split: str) -> list[Any]:
-    """All tasks of a split; environments without ``list_tasks`` are read by index range."""
+    """The SDK tasks of a split; None for each task of an environment that serves tasks only by index."""
     try:
         return await env.list_tasks(split)
     except aiohttp.ClientResponseError as exc:
         if exc.status != 400 or "not supported" not in str(exc.message):
             raise
-    return await env.get_task_range(split)
+    return [None] * await env.num_tasks(split)
 
 
 def choose(count: int, split: SplitSettings, seed: int) -> list[int]:

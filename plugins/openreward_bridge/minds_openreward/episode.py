@@ -151,12 +151,14 @@ class OpenRewardEpisode:
 
     async def _open(self) -> Any:
         """Start the ORS session under the adaptive limiter; HTTP 429 backs off and lowers the limit."""
+        if self._session is not None:
+            return self._session
         env, settings = self.env, self.env.settings
         attempt = 0
         while True:
             attempt += 1
             await env.limiter.acquire()
-            session = env.clients.environment().session(task=env.ors_task(self.task), secrets=env.secrets or None)
+            session = env.session(self.task)
             try:
                 await session.__aenter__()
             except BaseException as exc:
@@ -192,14 +194,14 @@ class OpenRewardEpisode:
         try:
             output = await session.call_tool(name, arguments)
         except ToolCallError as exc:
-            self._ors_seconds += time.perf_counter() - began
             if exc.reason == "episode_finished":
                 self.finished = True
             self.counts["rejected_calls"] += 1
             text = prompting.rejected_feedback(name, exc.reason, exc.detail)
             self.transcript.append(Event("tool_result", text, call_id=call_id))
             return text
-        self._ors_seconds += time.perf_counter() - began
+        finally:
+            self._ors_seconds += time.perf_counter() - began
         return self._record(output, call_id)
 
     def _record(self, output: Any, call_id: str) -> str:

@@ -1,7 +1,8 @@
-"""A real ORS server (openreward.environments.Server on 127.0.0.1) with two small tool environments.
+"""A real ORS server (openreward.environments.Server on 127.0.0.1) with three small tool environments.
 
 ``ToolLab``: add numbers, peek, break things; a plain reply is the answer (terminal tool).
 ``Maze``: look and move; only tool calls count, nothing ends it but finding the exit.
+``Catalog``: a thousand tasks served only by index; a plain reply is the answer.
 """
 
 from __future__ import annotations
@@ -158,6 +159,44 @@ class Maze(Environment):
         return ToolOutput(blocks=[TextBlock(text="You bump into a wall.")], reward=-0.1)
 
 
+class Catalog(Environment):
+    """Tasks served only by index (too many to list): read the entry."""
+
+    census: ClassVar[Census] = Census()
+
+    def __init__(self, task_spec: dict[str, Any], secrets: dict[str, str]) -> None:
+        super().__init__(task_spec, secrets)
+        self.census.enter(secrets)
+
+    def teardown(self) -> None:
+        self.census.leave()
+
+    @classmethod
+    def list_splits(cls) -> list[str]:
+        return ["train"]
+
+    @classmethod
+    def list_tasks(cls, split: str) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    @classmethod
+    async def num_tasks(cls, split: str) -> int:
+        return 1000
+
+    @classmethod
+    async def get_task(cls, split: str, index: int) -> dict[str, Any]:
+        return {"entry": index}
+
+    def get_prompt(self) -> list[TextBlock]:
+        return [TextBlock(text=f"Read entry {self.task_spec['entry']}.")]
+
+    @terminal
+    @tool
+    def answer(self, params: Reply) -> ToolOutput:
+        """The final answer."""
+        return ToolOutput(blocks=[TextBlock(text="ok")], reward=float(self.task_spec["entry"]), finished=True)
+
+
 class HeaderLog:
     """ASGI middleware recording the X-API-Key header of every request (None when absent)."""
 
@@ -190,6 +229,7 @@ class Served:
 
     lab = ToolLab
     maze = Maze
+    catalog = Catalog
     hosted_key = HOSTED_KEY
 
     def __init__(self, url: str, log: HeaderLog) -> None:
@@ -204,7 +244,7 @@ def _serve(middleware: type[HeaderLog]) -> Iterator[Served]:
         logs.append(middleware(app))
         return logs[-1]
 
-    with serve([ToolLab, Maze], wrap=wrap) as url:
+    with serve([ToolLab, Maze, Catalog], wrap=wrap) as url:
         yield Served(url, logs[0])
 
 
@@ -222,8 +262,8 @@ def hosted_server() -> Iterator[Served]:
 
 @pytest.fixture(autouse=True)
 def fresh_census() -> Iterator[None]:
-    ToolLab.census.reset()
-    Maze.census.reset()
+    for env in (ToolLab, Maze, Catalog):
+        env.census.reset()
     yield
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from minds_core.cli import main
+from minds_core.envs.types import Context
 from minds_core.errors import ConfigError, UsageError
 from minds_openreward.environment import choose, load_environment
 from minds_openreward.settings import SplitSettings
@@ -92,6 +93,20 @@ def test_bad_args_stop_minds_run_with_every_problem(ors_server, tmp_path: Path, 
     assert code == 2
     err = capsys.readouterr().err
     assert "num_rollouts: unknown key" in err
+
+
+async def test_tasks_served_only_by_index_open_by_split_and_index(ors_server) -> None:
+    env = load_environment(name="catalog", base_url=ors_server.url, seed=5, splits={"train": {"shuffle": True, "num_samples": 3}})
+    tasks = env.tasks("train")
+    indices = choose(1000, SplitSettings(shuffle=True, num_samples=3), seed=5)
+    assert [t.id for t in tasks] == [f"train/{i}" for i in indices] and tasks[0].info["spec"] is None
+    episode = env.episode(tasks[0], Context(sampler=None, tokenizer=None, service=None, renderer=None, base_model="none"))
+    messages = await episode.initial_observation()
+    assert messages[-1] == {"role": "user", "content": f"Read entry {indices[0]}."}
+    assert (await episode.step("read it")).reward == float(indices[0])
+    await episode.close()
+    await env.close()
+    assert ors_server.catalog.census.created == 1
 
 
 def test_an_unreachable_server_is_a_clear_error() -> None:
