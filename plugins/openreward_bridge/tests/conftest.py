@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Iterator
@@ -108,6 +109,12 @@ class ToolLab(Environment):
     def peek(self) -> ToolOutput:
         """Show the target."""
         return ToolOutput(blocks=[TextBlock(text=f"target={self.task_spec['target']}")])
+
+    @tool
+    async def stall(self) -> ToolOutput:
+        """Take a while."""
+        await asyncio.sleep(3)
+        return ToolOutput(blocks=[TextBlock(text="finally")])
 
     @tool
     def explode(self) -> ToolOutput:

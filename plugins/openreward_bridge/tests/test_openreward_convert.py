@@ -162,7 +162,7 @@ def test_the_console_script_is_installed(tmp_path: Path) -> None:
     assert tomllib.loads(result.stdout)["envs"][0]["args"]["name"] == "GeneralReasoning/WhoDunIt"
 
 
-def test_a_converted_seed_config_runs(hosted_env, tmp_path: Path) -> None:
+def test_a_converted_seed_config_runs(hosted_env, tmp_path: Path, capfd) -> None:
     pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
     seed = {
         "model_name": "minds-tiny",
@@ -182,3 +182,8 @@ def test_a_converted_seed_config_runs(hosted_env, tmp_path: Path) -> None:
     (step,) = run.metrics
     assert step["rollouts/total"] == 4 and step["rollouts/failed"] == 0
     assert step["reward/max"] <= 1.0
+    output = capfd.readouterr()
+    written = [p.read_bytes() for p in run.run_dir.rglob("*") if p.is_file()]
+    assert written and all(hosted_env.hosted_key.encode() not in data for data in written)
+    assert hosted_env.hosted_key not in output.out + output.err  # the key was used, never shown
+    assert hosted_env.hosted_key in hosted_env.log.keys

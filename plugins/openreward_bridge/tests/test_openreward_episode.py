@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ async def test_tool_calls_run_and_come_back_as_the_next_turn(ors_server) -> None
     episode, messages = await opened(env)
     system, user = messages
     assert system["role"] == "system" and user == {"role": "user", "content": "Reach 3 with add."}
-    for name in ("add", "peek", "explode"):
+    for name in ("add", "peek", "explode", "stall"):
         assert f'"name":"{name}"' in system["content"]
     assert '"name":"answer"' not in system["content"]  # the terminal tool stays hidden
     assert "reply without any tool call" in system["content"]
@@ -82,6 +83,17 @@ async def test_a_failing_tool_fails_the_rollout_and_kills_the_session(ors_server
         await episode.step(ADD_TWO)
     await episode.close()
     assert ors_server.lab.census.live == 0
+    await env.close()
+
+
+async def test_a_timed_out_episode_still_ends_its_session(ors_server) -> None:
+    env = load_environment(name="toollab", base_url=ors_server.url)
+    episode, _ = await opened(env)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(episode.step('<tool_call>{"name": "stall", "arguments": {}}</tool_call>'), 0.3)
+    await episode.close()
+    assert ors_server.lab.census.live == 0 and ors_server.lab.census.torn_down == 1
+    assert (env.limiter.in_flight, env.limiter.open) == (0, 0)
     await env.close()
 
 
