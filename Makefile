@@ -25,6 +25,7 @@ test: setup  ## the whole test suite (core and plugins)
 bench: setup  ## the benchmark scripts; they print figures
 	$(PY) benchmarks/local_backend.py
 	$(PY) benchmarks/pipeline.py
+	$(PY) benchmarks/openreward_load.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -1,4 +1,12 @@
-"""Coalescing of a group's sample requests: G rollouts of one prompt become one request for G samples."""
+"""Coalescing of a group's sample requests: G rollouts of one prompt become one request for G samples.
+
+The rollouts of a group register while they run. Their requests wait until
+every running rollout of the group is waiting for a sample (or ``patience``
+seconds pass, so a stuck rollout cannot hold the others); then requests with
+the same prompt and parameters go out as one request. Waiting for that barrier
+rather than for a clock keeps a seeded run's batches, and so its samples, the
+same from run to run.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +15,28 @@ from typing import Any
 
 import tinker
 
-#: How long the first request of a batch waits for the rest of its group (seconds).
-WINDOW = 0.005
-
 
 class GroupSampler:
-    """Wraps a SamplingClient; concurrent requests with the same prompt and params share one call.
+    """Wraps a SamplingClient for the rollouts of one group (see the module docstring)."""
 
-    A batch is sent when ``group_size`` requests have arrived or ``WINDOW``
-    after the first one, whichever is sooner. The seed of the first request
-    is used for the batch.
-    """
-
-    def __init__(self, sampler: Any, group_size: int) -> None:
+    def __init__(self, sampler: Any, patience: float = 1.0) -> None:
         self.sampler = sampler
-        self.group_size = group_size
+        self.patience = patience
+        self.active = 0
+        self.inside = 0
         self._pending: dict[tuple, list[asyncio.Future]] = {}
         self._requests: dict[tuple, tuple[tinker.types.ModelInput, tinker.types.SamplingParams]] = {}
+        self._timer: asyncio.TimerHandle | None = None
         self._sending: set[asyncio.Task] = set()
+
+    def enter(self) -> None:
+        """A rollout of the group starts."""
+        self.active += 1
+
+    def leave(self) -> None:
+        """A rollout of the group ended; its peers no longer wait for it."""
+        self.active -= 1
+        self._flush_if_all_waiting()
 
     async def sample(
         self, prompt: tinker.types.ModelInput, num_samples: int, sampling_params: tinker.types.SamplingParams
@@ -34,22 +46,33 @@ class GroupSampler:
         key = (tuple(prompt.to_ints()), sampling_params.model_dump_json(exclude={"seed"}))
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        waiting = self._pending.setdefault(key, [])
-        waiting.append(future)
-        if len(waiting) == 1:
-            self._requests[key] = (prompt, sampling_params)
-            loop.call_later(WINDOW, self._flush, key)
-        if len(waiting) >= self.group_size:
-            self._flush(key)
-        return await future
+        self._pending.setdefault(key, []).append(future)
+        self._requests.setdefault(key, (prompt, sampling_params))
+        self.inside += 1
+        try:
+            self._flush_if_all_waiting()
+            if self._pending and self._timer is None:
+                self._timer = loop.call_later(self.patience, self._flush)
+            return await future
+        finally:
+            self.inside -= 1
 
-    def _flush(self, key: tuple) -> None:
-        waiting = self._pending.pop(key, None)
-        if waiting:
-            prompt, params = self._requests.pop(key)
-            task = asyncio.ensure_future(self._send(prompt, params, waiting))
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
+    def _flush_if_all_waiting(self) -> None:
+        if self._pending and self.inside >= self.active:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        pending, requests = self._pending, self._requests
+        self._pending, self._requests = {}, {}
+        for key, futures in pending.items():
+            waiting = [f for f in futures if not f.done()]  # a timed-out rollout cancelled its own
+            if waiting:
+                task = asyncio.ensure_future(self._send(*requests[key], waiting))
+                self._sending.add(task)
+                task.add_done_callback(self._sending.discard)
 
     async def _send(self, prompt: Any, params: Any, waiting: list[asyncio.Future]) -> None:
         try:

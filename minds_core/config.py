@@ -83,6 +83,7 @@ class ModelConfig:
     base_model: str = _field(DEFAULT_BASE_MODEL)
     lora_rank: int = _field(8, _at_least(1))
     train_unembed: bool = _field(True)
+    chat_template_args: dict[str, Any] = _field({}, help="passed to the chat template, e.g. {enable_thinking = false}")
 
 
 @attrs.define
@@ -494,8 +495,11 @@ def _drop_redacted(value: Any) -> Any:
 
 
 def _redact_all(value: Any) -> Any:
+    """Values under a secret-named key; a list there names variables (kept), it holds no values."""
     if isinstance(value, Mapping):
         return {k: _redact_all(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return value
     return REDACTED if value not in ("", None) else value
 
 

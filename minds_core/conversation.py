@@ -18,7 +18,7 @@ from minds_core.render import Renderer
 
 
 class TokenBudgetExhausted(Exception):
-    """The conversation reached max_total_tokens; the episode ends truncated."""
+    """The conversation reached max_total_tokens or max_turns; the episode ends truncated."""
 
 
 @attrs.define
@@ -34,6 +34,7 @@ class Conversation:
     sampler: Any
     params: tinker.types.SamplingParams
     max_total_tokens: int
+    max_turns: int = 1_000_000
     tools: list[dict] | None = None
     messages: list[Message] = attrs.field(factory=list)
     tokens: list[int] = attrs.field(factory=list)
@@ -69,9 +70,12 @@ class Conversation:
     async def sample_turn(self) -> str:
         """Sample one assistant turn from the policy, record it, return its text."""
         room = self.max_total_tokens - len(self.tokens)
-        if room <= 0:
+        if room <= 0 or self.turns >= self.max_turns:
             self.truncated = True
-            raise TokenBudgetExhausted(f"{len(self.tokens)} tokens reached max_total_tokens={self.max_total_tokens}")
+            raise TokenBudgetExhausted(
+                f"{len(self.tokens)} tokens of max_total_tokens={self.max_total_tokens}, "
+                f"{self.turns} turns of max_turns={self.max_turns}"
+            )
         params = self.params.model_copy(update={"max_tokens": min(self.params.max_tokens or room, room)})
         response = await self.sampler.sample(tinker.types.ModelInput.from_ints(self.tokens), 1, params)
         sequence = response.sequences[0]

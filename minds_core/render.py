@@ -23,14 +23,18 @@ class TemplateError(ValueError):
 class Renderer:
     """Turns messages into prompt tokens and multi-turn continuations for one tokenizer."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, template_args: dict[str, Any] | None = None) -> None:
+        """``template_args`` go to every apply_chat_template call (e.g. ``enable_thinking``)."""
         if not getattr(tokenizer, "chat_template", None):
             raise TemplateError(f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template")
         self.tokenizer = tokenizer
+        self.template_args = dict(template_args or {})
         self.supports_tools = "tools" in tokenizer.chat_template
 
     def _text(self, messages: Sequence[Message], *, generation_prompt: bool, tools: list[dict] | None) -> str:
-        kwargs: dict[str, Any] = {"tools": tools} if tools and self.supports_tools else {}
+        kwargs: dict[str, Any] = dict(self.template_args)
+        if tools and self.supports_tools:
+            kwargs["tools"] = tools
         return self.tokenizer.apply_chat_template(
             list(messages), tokenize=False, add_generation_prompt=generation_prompt, **kwargs
         )

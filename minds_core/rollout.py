@@ -76,11 +76,12 @@ def _observation_messages(observation: Any) -> list[dict]:
     raise TypeError(f"initial_observation() must return a string or a list of messages, got {type(observation).__name__}")
 
 
-async def play_episode(episode: Any, conversation: Conversation, max_turns: int) -> tuple[list[Any], dict[str, float]]:
+async def play_episode(episode: Any, conversation: Conversation) -> tuple[list[Any], dict[str, float]]:
     """Drive an episode to its end; returns the raw step rewards and summed step metrics.
 
     Episodes with ``run(conversation)`` drive the conversation themselves and
-    return one final StepResult (used by bridges to other frameworks).
+    return one final StepResult (used by bridges to other frameworks). The
+    conversation enforces max_total_tokens and max_turns for both kinds.
     """
     rewards: list[Any] = []
     metrics: dict[str, float] = {}
@@ -96,7 +97,7 @@ async def play_episode(episode: Any, conversation: Conversation, max_turns: int)
         return rewards, metrics
     conversation.tools = getattr(episode, "tools", None)
     conversation.start(_observation_messages(await maybe_await(episode.initial_observation())))
-    for _ in range(max_turns):
+    while True:
         try:
             action = await conversation.sample_turn()
         except TokenBudgetExhausted:
@@ -129,11 +130,11 @@ async def run_rollout(
     last: Rollout | None = None
     for attempt in range(1, attempts + 1):
         params = settings.params.model_copy(update={"seed": None if seed is None else seed + 7919 * (attempt - 1)})
-        conversation = Conversation(settings.renderer, sampler or ctx.sampler, params, cfg.max_total_tokens)
+        conversation = Conversation(settings.renderer, sampler or ctx.sampler, params, cfg.max_total_tokens, cfg.max_turns)
         episode = None
         try:
             episode = env.episode(task, ctx)
-            play = play_episode(episode, conversation, cfg.max_turns)
+            play = play_episode(episode, conversation)
             raw, metrics = await (asyncio.wait_for(play, cfg.timeout) if cfg.timeout > 0 else play)
         except TimeoutError:
             last = Rollout(conversation, error=f"timed out after {cfg.timeout:g} s", timed_out=True, attempts=attempt)
@@ -142,7 +143,7 @@ async def run_rollout(
             last = Rollout(conversation, error=f"{type(exc).__name__}: {exc}", attempts=attempt)
             continue
         finally:
-            await _close(episode)
+            await close_quietly(episode, "episode")
         return _scored(conversation, raw, metrics, cfg, attempt)
     assert last is not None
     return last
@@ -159,14 +160,14 @@ def _scored(conversation: Conversation, raw: list[Any], metrics: dict[str, float
     return Rollout(conversation, reward, metrics, invalid_reward=invalid, attempts=attempt)
 
 
-async def _close(episode: Any) -> None:
-    """Release an episode's resources; a failing close is logged, not raised."""
-    close = getattr(episode, "close", None)
+async def close_quietly(obj: Any, what: str) -> None:
+    """Call ``obj.close()`` if it has one (sync or async); a failure is logged, never raised."""
+    close = getattr(obj, "close", None)
     if callable(close):
         try:
             await maybe_await(close())
         except Exception as exc:  # noqa: BLE001
-            log.warning("episode close failed", error=f"{type(exc).__name__}: {exc}")
+            log.warning("close failed", what=what, error=f"{type(exc).__name__}: {exc}")
 
 
 async def run_group(
@@ -185,12 +186,16 @@ async def run_group(
     Turns with identical prompts are sampled in one request (see GroupSampler).
     """
     first = make_ctx()
-    shared = GroupSampler(first.sampler, group_size)
+    shared = GroupSampler(first.sampler)
 
     async def one(index: int) -> Rollout:
         async with limiter:
             ctx = first if index == 0 else make_ctx()
-            return await run_rollout(env, task, ctx, settings, None if seed is None else seed + index, shared)
+            shared.enter()
+            try:
+                return await run_rollout(env, task, ctx, settings, None if seed is None else seed + index, shared)
+            finally:
+                shared.leave()
 
     rollouts = list(await asyncio.gather(*(one(i) for i in range(group_size))))
     group = Group(env_name, task, rollouts)

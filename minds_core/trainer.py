@@ -30,7 +30,7 @@ from minds_core.logs import get_logger
 from minds_core.losses import CustomLoss
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer
-from minds_core.rollout import EpisodeSettings, Group, run_group
+from minds_core.rollout import EpisodeSettings, Group, close_quietly, run_group
 from minds_core.schedule import DataSchedule
 from minds_core.stats import batch_metrics, rollout_records
 
@@ -147,7 +147,7 @@ class Session:
                 train_unembed=cfg.model.train_unembed,
             )
         self.training_client = await future
-        self.renderer = Renderer(self.training_client.get_tokenizer())
+        self.renderer = Renderer(self.training_client.get_tokenizer(), cfg.model.chat_template_args)
         self.settings = [EpisodeSettings(self.renderer, _sampling_params(cfg, h.cfg), cfg.rollout) for h in self.envs]
         if cfg.trainer.kl_penalty > 0:
             self.base_sampler = await self.service.create_sampling_client(base_model=cfg.model.base_model)
@@ -330,9 +330,17 @@ async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | 
     state = last.state_path if last else (config.trainer.resume_from or None)
     await session.start(state, with_optimizer=last is not None)
     log.info("training", run=str(run.path), backend=backend, envs=[h.name for h in envs], steps=config.trainer.steps, start=start)
-    summary = await _loop(session, run, sinks, start)
+    try:
+        summary = await _loop(session, run, sinks, start)
+    finally:
+        await _close_environments(envs)
     sinks.close(summary)
     return summary
+
+
+async def _close_environments(envs: list[EnvHandle]) -> None:
+    for handle in envs:
+        await close_quietly(handle.env, f"environment {handle.name}")
 
 
 async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int) -> dict[str, Any]:
@@ -403,7 +411,10 @@ async def _evaluate(config: RunConfig, groups: int | None, plugins: Plugins | No
     config, plugins, envs, service, _ = _prepare(config, None, plugins)
     session = Session(config, plugins, envs, service)
     await session.start(config.trainer.resume_from or None, with_optimizer=False)
-    batch = await session.collect(0, await session.policy(0))
+    try:
+        batch = await session.collect(0, await session.policy(0))
+    finally:
+        await _close_environments(envs)
     record = batch_metrics(batch.groups, {}, envs)
     record["time/sample"] = batch.seconds
     return record

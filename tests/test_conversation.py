@@ -65,3 +65,19 @@ def test_two_turn_rollouts_mask_the_tool_reply_token_by_token(tmp_path):
         assert advantages == [1.0 if s else 0.0 for s in conv.sampled[1:]]
         assert datum.loss_fn_inputs["target_tokens"].tolist() == conv.tokens[1:]
     assert returned == []
+
+
+def test_chat_template_args_reach_the_template():
+    from transformers import AutoTokenizer
+
+    from minds_core.backends.local.tiny_model import tiny_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% if not enable_thinking %} <no-think>{% endif %}{% endif %}"
+    )
+    plain = Renderer(tokenizer, {"enable_thinking": True}).prompt_tokens([{"role": "user", "content": "hi"}])
+    quiet = Renderer(tokenizer, {"enable_thinking": False}).prompt_tokens([{"role": "user", "content": "hi"}])
+    assert tokenizer.decode(plain).endswith("assistant:")
+    assert tokenizer.decode(quiet).endswith("assistant: <no-think>")

@@ -138,3 +138,13 @@ def test_wandb_sink_without_project_is_a_usage_error(plugins, tmp_path):
     config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}", "metrics.sinks=[jsonl, wandb]"])
     with pytest.raises(UsageError, match="wandb_project"):
         trainer.train(config, plugins=plugins)
+
+
+def test_a_seeded_run_repeats_exactly(plugins, tmp_path):
+    runs = [
+        _train(plugins, tmp_path / str(i), "env.id=toy_two_turn", "trainer.steps=2", "trainer.group_size=4",
+               "rollout.concurrency=3")
+        for i in range(2)
+    ]
+    keys = ("reward/mean", "tokens/sampled", "tokens/total", "train/loss:sum")
+    assert [[r.get(k) for k in keys] for r in runs[0]] == [[r.get(k) for k in keys] for r in runs[1]]

@@ -149,9 +149,10 @@ def convert(seed: Mapping[str, Any], steps: int | None = None, ignore_unknown: b
             raise ConfigError(f"advantage_calculation = {mode!r}: expected one of {', '.join(ADVANTAGES)}")
         _set(config, "trainer.advantage", ADVANTAGES[mode])
     if seed.get("thinking") is not None:
+        _set(config, "model.chat_template_args", {"enable_thinking": bool(seed["thinking"])})
         notes.append(
-            f"thinking = {seed['thinking']}: not mapped; minds renders the model's own chat template as is "
-            "(<think> sections are never parsed for tool calls)"
+            f"thinking = {seed['thinking']}: model.chat_template_args.enable_thinking (for chat templates "
+            "that read it, such as Qwen3's; <think> sections are never parsed for tool calls)"
         )
     environments = seed.get("environments") or {}
     if not isinstance(environments, Mapping) or not environments:

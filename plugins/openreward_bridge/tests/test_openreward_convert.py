@@ -78,7 +78,7 @@ def test_every_seed_key_lands_in_the_minds_config(tmp_path: Path, capsys) -> Non
     assert main([str(source), "-o", str(out)]) == 0
     notes = capsys.readouterr().err
     data = tomllib.loads(out.read_text())
-    assert data["model"] == {"base_model": "Qwen/Qwen3-30B-A3B", "lora_rank": 8}
+    assert data["model"] == {"base_model": "Qwen/Qwen3-30B-A3B", "lora_rank": 8, "chat_template_args": {"enable_thinking": False}}
     assert data["trainer"] == {
         "resume_from": "tinker://run-id/weights/checkpoint_000050",
         "loss_fn": "ppo",
@@ -115,10 +115,11 @@ def test_every_seed_key_lands_in_the_minds_config(tmp_path: Path, capsys) -> Non
         },
     }
     assert (gsm["group_size"], gsm["args"]["reward_reduction"], gsm["args"]["name"]) == (8, "mean", "MATH/GSM8K")
-    for note in ("thinking = False: not mapped", "max_active_tasks = 2: at most 32 rollouts", "trainer.steps = 12", "upload to OpenReward"):
+    for note in ("thinking = False: model.chat_template_args.enable_thinking", "max_active_tasks = 2: at most 32 rollouts", "trainer.steps = 12", "upload to OpenReward"):
         assert note in notes
     config = load_config(out)
     assert config.trainer.learning_rate == 1e-5 and len(config.environments) == 2
+    assert config.model.chat_template_args == {"enable_thinking": False}
 
 
 def test_unknown_keys_are_named_and_can_be_dropped(tmp_path: Path, capsys) -> None:

@@ -45,9 +45,9 @@ async def _rollout(
     recorder = RecordingSampler(sampler)
     renderer = Renderer(sampler.get_tokenizer())
     ctx = Context(sampler=recorder, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model="minds-tiny")
-    conversation = Conversation(renderer, recorder, params, max_total_tokens=max_total_tokens)
+    conversation = Conversation(renderer, recorder, params, max_total_tokens=max_total_tokens, max_turns=8)
     episode = env.episode(env.tasks("train")[0], ctx)
-    rewards, _ = await play_episode(episode, conversation, max_turns=8)
+    rewards, _ = await play_episode(episode, conversation)
     return conversation, episode.state, recorder, rewards[0]
 
 
