@@ -20,11 +20,15 @@ class CountingSampler:
         return await self.sampler.sample(prompt, num_samples, sampling_params)
 
 
+async def _policy(tmp_path) -> CountingSampler:
+    service = ServiceClient(checkpoint_root=tmp_path)
+    training = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0)
+    return CountingSampler(await training.save_weights_and_get_sampling_client())
+
+
 def test_identical_requests_share_one_call_and_a_straggler_is_waited_for(tmp_path):
     async def go():
-        service = ServiceClient(checkpoint_root=tmp_path)
-        training = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0)
-        counting = CountingSampler(await training.save_weights_and_get_sampling_client())
+        counting = await _policy(tmp_path)
         shared = GroupSampler(counting, patience=30.0)
         prompt = tinker.types.ModelInput.from_ints([257, 117, 10])
         params = tinker.types.SamplingParams(max_tokens=4, seed=3)
@@ -47,9 +51,7 @@ def test_identical_requests_share_one_call_and_a_straggler_is_waited_for(tmp_pat
 
 def test_a_rollout_that_ends_releases_the_others(tmp_path):
     async def go():
-        service = ServiceClient(checkpoint_root=tmp_path)
-        training = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0)
-        counting = CountingSampler(await training.save_weights_and_get_sampling_client())
+        counting = await _policy(tmp_path)
         shared = GroupSampler(counting, patience=30.0)
         prompt = tinker.types.ModelInput.from_ints([257, 117, 10])
         params = tinker.types.SamplingParams(max_tokens=4)

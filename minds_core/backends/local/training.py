@@ -50,8 +50,7 @@ class TrainingClient:
         loss_fn_config: Mapping[str, float | str] | None = None,
     ) -> APIFuture[types.ForwardBackwardOutput]:
         """Loss and target log-probs without gradients."""
-        data, config = _request_data(data), dict(loss_fn_config or {})
-        return self._queue.submit(lambda: self._trainer.forward_backward(data, loss_fn, config, backward=False))
+        return self._loss_request(data, loss_fn, loss_fn_config, backward=False)
 
     def forward_backward(
         self,
@@ -60,8 +59,13 @@ class TrainingClient:
         loss_fn_config: Mapping[str, float | str] | None = None,
     ) -> APIFuture[types.ForwardBackwardOutput]:
         """Loss and target log-probs, adding the loss's gradients to the accumulated ones."""
+        return self._loss_request(data, loss_fn, loss_fn_config, backward=True)
+
+    def _loss_request(
+        self, data: list[types.Datum], loss_fn: types.LossFnType, loss_fn_config: Mapping[str, float | str] | None, backward: bool
+    ) -> APIFuture[types.ForwardBackwardOutput]:
         data, config = _request_data(data), dict(loss_fn_config or {})
-        return self._queue.submit(lambda: self._trainer.forward_backward(data, loss_fn, config, backward=True))
+        return self._queue.submit(lambda: self._trainer.forward_backward(data, loss_fn, config, backward=backward))
 
     def forward_backward_custom(
         self, data: list[types.Datum], loss_fn: CustomLossFn

@@ -68,23 +68,38 @@ class Census:
             self.torn_down += 1
 
 
-class ToolLab(Environment):
-    """Arithmetic lab: reach the target with add; answer in plain text."""
+class Counted(Environment):
+    """An environment whose sessions are counted in its class's census (each subclass has its own)."""
 
-    census: ClassVar[Census] = Census()
+    census: ClassVar[Census]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.census = Census()
 
     def __init__(self, task_spec: dict[str, Any], secrets: dict[str, str]) -> None:
         super().__init__(task_spec, secrets)
         self.census.enter(secrets)
+
+    def teardown(self) -> None:
+        self.census.leave()
+
+    @classmethod
+    def list_splits(cls) -> list[str]:
+        return ["train"]
+
+
+class ToolLab(Counted):
+    """Arithmetic lab: reach the target with add; answer in plain text."""
+
+    def __init__(self, task_spec: dict[str, Any], secrets: dict[str, str]) -> None:
+        super().__init__(task_spec, secrets)
         self.total = 0
 
     @staticmethod
     def answer_reward(text: str) -> float:
         """The terminal reward for a plain-text answer: its length in tens of characters, at most 4."""
         return min(len(text), 40) / 10
-
-    def teardown(self) -> None:
-        self.census.leave()
 
     @classmethod
     def list_splits(cls) -> list[str]:
@@ -130,21 +145,8 @@ class ToolLab(Environment):
         return ToolOutput(blocks=[TextBlock(text="noted")], reward=self.answer_reward(params.text), finished=True)
 
 
-class Maze(Environment):
+class Maze(Counted):
     """A one-room maze: look around, move to the exit."""
-
-    census: ClassVar[Census] = Census()
-
-    def __init__(self, task_spec: dict[str, Any], secrets: dict[str, str]) -> None:
-        super().__init__(task_spec, secrets)
-        self.census.enter(secrets)
-
-    def teardown(self) -> None:
-        self.census.leave()
-
-    @classmethod
-    def list_splits(cls) -> list[str]:
-        return ["train"]
 
     @classmethod
     def list_tasks(cls, split: str) -> list[dict[str, Any]]:
@@ -166,21 +168,8 @@ class Maze(Environment):
         return ToolOutput(blocks=[TextBlock(text="You bump into a wall.")], reward=-0.1)
 
 
-class Catalog(Environment):
+class Catalog(Counted):
     """Tasks served only by index (too many to list): read the entry."""
-
-    census: ClassVar[Census] = Census()
-
-    def __init__(self, task_spec: dict[str, Any], secrets: dict[str, str]) -> None:
-        super().__init__(task_spec, secrets)
-        self.census.enter(secrets)
-
-    def teardown(self) -> None:
-        self.census.leave()
-
-    @classmethod
-    def list_splits(cls) -> list[str]:
-        return ["train"]
 
     @classmethod
     def list_tasks(cls, split: str) -> list[dict[str, Any]]:
