@@ -20,9 +20,6 @@ def choose_backend(config: RunConfig) -> str:
 def create_local_service(config: RunConfig, run_dir: Path) -> Any:
     """The in-process torch + peft service; checkpoints live under the runs directory."""
     try:
-        import transformers
-
-        transformers.utils.logging.disable_progress_bar()  # model loading must not draw over our own bar
         from minds_core.backends.local import create_service_client
     except ImportError as exc:
         raise UsageError(f'the local backend needs torch and peft: pip install "minds-core[local]" ({exc})') from None

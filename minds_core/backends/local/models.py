@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import torch
+import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .errors import LocalNotFoundError
@@ -83,6 +84,7 @@ def _load(name: str) -> BaseModel:
 
 
 def _from_pretrained(source: str, *, local_files_only: bool) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    transformers.utils.logging.disable_progress_bar()  # never draw over the trainer's own progress bar
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_files_only)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=local_files_only)
     return tokenizer, model
