@@ -148,3 +148,11 @@ def test_a_seeded_run_repeats_exactly(plugins, tmp_path):
     ]
     keys = ("reward/mean", "tokens/sampled", "tokens/total", "train/loss:sum")
     assert [[r.get(k) for k in keys] for r in runs[0]] == [[r.get(k) for k in keys] for r in runs[1]]
+
+
+def test_eval_command_prints_statistics_as_json(run_minds):
+    result = run_minds(["eval", "--env", "toy_char_share", "--groups", "2", "--set", "trainer.group_size=3",
+                        "--set", "sampling.max_tokens=6"], plugins=["toy_plugin"])
+    assert result.returncode == 0, result.stderr[-1000:]
+    record = json.loads(result.stdout)
+    assert record["rollouts/total"] == 6 and "reward/mean" in record
