@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
@@ -68,16 +68,19 @@ class TrainingClient:
         return self._queue.submit(lambda: self._trainer.forward_backward(data, loss_fn, config, backward=backward))
 
     def forward_backward_custom(
-        self, data: list[types.Datum], loss_fn: CustomLossFn
+        self, data: list[types.Datum], loss_fn: CustomLossFn, *, loss_type_input: Literal["logprobs"] | None = None
     ) -> APIFuture[types.ForwardBackwardOutput]:
         """``loss_fn(data, logprobs_list) -> (loss, metrics)`` on differentiable target log-probs.
 
         Locally, autograd runs straight through ``loss_fn`` (no surrogate pass);
-        ``metrics`` gets ``loss:sum`` added.
+        ``metrics`` gets ``loss:sum`` added. ``loss_type_input`` may only be
+        "logprobs" (the SDK's default input).
         """
         data = _request_data(data)
         if not callable(loss_fn):
             raise TypeError("The local backend's forward_backward_custom takes a callable loss function")
+        if loss_type_input not in (None, "logprobs"):
+            raise LocalBadRequestError(f"loss_type_input={loss_type_input!r}: the local backend supports only 'logprobs'")
         return self._queue.submit(lambda: self._trainer.forward_backward_custom(data, loss_fn))
 
     def optim_step(

@@ -1,0 +1,44 @@
+"""The local clients expose the real SDK's methods with exactly the SDK's parameters."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import tinker
+
+from minds_core.backends import local
+
+METHODS = [
+    (local.ServiceClient, tinker.ServiceClient, [
+        "create_lora_training_client", "create_training_client_from_state",
+        "create_training_client_from_state_with_optimizer", "create_sampling_client",
+    ]),
+    (local.TrainingClient, tinker.TrainingClient, [
+        "forward", "forward_backward", "forward_backward_custom", "optim_step", "save_state",
+        "load_state", "load_state_with_optimizer", "save_weights_for_sampler",
+        "save_weights_and_get_sampling_client", "create_sampling_client", "get_info", "get_tokenizer",
+    ]),
+    (local.SamplingClient, tinker.SamplingClient, ["sample", "compute_logprobs", "get_tokenizer", "get_base_model"]),
+]
+
+
+def _params(fn) -> list[tuple[str, object]]:
+    return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values() if p.name != "self"]
+
+
+@pytest.mark.parametrize(("ours", "theirs", "methods"), METHODS, ids=["ServiceClient", "TrainingClient", "SamplingClient"])
+def test_methods_take_the_sdks_parameters(ours, theirs, methods):
+    for name in methods:
+        assert _params(getattr(ours, name)) == _params(getattr(theirs, name)), f"{ours.__name__}.{name}"
+
+
+def test_unsupported_custom_loss_input_is_a_clear_error(tmp_path):
+    service = local.ServiceClient(checkpoint_root=tmp_path)
+    training = service.create_lora_training_client(local.DEFAULT_BASE_MODEL, rank=2).result()
+    datum = tinker.Datum(
+        model_input=tinker.types.ModelInput.from_ints([1, 2]),
+        loss_fn_inputs={"target_tokens": tinker.TensorData(data=[2, 3], dtype="int64", shape=[2])},
+    )
+    with pytest.raises(local.LocalBadRequestError, match="supports only 'logprobs'"):
+        training.forward_backward_custom([datum], lambda data, logprobs: (None, {}), loss_type_input="probs")
