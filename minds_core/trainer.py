@@ -156,7 +156,8 @@ class Session:
         """Snapshot the current weights as a new sampler (and a state, when an env needs one)."""
         checkpoint = None
         if any(h.needs_checkpoint for h in self.envs):
-            saved = await self.training_client.save_state(f"policy-v{version:06d}", overwrite=True)
+            # only this version's rollouts read it: let the service expire it (1 h is the minimum TTL)
+            saved = await self.training_client.save_state(f"policy-v{version:06d}", ttl_seconds=3600, overwrite=True)
             checkpoint = saved.path
         sampler = await self.training_client.save_weights_and_get_sampling_client()
         return Policy(version, sampler, checkpoint)
