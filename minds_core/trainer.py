@@ -331,11 +331,12 @@ async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | 
     state = last.state_path if last else (config.trainer.resume_from or None)
     await session.start(state, with_optimizer=last is not None)
     log.info("training", run=str(run.path), backend=backend, envs=[h.name for h in envs], steps=config.trainer.steps, start=start)
+    summary: dict[str, Any] = {"run_dir": str(run.path), "stopped": "early"}
     try:
         summary = await _loop(session, run, sinks, start)
     finally:
         await _close_environments(envs)
-    sinks.close(summary)
+        sinks.close(summary)  # also on an error or Ctrl-C: the progress bar stops, files stay whole
     return summary
 
 
