@@ -12,7 +12,7 @@ import attrs
 import pluggy
 
 from minds_core import hookspecs
-from minds_core.errors import PluginError, UnknownNameError, did_you_mean
+from minds_core.errors import ConfigError, PluginError, UnknownNameError, did_you_mean
 
 ENTRY_POINT_GROUP = "minds"
 CORE_PLUGIN = "minds_core"
@@ -100,6 +100,13 @@ class Registry:
             return self._entries[kind][name]
         except KeyError:
             raise UnknownNameError(self._unknown_message(kind, name)) from None
+
+    def lookup(self, kind: str, name: str, key: str) -> Entry:
+        """``get`` for a name taken from the config: an unknown name is a ConfigError naming ``key``."""
+        try:
+            return self.get(kind, name)
+        except UnknownNameError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
 
     def names(self, kind: str) -> list[str]:
         return sorted(self._entries[kind])

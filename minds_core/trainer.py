@@ -25,13 +25,14 @@ from minds_core.config import EnvConfig, RunConfig
 from minds_core.datums import build_datum
 from minds_core.envs.loading import load_environment
 from minds_core.envs.types import Context, Task
-from minds_core.errors import ConfigError, MindsError, UnknownNameError
+from minds_core.errors import ConfigError, MindsError
 from minds_core.logs import get_logger
 from minds_core.losses import CustomLoss
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer
 from minds_core.rollout import EpisodeSettings, Group, close_quietly, run_group
 from minds_core.schedule import DataSchedule
+from minds_core.sinks import SinkSet
 from minds_core.stats import batch_metrics, rollout_records
 
 log = get_logger("trainer")
@@ -65,13 +66,6 @@ class Batch:
     groups: list[Group]
     policy_version: int
     seconds: float
-
-
-def _lookup(plugins: Plugins, kind: str, name: str, key: str) -> Any:
-    try:
-        return plugins.registry.get(kind, name)
-    except UnknownNameError as exc:
-        raise ConfigError(f"{key}: {exc}") from None
 
 
 def _load_envs(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
@@ -121,8 +115,8 @@ class Session:
         self.plugins = plugins
         self.envs = envs
         self.service = service
-        self.loss = _lookup(plugins, "losses", config.trainer.loss_fn, "trainer.loss_fn").obj
-        self.estimator = _lookup(plugins, "advantage_estimators", config.trainer.advantage, "trainer.advantage").obj
+        self.loss = plugins.registry.lookup("losses", config.trainer.loss_fn, "trainer.loss_fn").obj
+        self.estimator = plugins.registry.lookup("advantage_estimators", config.trainer.advantage, "trainer.advantage").obj
         self.schedule = DataSchedule(
             config.seed, [h.cfg.weight for h in envs], [len(h.tasks) for h in envs], config.trainer.groups_per_batch
         )
@@ -265,33 +259,6 @@ class Session:
         return checkpoint
 
 
-class SinkSet:
-    """The selected metric sinks; one that raises is reported and disabled."""
-
-    def __init__(self, config: RunConfig, plugins: Plugins, run_dir: Path) -> None:
-        names = ["jsonl", *[n for n in config.metrics.sinks if n != "jsonl"]]
-        self.sinks: list[tuple[str, Any]] = []
-        for name in names:
-            factory = _lookup(plugins, "metric_sinks", name, "metrics.sinks").obj
-            self.sinks.append((name, factory(run_dir, config)))
-
-    def _each(self, method: str, record: dict[str, Any]) -> None:
-        for name, sink in list(self.sinks):
-            try:
-                getattr(sink, method)(record)
-            except Exception as exc:  # noqa: BLE001 - a sink never stops training
-                log.error("metric sink failed and is disabled", sink=name, error=f"{type(exc).__name__}: {exc}")
-                self.sinks.remove((name, sink))
-                if name == "jsonl":
-                    raise
-
-    def write(self, record: dict[str, Any]) -> None:
-        self._each("write", record)
-
-    def close(self, summary: dict[str, Any]) -> None:
-        self._each("close", summary)
-
-
 def _prepare(
     config: RunConfig, resume_dir: Path | None, plugins: Plugins | None
 ) -> tuple[RunConfig, Plugins, list[EnvHandle], Any, str]:
@@ -308,9 +275,9 @@ def _prepare(
         ("advantage_estimators", config.trainer.advantage, "trainer.advantage"),
         *(("metric_sinks", sink, "metrics.sinks") for sink in config.metrics.sinks),
     ):
-        _lookup(plugins, kind, name, key)
+        plugins.registry.lookup(kind, name, key)
     backend = choose_backend(config)
-    factory = _lookup(plugins, "backends", backend, "backend").obj
+    factory = plugins.registry.lookup("backends", backend, "backend").obj
     if config.backend == "auto":
         log.info("backend chosen", backend=backend, reason="API key configured" if backend == "tinker" else "no Tinker API key")
     envs = _load_envs(config, plugins)
@@ -321,7 +288,7 @@ def _prepare(
 async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None) -> dict[str, Any]:
     config, plugins, envs, service, backend = _prepare(config, resume_dir, plugins)
     run = RunDirectory(resume_dir) if resume_dir is not None else RunDirectory.create(config)
-    sinks = SinkSet(config, plugins, run.path)
+    sinks = SinkSet(config, plugins.registry, run.path)
     session = Session(config, plugins, envs, service)
     last = run.last_checkpoint() if resume_dir is not None else None
     start = last.step + 1 if last else 0

@@ -8,7 +8,7 @@ from typing import Any
 
 from minds_core.config import EnvConfig, RewardRef
 from minds_core.envs.rubric import Rubric
-from minds_core.errors import ConfigError, UnknownNameError
+from minds_core.errors import ConfigError
 from minds_core.plugins import Registry
 
 
@@ -29,14 +29,7 @@ def call_loader(label: str, loader: Any, args: dict[str, Any]) -> Any:
 
 
 def _rubric(refs: list[RewardRef], registry: Registry, where: str) -> list[tuple[str, Any, float]]:
-    out = []
-    for ref in refs:
-        try:
-            entry = registry.get("reward_functions", ref.name)
-        except UnknownNameError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-        out.append((ref.name, entry.obj, ref.weight))
-    return out
+    return [(ref.name, registry.lookup("reward_functions", ref.name, where).obj, ref.weight) for ref in refs]
 
 
 def load_environment(cfg: EnvConfig, registry: Registry) -> Any:
@@ -44,10 +37,7 @@ def load_environment(cfg: EnvConfig, registry: Registry) -> Any:
     if not cfg.id:
         raise ConfigError("no environment: pass --env NAME or set [env] id in the config (minds envs lists them)")
     if cfg.id in registry.names("environments") or not is_path_like(cfg.id):
-        try:
-            loader = registry.get("environments", cfg.id).obj
-        except UnknownNameError as exc:
-            raise ConfigError(f"env.id: {exc}") from None
+        loader = registry.lookup("environments", cfg.id, "env.id").obj
         env = call_loader(repr(cfg.id), loader, cfg.args)
     else:
         from minds_core.envs.loose import load_loose_environment
