@@ -14,7 +14,7 @@ from minds_core.errors import ConfigError
 from minds_openreward.capacity import AdaptiveLimiter
 from minds_openreward.connection import ClientPool, Connection, connect, query, read_key, sdk_secrets
 from minds_openreward.episode import OpenRewardEpisode
-from minds_openreward.settings import DEFAULT_KEY_ENV, BridgeSettings, SplitSettings, parse_settings, resolve_secrets
+from minds_openreward.settings import BridgeSettings, SplitSettings, parse_settings, resolve_secrets
 from minds_openreward.upload import TrajectoryUploader
 
 
@@ -111,6 +111,6 @@ def load_environment(**args: Any) -> OpenRewardEnvironment:
         raise ConfigError(f"splits: {connection.target} has no split {', '.join(map(repr, unknown))}; its splits: {', '.join(splits)}")
     uploader = None
     if settings.upload_run_name:
-        upload_key = read_key(settings.api_key_env or DEFAULT_KEY_ENV, "the OpenReward trajectory upload")
+        upload_key = read_key(settings.upload_key_env, "the OpenReward trajectory upload")
         uploader = TrajectoryUploader(settings.upload_run_name, settings.name, upload_key)
     return OpenRewardEnvironment(settings, connection, splits, terminal, secrets, uploader)

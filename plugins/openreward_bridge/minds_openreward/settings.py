@@ -47,6 +47,7 @@ class BridgeSettings:
     capacity_retries: int = 30
     capacity_backoff: float = 0.5
     upload_run_name: str = ""
+    upload_api_key_env: str = ""
 
     @property
     def hosted(self) -> bool:
@@ -57,6 +58,15 @@ class BridgeSettings:
     def key_env(self) -> str:
         """The variable holding the API key sent to the server ('' = send none)."""
         return self.api_key_env or (DEFAULT_KEY_ENV if self.hosted else "")
+
+    @property
+    def upload_key_env(self) -> str:
+        """The variable holding the key sent with trajectory uploads (to the hosted service).
+
+        ``upload_api_key_env`` when set; else the hosted environment's own key variable
+        (the same service); never a ``base_url`` server's key: OPENREWARD_API_KEY then.
+        """
+        return self.upload_api_key_env or (self.key_env if self.hosted else DEFAULT_KEY_ENV)
 
     def split(self, name: str) -> SplitSettings:
         return self.splits.get(name, SplitSettings())
@@ -83,6 +93,8 @@ def _problems(settings: BridgeSettings) -> list[str]:
     for key in ("max_sessions", "capacity_retries"):
         if getattr(settings, key) < 0:
             problems.append(f"{key} = {getattr(settings, key)}: must be >= 0")
+    if settings.upload_api_key_env and not settings.upload_run_name:
+        problems.append(f"upload_api_key_env = {settings.upload_api_key_env!r}: only used with upload_run_name, which is not set")
     for split, chosen in settings.splits.items():
         if chosen.num_samples is not None and chosen.num_samples < 1:
             problems.append(f"splits.{split}.num_samples = {chosen.num_samples}: must be >= 1 (or null for all tasks)")

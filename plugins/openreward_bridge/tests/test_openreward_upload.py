@@ -14,14 +14,17 @@ from tinker import types
 
 from minds_core.config import RolloutConfig
 from minds_core.envs.types import Context
+from minds_core.errors import ConfigError, UsageError
 from minds_core.render import Renderer
 from minds_core.rollout import EpisodeSettings, Group, run_group
 from minds_openreward.environment import OpenRewardEnvironment, load_environment
 from minds_openreward.local_server import serve_app
+from minds_openreward.settings import parse_settings
 
 local = pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
 UPLOAD_KEY = "sk-or-upload-7e3a"
+SELF_HOSTED_KEY = "selfhosted-token-91b2"
 
 
 class FakeOpenRewardAPI:
@@ -97,9 +100,34 @@ async def test_an_unreachable_service_turns_uploading_off_without_failing_rollou
     assert env.uploader.enabled is False and env.uploader.uploaded == 0
 
 
-def test_upload_needs_a_key(ors_server, monkeypatch) -> None:
-    from minds_core.errors import UsageError
+async def test_a_self_hosted_servers_key_never_reaches_the_hosted_upload(ors_server, fake_api, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MY_SELFHOSTED_TOKEN", SELF_HOSTED_KEY)
+    start = len(ors_server.log.keys)
+    env = load_environment(name="toollab", base_url=ors_server.url, api_key_env="MY_SELFHOSTED_TOKEN", upload_run_name="nightly")
+    group = await play(env, tmp_path, 2)
+    assert group.failures == 0 and env.uploader.uploaded == 2
+    assert set(ors_server.log.keys[start:]) == {SELF_HOSTED_KEY}  # the server gets its own key
+    assert fake_api.keys and set(fake_api.keys) == {UPLOAD_KEY}  # the hosted upload gets OPENREWARD_API_KEY's
 
+
+async def test_upload_api_key_env_names_the_upload_key(ors_server, fake_api, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MY_UPLOAD_KEY", "sk-or-dedicated-42")
+    env = load_environment(name="toollab", base_url=ors_server.url, upload_run_name="nightly", upload_api_key_env="MY_UPLOAD_KEY")
+    await play(env, tmp_path, 1)
+    assert fake_api.keys and set(fake_api.keys) == {"sk-or-dedicated-42"}
+
+
+def test_a_hosted_environment_uploads_with_its_own_key_variable() -> None:
+    hosted = parse_settings({"name": "Org/Lab", "api_key_env": "MY_OR_KEY", "upload_run_name": "nightly"})
+    assert hosted.upload_key_env == "MY_OR_KEY"  # the same service the environment's key is for
+    assert parse_settings({"name": "Org/Lab", "upload_run_name": "nightly"}).upload_key_env == "OPENREWARD_API_KEY"
+    with pytest.raises(ConfigError, match="upload_api_key_env = 'MY_UPLOAD_KEY': only used with upload_run_name"):
+        parse_settings({"name": "Org/Lab", "upload_api_key_env": "MY_UPLOAD_KEY"})
+
+
+@pytest.mark.parametrize("server_key_env", ["", "MY_SELFHOSTED_TOKEN"])
+def test_upload_needs_a_key(ors_server, monkeypatch, server_key_env: str) -> None:
     monkeypatch.delenv("OPENREWARD_API_KEY", raising=False)
+    monkeypatch.setenv("MY_SELFHOSTED_TOKEN", SELF_HOSTED_KEY)
     with pytest.raises(UsageError, match="trajectory upload: set the environment variable OPENREWARD_API_KEY"):
-        load_environment(name="toollab", base_url=ors_server.url, upload_run_name="nightly")
+        load_environment(name="toollab", base_url=ors_server.url, api_key_env=server_key_env, upload_run_name="nightly")
