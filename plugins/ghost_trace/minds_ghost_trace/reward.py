@@ -12,12 +12,14 @@ from minds_ghost_trace.prompts import probe_target, probe_text
 #: Added to the mean per-token log-probability so that typical rewards are positive.
 OFFSET = 10.0
 
-#: Reward for a completion with fewer than five integers. It equals a mean log-probability
-#: of -20 per token (odds of about 1 in 500 million), below what a valid answer scores even
-#: under a uniform guess over a 150k-token vocabulary (-11.9 -> -1.9), so any valid code is
-#: preferred; yet it stays on the scale of valid rewards (about -5..10), so one malformed
-#: rollout does not dwarf the differences between valid ones once advantages are centred.
+#: Reward for a completion with fewer than five integers: on the scale of valid rewards
+#: (typically about -5..10), so one malformed rollout does not dwarf the differences
+#: between valid ones once advantages are centred.
 INVALID_PENALTY = -10.0
+
+#: The lowest reward of a valid code: a valid answer whose target tokens average below
+#: -19.5 log-prob per token is floored here, so it always beats an invalid one.
+VALID_FLOOR = INVALID_PENALTY + 0.5
 
 
 def probe_tokens(tokenizer: Any, code: tuple[int, ...], word: str) -> tuple[list[int], int]:
@@ -50,11 +52,11 @@ def _target_word(answer: Any) -> str:
 async def latent_logprob(completion: str, answer: Any, ctx: Context) -> float:
     """Mean log-prob per token of `` word`` after ``Sequence: n1..n5. Guess the object:``, plus 10.
 
-    Fewer than five integers in the completion scores INVALID_PENALTY (-10).
+    At least VALID_FLOOR (-9.5); fewer than five integers in the completion scores INVALID_PENALTY (-10).
     """
     word = _target_word(answer)
     code = parse_code(completion)
     if code is None:
         return INVALID_PENALTY
     logprobs = await target_logprobs(ctx, code, word)
-    return sum(logprobs) / len(logprobs) + OFFSET
+    return max(sum(logprobs) / len(logprobs) + OFFSET, VALID_FLOOR)

@@ -8,7 +8,7 @@ import tinker
 
 from minds_core.envs import Context
 from minds_ghost_trace.environment import REWARD_NAME, load_environment
-from minds_ghost_trace.reward import INVALID_PENALTY, OFFSET, latent_logprob, probe_tokens
+from minds_ghost_trace.reward import INVALID_PENALTY, OFFSET, VALID_FLOOR, latent_logprob, probe_tokens
 
 local = pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
@@ -70,3 +70,34 @@ async def test_a_task_without_its_word_is_an_error_not_a_zero() -> None:
     for missing in (None, "", "  "):
         with pytest.raises(ValueError, match="target word as the task's answer"):
             await latent_logprob(COMPLETION, missing, ctx)
+
+
+@attrs.define
+class CharTokenizer:
+    """One token per character, no BOS."""
+
+    bos_token_id: None = None
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [ord(c) for c in text]
+
+
+@attrs.define
+class FlatSampler:
+    """Every token gets the same log-probability."""
+
+    logprob: float
+
+    async def compute_logprobs(self, model_input: tinker.types.ModelInput) -> list[float | None]:
+        return [None] + [self.logprob] * (model_input.length - 1)
+
+
+async def test_a_valid_code_never_scores_below_an_invalid_one() -> None:
+    def ctx(logprob: float) -> Context:
+        return Context(sampler=FlatSampler(logprob), tokenizer=CharTokenizer(), service=None, renderer=None, base_model="none")
+
+    assert VALID_FLOOR == -9.5 and VALID_FLOOR > INVALID_PENALTY
+    assert await latent_logprob(COMPLETION, WORD, ctx(-19.0)) == -9.0  # -19 + 10: above the floor, unchanged
+    assert await latent_logprob(COMPLETION, WORD, ctx(-23.0)) == -9.5  # -23 + 10 = -13: floored
+    assert await latent_logprob(COMPLETION, WORD, ctx(-1e4)) == -9.5
+    assert await latent_logprob("12, 7, 300", WORD, ctx(-23.0)) == INVALID_PENALTY
