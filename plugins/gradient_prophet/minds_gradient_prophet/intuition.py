@@ -146,10 +146,10 @@ class GradientIntuitionEnvironment:
 
     needs_policy_checkpoint = True
 
-    def __init__(self, inner: Any, alpha: float, learning_rate: float, seed: int) -> None:
+    def __init__(self, inner: Any, alpha: float, learning_rate: float, seed: int, max_shadows: int = 2) -> None:
         self.inner = inner
         self.rubric = Rubric([prediction_reward], [alpha], [PREDICTION_REWARD])
-        self.shadow = ShadowTrainer(learning_rate)
+        self.shadow = ShadowTrainer(learning_rate, max_shadows)
         self.seed = seed
         self._tasks: dict[str, list[Task]] = {}
 
@@ -182,6 +182,7 @@ def load_gradient_intuition(
     alpha: float = 0.35,
     learning_rate: float = 1e-4,
     seed: int = 0,
+    max_shadows: int = 2,
 ) -> GradientIntuitionEnvironment:
     """gradient_intuition around the single-turn environment ``inner`` (a registered name or a path)."""
     require(inner != "gradient_intuition", "inner", inner, "the environment cannot wrap itself")
@@ -191,8 +192,9 @@ def load_gradient_intuition(
     positive = is_finite_number(learning_rate) and learning_rate > 0
     require(positive, "learning_rate", learning_rate, "must be a finite number > 0")
     require(is_int(seed), "seed", seed, "must be an integer")
+    require(is_int(max_shadows) and max_shadows >= 1, "max_shadows", max_shadows, "must be an integer >= 1")
     try:
         wrapped = load_environment(EnvConfig(id=inner, args=dict(inner_args or {})), load_plugins().registry)
     except ConfigError as exc:
         raise ConfigError(f"env.args.inner = {inner!r}: {str(exc).removeprefix('env.id: ')}") from None
-    return GradientIntuitionEnvironment(wrapped, float(alpha), float(learning_rate), seed)
+    return GradientIntuitionEnvironment(wrapped, float(alpha), float(learning_rate), seed, max_shadows)

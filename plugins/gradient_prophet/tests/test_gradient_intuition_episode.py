@@ -109,6 +109,8 @@ async def test_the_prediction_reward_refuses_other_environments():
 def test_loader_wraps_a_registered_environment_by_name():
     env = load_gradient_intuition(inner="ghost_trace", inner_args={"num_examples": 3}, seed=4)
     assert env.needs_policy_checkpoint is True
+    assert env.shadow.max_shadows == 2
+    assert load_gradient_intuition(max_shadows=5).shadow.max_shadows == 5
     tasks = env.tasks("train")
     inner = env.inner.tasks("train")
     assert [t.info["inner_task"] for t in tasks] == list(inner)
@@ -128,6 +130,8 @@ def test_loader_wraps_a_registered_environment_by_name():
         ({"alpha": -0.1}, "env.args.alpha = -0.1: must be a finite number >= 0"),
         ({"learning_rate": 0}, "env.args.learning_rate = 0: must be a finite number > 0"),
         ({"seed": "one"}, "env.args.seed"),
+        ({"max_shadows": 0}, "env.args.max_shadows = 0: must be an integer >= 1"),
+        ({"max_shadows": 1.5}, "env.args.max_shadows = 1.5: must be an integer >= 1"),
     ],
 )
 def test_bad_arguments_are_named(args, message):

@@ -1,5 +1,7 @@
 """The shadow step on the local backend: the right Δ, from the policy's weights, never touching the policy."""
 
+from __future__ import annotations
+
 import asyncio
 from typing import Any
 
@@ -9,7 +11,7 @@ from attrs import evolve
 from tinker import types
 
 from minds_gradient_prophet.policy_scores import MeasurementError
-from minds_gradient_prophet.shadow import ShadowTrainer, scoring_datum
+from minds_gradient_prophet.shadow import ShadowTrainer, datum_key, scoring_datum
 
 LR = 1e-2
 PROBE = ("What is the capital of France?\nAnswer:", " Paris")
@@ -36,14 +38,44 @@ def test_the_training_datum_weights_only_the_answer():
 
 @attrs.define
 class CountingService:
-    """The policy's service, counting the shadow clients created through it."""
+    """The policy's service; counts the shadows created through it and the probe scores taken before a step."""
 
     service: Any
     created: int = 0
+    live: int = 0
+    peak: int = 0
+    befores: list[tuple[str, Any]] = attrs.field(factory=list)
 
-    def create_training_client_from_state(self, path: str) -> Any:
+    async def create_training_client_from_state(self, path: str) -> ShadowClient:
         self.created += 1
-        return self.service.create_training_client_from_state(path)
+        self.live += 1
+        self.peak = max(self.peak, self.live)
+        return ShadowClient(await self.service.create_training_client_from_state(path), self, path)
+
+
+@attrs.define
+class ShadowClient:
+    """A shadow's training client offering only the calls a shadow may make (no ``load_state``)."""
+
+    client: Any
+    service: CountingService
+    checkpoint: str
+    stepped: bool = False
+
+    async def forward(self, data: list[types.Datum], loss_fn: str) -> types.ForwardBackwardOutput:
+        if not self.stepped:
+            self.service.befores.append((self.checkpoint, datum_key(data[0])))
+        output = await self.client.forward(data, loss_fn)
+        if self.stepped:  # the measurement's last call
+            self.service.live -= 1
+        return output
+
+    def forward_backward(self, data: list[types.Datum], loss_fn: str) -> Any:
+        return self.client.forward_backward(data, loss_fn)
+
+    def optim_step(self, params: types.AdamParams) -> Any:
+        self.stepped = True
+        return self.client.optim_step(params)
 
 
 def counting(ctx) -> tuple[Any, CountingService]:
@@ -61,24 +93,47 @@ async def test_delta_is_one_step_from_the_policy_weights(policy):
     delta = await shadow.one_step_delta(ctx, example, probe)
     assert delta == pytest.approx(expected, abs=1e-5)
     assert abs(delta) > 1e-4  # the step really moved the probe
-    # Measured again on the same checkpoint, by the same shadow reloaded: the same Δ.
+    # Measured again on the same checkpoint, by a fresh shadow: the same Δ.
     assert await shadow.one_step_delta(ctx, example, probe) == delta
-    assert service.created == 1
+    assert service.created == 2
 
 
-async def test_a_reused_shadow_measures_exactly_as_a_fresh_one(policy):
-    ctx, service = counting(await policy.snapshot())
+async def test_measurements_do_not_carry_over_and_at_most_max_shadows_run_at_once(policy):
+    ctx = await policy.snapshot()
     example, probe = _data(ctx)
     other = scoring_datum(ctx.tokenizer.encode("Name a river."), ctx.renderer.encode(" The Nile, surely."))
     fresh = await ShadowTrainer(LR).one_step_delta(ctx, example, probe)
-    shadow = ShadowTrainer(LR, max_shadows=1)
-    await shadow.one_step_delta(ctx, other, probe)  # leaves a stepped adapter and Adam moments behind
-    assert await shadow.one_step_delta(ctx, example, probe) == fresh
-    # Concurrent measurements wait for the one shadow and each gets its own exact Δ.
     other_delta = await ShadowTrainer(LR).one_step_delta(ctx, other, probe)
-    jobs = [shadow.one_step_delta(ctx, datum, probe) for datum in (example, other, example, other)]
-    assert await asyncio.gather(*jobs) == [fresh, other_delta, fresh, other_delta]
-    assert service.created == 3  # one per ShadowTrainer
+    shadow = ShadowTrainer(LR, max_shadows=1)
+    await shadow.one_step_delta(ctx, other, probe)  # a stepped adapter and Adam moments must not carry over
+    assert await shadow.one_step_delta(ctx, example, probe) == fresh
+    for limit in (1, 2):
+        counted, service = counting(ctx)
+        shadow = ShadowTrainer(LR, max_shadows=limit)
+        jobs = [shadow.one_step_delta(counted, datum, probe) for datum in (example, other, example, other)]
+        assert await asyncio.gather(*jobs) == [fresh, other_delta, fresh, other_delta]
+        assert service.created == 4 and service.peak == limit
+
+
+async def test_the_before_score_is_measured_once_per_checkpoint_and_probe(policy):
+    ctx, service = counting(await policy.snapshot())
+    example, probe = _data(ctx)
+    other = scoring_datum(ctx.tokenizer.encode("Name a river."), ctx.renderer.encode(" The Nile, surely."))
+    tok = ctx.tokenizer
+    sum_probe = scoring_datum(tok.encode("What is 2 + 2?\nAnswer:"), tok.encode(" 4", add_special_tokens=False))
+    shadow = ShadowTrainer(LR)
+    pairs = [(datum, p) for datum in (example, other) for p in (probe, sum_probe)] * 2
+    deltas = await asyncio.gather(*(shadow.one_step_delta(ctx, datum, p) for datum, p in pairs))
+    for (datum, p), delta in zip(pairs, deltas, strict=True):
+        assert delta == pytest.approx(await policy.manual_one_step_delta(ctx.policy_checkpoint, datum, p, LR), abs=1e-5)
+    assert service.created == 8
+    first = ctx.policy_checkpoint
+    assert sorted(service.befores) == sorted([(first, datum_key(probe)), (first, datum_key(sum_probe))])
+    # A new checkpoint scores its probe before the step once more, again once for all its measurements.
+    await policy.train_on([("Name a city in France.", " Lyon, or Paris.")], 5e-2, steps=3)
+    updated = evolve(await policy.snapshot(), service=service)
+    await asyncio.gather(*(shadow.one_step_delta(updated, datum, probe) for datum in (example, other, example)))
+    assert service.befores[2:] == [(updated.policy_checkpoint, datum_key(probe))]
 
 
 async def test_delta_follows_the_policy_checkpoint_after_the_policy_trains(policy):
@@ -94,7 +149,7 @@ async def test_delta_follows_the_policy_checkpoint_after_the_policy_trains(polic
     )
     assert after == await ShadowTrainer(LR).one_step_delta(updated, example, probe)  # as a fresh shadow, exactly
     assert abs(after - delta) > 1e-4
-    assert service.created == 2  # the first shadow, loaded with the new checkpoint, and the fresh one
+    assert service.created == 3  # a fresh shadow per measurement
 
 
 async def test_the_shadow_leaves_the_policy_bit_identical(policy):
