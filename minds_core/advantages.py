@@ -50,3 +50,13 @@ ESTIMATORS = {
     "direct": (direct, "the raw reward"),
     "rloo": (rloo, "reward minus the mean of the other rollouts of the group"),
 }
+
+
+def kl_terms(sampler_logprobs: Sequence[float], base_logprobs: Sequence[float | None], sampled: Sequence[bool]) -> list[float]:
+    """Per token, log q - log p_base (the sampled-token KL estimate); 0 where the token was not sampled."""
+    return [(q - (b or 0.0)) if s else 0.0 for q, b, s in zip(sampler_logprobs, base_logprobs, sampled)]
+
+
+def kl_penalized(advantage: float, terms: Sequence[float], coef: float) -> list[float]:
+    """Per-token advantages A - coef * (log q - log p_base): drifting from the base model costs reward."""
+    return [advantage - coef * t for t in terms]

@@ -62,22 +62,22 @@ class Renderer:
     ) -> list[int]:
         """Tokens to append after a sampled assistant turn to show ``new_messages``.
 
-        ``history`` ends with the user/tool messages before the sampled turn;
-        ``stopped`` says whether the turn ended on a stop token (which is then
-        already in the sequence); otherwise the end-of-turn text is added.
+        The conversation is rendered with a sentinel as the sampled turn's
+        content; what the template writes after the sentinel (end of turn, the
+        new messages, the next generation prompt) is the continuation. Earlier
+        turns are never re-rendered, so templates that render a past turn
+        differently from the latest one (Qwen3's think block) work too.
+        ``stopped`` says whether the turn ended on a stop token, which is then
+        already in the sequence and is not repeated.
         """
-        turn = [*history, {"role": "assistant", "content": _SENTINEL}]
-        before = self._text(turn, generation_prompt=False, tools=tools)
-        after = self._text([*turn, *new_messages], generation_prompt=True, tools=tools)
-        if not after.startswith(before):
-            raise TemplateError(
-                "the chat template renders earlier turns differently once later turns exist; "
-                "multi-turn episodes need a prefix-stable template"
-            )
-        tail = before[before.rindex(_SENTINEL) + len(_SENTINEL) :]
+        turn = [*history, {"role": "assistant", "content": _SENTINEL}, *new_messages]
+        text = self._text(turn, generation_prompt=True, tools=tools)
+        if text.count(_SENTINEL) != 1:
+            raise TemplateError("the chat template does not render an assistant turn's content verbatim")
+        tail = text[text.index(_SENTINEL) + len(_SENTINEL) :]
         if stopped:
             tail = self._after_stop(tail)
-        return self.encode(tail + after[len(before) :])
+        return self.encode(tail)
 
     def _after_stop(self, tail: str) -> str:
         """Drop the end-of-turn marker the model already sampled from the template's tail."""

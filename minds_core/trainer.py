@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 import tinker
 
+from minds_core.advantages import kl_penalized, kl_terms
 from minds_core.backends import choose_backend
 from minds_core.checkpoint import Checkpoint, RunDirectory, default_run_name
 from minds_core.config import EnvConfig, RunConfig
@@ -193,21 +194,17 @@ class Session:
         groups = list(await asyncio.gather(*jobs))
         return Batch(step, groups, policy.version, time.perf_counter() - began)
 
-    async def _kl_terms(self, groups: list[Group]) -> dict[int, list[float]]:
-        """Per rollout: log q - log p_base on every token (0 where not sampled)."""
+    async def _base_logprobs(self, groups: list[Group]) -> dict[int, list[float | None]]:
+        """Per trained rollout: the base model's log-probability of every token."""
         rollouts = [r for g in groups if not g.dropped for r in g.ok_rollouts]
-
-        async def one(rollout: Any) -> list[float]:
-            conv = rollout.conversation
-            base = await self.base_sampler.compute_logprobs(tinker.types.ModelInput.from_ints(conv.tokens))
-            return [(lp - (b or 0.0)) if s else 0.0 for lp, b, s in zip(conv.logprobs, base, conv.sampled)]
-
-        terms = await asyncio.gather(*(one(r) for r in rollouts))
-        return {id(r): t for r, t in zip(rollouts, terms)}
+        scored = await asyncio.gather(
+            *(self.base_sampler.compute_logprobs(tinker.types.ModelInput.from_ints(r.conversation.tokens)) for r in rollouts)
+        )
+        return {id(r): list(lps) for r, lps in zip(rollouts, scored)}
 
     async def datums(self, batch: Batch) -> tuple[list[tinker.Datum], dict[int, float], dict[str, float]]:
         """Advantages per group, then one datum per rollout with any nonzero advantage."""
-        kl = await self._kl_terms(batch.groups) if self.base_sampler is not None else {}
+        base = await self._base_logprobs(batch.groups) if self.base_sampler is not None else {}
         coef = self.config.trainer.kl_penalty
         datums, advantages, extra = [], {}, {}
         kl_values: list[float] = []
@@ -219,9 +216,9 @@ class Session:
                 advantages[id(rollout)] = float(advantage)
                 conv = rollout.conversation
                 per_token = [float(advantage)] * len(conv.tokens)
-                if id(rollout) in kl:
-                    terms = kl[id(rollout)]
-                    per_token = [a - coef * t for a, t in zip(per_token, terms)]
+                if id(rollout) in base:
+                    terms = kl_terms(conv.logprobs, base[id(rollout)], conv.sampled)
+                    per_token = kl_penalized(float(advantage), terms, coef)
                     kl_values.extend(t for t, s in zip(terms, conv.sampled) if s)
                 if len(conv.tokens) < 2 or not any(a != 0 and s for a, s in zip(per_token, conv.sampled)):
                     continue

@@ -81,3 +81,23 @@ def test_chat_template_args_reach_the_template():
     quiet = Renderer(tokenizer, {"enable_thinking": False}).prompt_tokens([{"role": "user", "content": "hi"}])
     assert tokenizer.decode(plain).endswith("assistant:")
     assert tokenizer.decode(quiet).endswith("assistant: <no-think>")
+
+
+def test_continuations_work_when_the_template_renders_the_latest_turn_differently():
+    """Like Qwen3: only the LAST assistant turn gets an (empty) reasoning block."""
+    from transformers import AutoTokenizer
+
+    from minds_core.backends.local.tiny_model import tiny_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
+    tokenizer.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+        "{% if m['role'] == 'assistant' and loop.last %}<r></r>{% endif %}{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    renderer = Renderer(tokenizer)
+    history = [{"role": "user", "content": "find x"}]
+    stopped = renderer.continuation_tokens(history, [{"role": "tool", "content": "x = 42"}], stopped=True)
+    cut = renderer.continuation_tokens(history, [{"role": "tool", "content": "x = 42"}], stopped=False)
+    assert tokenizer.decode(stopped) == "\n<|im_start|>tool\nx = 42<|im_end|>\n<|im_start|>assistant\n"
+    assert tokenizer.decode(cut) == "<|im_end|>" + tokenizer.decode(stopped)
