@@ -10,7 +10,7 @@ from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 
 T = TypeVar("T")
 
-__all__ = ["RequestQueue", "completed_future"]
+__all__ = ["RequestQueue", "completed_future", "failed_future"]
 
 
 class RequestQueue:
@@ -40,4 +40,11 @@ def completed_future(value: T) -> AwaitableConcurrentFuture[T]:
     """An already resolved future."""
     future: Future[T] = Future()
     future.set_result(value)
+    return AwaitableConcurrentFuture(future)
+
+
+def failed_future(error: BaseException) -> AwaitableConcurrentFuture[T]:
+    """An already failed future: awaiting it or calling ``.result()`` raises ``error``."""
+    future: Future[T] = Future()
+    future.set_exception(error)
     return AwaitableConcurrentFuture(future)

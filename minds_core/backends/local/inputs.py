@@ -11,9 +11,18 @@ import torch
 from tinker import types
 
 from .errors import LocalBadRequestError
+from .losses import LOSS_INPUTS
 from .models import BaseModel
 
-__all__ = ["DatumTensors", "as_tensor", "check_length", "check_tokens", "datum_tensors", "model_input_tokens"]
+__all__ = [
+    "DatumTensors",
+    "as_tensor",
+    "check_datum",
+    "check_length",
+    "check_tokens",
+    "model_input_tokens",
+    "submitted_datum",
+]
 
 
 @dataclass(frozen=True)
@@ -25,7 +34,10 @@ class DatumTensors:
 
 
 def as_tensor(value: Any, key: str) -> torch.Tensor:
-    """A loss input (TensorData, torch tensor, numpy array or list) as a tensor: int64 targets, float32 otherwise."""
+    """A loss input (TensorData, torch tensor, numpy array or list) as a new tensor: int64 targets, float32 otherwise.
+
+    The tensor never shares memory with ``value``.
+    """
     if isinstance(value, types.TensorData):
         tensor = value.to_torch()
     elif isinstance(value, torch.Tensor):
@@ -37,7 +49,7 @@ def as_tensor(value: Any, key: str) -> torch.Tensor:
             f"loss_fn_inputs[{key!r}] must be TensorData, a torch tensor, a numpy array or a list, "
             f"got {type(value).__name__}"
         )
-    return tensor.to(torch.int64 if key == "target_tokens" else torch.float32)
+    return tensor.to(torch.int64 if key == "target_tokens" else torch.float32, copy=True)
 
 
 def model_input_tokens(model_input: types.ModelInput, what: str) -> list[int]:
@@ -69,20 +81,30 @@ def check_length(length: int, base: BaseModel, what: str) -> None:
         )
 
 
-def datum_tensors(datum: types.Datum, index: int, required: Sequence[str], base: BaseModel) -> DatumTensors:
-    """Validate datum ``index`` of a request and return it as tensors."""
+def submitted_datum(datum: types.Datum, index: int) -> DatumTensors:
+    """Datum ``index`` of a request as tensors of its own, taken at submission as the SDK serializes it then.
+
+    Keeps every loss input a built-in loss reads (others are ignored locally).
+    Raises ``LocalBadRequestError`` for image chunks, an empty input or a loss input of an unsupported type.
+    """
+    tokens = model_input_tokens(datum.model_input, f"datum {index} model_input")
+    inputs = {key: as_tensor(value, key) for key, value in datum.loss_fn_inputs.items() if key in LOSS_INPUTS}
+    return DatumTensors(tokens=torch.tensor(tokens, dtype=torch.int64), inputs=inputs)
+
+
+def check_datum(item: DatumTensors, index: int, required: Sequence[str], base: BaseModel) -> DatumTensors:
+    """Validate submitted datum ``index`` for ``base`` and a loss needing ``required``; keep the inputs it reads."""
     what = f"datum {index}"
-    tokens = torch.tensor(model_input_tokens(datum.model_input, f"{what} model_input"), dtype=torch.int64)
-    check_tokens(tokens, base, f"{what} model_input")
-    check_length(len(tokens), base, f"{what} model_input")
-    if missing := [key for key in required if key not in datum.loss_fn_inputs]:
+    check_tokens(item.tokens, base, f"{what} model_input")
+    check_length(len(item.tokens), base, f"{what} model_input")
+    if missing := [key for key in required if key not in item.inputs]:
         raise LocalBadRequestError(f"{what} lacks loss_fn_inputs {missing}; this loss needs {list(required)}")
-    used = [*required, *(["weights"] if "weights" in datum.loss_fn_inputs else [])]
-    inputs = {key: as_tensor(datum.loss_fn_inputs[key], key) for key in used}
+    used = [*required, *(["weights"] if "weights" in item.inputs else [])]
+    inputs = {key: item.inputs[key] for key in used}
     targets = inputs["target_tokens"]
-    if targets.ndim not in (1, 2) or targets.shape[0] != len(tokens):
+    if targets.ndim not in (1, 2) or targets.shape[0] != len(item.tokens):
         raise LocalBadRequestError(
-            f"{what}: target_tokens has shape {list(targets.shape)} but model_input has {len(tokens)} tokens; "
+            f"{what}: target_tokens has shape {list(targets.shape)} but model_input has {len(item.tokens)} tokens; "
             "they must align (model_input = seq[:-1], target_tokens = seq[1:])"
         )
     check_tokens(targets, base, f"{what} target_tokens")
@@ -92,4 +114,4 @@ def datum_tensors(datum: types.Datum, index: int, required: Sequence[str], base:
                 f"{what}: loss_fn_inputs[{key!r}] has shape {list(inputs[key].shape)}, "
                 f"target_tokens has {list(targets.shape)}; they must match"
             )
-    return DatumTensors(tokens=tokens, inputs=inputs)
+    return DatumTensors(tokens=item.tokens, inputs=inputs)

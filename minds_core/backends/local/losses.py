@@ -27,7 +27,7 @@ import torch
 
 from .errors import LocalBadRequestError
 
-__all__ = ["LOSSES", "LossSpec", "get_loss", "resolve_config", "token_losses"]
+__all__ = ["LOSSES", "LOSS_INPUTS", "LossSpec", "get_loss", "resolve_config", "token_losses"]
 
 LossInputs = Mapping[str, torch.Tensor]
 TokenLossFn = Callable[[torch.Tensor, LossInputs, Mapping[str, float]], torch.Tensor]
@@ -93,6 +93,9 @@ LOSSES: Mapping[str, LossSpec] = {
     "dro": LossSpec(dro, _RL_INPUTS, {"beta": 0.05}),
 }
 """The built-in losses by Tinker name."""
+
+LOSS_INPUTS = frozenset({"weights", *(key for spec in LOSSES.values() for key in spec.required_inputs)})
+"""Every loss input some built-in loss reads."""
 
 
 def get_loss(name: str) -> LossSpec:

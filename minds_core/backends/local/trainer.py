@@ -12,7 +12,7 @@ import torch
 from tinker import types
 
 from .errors import LocalBadRequestError
-from .inputs import DatumTensors, datum_tensors
+from .inputs import DatumTensors, check_datum
 from .lora import AdapterState, LoraSpec, adapter_state, attach_lora, load_adapter_state
 from .losses import get_loss, resolve_config
 from .models import BaseModel, target_logprobs
@@ -41,7 +41,7 @@ class LoraTrainer:
 
     def forward_backward(
         self,
-        data: Sequence[types.Datum],
+        submitted: Sequence[DatumTensors],
         loss_fn: str,
         loss_fn_config: Mapping[str, float | str] | None,
         *,
@@ -50,7 +50,7 @@ class LoraTrainer:
         """Loss and target log-probs of a built-in loss; with ``backward``, add its gradients."""
         spec = get_loss(loss_fn)
         config = resolve_config(loss_fn, loss_fn_config)
-        items = self._datums(data, spec.required_inputs)
+        items = self._checked(submitted, spec.required_inputs)
         logprobs: list[torch.Tensor] = [torch.empty(0)] * len(items)
         total = 0.0
         with torch.set_grad_enabled(backward):
@@ -66,9 +66,14 @@ class LoraTrainer:
                     logprobs[i] = lp.detach()
         return _output(logprobs, {"loss:sum": total})
 
-    def forward_backward_custom(self, data: Sequence[types.Datum], fn: CustomLossFn) -> types.ForwardBackwardOutput:
-        """Run ``fn`` on the differentiable target log-probs of every datum and add its gradients."""
-        items = self._datums(data, ("target_tokens",))
+    def forward_backward_custom(
+        self, data: Sequence[types.Datum], submitted: Sequence[DatumTensors], fn: CustomLossFn
+    ) -> types.ForwardBackwardOutput:
+        """Run ``fn(data, logprobs)`` on the differentiable target log-probs of ``submitted`` and add its gradients.
+
+        ``data`` are the caller's datums, which ``fn`` reads as the SDK's client-side loss function does.
+        """
+        items = self._checked(submitted, ("target_tokens",))
         with torch.enable_grad():
             logprobs = self._target_logprobs(items)
             loss, metrics = fn(list(data), logprobs)
@@ -120,8 +125,8 @@ class LoraTrainer:
         for name, state in per_param.items():
             self._optimizer.state[self._params[name]] = state
 
-    def _datums(self, data: Sequence[types.Datum], required: Sequence[str]) -> list[DatumTensors]:
-        return [datum_tensors(datum, i, required, self.base) for i, datum in enumerate(data)]
+    def _checked(self, submitted: Sequence[DatumTensors], required: Sequence[str]) -> list[DatumTensors]:
+        return [check_datum(item, i, required, self.base) for i, item in enumerate(submitted)]
 
     def _micro_batches(self, items: Sequence[DatumTensors]) -> Iterator[list[int]]:
         """Consecutive groups whose padded logits fit the budget (at least one datum each)."""

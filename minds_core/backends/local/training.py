@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
@@ -11,12 +11,16 @@ from transformers import PreTrainedTokenizerBase
 
 from .checkpoints import Checkpoint, CheckpointKind
 from .errors import LocalBadRequestError
+from .futures import failed_future
+from .inputs import DatumTensors, submitted_datum
 from .runtime import Runtime
 from .sampler import Sampler
 from .sampling import SamplingClient
 from .trainer import CustomLossFn, LoraTrainer
 
 __all__ = ["TrainingClient"]
+
+T = TypeVar("T")
 
 
 class TrainingClient:
@@ -64,8 +68,10 @@ class TrainingClient:
     def _loss_request(
         self, data: list[types.Datum], loss_fn: types.LossFnType, loss_fn_config: Mapping[str, float | str] | None, backward: bool
     ) -> APIFuture[types.ForwardBackwardOutput]:
-        data, config = _request_data(data), dict(loss_fn_config or {})
-        return self._queue.submit(lambda: self._trainer.forward_backward(data, loss_fn, config, backward=backward))
+        config = dict(loss_fn_config or {})
+        return self._submit(
+            data, lambda items: self._trainer.forward_backward(items, loss_fn, config, backward=backward)
+        )
 
     def forward_backward_custom(
         self, data: list[types.Datum], loss_fn: CustomLossFn, *, loss_type_input: Literal["logprobs"] | None = None
@@ -74,14 +80,29 @@ class TrainingClient:
 
         Locally, autograd runs straight through ``loss_fn`` (no surrogate pass);
         ``metrics`` gets ``loss:sum`` added. ``loss_type_input`` may only be
-        "logprobs" (the SDK's default input).
+        "logprobs" (the SDK's default input). ``loss_fn`` gets the caller's datums
+        (it runs on the client in the SDK too); the log-probs are of the datums as submitted.
         """
-        data = _request_data(data)
         if not callable(loss_fn):
             raise TypeError("The local backend's forward_backward_custom takes a callable loss function")
         if loss_type_input not in (None, "logprobs"):
             raise LocalBadRequestError(f"loss_type_input={loss_type_input!r}: the local backend supports only 'logprobs'")
-        return self._queue.submit(lambda: self._trainer.forward_backward_custom(data, loss_fn))
+        caller_data = list(data)
+        return self._submit(data, lambda items: self._trainer.forward_backward_custom(caller_data, items, loss_fn))
+
+    def _submit(self, data: Sequence[types.Datum], run: Callable[[list[DatumTensors]], T]) -> APIFuture[T]:
+        """Queue ``run`` on ``data`` as it is now (the SDK serializes datums at submission).
+
+        Later changes to the caller's buffers do not reach the request. A datum that cannot
+        be converted fails this request's future only, as a datum rejected when it runs does.
+        """
+        if not data:
+            raise ValueError("No data provided")
+        try:
+            items = [submitted_datum(datum, i) for i, datum in enumerate(data)]
+        except LocalBadRequestError as exc:
+            return failed_future(exc)
+        return self._queue.submit(lambda: run(items))
 
     def optim_step(
         self,
@@ -222,10 +243,3 @@ class TrainingClient:
             overwrite=overwrite,
             user_metadata=user_metadata,
         )
-
-
-def _request_data(data: Sequence[types.Datum]) -> list[types.Datum]:
-    """The request's datums, copied at submission (as the SDK serializes them then)."""
-    if not data:
-        raise ValueError("No data provided")
-    return list(data)

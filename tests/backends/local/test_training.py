@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -98,22 +99,27 @@ def test_optim_step_is_adamw_with_clipping_and_decoupled_weight_decay(
     sft_datum: Callable[..., types.Datum],
     grads_of: Callable[[TrainingClient], dict[str, torch.Tensor]],
 ) -> None:
-    params = types.AdamParams(learning_rate=0.05, beta1=0.8, beta2=0.9, eps=1e-6, weight_decay=0.1, grad_clip_norm=0.5)
+    lr, beta1, beta2, eps, wd, clip = 0.05, 0.6, 0.9, 1e-4, 0.1, 0.5
+    params = types.AdamParams(learning_rate=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=wd, grad_clip_norm=clip)
     named = {n: p for n, p in trainer._trainer.model.named_parameters() if p.requires_grad}
-    trainer.forward_backward([sft_datum("Hello, world!")], "cross_entropy").result()
-    grads = {n: g.double() for n, g in grads_of(trainer).items()}
-    norm = torch.sqrt(sum((g**2).sum() for g in grads.values()))
-    scale = min(1.0, 0.5 / float(norm))
-    expected = {}
-    for name, param in named.items():
-        p, g = param.detach().double(), grads[name] * scale
-        m, v = (1 - 0.8) * g, (1 - 0.9) * g**2
-        update = (m / (1 - 0.8)) / (torch.sqrt(v / (1 - 0.9)) + 1e-6)
-        expected[name] = p * (1 - 0.05 * 0.1) - 0.05 * update
-    response = trainer.optim_step(params).result()
-    assert response.metrics["grad_norm:mean"] == pytest.approx(float(norm), rel=1e-5)
-    for name, param in named.items():
-        torch.testing.assert_close(param.detach().double(), expected[name], rtol=1e-5, atol=1e-6)
+    expected = {name: param.detach().double() for name, param in named.items()}  # float64 reference, by hand
+    m = {name: torch.zeros_like(p) for name, p in expected.items()}
+    v = {name: torch.zeros_like(p) for name, p in expected.items()}
+    for step, text in enumerate(["Hello, world!", "1+1=2, 2+2=4", "The cat sat on the mat."], start=1):
+        trainer.forward_backward([sft_datum(text)], "cross_entropy").result()  # a new gradient each step
+        grads = {n: g.double() for n, g in grads_of(trainer).items()}
+        norm = float(torch.sqrt(sum((g**2).sum() for g in grads.values())))
+        scale = min(1.0, clip / norm)
+        for name, p in expected.items():
+            g = grads.get(name, torch.zeros_like(p)) * scale
+            m[name] = beta1 * m[name] + (1 - beta1) * g
+            v[name] = beta2 * v[name] + (1 - beta2) * g**2
+            update = (m[name] / (1 - beta1**step)) / (torch.sqrt(v[name] / (1 - beta2**step)) + eps)
+            expected[name] = p * (1 - lr * wd) - lr * update
+        response = trainer.optim_step(params).result()
+        assert response.metrics["grad_norm:mean"] == pytest.approx(norm, rel=1e-5)
+        for name, param in named.items():
+            torch.testing.assert_close(param.detach().double(), expected[name], rtol=1e-5, atol=1e-6)
 
 
 def test_training_one_client_leaves_another_bit_identical(
@@ -230,6 +236,17 @@ def test_bad_datums_fail_their_request_only(
     assert good.result().metrics["loss:sum"] > 0
 
 
+def test_datums_that_cannot_be_converted_fail_their_request_only(trainer: TrainingClient) -> None:
+    empty = types.Datum(model_input=types.ModelInput.from_ints([]), loss_fn_inputs={"target_tokens": []})
+    odd = types.Datum(model_input=types.ModelInput.from_ints([1, 2]), loss_fn_inputs={"target_tokens": [2, 3]})
+    odd.loss_fn_inputs["weights"] = "heavy"
+    failed = [trainer.forward([empty], "cross_entropy"), trainer.forward_backward([odd], "cross_entropy")]
+    with pytest.raises(LocalBadRequestError, match="datum 0 model_input is empty"):
+        failed[0].result()
+    with pytest.raises(LocalBadRequestError, match=r"loss_fn_inputs\['weights'\] must be TensorData.*got str"):
+        failed[1].result()
+
+
 def test_bad_tokens_and_optimizer_params_are_rejected(trainer: TrainingClient, sft_datum) -> None:
     out_of_vocab = types.Datum(
         model_input=types.ModelInput.from_ints([1, 5000]), loss_fn_inputs={"target_tokens": [1, 2]}
@@ -241,3 +258,29 @@ def test_bad_tokens_and_optimizer_params_are_rejected(trainer: TrainingClient, s
     with pytest.raises(ValueError, match="No data"):
         trainer.forward_backward([], "cross_entropy")
     assert trainer.optim_step(ADAM).result().metrics is not None
+
+
+@pytest.mark.parametrize("coerced", [False, True], ids=["raw", "coerced"])
+@pytest.mark.parametrize(
+    "ones", [torch.ones, lambda n: np.ones(n, np.float32), lambda n: [1.0] * n], ids=["torch", "numpy", "list"]
+)
+def test_datums_are_taken_at_submission_not_when_the_request_runs(
+    trainer: TrainingClient, encode: Callable[[str], list[int]], ones: Callable[[int], Any], coerced: bool
+) -> None:
+    seq = encode("1+1=2, 2+2=4")
+    weights = ones(len(seq) - 1)
+    if coerced:  # Datum makes TensorData that shares torch/numpy memory
+        inputs = {"target_tokens": seq[1:], "weights": weights}
+        datum = types.Datum(model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs=inputs)
+    else:
+        datum = types.Datum(model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs={"target_tokens": seq[1:]})
+        datum.loss_fn_inputs["weights"] = weights  # raw: the caller's own buffer
+    expected = trainer.forward([datum], "cross_entropy").result().metrics["loss:sum"]
+    release = threading.Event()
+    trainer._queue.submit(lambda: release.wait(timeout=30))  # hold the worker (a test-only peek at its queue)
+    future = trainer.forward([datum], "cross_entropy")
+    for i in range(len(weights)):
+        weights[i] = 0.0
+    datum.model_input.chunks[0].tokens[:] = [0] * (len(seq) - 1)
+    release.set()
+    assert expected > 0 and future.result().metrics["loss:sum"] == pytest.approx(expected, rel=1e-6)
