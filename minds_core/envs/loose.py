@@ -4,22 +4,32 @@
 or a module path (``pkg.module``); ``[env.args]`` go to its
 ``load_environment``. The object it returns is read like this:
 
-- Prompts. With ``initial_observation()`` the object is ONE stateful instance:
-  the split has ``DRAWS`` task slots; a slot is filled on first use by calling
-  ``initial_observation()`` on the instance and deep-copying the instance right
-  after; a slot keeps its prompt for the whole run. Every rollout of that task
-  gets its own deep copy of that snapshot, so a group shares one prompt and
-  rollouts never share state (``step`` may return ``done = False`` with
-  ``messages`` to continue on that copy; a result without messages ends the
-  episode, as the seeds scored one reply per prompt). Otherwise a
-  ``dataset`` (``<split>_dataset`` for other splits) gives one task per row,
-  from ``prompt`` or ``question`` with optional ``answer`` and ``info``.
+- Prompts. With ``initial_observation()`` the object is ONE stateful instance.
+  Each split draws from its own deep copy of the object as loaded (the loaded
+  object itself is never drawn from), so one split's draws never shift
+  another's; the copies start alike, so a self-seeded object gives every split
+  the same prompts (load the eval environment with other args, e.g. another
+  seed, for held-out ones). A split has ``DRAWS`` task slots; a slot is filled
+  on first use by calling ``initial_observation()`` on the split's copy and
+  deep-copying that copy right after; its ``answer`` attribute then, when set,
+  is the task's answer. A slot keeps its prompt for the whole run; a resumed
+  run loads the object again and refills the slots, in the order they are
+  used, from fresh copies, so its prompts restart from the start of the
+  stream. Every rollout of a task gets its own deep copy of the task's
+  snapshot, so a group shares one prompt and rollouts never share state
+  (``step`` may return ``done = False`` with ``messages`` to continue on that
+  copy; a result without messages ends the episode, as the seeds scored one
+  reply per prompt). Otherwise a ``dataset`` (``<split>_dataset`` for other
+  splits) gives one task per row, from ``prompt`` or ``question`` with
+  optional ``answer`` and ``info``.
 - Reward. A ``rubric`` with ``funcs`` and ``weights`` wins: each function gets
   what it names of prompt, completion (text), answer, info, state, task, ctx,
   messages and the rubric's ``class_objects`` (verifiers' ``parser``), sync or
-  async. Otherwise ``step(text)`` returns an object or mapping with a numeric
-  ``reward``; on a dataset object the calls are serialized (one shared object)
-  and every reply ends its episode.
+  async. A function naming ``answer`` without a default fails the rollout when
+  the task has no answer (rather than scoring it silently). Otherwise
+  ``step(text)`` returns an object or mapping with a numeric ``reward``; on a
+  dataset object the calls are serialized (one shared object) and every reply
+  ends its episode.
 - ``build(sampling_client)``, when present, is called with the rollout's
   CURRENT policy sampler (``ctx.sampler``) before scoring: on the rollout's copy
   for drawn prompts, else once per sampler on the loaded object. It returns the
@@ -176,7 +186,8 @@ class LooseEnvironment:
                     f"{mismatch}: objects with initial_observation() are deep-copied per task and rollout, "
                     f"and copying failed ({type(exc).__name__}: {exc}); make it copyable or expose a dataset"
                 ) from None
-        self._snapshots: dict[str, tuple[Any, Any]] = {}
+        self._sources: dict[str, Any] = {}  # split -> its copy of the loaded object, drawn from
+        self._snapshots: dict[str, tuple[Task, Any]] = {}
         self._draw_lock = asyncio.Lock()
         self._step_lock = asyncio.Lock()
         self._build_lock = asyncio.Lock()
@@ -185,7 +196,7 @@ class LooseEnvironment:
 
     def tasks(self, split: str) -> Sequence[Task]:
         if self.draws:
-            return [Task(prompt="", id=f"{split}-{i}", info={"draw": i}) for i in range(DRAWS)]
+            return [Task(prompt="", id=f"{split}-{i}", info={"split": split, "draw": i}) for i in range(DRAWS)]
         attribute = "dataset" if split == "train" else f"{split}_dataset"
         rows = getattr(self.obj, attribute, None)
         if rows is None:
@@ -206,14 +217,19 @@ class LooseEnvironment:
     def episode(self, task: Task, ctx: Context) -> LooseEpisode:
         return LooseEpisode(self, task, ctx)
 
-    async def draw(self, task: Task) -> tuple[Any, Any]:
-        """The task's prompt and a fresh copy of the instance right after it was drawn."""
+    async def draw(self, task: Task) -> tuple[Task, Any]:
+        """The task as drawn (prompt and answer) and a fresh copy of its split's instance right after the draw."""
         async with self._draw_lock:
             if task.id not in self._snapshots:
-                observation = await maybe_await(self.obj.initial_observation())
-                self._snapshots[task.id] = (observation, copy.deepcopy(self.obj))
-        observation, snapshot = self._snapshots[task.id]
-        return observation, copy.deepcopy(snapshot)
+                split = task.info["split"]
+                if split not in self._sources:
+                    self._sources[split] = copy.deepcopy(self.obj)
+                source = self._sources[split]
+                observation = await maybe_await(source.initial_observation())
+                drawn = attrs.evolve(task, prompt=observation, answer=getattr(source, "answer", None))
+                self._snapshots[task.id] = (drawn, copy.deepcopy(source))
+        drawn, snapshot = self._snapshots[task.id]
+        return drawn, copy.deepcopy(snapshot)
 
     async def scorer(self, instance: Any | None, sampler: Any) -> Any:
         """The object that scores a rollout: its own copy or the shared object, built for ``sampler``."""
@@ -251,14 +267,13 @@ class LooseEpisode:
 
     def __init__(self, env: LooseEnvironment, task: Task, ctx: Context) -> None:
         self.env, self.task, self.ctx = env, task, ctx
-        self.prompt: Any = task.prompt
         self.instance: Any | None = None
         self.state: dict[str, Any] = {}
 
     async def initial_observation(self) -> Any:
         if self.env.draws:
-            self.prompt, self.instance = await self.env.draw(self.task)
-        return self.prompt
+            self.task, self.instance = await self.env.draw(self.task)
+        return self.task.prompt
 
     async def step(self, action: str) -> StepResult:
         scorer = await self.env.scorer(self.instance, self.ctx.sampler)
@@ -276,8 +291,27 @@ class LooseEpisode:
         return result
 
     async def _score(self, rubric: Rubric, action: str) -> StepResult:
-        task = attrs.evolve(self.task, prompt=self.prompt)
-        result = await score_completion(rubric, task, action, self.state, self.ctx, prompt_messages(self.prompt))
+        if self.task.answer is None and (needing := _answer_needers(rubric)):
+            raise ValueError(
+                f"environment {self.env.env_id!r}: reward function {', '.join(needing)} asks for `answer`, "
+                f"but task {self.task.id!r} has none; give the rows an `answer`, or set the instance's "
+                "`answer` attribute in initial_observation()"
+            )
+        prompt = prompt_messages(self.task.prompt)
+        result = await score_completion(rubric, self.task, action, self.state, self.ctx, prompt)
         if INVALID_PARTS_METRIC in result.metrics:
             self.env.warn_invalid([n for n in rubric.names if f"reward/{n}" not in result.metrics])
         return result
+
+
+def _answer_needers(rubric: Rubric) -> list[str]:
+    """The rubric functions that name ``answer`` with no default: without one they would score silently wrong."""
+    return [name for fn, name in zip(rubric.funcs, rubric.names, strict=True) if _needs_answer(fn)]
+
+
+def _needs_answer(fn: Any) -> bool:
+    try:
+        param = inspect.signature(fn).parameters.get("answer")
+    except (TypeError, ValueError):  # no signature: nothing to tell
+        return False
+    return param is not None and param.default is inspect.Parameter.empty

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import random
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -37,6 +38,59 @@ async def test_drawn_prompts_are_shared_by_a_task_and_state_is_per_rollout(loose
     assert (first.instance.steps, again.instance.steps, env.obj.steps) == (1, 0, 0)
     assert (await again.step("")).reward == 0.0
     assert first.instance is not again.instance
+
+
+async def test_each_split_draws_from_its_own_copy_of_the_loaded_object(loose_dir: Path, ctx: Context) -> None:
+    env = load_loose_environment("./environments/word_echo", {"seed": 3, "prefix": "Say:"})
+    reference = importlib.import_module("word_echo").load_environment(seed=3, prefix="Say:")
+    stream = [reference.initial_observation() for _ in range(6)]
+
+    async def draw(split: str, count: int) -> list[str]:
+        return [await env.episode(task, ctx).initial_observation() for task in env.tasks(split)[:count]]
+
+    assert await draw("eval", 3) == stream[:3]
+    assert await draw("train", 6) == stream  # drawing eval first did not shift train
+    assert await draw("eval", 6) == stream  # nor did train shift eval
+    assert env.obj.rng.getstate() == random.Random(3).getstate()  # the loaded object itself is never drawn from
+
+
+def reversed_word(completion: str, answer: str) -> float:
+    return float(completion.strip() == answer)
+
+
+class Backwards:
+    """Draws a word to spell backwards; with ``keep_answer`` it keeps the expected reply in ``answer``."""
+
+    def __init__(self, keep_answer: bool) -> None:
+        self.rng, self.keep_answer = random.Random(0), keep_answer
+        self.rubric = SimpleNamespace(funcs=[reversed_word], weights=[1.0])
+
+    def initial_observation(self) -> str:
+        word = self.rng.choice(["lantern", "pebble", "violin", "harbor", "meadow"])
+        if self.keep_answer:
+            self.answer = word[::-1]
+        return f"Spell {word} backwards."
+
+
+async def test_drawn_tasks_take_their_answer_from_the_instance(ctx: Context) -> None:
+    env = LooseEnvironment("inline", Backwards(keep_answer=True))
+    for task in env.tasks("train")[:4]:
+        right, wrong = env.episode(task, ctx), env.episode(task, ctx)
+        word = (await right.initial_observation()).split()[1]
+        await wrong.initial_observation()
+        assert (await right.step(word[::-1])).reward == 1.0
+        assert (await wrong.step(word)).reward == 0.0
+
+
+async def test_a_rubric_asking_for_a_missing_answer_fails_the_rollout(ctx: Context) -> None:
+    env = LooseEnvironment("inline", Backwards(keep_answer=False))
+    episode = env.episode(env.tasks("train")[0], ctx)
+    await episode.initial_observation()
+    with pytest.raises(ValueError, match="reversed_word asks for `answer`, but task 'train-0' has none"):
+        await episode.step("nretnal")
+    rows = LooseEnvironment("inline", SimpleNamespace(dataset=[{"question": "Hi?"}], rubric=env.obj.rubric))
+    with pytest.raises(ValueError, match="asks for `answer`, but task 'train-0' has none"):
+        await rows.episode(rows.tasks("train")[0], ctx).step("hi")
 
 
 async def test_async_object_continues_on_its_own_copy(loose_dir: Path, ctx: Context) -> None:
