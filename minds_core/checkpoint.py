@@ -56,14 +56,28 @@ class RunDirectory:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    @classmethod
-    def create(cls, config: RunConfig) -> RunDirectory:
-        """A new run directory holding the resolved config; an existing one is an error."""
+    @staticmethod
+    def ensure_new(config: RunConfig) -> None:
+        """A UsageError when the run's directory already holds a run."""
         path = Path(config.runs_dir) / config.name
         if (path / CONFIG_FILE).exists():
             raise UsageError(f"run directory {path} already exists: pick another --name, or continue it with --resume {path}")
+
+    @classmethod
+    def create(cls, config: RunConfig) -> RunDirectory:
+        """A new run directory holding the resolved config."""
+        cls.ensure_new(config)
+        path = Path(config.runs_dir) / config.name
         path.mkdir(parents=True, exist_ok=True)
         run = cls(path)
+        run.write_config(config)
+        return run
+
+    @classmethod
+    def resume(cls, path: Path, config: RunConfig, next_step: int) -> RunDirectory:
+        """An existing run continued at ``next_step``: later lines are cut, the config (with overrides) rewritten."""
+        run = cls(path)
+        run.truncate_after(next_step)
         run.write_config(config)
         return run
 

@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser("eval", parents=[shared], help="roll out and report reward statistics, no training")
     _add_run_arguments(evaluate)
-    evaluate.add_argument("--groups", type=int, default=None, metavar="N", help="groups to roll out (default trainer.groups_per_batch)")
+    evaluate.add_argument("--groups", type=int, default=None, metavar="N", help="groups to roll out (sets trainer.groups_per_batch)")
 
     plugins = commands.add_parser("plugins", parents=[shared], help="list installed plugins and what each registers")
     plugins.add_argument("--json", action="store_true", help="machine-readable output on stdout")
@@ -85,6 +85,8 @@ def _overrides(args: argparse.Namespace) -> list[str]:
         extra.append(f"model.base_model={args.model}")
     if args.name:
         extra.append(f"name={args.name}")
+    if getattr(args, "groups", None) is not None:
+        extra.append(f"trainer.groups_per_batch={args.groups}")
     return [*args.overrides, *extra]
 
 
@@ -156,10 +158,10 @@ def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
     if resume:
         from minds_core.checkpoint import resume_config_path
 
-        if args.config:
+        if args.config or args.name:
             from minds_core.errors import UsageError
 
-            raise UsageError("pass either a config file or --resume DIR, not both (the run keeps its own config)")
+            raise UsageError("--resume DIR continues that run with its own config and name: drop the config file and --name")
         return load_config(resume_config_path(Path(resume)), _overrides(args), drop_redacted=True)
     return load_config(args.config, _overrides(args))
 
@@ -175,7 +177,7 @@ def _run_command(args: argparse.Namespace, evaluate: bool) -> int:
     from minds_core import trainer
 
     if evaluate:
-        print(json.dumps(trainer.evaluate(config, groups=args.groups), indent=2, sort_keys=True))
+        print(json.dumps(trainer.evaluate(config), indent=2, sort_keys=True))
     else:
         trainer.train(config, resume_dir=Path(resume) if resume else None)
     return 0

@@ -173,7 +173,14 @@ LEGACY_KEYS: dict[str, str] = {
     "trainer.batch_size": "trainer.groups_per_batch",
 }
 
-_SECRET_KEY = re.compile(r"(^|_)(api_key|apikey|secret|secrets|token|password)$", re.IGNORECASE)
+#: Key names whose string values are secrets (``*_env`` keys name variables and are not).
+_SECRET_KEY = re.compile(
+    r"(api_?key|secret|passw(or)?d|credentials?|authorization|private_key|access_key|(^|_)(auth_|access_|api_)?token)$"
+    r"|secrets?$",
+    re.IGNORECASE,
+)
+#: Token-named settings that are not secrets (special tokens, counts).
+_NOT_SECRET = re.compile(r"(^|_)(stop|eos|bos|pad|unk|sep|cls|mask|special|max|num)_tokens?$", re.IGNORECASE)
 REDACTED = "***"
 
 
@@ -465,7 +472,17 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), d
     """
     data = read_config_file(path) if path else {}
     if drop_redacted:
-        data = _drop_redacted(data)
+        dropped: list[str] = []
+        data = _drop_redacted(data, "", dropped)
+        given = {assignment.partition("=")[0].strip() for assignment in overrides}
+        missing = [key for key in dropped if key not in given]
+        if missing:
+            from minds_core.logs import get_logger
+
+            get_logger("config").warning(
+                "secrets are not saved with a run; pass them again (--set KEY=...) or through the environment",
+                keys=missing,
+            )
     data = _apply_legacy_keys(data)
     for assignment in overrides:
         apply_override(data, assignment)
@@ -480,18 +497,28 @@ def to_dict(config: RunConfig) -> dict[str, Any]:
 def redact(value: Any) -> Any:
     """A copy with secret values (api keys, tokens, secrets) replaced by ***."""
     if isinstance(value, Mapping):
-        return {
-            k: (_redact_all(v) if _SECRET_KEY.search(str(k)) else redact(v)) for k, v in value.items()
-        }
+        return {k: (_redact_all(v) if is_secret_key(str(k)) else redact(v)) for k, v in value.items()}
     if isinstance(value, list):
         return [redact(v) for v in value]
     return value
 
 
-def _drop_redacted(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _drop_redacted(v) for k, v in value.items() if v != REDACTED}
-    return value
+def is_secret_key(key: str) -> bool:
+    """Whether a config key holds a secret (its string values are never shown or written)."""
+    return bool(_SECRET_KEY.search(key)) and not _NOT_SECRET.search(key) and not key.lower().endswith("_env")
+
+
+def _drop_redacted(value: Any, path: str, dropped: list[str]) -> Any:
+    """``value`` without entries written as ***; their dotted paths go to ``dropped``."""
+    if not isinstance(value, Mapping):
+        return value
+    kept = {}
+    for key, item in value.items():
+        if item == REDACTED:
+            dropped.append(f"{path}{key}")
+        else:
+            kept[key] = _drop_redacted(item, f"{path}{key}.", dropped)
+    return kept
 
 
 def _redact_all(value: Any) -> Any:
@@ -500,7 +527,7 @@ def _redact_all(value: Any) -> Any:
         return {k: _redact_all(v) for k, v in value.items()}
     if isinstance(value, list):
         return value
-    return REDACTED if value not in ("", None) else value
+    return REDACTED if isinstance(value, str) and value else value
 
 
 def dump_yaml(config: RunConfig) -> str:

@@ -146,10 +146,12 @@ def _strict() -> bool:
 
 
 def _entry_points() -> Iterable[importlib.metadata.EntryPoint]:
-    seen: set[str] = set()
+    """Entry points of the group, once each (a distribution may sit on sys.path twice)."""
+    seen: set[tuple[str, str | None]] = set()
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name not in seen:  # the same distribution on sys.path twice
-            seen.add(ep.name)
+        key = (ep.name, ep.dist.name if ep.dist else None)
+        if key not in seen:
+            seen.add(key)
             yield ep
 
 
@@ -199,6 +201,11 @@ def load_plugins(extra: Iterable[tuple[str, object]] = ()) -> Plugins:
         if ep.name in disabled or (dist and dist in disabled):
             continue
         info = PluginInfo(ep.name, dist, ep.dist.version if ep.dist else None)
+        if ep.name in infos:
+            other = infos[ep.name]
+            infos[f"{ep.name} ({dist})"] = info
+            fail(info, f"plugin name {ep.name!r} is also used by {other.distribution}; uninstall one of them")
+            continue
         try:
             module = ep.load()
         except Exception as exc:  # noqa: BLE001 - isolation is the point

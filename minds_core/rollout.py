@@ -111,9 +111,9 @@ async def play_episode(episode: Any, conversation: Conversation) -> tuple[list[A
 
 
 def _total_reward(raw: list[Any]) -> float | None:
-    """Sum of the step rewards; None when any is not a finite number or there are none."""
+    """Sum of the step rewards; None when any is not a finite number."""
     values = [as_reward(r) for r in raw]
-    if not values or any(v is None for v in values):
+    if any(v is None for v in values):
         return None
     return math.fsum(v for v in values if v is not None)
 
@@ -150,6 +150,8 @@ async def run_rollout(
 
 
 def _scored(conversation: Conversation, raw: list[Any], metrics: dict[str, float], cfg: RolloutConfig, attempt: int) -> Rollout:
+    if not raw:
+        return Rollout(conversation, metrics=metrics, error="the episode ended without any reward (token or turn budget?)", attempts=attempt)
     reward = _total_reward(raw)
     invalid = reward is None or metrics.get(INVALID_PARTS_METRIC, 0) > 0
     if invalid and cfg.invalid_reward == "fail":

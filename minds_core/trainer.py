@@ -26,17 +26,21 @@ from minds_core.config import EnvConfig, RunConfig
 from minds_core.datums import build_datum
 from minds_core.envs.loading import load_environment
 from minds_core.envs.types import Context, Task
-from minds_core.errors import ConfigError, MindsError
+from minds_core.errors import ConfigError, MindsError, UsageError
 from minds_core.logs import get_logger
 from minds_core.losses import CustomLoss
 from minds_core.plugins import Plugins, load_plugins
-from minds_core.render import Renderer
+from minds_core.render import Renderer, TemplateError
+from minds_core.envs.rubric import maybe_await
 from minds_core.rollout import EpisodeSettings, Group, close_quietly, run_group
 from minds_core.schedule import DataSchedule
 from minds_core.sinks import SinkSet
 from minds_core.stats import batch_metrics, rollout_records
 
 log = get_logger("trainer")
+
+#: Service errors at start-up that mean the request was wrong (bad model name, key, checkpoint).
+_REJECTED = (tinker.BadRequestError, tinker.AuthenticationError, tinker.PermissionDeniedError, tinker.NotFoundError)
 
 
 @attrs.define
@@ -79,6 +83,8 @@ def _load_envs(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
             tasks = list(env.tasks(cfg.split))
         except MindsError:
             raise
+        except KeyError as exc:
+            raise ConfigError(f"environment {cfg.id!r}, split {cfg.split!r} (env.split): {exc.args[0] if exc.args else exc}") from None
         except Exception as exc:  # noqa: BLE001 - a plugin's failure, reported with its name
             raise MindsError(f"environment {cfg.id!r} failed to load: {type(exc).__name__}: {exc}") from exc
         if not tasks:
@@ -141,8 +147,11 @@ class Session:
                 seed=cfg.seed,
                 train_unembed=cfg.model.train_unembed,
             )
-        self.training_client = await future
-        self.renderer = Renderer(self.training_client.get_tokenizer(), cfg.model.chat_template_args)
+        try:
+            self.training_client = await future
+            self.renderer = Renderer(self.training_client.get_tokenizer(), cfg.model.chat_template_args)
+        except (TemplateError, *_REJECTED) as exc:
+            raise UsageError(f"cannot start training on {cfg.model.base_model!r}: {exc}") from None
         self.settings = [EpisodeSettings(self.renderer, _sampling_params(cfg, h.cfg), cfg.rollout) for h in self.envs]
         if cfg.trainer.kl_penalty > 0:
             self.base_sampler = await self.service.create_sampling_client(base_model=cfg.model.base_model)
@@ -248,12 +257,11 @@ class Session:
         await optim
         return {f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}
 
-    async def save(self, step: int, run: RunDirectory) -> Checkpoint:
+    async def save(self, step: int) -> Checkpoint:
+        """Save weights + optimizer; the caller records it once the step's metrics are written."""
         saved = await self.training_client.save_state(f"step-{step:06d}", overwrite=True)
-        checkpoint = Checkpoint(step=step, state_path=saved.path)
-        run.record_checkpoint(checkpoint)
         log.info("checkpoint saved", step=step, path=saved.path)
-        return checkpoint
+        return Checkpoint(step=step, state_path=saved.path)
 
 
 def _prepare(
@@ -284,24 +292,42 @@ def _prepare(
 
 async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None) -> dict[str, Any]:
     config, plugins, envs, service, backend = _prepare(config, resume_dir, plugins)
-    run = RunDirectory(resume_dir) if resume_dir is not None else RunDirectory.create(config)
-    sinks = SinkSet(config, plugins.registry, run.path)
-    session = Session(config, plugins, envs, service)
-    last = run.last_checkpoint() if resume_dir is not None else None
+    if resume_dir is None:
+        RunDirectory.ensure_new(config)
+    last = RunDirectory(resume_dir).last_checkpoint() if resume_dir is not None else None
     start = last.step + 1 if last else 0
     if resume_dir is not None:
-        run.truncate_after(start)
-        log.info("resuming", run=str(run.path), step=start, checkpoint=last.state_path if last else None)
-    state = last.state_path if last else (config.trainer.resume_from or None)
-    await session.start(state, with_optimizer=last is not None)
-    log.info("training", run=str(run.path), backend=backend, envs=[h.name for h in envs], steps=config.trainer.steps, start=start)
-    summary: dict[str, Any] = {"run_dir": str(run.path), "stopped": "early"}
+        log.info("resuming", run=str(resume_dir), step=start, checkpoint=last.state_path if last else None)
+    session = Session(config, plugins, envs, service)
+    status = "errored"
     try:
-        summary = await _loop(session, run, sinks, start)
+        await session.start(last.state_path if last else (config.trainer.resume_from or None), with_optimizer=last is not None)
+        sinks = SinkSet(config, plugins.registry, Path(config.runs_dir) / config.name)
+        summary: dict[str, Any] = {"run_dir": str(Path(config.runs_dir) / config.name), "stopped": "early"}
+        try:
+            run = RunDirectory.create(config) if resume_dir is None else RunDirectory.resume(resume_dir, config, start)
+            log.info("training", run=str(run.path), backend=backend, envs=[h.name for h in envs], steps=config.trainer.steps, start=start)
+            summary = await _loop(session, run, sinks, start)
+            status = "success"
+        finally:
+            sinks.close(summary)  # also on an error or Ctrl-C: the progress bar stops, files stay whole
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        status = "interrupted"
+        raise
     finally:
         await _close_environments(envs)
-        sinks.close(summary)  # also on an error or Ctrl-C: the progress bar stops, files stay whole
+        await _close_service(service, status)
     return summary
+
+
+async def _close_service(service: Any, status: str) -> None:
+    """End the service session (the hosted SDK records success, errored or interrupted)."""
+    close = getattr(service, "close", None)
+    if callable(close):
+        try:
+            await maybe_await(close(status))
+        except Exception as exc:  # noqa: BLE001 - closing never hides the run's own outcome
+            log.warning("closing the service failed", error=f"{type(exc).__name__}: {exc}")
 
 
 async def _close_environments(envs: list[EnvHandle]) -> None:
@@ -344,14 +370,15 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
                 }
             )
             run.log_rollouts(rollout_records(step, batch.groups, advantages, cfg.metrics.rollouts_per_step))
-            save_seconds = 0.0
+            checkpoint = None
+            save_began = time.perf_counter()
             if step == steps - 1 or (cfg.trainer.save_every and (step + 1) % cfg.trainer.save_every == 0):
-                save_began = time.perf_counter()
-                await session.save(step, run)
-                save_seconds = time.perf_counter() - save_began
-            record["time/save"] = save_seconds
+                checkpoint = await session.save(step)
+            record["time/save"] = time.perf_counter() - save_began
             record["time/step"] = time.perf_counter() - step_began
             sinks.write(record)
+            if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics
+                run.record_checkpoint(checkpoint)
             if "reward/mean" in record:
                 rewards.append(record["reward/mean"])
     finally:
@@ -371,21 +398,22 @@ def train(config: RunConfig, resume_dir: Path | None = None, plugins: Plugins | 
     return asyncio.run(_train(config, resume_dir, plugins))
 
 
-async def _evaluate(config: RunConfig, groups: int | None, plugins: Plugins | None) -> dict[str, Any]:
-    if groups:
-        config = attrs.evolve(config, trainer=attrs.evolve(config.trainer, groups_per_batch=groups))
+async def _evaluate(config: RunConfig, plugins: Plugins | None) -> dict[str, Any]:
     config, plugins, envs, service, _ = _prepare(config, None, plugins)
     session = Session(config, plugins, envs, service)
-    await session.start(config.trainer.resume_from or None, with_optimizer=False)
+    status = "errored"
     try:
+        await session.start(config.trainer.resume_from or None, with_optimizer=False)
         batch = await session.collect(0, await session.policy(0))
+        status = "success"
     finally:
         await _close_environments(envs)
+        await _close_service(service, status)
     record = batch_metrics(batch.groups, {}, envs)
     record["time/sample"] = batch.seconds
     return record
 
 
-def evaluate(config: RunConfig, groups: int | None = None, plugins: Plugins | None = None) -> dict[str, Any]:
-    """Roll out one batch without training; returns reward statistics."""
-    return asyncio.run(_evaluate(config, groups, plugins))
+def evaluate(config: RunConfig, plugins: Plugins | None = None) -> dict[str, Any]:
+    """Roll out one batch (trainer.groups_per_batch groups) without training; returns reward statistics."""
+    return asyncio.run(_evaluate(config, plugins))

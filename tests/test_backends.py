@@ -51,3 +51,18 @@ def test_missing_tinker_package_is_a_clear_error(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pip install tinker" in out and "tml-secret-value" not in out
+
+
+def test_a_key_without_the_tinker_prefix_is_a_usage_error_naming_where_it_came_from(monkeypatch):
+    monkeypatch.setenv("TINKER_API_KEY", "not-a-key")
+    with pytest.raises(UsageError, match=r"\$TINKER_API_KEY does not look like one") as caught:
+        create_tinker_service(load_config(None, ["backend=tinker"]), None)
+    assert "not-a-key" not in str(caught.value)
+
+
+def test_bad_model_fails_before_any_run_directory(run_minds, tmp_path):
+    result = run_minds(["run", "--env", "toy_char_share", "--model", "no/such-model", "--backend", "local"],
+                       plugins=["toy_plugin"], env={"HF_HUB_OFFLINE": "1"})  # no hub here: fail at once
+    assert result.returncode == 2
+    assert "cannot start training on 'no/such-model'" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "runs" / "toy_char_share").exists() and not list((tmp_path / "runs").glob("toy*"))

@@ -114,3 +114,17 @@ def test_redacted_values_are_dropped_when_a_saved_config_is_reloaded(tmp_path):
     saved = tmp_path / "config.yaml"
     saved.write_text(dump_yaml(config))
     assert load_config(saved, drop_redacted=True).tinker.api_key == ""
+
+
+def test_redaction_hides_secrets_and_keeps_ordinary_settings():
+    from minds_core.config import redact
+
+    shown = redact({"env": {"args": {
+        "stop_token": "</answer>", "use_token": True, "max_tokens": 5, "api_key_env": "MY_KEY",
+        "aws_secret_access_key": "AKIA123", "headers": {"Authorization": "Bearer sk-live"},
+        "hf_token": "hf_abc", "secrets": ["OPENAI_API_KEY"], "credentials": {"user": "u", "pass": "p"},
+    }}})["env"]["args"]
+    assert shown["stop_token"] == "</answer>" and shown["use_token"] is True and shown["max_tokens"] == 5
+    assert shown["api_key_env"] == "MY_KEY" and shown["secrets"] == ["OPENAI_API_KEY"]
+    assert shown["aws_secret_access_key"] == shown["hf_token"] == shown["headers"]["Authorization"] == REDACTED
+    assert shown["credentials"] == {"user": REDACTED, "pass": REDACTED}

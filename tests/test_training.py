@@ -121,8 +121,8 @@ def test_secrets_stay_out_of_the_run_directory(plugins, tmp_path, capsys):
 
 
 def test_eval_reports_rewards_without_training(plugins, tmp_path):
-    config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}"])
-    record = trainer.evaluate(config, groups=2, plugins=plugins)
+    config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}", "trainer.groups_per_batch=2"])
+    record = trainer.evaluate(config, plugins=plugins)
     assert record["groups/total"] == 2 and record["rollouts/total"] == 16
     assert 0 <= record["reward/mean"] < 0.05
     assert not list(tmp_path.rglob("metrics.jsonl"))
@@ -156,3 +156,11 @@ def test_eval_command_prints_statistics_as_json(run_minds):
     assert result.returncode == 0, result.stderr[-1000:]
     record = json.loads(result.stdout)
     assert record["rollouts/total"] == 6 and "reward/mean" in record
+    bad = run_minds(["eval", "--env", "toy_char_share", "--groups", "0"], plugins=["toy_plugin"])
+    assert bad.returncode == 2 and "trainer.groups_per_batch = 0: must be >= 1" in bad.stderr
+
+
+def test_an_episode_without_any_reward_is_a_failed_rollout(plugins, tmp_path):
+    (row,) = _train(plugins, tmp_path, "env.id=toy_two_turn", "trainer.steps=1", "trainer.group_size=2",
+                    "trainer.groups_per_batch=1", "rollout.max_turns=1", "rollout.retries=0", "rollout.max_failing_rollouts=2")
+    assert row["rollouts/failed"] == 2 and row["groups/dropped_failures"] == 1 and row["train/skipped"] == 1

@@ -23,6 +23,11 @@ def create_tinker_service(config: RunConfig, run_dir: Path) -> Any:
             f"backend 'tinker' needs an API key: export {config.tinker.api_key_env}=tml-... "
             "(or set [tinker] api_key_env to the variable that holds it), or use --backend local"
         )
+    if not key.startswith("tml-"):
+        raise UsageError(
+            f"the Tinker API key in {'[tinker] api_key' if config.tinker.api_key else '$' + config.tinker.api_key_env} "
+            "does not look like one (Tinker keys start with 'tml-')"
+        )
     try:
         import tinker
     except ImportError:

@@ -11,12 +11,23 @@ METRICS_FILE = "metrics.jsonl"
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:
-    """Append one JSON line with a single write, flushed to disk."""
+    """Append one JSON line with a single write, flushed to disk (after a torn last line, on a new line)."""
     line = json.dumps(record, sort_keys=True, default=float) + "\n"
+    if _ends_torn(path):
+        line = "\n" + line
     with path.open("a", encoding="utf-8") as fh:
         fh.write(line)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _ends_torn(path: Path) -> bool:
+    """Whether the file's last line lacks its newline (a write cut short by a kill)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    with path.open("rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) != b"\n"
 
 
 class JsonlSink:
