@@ -47,6 +47,7 @@ def test_identical_requests_share_one_call_and_a_straggler_is_waited_for(tmp_pat
     requests, replies = asyncio.run(go())
     assert requests == [3]
     assert len(replies) == 3 and all(replies)
+    assert len({tuple(r) for r in replies}) == 3  # each rollout got its own sample of the one request
 
 
 def test_a_rollout_that_ends_releases_the_others(tmp_path):

@@ -112,10 +112,15 @@ def test_resume_from_saved_weights_starts_where_they_left(plugins, tmp_path):
 
 
 def test_secrets_stay_out_of_the_run_directory(plugins, tmp_path, capsys):
-    _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=1", "backend=local",
-           "tinker.api_key=tml-do-not-leak")
+    logs.configure("json", "debug")  # every event, not only warnings
+    try:
+        _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=1", "backend=local",
+               "tinker.api_key=tml-do-not-leak")
+    finally:
+        logs.configure("json", "warning")
     written = "".join(p.read_text() for p in (tmp_path / "run").iterdir() if p.is_file())
     captured = capsys.readouterr()
+    assert '"event": "training"' in captured.err  # info events were captured
     assert "tml-do-not-leak" not in written + captured.out + captured.err
     assert "api_key: '***'" in (tmp_path / "run" / "config.yaml").read_text()
 
