@@ -28,7 +28,11 @@ CHECKPOINTS_FILE = "checkpoints.jsonl"
 
 @attrs.frozen
 class Checkpoint:
-    """A saved training state: weights + optimizer after ``step``."""
+    """A saved training state after ``step``: weights + optimizer, and sampler weights.
+
+    ``state_path`` resumes training; ``sampler_path`` is what
+    ``create_sampling_client(model_path=...)`` takes to sample from the adapter.
+    """
 
     step: int
     state_path: str

@@ -258,10 +258,12 @@ class Session:
         return {f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}
 
     async def save(self, step: int) -> Checkpoint:
-        """Save weights + optimizer; the caller records it once the step's metrics are written."""
-        saved = await self.training_client.save_state(f"step-{step:06d}", overwrite=True)
-        log.info("checkpoint saved", step=step, path=saved.path)
-        return Checkpoint(step=step, state_path=saved.path)
+        """Save weights + optimizer (to resume) and sampler weights (to sample from); recorded by the caller."""
+        state = self.training_client.save_state(f"step-{step:06d}", overwrite=True)
+        sampler = self.training_client.save_weights_for_sampler(f"step-{step:06d}")
+        state_path, sampler_path = (await state).path, (await sampler).path
+        log.info("checkpoint saved", step=step, path=state_path, sampler_path=sampler_path)
+        return Checkpoint(step=step, state_path=state_path, sampler_path=sampler_path)
 
 
 def _prepare(

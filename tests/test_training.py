@@ -169,3 +169,17 @@ def test_an_episode_without_any_reward_is_a_failed_rollout(plugins, tmp_path):
     (row,) = _train(plugins, tmp_path, "env.id=toy_two_turn", "trainer.steps=1", "trainer.group_size=2",
                     "trainer.groups_per_batch=1", "rollout.max_turns=1", "rollout.retries=0", "rollout.max_failing_rollouts=2")
     assert row["rollouts/failed"] == 2 and row["groups/dropped_failures"] == 1 and row["train/skipped"] == 1
+
+
+def test_checkpoints_can_be_sampled_from(plugins, tmp_path):
+    import tinker
+
+    from minds_core.backends.local import ServiceClient
+
+    _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=2", "trainer.save_every=1")
+    rows = [json.loads(line) for line in (tmp_path / "run" / "checkpoints.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1]
+    service = ServiceClient(checkpoint_root=tmp_path / "_checkpoints")
+    sampler = service.create_sampling_client(model_path=rows[-1]["sampler_path"]).result()
+    response = sampler.sample(tinker.types.ModelInput.from_ints([257, 117]), 1, tinker.types.SamplingParams(max_tokens=3)).result()
+    assert len(response.sequences[0].tokens) >= 1
