@@ -66,3 +66,15 @@ def test_bad_model_fails_before_any_run_directory(run_minds, tmp_path):
     assert result.returncode == 2
     assert "cannot start training on 'no/such-model'" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "runs" / "toy_char_share").exists() and not list((tmp_path / "runs").glob("toy*"))
+
+
+def test_a_configured_key_builds_the_real_sdk_client_without_contacting_anyone():
+    """Creating the client is lazy in the SDK; base_url points at a closed local port to be sure."""
+    import threading
+
+    import tinker
+
+    before = threading.active_count()
+    service = create_tinker_service(load_config(None, ["tinker.api_key=tml-fake", "tinker.base_url=http://127.0.0.1:9"]), None)
+    assert isinstance(service, tinker.ServiceClient)
+    assert threading.active_count() == before
