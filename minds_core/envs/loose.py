@@ -32,13 +32,14 @@ or a module path (``pkg.module``); ``[env.args]`` go to its
   ends its episode.
 - ``build(sampling_client)``, when present, is called with the rollout's
   CURRENT policy sampler (``ctx.sampler``) before scoring: on the rollout's copy
-  for drawn prompts, else once per sampler on the loaded object. It returns the
+  for drawn prompts, else once per sampler on a copy of the loaded object. It returns the
   object to score with, or None when it updated itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import functools
 import importlib
@@ -64,6 +65,8 @@ log = get_logger("loose")
 
 #: Task slots per split for objects that draw their prompts with ``initial_observation()``.
 DRAWS = 1024
+#: Policies whose built shared object is kept (off-policy rollouts may still be scoring with an older one).
+BUILT_POLICIES = 4
 
 ACCEPTED = (
     "accepted: an object with initial_observation() + step(text) (sync or async); "
@@ -191,7 +194,7 @@ class LooseEnvironment:
         self._draw_lock = asyncio.Lock()
         self._step_lock = asyncio.Lock()
         self._build_lock = asyncio.Lock()
-        self._built: tuple[Any, Any] | None = None  # (sampler, object built for it)
+        self._built: collections.deque[tuple[Any, Any]] = collections.deque(maxlen=BUILT_POLICIES)  # (sampler, built)
         self._warned: set[str] = set()
 
     def tasks(self, split: str) -> Sequence[Task]:
@@ -238,9 +241,13 @@ class LooseEnvironment:
         if not self.builds:
             return self.obj
         async with self._build_lock:
-            if self._built is None or self._built[0] is not sampler:
-                self._built = (sampler, await _build(self.obj, sampler))
-            return self._built[1]
+            for seen, built in self._built:
+                if seen is sampler:
+                    return built
+            # a copy per policy: an in-place build for a newer policy never changes an older rollout's scorer
+            built = await _build(copy.deepcopy(self.obj), sampler)
+            self._built.append((sampler, built))
+            return built
 
     async def step_shared(self, scorer: Any, action: str) -> Any:
         """``step`` on the one shared object, one call at a time."""

@@ -189,3 +189,23 @@ async def test_non_numeric_step_reward_counts_zero_with_a_warning(tmp_path: Path
         service.close()
     assert rollout.ok and rollout.reward == 0.0 and rollout.invalid_reward
     assert any(e["event"] == "non-numeric reward counted as 0" and "high" in e["rewards"] for e in logs)
+
+
+async def test_an_in_place_build_for_a_newer_policy_leaves_older_scorers_alone() -> None:
+    class InPlace:
+        dataset = [{"question": "q"}]
+        value = 0.0
+
+        def build(self, sampler: object) -> None:
+            self.value = sampler.value
+
+        def step(self, text: str) -> dict:
+            return {"reward": self.value}
+
+    env = LooseEnvironment("inline", InPlace())
+    old, new = SimpleNamespace(value=1.0), SimpleNamespace(value=2.0)
+    old_scorer = await env.scorer(None, old)
+    new_scorer = await env.scorer(None, new)  # off-policy: a newer policy's rollout scores meanwhile
+    assert (await env.step_shared(old_scorer, "x"))["reward"] == 1.0
+    assert (await env.step_shared(new_scorer, "x"))["reward"] == 2.0
+    assert await env.scorer(None, old) is old_scorer and env.obj.value == 0.0
