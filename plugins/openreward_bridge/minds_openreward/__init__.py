@@ -8,14 +8,20 @@ cheap: the OpenReward SDK loads when an environment is built.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from minds_core import hookimpl
 from minds_core.hookspecs import Register
 
 
+#: The SDK asks PyPI for a newer version from a background thread; a training run makes no such calls.
+UPDATE_CHECK_VARIABLE = "OPENREWARD_DISABLE_UPDATE_CHECK"
+
+
 def load_openreward_environment(**args: Any) -> Any:
     """Build an ``openreward`` environment from its ``[env.args]``."""
+    os.environ.setdefault(UPDATE_CHECK_VARIABLE, "1")
     from minds_openreward.environment import load_environment
 
     return load_environment(**args)
