@@ -6,7 +6,7 @@ import random
 from collections.abc import Sequence
 
 from minds_core.envs import Rubric, SingleTurnEnvironment, Task
-from minds_core.errors import ConfigError
+from minds_core.envs.args import int_arg
 
 from minds_ghost_trace.prompts import SYSTEM_PROMPT, task_prompt
 from minds_ghost_trace.reward import latent_logprob
@@ -20,12 +20,6 @@ TEST_FRACTION = 0.2
 SPLITS = ("train", "test")
 MAX_EXAMPLES = 1_000_000
 
-
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        bounds = f">= {low}" if high is None else f"in {low}..{high}"
-        raise ConfigError(f"ghost_trace: env.args.{name} must be an integer {bounds}, got {value!r}")
-    return value
 
 
 def split_words(seed: int) -> dict[str, tuple[str, ...]]:
@@ -50,8 +44,8 @@ def make_tasks(words: Sequence[str], num_examples: int, seed: int) -> list[Task]
 
 def load_environment(num_examples: int = 256, seed: int = 0) -> SingleTurnEnvironment:
     """The ghost_trace environment: ``num_examples`` tasks per split, drawn with ``seed``."""
-    num_examples = _check_int("num_examples", num_examples, 1, MAX_EXAMPLES)
-    seed = _check_int("seed", seed, 0)
+    num_examples = int_arg("num_examples", num_examples, 1, MAX_EXAMPLES)
+    seed = int_arg("seed", seed, 0)
     words = split_words(seed)
     datasets = {split: make_tasks(words[split], num_examples, seed + i) for i, split in enumerate(SPLITS)}
     rubric = Rubric([latent_logprob], [1.0], [REWARD_NAME])

@@ -13,7 +13,7 @@ import attrs
 
 from minds_core.envs import Context, Message, Rubric, SingleTurnEnvironment, Task, report_metric
 
-from minds_gradient_prophet.args import is_int, require
+from minds_core.envs.args import is_int, require
 from minds_gradient_prophet.memo import MEMO
 from minds_gradient_prophet.parsing import header_number
 from minds_gradient_prophet.policy_scores import continuation_logprob

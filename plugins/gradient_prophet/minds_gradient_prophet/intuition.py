@@ -25,7 +25,7 @@ from minds_core.envs.loading import load_environment
 from minds_core.errors import ConfigError
 from minds_core.plugins import load_plugins
 
-from minds_gradient_prophet.args import is_finite_number, is_int, require
+from minds_core.envs.args import is_finite_number, is_int, require
 from minds_gradient_prophet.lessons import QA
 from minds_gradient_prophet.parsing import header_number, header_text
 from minds_gradient_prophet.policy_scores import encode_context, encode_continuation

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 from minds_core.envs import SingleTurnEnvironment, Task
+from minds_core.envs.args import int_arg
 from minds_core.envs.rubric import rubric_from
-from minds_core.errors import ConfigError
 
 from minds_self_prediction.problems import Problem, make_problems
 from minds_self_prediction.prompts import SYSTEM_PROMPT, task_messages
@@ -23,12 +23,6 @@ SPLITS = ("train", "test")
 MAX_EXAMPLES = 1_000_000
 
 
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        bounds = f">= {low}" if high is None else f"in {low}..{high}"
-        raise ConfigError(f"self_prediction: env.args.{name} must be an integer {bounds}, got {value!r}")
-    return value
-
 
 def to_task(problem: Problem) -> Task:
     """A problem as a task: the worked example and the question; the answer and metadata travel with it."""
@@ -38,8 +32,8 @@ def to_task(problem: Problem) -> Task:
 
 def load_environment(num_examples: int = 1000, seed: int = 0) -> SingleTurnEnvironment:
     """``num_examples`` distinct problems per split; no test question appears in train."""
-    num_examples = _check_int("num_examples", num_examples, 1, MAX_EXAMPLES)
-    seed = _check_int("seed", seed, 0)
+    num_examples = int_arg("num_examples", num_examples, 1, MAX_EXAMPLES)
+    seed = int_arg("seed", seed, 0)
     rng = random.Random(seed)
     train = make_problems(num_examples, rng)
     test = make_problems(num_examples, rng, exclude={p.question for p in train})

@@ -1,4 +1,4 @@
-"""Checks of environment arguments, with errors that name the key and what it must be."""
+"""Checks of environment arguments ([env.args]) for loaders, with errors that name the key and what it must be."""
 
 from __future__ import annotations
 
@@ -22,3 +22,10 @@ def require(ok: bool, name: str, value: Any, requirement: str) -> None:
     """Raise a ConfigError ``env.args.NAME = VALUE: REQUIREMENT`` unless ``ok``."""
     if not ok:
         raise ConfigError(f"env.args.{name} = {value!r}: {requirement}")
+
+
+def int_arg(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """``value`` when it is an integer in ``low..high`` (no upper bound when None), else a ConfigError."""
+    bounds = f">= {low}" if high is None else f"in {low}..{high}"
+    require(is_int(value) and value >= low and (high is None or value <= high), name, value, f"must be an integer {bounds}")
+    return value
