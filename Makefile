@@ -23,6 +23,7 @@ test: setup  ## the whole test suite (core and plugins)
 	$(PY) -m pytest
 
 bench: setup  ## the benchmark scripts; they print figures
+	$(PY) benchmarks/cli_startup.py
 	$(PY) benchmarks/local_backend.py
 	$(PY) benchmarks/pipeline.py
 	$(PY) benchmarks/openreward_load.py

@@ -24,8 +24,8 @@ class GroupSampler:
         self.patience = patience
         self.active = 0
         self.inside = 0
-        self._pending: dict[tuple, list[asyncio.Future]] = {}
-        self._requests: dict[tuple, tuple[tinker.types.ModelInput, tinker.types.SamplingParams]] = {}
+        #: (prompt tokens, params without seed) -> the first request's prompt and params, and every waiter
+        self._pending: dict[tuple, tuple[tinker.types.ModelInput, tinker.types.SamplingParams, list[asyncio.Future]]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._sending: set[asyncio.Task] = set()
 
@@ -46,8 +46,7 @@ class GroupSampler:
         key = (tuple(prompt.to_ints()), sampling_params.model_dump_json(exclude={"seed"}))
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._pending.setdefault(key, []).append(future)
-        self._requests.setdefault(key, (prompt, sampling_params))
+        self._pending.setdefault(key, (prompt, sampling_params, []))[2].append(future)
         self.inside += 1
         try:
             self._flush_if_all_waiting()
@@ -65,12 +64,11 @@ class GroupSampler:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        pending, requests = self._pending, self._requests
-        self._pending, self._requests = {}, {}
-        for key, futures in pending.items():
+        pending, self._pending = self._pending, {}
+        for prompt, params, futures in pending.values():
             waiting = [f for f in futures if not f.done()]  # a timed-out rollout cancelled its own
             if waiting:
-                task = asyncio.ensure_future(self._send(*requests[key], waiting))
+                task = asyncio.ensure_future(self._send(prompt, params, waiting))
                 self._sending.add(task)
                 task.add_done_callback(self._sending.discard)
 

@@ -6,7 +6,6 @@ import inspect
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from minds_core import __version__, hookspecs
@@ -32,12 +31,6 @@ def test_help_and_plugins_do_not_import_torch():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.splitlines()[-1] == "HEAVY=", result.stdout[-300:]
-
-
-def test_help_is_fast():
-    began = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "minds_core.cli", "--help"], capture_output=True, check=True)
-    assert time.perf_counter() - began < 5  # the 0.5 s target is measured in the README/benchmarks, not asserted
 
 
 def test_every_hook_is_documented_in_code_and_in_the_author_guide():
