@@ -22,10 +22,6 @@ from minds_core.render import Renderer
 log = get_logger("rollout")
 
 
-class RolloutFailed(Exception):
-    """A rollout that produced no usable reward."""
-
-
 @attrs.define
 class Rollout:
     """One finished (or failed) episode."""

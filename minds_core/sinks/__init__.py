@@ -27,7 +27,7 @@ class SinkSet:
 
     def __init__(self, config: RunConfig, registry: Registry, run_dir: Path) -> None:
         names = ["jsonl", *[n for n in config.metrics.sinks if n != "jsonl"]]
-        self.sinks: list[tuple[str, Any]] = []
+        self.sinks: list[tuple[str, MetricSink]] = []
         for name in names:
             factory = registry.lookup("metric_sinks", name, "metrics.sinks").obj
             self.sinks.append((name, factory(run_dir, config)))
