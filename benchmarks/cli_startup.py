@@ -1,6 +1,7 @@
 """Start-up time of `minds --help` and `minds plugins`, against a bare Python start in the same run.
 
     .venv/bin/python benchmarks/cli_startup.py [--runs 5]
+    .venv/bin/python benchmarks/cli_startup.py --smoke    # one run each: checks the script runs
 
 Target: `minds --help` under 0.5 s.
 """
@@ -27,7 +28,9 @@ def seconds(command: list[str], runs: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
-    runs = parser.parse_args().runs
+    parser.add_argument("--smoke", action="store_true", help="one run of each command, to check the script runs")
+    args = parser.parse_args()
+    runs = 1 if args.smoke else args.runs
     bare = seconds([sys.executable, "-c", "pass"], runs)
     for label, args in (("minds --help", ["--help"]), ("minds plugins", ["plugins"])):
         taken = seconds([sys.executable, "-m", "minds_core.cli", *args], runs)

@@ -9,6 +9,7 @@ sample, as a client looping over ``num_samples`` would; a batched ``generate``
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
@@ -19,9 +20,10 @@ from transformers import AutoModelForCausalLM, GenerationConfig
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
 from minds_core.backends.local.tiny_model import tiny_model_path
 
-NUM_SAMPLES = 16
-MAX_TOKENS = 64
-REPEATS = 5
+SMOKE = "--smoke" in sys.argv[1:]  # seconds: checks the script runs, figures mean nothing
+NUM_SAMPLES = 2 if SMOKE else 16
+MAX_TOKENS = 4 if SMOKE else 64
+REPEATS = 1 if SMOKE else 5
 PROMPT = "<|im_start|>user\nWhat is 12+34? Answer with a number.<|im_end|>\n<|im_start|>assistant\n"
 
 

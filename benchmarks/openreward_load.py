@@ -1,6 +1,7 @@
 """Load on the openreward bridge: hundreds of concurrent episodes against a local ORS server.
 
-Run: ``python benchmarks/openreward_load.py [--episodes 400] [--concurrency 200]``.
+Run: ``python benchmarks/openreward_load.py [--episodes 400] [--concurrency 200]``
+(``--smoke``: 8 episodes, 4 at once, in seconds: checks the script runs).
 
 Both phases run against a real ``openreward.environments.Server`` on 127.0.0.1
 serving ``Relay`` (call ``hop``, then answer in plain text; both tools sleep
@@ -249,7 +250,10 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--tool-latency", type=float, default=0.02, help="seconds each tool call takes on the server")
     parser.add_argument("--phase", choices=("solo", "bridge", "rollouts"), action="append", help="run only this phase (repeatable)")
+    parser.add_argument("--smoke", action="store_true", help="8 episodes, 4 at once: checks the script runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.episodes, args.concurrency = 8, 4
     reports = run_load(args.episodes, args.concurrency, args.group_size, args.tool_latency, tuple(args.phase or ("solo", "bridge", "rollouts")))
     for report in reports:
         print("\n".join(report.lines()))

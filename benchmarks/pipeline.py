@@ -5,6 +5,7 @@ seconds. Targets: time per step <= 1.15 x max(S, T) with max_steps_off_policy=1,
 and <= 1.1 x (S + T) with 0. Figures are ratios measured in this run.
 
     .venv/bin/python benchmarks/pipeline.py [--sample 0.4] [--train 0.4] [--steps 8]
+    .venv/bin/python benchmarks/pipeline.py --smoke    # seconds: checks the script runs, figures mean nothing
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ class LatencyTrainingClient:
     def save_state(self, name: str, **kwargs: Any) -> FakeFuture:
         return self._queue(0.0, tinker.types.SaveWeightsResponse(path=f"tinker://fake/weights/{name}"))
 
+    def save_weights_for_sampler(self, name: str, **kwargs: Any) -> FakeFuture:
+        return self._queue(0.0, tinker.types.SaveWeightsForSamplerResponse(path=f"tinker://fake/sampler_weights/{name}"))
+
     def save_weights_and_get_sampling_client(self) -> FakeFuture:
         return self._queue(0.0, LatencySampler(self.sample_seconds, self.tokenizer.eos_token_id))
 
@@ -142,10 +146,14 @@ def main() -> None:
     parser.add_argument("--sample", type=float, default=0.4, help="seconds to sample one batch (S)")
     parser.add_argument("--train", type=float, default=0.4, help="seconds of forward_backward + optim_step (T)")
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--smoke", action="store_true", help="one tiny scenario in seconds, to check the script runs")
     args = parser.parse_args()
     logs.configure("json", "warning")
     s, t = args.sample, args.train
-    for label, sample, train in (("S = T", s, t), ("S = 2T", 2 * s, t), ("T = 2S", s, 2 * t)):
+    scenarios = [("S = T", s, t), ("S = 2T", 2 * s, t), ("T = 2S", s, 2 * t)]
+    if args.smoke:
+        scenarios, args.steps = [("smoke", 0.01, 0.01)], 3
+    for label, sample, train in scenarios:
         on = seconds_per_step(sample, train, args.steps, 0)
         off = seconds_per_step(sample, train, args.steps, 1)
         print(f"{label:7s} S={sample:.2f}s T={train:.2f}s | on-policy (0): {on:.3f} s/step = {on / (sample + train):.3f} x (S+T)"
