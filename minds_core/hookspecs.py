@@ -132,9 +132,10 @@ def minds_register_backends(register: Register) -> None:
     Must: register ``factory(config: RunConfig, run_dir: pathlib.Path)`` returning
     an object with the ``tinker.ServiceClient`` methods
     (``create_lora_training_client``, ``create_sampling_client``, ...) that use
-    ``tinker.types``. Raise ``minds_core.errors.UsageError`` for a missing
-    package or credential, before any work starts. ``backend = "NAME"``
-    selects it.
+    ``tinker.types``, or an awaitable of that object (to check a connection on
+    the run's event loop, where Ctrl-C stops it). Raise
+    ``minds_core.errors.UsageError`` for a missing package, credential or an
+    unreachable service, before any work starts. ``backend = "NAME"`` selects it.
 
     Example::
 

@@ -136,22 +136,24 @@ class Session:
     async def start(self, state_path: str | None, with_optimizer: bool) -> None:
         """Create (or restore) the policy's training client."""
         cfg = self.config
-        if state_path and with_optimizer:
-            future = self.service.create_training_client_from_state_with_optimizer(state_path)
-        elif state_path:
-            future = self.service.create_training_client_from_state(state_path)
-        else:
-            future = self.service.create_lora_training_client(
-                base_model=cfg.model.base_model,
-                rank=cfg.model.lora_rank,
-                seed=cfg.seed,
-                train_unembed=cfg.model.train_unembed,
-            )
-        try:
+        try:  # the hosted SDK starts its session (and may fail) when the first client is requested
+            if state_path and with_optimizer:
+                future = self.service.create_training_client_from_state_with_optimizer(state_path)
+            elif state_path:
+                future = self.service.create_training_client_from_state(state_path)
+            else:
+                future = self.service.create_lora_training_client(
+                    base_model=cfg.model.base_model,
+                    rank=cfg.model.lora_rank,
+                    seed=cfg.seed,
+                    train_unembed=cfg.model.train_unembed,
+                )
             self.training_client = await future
             self.renderer = Renderer(self.training_client.get_tokenizer(), cfg.model.chat_template_args)
         except (TemplateError, *_REJECTED) as exc:
             raise UsageError(f"cannot start training on {cfg.model.base_model!r}: {exc}") from None
+        except tinker.APIConnectionError as exc:
+            raise UsageError(f"cannot start training on {cfg.model.base_model!r}: the service stopped answering ({exc})") from None
         self.settings = [EpisodeSettings(self.renderer, _sampling_params(cfg, h.cfg), cfg.rollout) for h in self.envs]
         if cfg.trainer.kl_penalty > 0:
             self.base_sampler = await self.service.create_sampling_client(base_model=cfg.model.base_model)
@@ -266,7 +268,7 @@ class Session:
         return Checkpoint(step=step, state_path=state_path, sampler_path=sampler_path)
 
 
-def _prepare(
+async def _prepare(
     config: RunConfig, resume_dir: Path | None, plugins: Plugins | None
 ) -> tuple[RunConfig, Plugins, list[EnvHandle], Any, str]:
     """Everything that can fail on bad input (names, environments, backend credentials), before any run directory exists."""
@@ -283,17 +285,18 @@ def _prepare(
         *(("metric_sinks", sink, "metrics.sinks") for sink in config.metrics.sinks),
     ):
         plugins.registry.lookup(kind, name, key)
-    backend = choose_backend(config)
+    choice = choose_backend(config)
+    backend = choice.name
     factory = plugins.registry.lookup("backends", backend, "backend").obj
     if config.backend == "auto":
-        log.info("backend chosen", backend=backend, reason="API key configured" if backend == "tinker" else "no Tinker API key")
+        log.info("backend chosen", backend=backend, reason=choice.reason)
     envs = _load_envs(config, plugins)
-    service = factory(config, Path(config.runs_dir) / config.name)
+    service = await maybe_await(factory(config, Path(config.runs_dir) / config.name))  # a backend may check its connection
     return config, plugins, envs, service, backend
 
 
 async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None) -> dict[str, Any]:
-    config, plugins, envs, service, backend = _prepare(config, resume_dir, plugins)
+    config, plugins, envs, service, backend = await _prepare(config, resume_dir, plugins)
     if resume_dir is None:
         RunDirectory.ensure_new(config)
     last = RunDirectory(resume_dir).last_checkpoint() if resume_dir is not None else None
@@ -401,7 +404,7 @@ def train(config: RunConfig, resume_dir: Path | None = None, plugins: Plugins | 
 
 
 async def _evaluate(config: RunConfig, plugins: Plugins | None) -> dict[str, Any]:
-    config, plugins, envs, service, _ = _prepare(config, None, plugins)
+    config, plugins, envs, service, _ = await _prepare(config, None, plugins)
     session = Session(config, plugins, envs, service)
     status = "errored"
     try:

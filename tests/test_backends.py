@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -15,10 +16,42 @@ from minds_core.errors import UsageError
 
 def test_auto_picks_tinker_only_when_a_key_is_configured(monkeypatch):
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
-    assert choose_backend(load_config(None, ["env.id=x"])) == "local"
+    assert choose_backend(load_config(None, ["env.id=x", "model.base_model=Qwen/Qwen3-8B"])).name == "local"
     monkeypatch.setenv("TINKER_API_KEY", "tml-abc")
-    assert choose_backend(load_config(None, ["env.id=x"])) == "tinker"
-    assert choose_backend(load_config(None, ["env.id=x", "backend=local"])) == "local"
+    chosen = choose_backend(load_config(None, ["env.id=x", "model.base_model=Qwen/Qwen3-8B"]))
+    assert chosen.name == "tinker" and "$TINKER_API_KEY" in chosen.reason and "tml-abc" not in chosen.reason
+    assert choose_backend(load_config(None, ["env.id=x", "backend=local"])).name == "local"
+
+
+def test_auto_never_sends_a_local_only_model_to_the_hosted_service(monkeypatch, tmp_path):
+    monkeypatch.setenv("TINKER_API_KEY", "tml-abc")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoints" / "my-model").mkdir(parents=True)
+    for model, why in [
+        ("minds-tiny", "built by the local backend"),
+        (str(tmp_path / "checkpoints" / "my-model"), "is a local directory"),
+        ("checkpoints/my-model", "is a local directory"),  # relative, as typed in a config
+        ("./not-made-yet", "is a local directory"),
+        ("~/models/qwen", "is a local directory"),
+    ]:
+        chosen = choose_backend(load_config(None, ["env.id=x", f"model.base_model={model}"]))
+        assert chosen.name == "local", model
+        assert why in chosen.reason and "cannot serve" in chosen.reason and "tml-abc" not in chosen.reason
+    assert choose_backend(load_config(None, ["env.id=x", "model.base_model=meta-llama/Llama-3.2-1B"])).name == "tinker"
+
+
+def test_auto_with_a_key_exported_trains_minds_tiny_locally_and_says_why(run_minds, tmp_path):
+    # `make demo` with TINKER_API_KEY exported: the default model stays on this machine
+    result = run_minds(
+        ["--log-format", "json", "run", "--env", "toy_char_share", "--steps", "1", "--set", "sampling.max_tokens=4",
+         "--set", "trainer.group_size=2", "--set", "trainer.groups_per_batch=1", "--set", "metrics.sinks=[jsonl]"],
+        plugins=["toy_plugin"],
+        env={"TINKER_API_KEY": "tml-exported-key", "TINKER_BASE_URL": "http://127.0.0.1:9"},
+    )
+    assert result.returncode == 0, result.stderr
+    (line,) = [json.loads(x) for x in result.stderr.splitlines() if '"backend chosen"' in x]
+    assert line["backend"] == "local" and "'minds-tiny' is built by the local backend" in line["reason"]
+    assert "tml-exported-key" not in result.stderr
 
 
 def test_key_comes_from_the_config_or_the_named_variable(monkeypatch):
@@ -66,15 +99,3 @@ def test_bad_model_fails_before_any_run_directory(run_minds, tmp_path):
     assert result.returncode == 2
     assert "cannot start training on 'no/such-model'" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "runs" / "toy_char_share").exists() and not list((tmp_path / "runs").glob("toy*"))
-
-
-def test_a_configured_key_builds_the_real_sdk_client_without_contacting_anyone():
-    """Creating the client is lazy in the SDK; base_url points at a closed local port to be sure."""
-    import threading
-
-    import tinker
-
-    before = threading.active_count()
-    service = create_tinker_service(load_config(None, ["tinker.api_key=tml-fake", "tinker.base_url=http://127.0.0.1:9"]), None)
-    assert isinstance(service, tinker.ServiceClient)
-    assert threading.active_count() == before

@@ -2,19 +2,45 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from minds_core.backends.tinker import resolve_api_key
-from minds_core.config import RunConfig
+from minds_core.config import DEFAULT_BASE_MODEL, RunConfig
 from minds_core.errors import UsageError
 
 
-def choose_backend(config: RunConfig) -> str:
-    """``auto`` means tinker when an API key is configured, else local."""
+@attrs.frozen
+class BackendChoice:
+    """The backend a run uses and why (logged on one line when ``backend = "auto"``)."""
+
+    name: str  #: a registered backend name (``local``, ``tinker``, a plugin's)
+    reason: str  #: one sentence: what made ``auto`` pick it, or that the config named it
+
+
+def local_only_model(model: str) -> str | None:
+    """Why the hosted service cannot serve ``model`` (a model only this machine has), else None."""
+    if model == DEFAULT_BASE_MODEL:
+        return f"model {model!r} is built by the local backend"
+    if model.startswith(("/", "./", "../", "~")) or os.path.isdir(os.path.expanduser(model)):
+        return f"model {model!r} is a local directory"
+    return None
+
+
+def choose_backend(config: RunConfig) -> BackendChoice:
+    """``auto``: the hosted service when an API key is configured and it can serve the model, else local."""
     if config.backend != "auto":
-        return config.backend
-    return "tinker" if resolve_api_key(config.tinker) else "local"
+        return BackendChoice(config.backend, "set by backend")
+    where = "[tinker] api_key" if config.tinker.api_key else f"${config.tinker.api_key_env}"
+    if not resolve_api_key(config.tinker):
+        return BackendChoice("local", f"no Tinker API key ({where} is not set)")
+    local_only = local_only_model(config.model.base_model)
+    if local_only:
+        return BackendChoice("local", f"{local_only}, which the hosted service cannot serve; the key in {where} is not used")
+    return BackendChoice("tinker", f"a Tinker API key is configured ({where}) and model {config.model.base_model!r} is not local")
 
 
 def create_local_service(config: RunConfig, run_dir: Path) -> Any:

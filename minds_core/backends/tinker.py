@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,17 @@ def resolve_api_key(settings: TinkerConfig) -> str | None:
     return settings.api_key or os.environ.get(settings.api_key_env) or None
 
 
-def create_tinker_service(config: RunConfig, run_dir: Path) -> Any:
-    """A ``tinker.ServiceClient`` for the hosted service; clear errors before any work."""
+def _key_source(settings: TinkerConfig) -> str:
+    """Where the key was read from, for messages (never the key itself)."""
+    return "[tinker] api_key" if settings.api_key else f"${settings.api_key_env}"
+
+
+def create_tinker_service(config: RunConfig, run_dir: Path) -> Coroutine[Any, Any, Any]:
+    """A ``tinker.ServiceClient`` for the hosted service, once it answers; clear errors before any work.
+
+    The key and the package are checked at once; the returned coroutine probes the
+    service (``minds_core.backends.connection``) and then gives the client.
+    """
     key = resolve_api_key(config.tinker)
     if not key:
         raise UsageError(
@@ -25,11 +35,19 @@ def create_tinker_service(config: RunConfig, run_dir: Path) -> Any:
         )
     if not key.startswith("tml-"):
         raise UsageError(
-            f"the Tinker API key in {'[tinker] api_key' if config.tinker.api_key else '$' + config.tinker.api_key_env} "
-            "does not look like one (Tinker keys start with 'tml-')"
+            f"the Tinker API key in {_key_source(config.tinker)} does not look like one (Tinker keys start with 'tml-')"
         )
     try:
         import tinker
     except ImportError:
         raise UsageError("backend 'tinker' needs the tinker package: pip install tinker") from None
-    return tinker.ServiceClient(api_key=key, base_url=config.tinker.base_url or None)
+    return _connect(config.tinker, key)
+
+
+async def _connect(settings: TinkerConfig, key: str) -> Any:
+    from minds_core.backends.connection import check_service
+
+    import tinker
+
+    url = await check_service(settings.base_url, key, _key_source(settings))
+    return tinker.ServiceClient(api_key=key, base_url=url)
