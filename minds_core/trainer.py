@@ -21,6 +21,7 @@ import tinker
 
 from minds_core.advantages import kl_penalized, kl_terms
 from minds_core.backends import choose_backend
+from minds_core.backends.retry import Backoff, ServiceCallError, call_service, send_now, settle
 from minds_core.checkpoint import Checkpoint, RunDirectory, default_run_name
 from minds_core.config import EnvConfig, RunConfig
 from minds_core.datums import build_datum
@@ -132,6 +133,7 @@ class Session:
         self.renderer: Renderer | None = None
         self.settings: list[EpisodeSettings] = []
         self.base_sampler: Any = None
+        self.backoff = Backoff()
 
     async def start(self, state_path: str | None, with_optimizer: bool) -> None:
         """Create (or restore) the policy's training client."""
@@ -160,12 +162,15 @@ class Session:
 
     async def policy(self, version: int) -> Policy:
         """Snapshot the current weights as a new sampler (and a state, when an env needs one)."""
-        checkpoint = None
+        checkpoint, where = None, f"policy v{version}"
         if any(h.needs_checkpoint for h in self.envs):
             # only this version's rollouts read it: let the service expire it (1 h is the minimum TTL)
-            saved = await self.training_client.save_state(f"policy-v{version:06d}", ttl_seconds=3600, overwrite=True)
+            name = f"policy-v{version:06d}"
+            save = lambda: self.training_client.save_state(name, ttl_seconds=3600, overwrite=True)  # noqa: E731
+            saved, _ = await call_service(where, "save_state", save, self.backoff)
             checkpoint = saved.path
-        sampler = await self.training_client.save_weights_and_get_sampling_client()
+        sample = self.training_client.save_weights_and_get_sampling_client
+        sampler, _ = await call_service(where, "save_weights_and_get_sampling_client", sample, self.backoff)
         return Policy(version, sampler, checkpoint)
 
     def _context(self, policy: Policy, step: int) -> Context:
@@ -205,17 +210,20 @@ class Session:
         groups = list(await asyncio.gather(*jobs))
         return Batch(step, groups, policy.version, time.perf_counter() - began)
 
-    async def _base_logprobs(self, groups: list[Group]) -> dict[int, list[float | None]]:
+    async def _base_logprobs(self, groups: list[Group], where: str) -> dict[int, list[float | None]]:
         """Per trained rollout: the base model's log-probability of every token."""
         rollouts = [r for g in groups if not g.dropped for r in g.ok_rollouts]
-        scored = await asyncio.gather(
-            *(self.base_sampler.compute_logprobs(tinker.types.ModelInput.from_ints(r.conversation.tokens)) for r in rollouts)
-        )
+
+        async def score(tokens: list[int]) -> list[float | None]:
+            send = lambda: self.base_sampler.compute_logprobs(tinker.types.ModelInput.from_ints(tokens))  # noqa: E731
+            return (await call_service(where, "compute_logprobs (base model)", send, self.backoff))[0]
+
+        scored = await asyncio.gather(*(score(r.conversation.tokens) for r in rollouts))
         return {id(r): list(lps) for r, lps in zip(rollouts, scored)}
 
     async def datums(self, batch: Batch) -> tuple[list[tinker.Datum], dict[int, float], dict[str, float]]:
         """Advantages per group, then one datum per rollout with any nonzero advantage."""
-        base = await self._base_logprobs(batch.groups) if self.base_sampler is not None else {}
+        base = await self._base_logprobs(batch.groups, f"step {batch.step}") if self.base_sampler is not None else {}
         coef = self.config.trainer.kl_penalty
         datums, advantages, extra = [], {}, {}
         kl_values: list[float] = []
@@ -238,32 +246,52 @@ class Session:
             extra["kl/sampler_base"] = statistics.fmean(kl_values)
         return datums, advantages, extra
 
-    async def train_step(self, datums: list[tinker.Datum]) -> dict[str, float]:
-        """Submit forward_backward and optim_step back to back, then await both."""
+    async def train_step(self, datums: list[tinker.Datum], step: int) -> dict[str, float]:
+        """Submit forward_backward and optim_step back to back, then await both; transient failures are retried.
+
+        When forward_backward had to be sent again, the optim_step submitted with the
+        failed try is let finish and a fresh one follows the gradients that did arrive.
+        """
         cfg = self.config.trainer
-        if isinstance(self.loss, CustomLoss):
-            forward_backward = self.training_client.forward_backward_custom(datums, self.loss.fn)
-        else:
-            forward_backward = self.training_client.forward_backward(datums, self.loss, dict(cfg.loss_fn_config) or None)
-        optim = self.training_client.optim_step(
-            tinker.types.AdamParams(
-                learning_rate=cfg.learning_rate,
-                beta1=cfg.beta1,
-                beta2=cfg.beta2,
-                eps=cfg.eps,
-                weight_decay=cfg.weight_decay,
-                grad_clip_norm=cfg.grad_clip_norm,
-            )
+        adam = tinker.types.AdamParams(
+            learning_rate=cfg.learning_rate,
+            beta1=cfg.beta1,
+            beta2=cfg.beta2,
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+            grad_clip_norm=cfg.grad_clip_norm,
         )
-        result = await forward_backward
-        await optim
+
+        def forward_backward() -> Any:
+            if isinstance(self.loss, CustomLoss):
+                return self.training_client.forward_backward_custom(datums, self.loss.fn)
+            return self.training_client.forward_backward(datums, self.loss, dict(cfg.loss_fn_config) or None)
+
+        def optim_step() -> Any:
+            return self.training_client.optim_step(adam)
+
+        where = f"step {step}"
+        first_backward = send_now(forward_backward)
+        first_optim = send_now(optim_step)
+        try:
+            result, tries = await call_service(where, "forward_backward", forward_backward, self.backoff, first_backward)
+        except ServiceCallError:
+            await settle(first_optim)
+            raise
+        if tries > 1:
+            await settle(first_optim)
+            first_optim = None
+        await call_service(where, "optim_step", optim_step, self.backoff, first_optim)
         return {f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}
 
     async def save(self, step: int) -> Checkpoint:
         """Save weights + optimizer (to resume) and sampler weights (to sample from); recorded by the caller."""
-        state = self.training_client.save_state(f"step-{step:06d}", overwrite=True)
-        sampler = self.training_client.save_weights_for_sampler(f"step-{step:06d}")
-        state_path, sampler_path = (await state).path, (await sampler).path
+        name, where = f"step-{step:06d}", f"step {step}"
+        save_state = lambda: self.training_client.save_state(name, overwrite=True)  # noqa: E731
+        save_sampler = lambda: self.training_client.save_weights_for_sampler(name)  # noqa: E731
+        state, sampler = send_now(save_state), send_now(save_sampler)
+        state_path = (await call_service(where, "save_state", save_state, self.backoff, state))[0].path
+        sampler_path = (await call_service(where, "save_weights_for_sampler", save_sampler, self.backoff, sampler))[0].path
         log.info("checkpoint saved", step=step, path=state_path, sampler_path=sampler_path)
         return Checkpoint(step=step, state_path=state_path, sampler_path=sampler_path)
 
@@ -312,7 +340,11 @@ async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | 
         try:
             run = RunDirectory.create(config) if resume_dir is None else RunDirectory.resume(resume_dir, config, start)
             log.info("training", run=str(run.path), backend=backend, envs=[h.name for h in envs], steps=config.trainer.steps, start=start)
-            summary = await _loop(session, run, sinks, start)
+            try:
+                summary = await _loop(session, run, sinks, start)
+            except ServiceCallError as exc:  # say what the run kept and how to continue it
+                last = run.last_checkpoint()
+                raise exc.resumable(run.path, last.step if last else None) from exc.error
             status = "success"
         finally:
             sinks.close(summary)  # also on an error or Ctrl-C: the progress bar stops, files stay whole
@@ -358,7 +390,7 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
             waited = time.perf_counter() - step_began
             datums, advantages, extra = await session.datums(batch)
             train_began = time.perf_counter()
-            train_metrics = await session.train_step(datums) if datums else {"train/skipped": 1.0}
+            train_metrics = await session.train_step(datums, step) if datums else {"train/skipped": 1.0}
             policy = await session.policy(policy.version + 1)
             train_seconds = time.perf_counter() - train_began
             record = batch_metrics(batch.groups, advantages, session.envs)

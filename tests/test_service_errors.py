@@ -1,0 +1,160 @@
+"""Service errors during training: transient ones retried with backoff, the rest one message and exit 1.
+
+The local backend (real tiny model) serves every request. A rejected request is
+the real local service refusing a bad ``loss_fn_config``; transient failures
+are injected by ``FlakyService``, a FAKE of a hosted service whose requests
+fail with the SDK's own ``tinker.InternalServerError`` (503), since the hosted
+service cannot be reached from here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import tinker
+
+from minds_core import hookimpl, logs, trainer
+from minds_core.backends import create_local_service
+from minds_core.backends.retry import Backoff, ServiceCallError, call_service, is_transient
+from minds_core.config import load_config
+from minds_core.plugins import load_plugins
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
+import minds_toy_plugin  # noqa: E402
+
+FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[jsonl]",
+        "env.id=toy_char_share", "backend=flaky", "trainer.save_every=1", "name=run"]  # fmt: skip
+
+
+def unavailable() -> tinker.InternalServerError:
+    response = httpx.Response(503, json={"detail": "overloaded"}, request=httpx.Request("POST", "https://tinker.invalid/"))
+    return tinker.InternalServerError("Error code: 503 - overloaded", response=response, body={"detail": "overloaded"})
+
+
+async def _raise(error: Exception) -> Any:
+    raise error
+
+
+class FlakyTrainingClient:
+    """FAKE hosted training client: the real local one, but forward_backward calls number ``fail_on`` fail with 503."""
+
+    def __init__(self, client: Any, fail_on: set[int]) -> None:
+        self.client, self.fail_on, self.calls = client, fail_on, 0
+
+    def forward_backward(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return _raise(unavailable()) if self.calls in self.fail_on else self.client.forward_backward(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+class FlakyService:
+    """FAKE hosted service over the local backend; its training client is a ``FlakyTrainingClient``."""
+
+    def __init__(self, service: Any, fail_on: set[int]) -> None:
+        self.service, self.fail_on = service, fail_on
+        self.training: FlakyTrainingClient | None = None
+
+    async def create_lora_training_client(self, **kwargs: Any) -> FlakyTrainingClient:
+        self.training = FlakyTrainingClient(await self.service.create_lora_training_client(**kwargs), self.fail_on)
+        return self.training
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.service, name)
+
+
+class FlakyPlugin:
+    def __init__(self, fail_on: set[int]) -> None:
+        self.fail_on = fail_on
+        self.services: list[FlakyService] = []
+
+    @hookimpl
+    def minds_register_backends(self, register: Any) -> None:
+        def create(config: Any, run_dir: Path) -> FlakyService:
+            self.services.append(FlakyService(create_local_service(config, run_dir), self.fail_on))
+            return self.services[-1]
+
+        register("flaky", create, "FAKE: the local backend with injected 503s")
+
+
+def _run(tmp_path: Path, fail_on: set[int], *overrides: str) -> FlakyPlugin:
+    logs.configure("json", "warning")
+    plugin = FlakyPlugin(fail_on)
+    plugins = load_plugins(extra=[("toy", minds_toy_plugin), ("flaky", plugin)])
+    trainer.train(load_config(None, [*FAST, f"runs_dir={tmp_path}", *overrides]), plugins=plugins)
+    return plugin
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_transient_errors_are_recognised_as_the_sdk_reports_them():
+    assert is_transient(unavailable())
+    assert is_transient(tinker.APIConnectionError(request=httpx.Request("POST", "https://tinker.invalid/")))
+    assert is_transient(tinker.RequestFailedError("boom", "req-1", tinker.types.RequestErrorCategory.Server))
+    assert not is_transient(tinker.RequestFailedError("bad input", "req-1", tinker.types.RequestErrorCategory.User))
+    rejected = httpx.Response(400, request=httpx.Request("POST", "https://tinker.invalid/"))
+    assert not is_transient(tinker.BadRequestError("bad", response=rejected, body=None))
+    assert [Backoff().delay(n) for n in (1, 2, 3)] == [1.0, 2.0, 4.0] and Backoff(max_delay=3).delay(5) == 3
+
+
+async def test_a_request_is_retried_until_it_succeeds_and_gives_up_after_the_last_attempt():
+    failures = [unavailable(), unavailable()]
+
+    async def send() -> str:
+        if failures:
+            raise failures.pop()
+        return "ok"
+
+    assert await call_service("step 3", "optim_step", send, Backoff(first_delay=0.01)) == ("ok", 3)
+    failures.extend(unavailable() for _ in range(5))
+    with pytest.raises(ServiceCallError, match=r"^step 3: optim_step still failed after 4 attempts \(InternalServerError") as caught:
+        await call_service("step 3", "optim_step", send, Backoff(first_delay=0.01))
+    assert caught.value.exit_code == 1
+
+
+def test_a_transient_failure_during_a_step_is_retried_and_the_run_goes_on(tmp_path, capsys):
+    plugin = _run(tmp_path, {2}, "trainer.steps=3")  # the second forward_backward (step 1) fails once
+    rows = _rows(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert all(r["train/datums"] > 0 and "train/skipped" not in r for r in rows)
+    assert plugin.services[0].training.calls == 4  # the failed try was sent again, once
+    warned = [json.loads(x) for x in capsys.readouterr().err.splitlines() if "retrying" in x]
+    assert [(w["where"], w["request"], w["attempt"], w["retry_in"]) for w in warned] == [("step 1", "forward_backward", 1, 1.0)]
+    assert [c["step"] for c in _rows(tmp_path / "run" / "checkpoints.jsonl")] == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_a_step_still_failing_after_the_retries_ends_the_run_naming_step_request_and_checkpoint(tmp_path):
+    with pytest.raises(ServiceCallError) as caught:
+        _run(tmp_path, set(range(3, 100)), "trainer.steps=5")  # from step 2 on, the service answers 503 (1+2+4 s of backoff)
+    message = str(caught.value)
+    run_dir = tmp_path / "run"
+    assert message.startswith("step 2: forward_backward still failed after 4 attempts (InternalServerError: Error code: 503")
+    assert message.endswith(f"the last checkpoint is step 1: minds run --resume {run_dir} continues from step 2")
+    assert caught.value.exit_code == 1
+    assert [c["step"] for c in _rows(run_dir / "checkpoints.jsonl")] == [0, 1]  # recorded before the failure, kept
+    assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1]
+
+
+def test_a_request_the_service_rejects_ends_the_run_with_one_message_and_exit_1(run_minds, tmp_path):
+    # the real local service refuses a loss_fn_config key that ppo does not take
+    result = run_minds(
+        ["run", "--env", "toy_char_share", "--backend", "local", "--steps", "2", "--name", "rejected",
+         "--set", "trainer.loss_fn=ppo", "--set", "trainer.loss_fn_config.clip_ratio=0.2",
+         "--set", "sampling.max_tokens=12", "--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4",
+         "--set", "metrics.sinks=[jsonl]"],
+        plugins=["toy_plugin"],
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("minds: error:")]
+    assert line.startswith("minds: error: step 0: the service rejected forward_backward (LocalBadRequestError")
+    assert "clip_ratio" in line and line.endswith("no checkpoint was saved before it, so a new run starts over")
+    assert "Traceback" not in result.stderr
