@@ -171,6 +171,7 @@ class GradientIntuitionEnvironment:
         return GradientIntuitionEpisode(self, task, ctx)
 
     async def close(self) -> None:
+        self.shadow.close()
         closer = getattr(self.inner, "close", None)
         if closer is not None:
             await maybe_await(closer())

@@ -1,13 +1,17 @@
 """Shadow training clients: copies of the policy that take one measured step.
 
 The policy itself is never touched: a shadow is a separate training client
-created from the policy's saved state (``ctx.policy_checkpoint``), one per measurement.
+restored to the policy's saved state (``ctx.policy_checkpoint``) before each
+measurement. A run creates at most ``max_shadows`` of them and reuses them:
+on the hosted service each one is a training run, and a server has finitely
+many adapter slots.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from minds_core.envs import Context
@@ -50,20 +54,59 @@ async def probe_score(client: Any, probe: types.Datum) -> float:
     return float(sum(lp * w for lp, w in zip(logprobs, weights, strict=True)))
 
 
-class ShadowTrainer:
-    """Shadows of the policy that each take one measured step, at most ``max_shadows`` at once.
+class ShadowPool:
+    """At most ``size`` shadow training clients, created on first need and reused.
 
-    Every measurement gets a fresh shadow from its ``ctx.policy_checkpoint``
-    (``create_training_client_from_state``: the CURRENT policy's weights, a fresh
-    optimizer), so Δ always follows the policy and no step carries over to the
-    next measurement. The probe's score before the step does not depend on the
+    ``restored(service, checkpoint)`` lends one shadow, at ``checkpoint``'s weights
+    with a fresh optimizer: a new shadow is created from the state
+    (``create_training_client_from_state``) while fewer than ``size`` exist; an
+    idle one is restored with ``load_state(checkpoint)`` (weights only, the
+    optimizer starts afresh). Borrowers beyond ``size`` wait for a shadow to come back.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.created = 0
+        self._slots = asyncio.Semaphore(size)
+        self._idle: list[Any] = []
+
+    @asynccontextmanager
+    async def restored(self, service: Any, checkpoint: str) -> AsyncIterator[Any]:
+        async with self._slots:
+            if self._idle:
+                shadow = self._idle.pop()
+                try:
+                    await shadow.load_state(checkpoint)
+                except BaseException:
+                    self._idle.append(shadow)  # still a shadow: the next borrower restores it again
+                    raise
+            else:
+                shadow = await service.create_training_client_from_state(checkpoint)
+                self.created += 1
+            try:
+                yield shadow
+            finally:
+                self._idle.append(shadow)  # whatever it did, it is restored before its next measurement
+
+    def close(self) -> None:
+        """Drop the idle shadows (the service ends them with its session)."""
+        self._idle.clear()
+
+
+class ShadowTrainer:
+    """Shadows of the policy that each take one measured step, at most ``max_shadows`` in all.
+
+    Every measurement borrows a shadow from the pool restored to its
+    ``ctx.policy_checkpoint`` (the CURRENT policy's weights, a fresh optimizer),
+    so Δ always follows the policy and no step carries over to the next
+    measurement. The probe's score before the step does not depend on the
     answer: it is measured once per (checkpoint, probe) and shared.
     """
 
     def __init__(self, learning_rate: float, max_shadows: int = 2) -> None:
         self.learning_rate = learning_rate
         self.max_shadows = max_shadows
-        self._slots = asyncio.Semaphore(max_shadows)
+        self.pool = ShadowPool(max_shadows)
         self._before = Memo()
 
     async def one_step_delta(self, ctx: Context, example: types.Datum, probe: types.Datum) -> float:
@@ -76,11 +119,13 @@ class ShadowTrainer:
                 "ctx.policy_checkpoint is not set: the shadow needs the policy's current weights; "
                 "the environment sets needs_policy_checkpoint = True, so the trainer should provide it"
             )
-        async with self._slots:
-            shadow = await ctx.service.create_training_client_from_state(checkpoint)
+        async with self.pool.restored(ctx.service, checkpoint) as shadow:
             before = await self._before.get(checkpoint, datum_key(probe), lambda: probe_score(shadow, probe))
             step = shadow.forward_backward([example], "cross_entropy")
             update = shadow.optim_step(types.AdamParams(learning_rate=self.learning_rate))
             await step
             await update  # the step has finished before the probe is scored again
             return await probe_score(shadow, probe) - before
+
+    def close(self) -> None:
+        self.pool.close()

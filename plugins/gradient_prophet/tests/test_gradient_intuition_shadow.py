@@ -38,29 +38,41 @@ def test_the_training_datum_weights_only_the_answer():
 
 @attrs.define
 class CountingService:
-    """The policy's service; counts the shadows created through it and the probe scores taken before a step."""
+    """The policy's service; counts the shadows created, their restores, measurements at once, and the
+    probe scores taken before a step."""
 
     service: Any
     created: int = 0
+    restored: int = 0
     live: int = 0
     peak: int = 0
     befores: list[tuple[str, Any]] = attrs.field(factory=list)
 
-    async def create_training_client_from_state(self, path: str) -> ShadowClient:
-        self.created += 1
+    def begin(self) -> None:
         self.live += 1
         self.peak = max(self.peak, self.live)
+
+    async def create_training_client_from_state(self, path: str) -> ShadowClient:
+        self.created += 1
+        self.begin()
         return ShadowClient(await self.service.create_training_client_from_state(path), self, path)
 
 
 @attrs.define
 class ShadowClient:
-    """A shadow's training client offering only the calls a shadow may make (no ``load_state``)."""
+    """A shadow's training client offering only the calls a shadow may make."""
 
     client: Any
     service: CountingService
     checkpoint: str
     stepped: bool = False
+
+    async def load_state(self, path: str) -> Any:
+        """A reused shadow, restored (weights; a fresh optimizer) for its next measurement."""
+        self.service.restored += 1
+        self.service.begin()
+        self.checkpoint, self.stepped = path, False
+        return await self.client.load_state(path)
 
     async def forward(self, data: list[types.Datum], loss_fn: str) -> types.ForwardBackwardOutput:
         if not self.stepped:
@@ -93,9 +105,9 @@ async def test_delta_is_one_step_from_the_policy_weights(policy):
     delta = await shadow.one_step_delta(ctx, example, probe)
     assert delta == pytest.approx(expected, abs=1e-5)
     assert abs(delta) > 1e-4  # the step really moved the probe
-    # Measured again on the same checkpoint, by a fresh shadow: the same Δ.
+    # Measured again on the same checkpoint, by the same shadow restored: the same Δ.
     assert await shadow.one_step_delta(ctx, example, probe) == delta
-    assert service.created == 2
+    assert (service.created, service.restored) == (1, 1)
 
 
 async def test_measurements_do_not_carry_over_and_at_most_max_shadows_run_at_once(policy):
@@ -112,7 +124,8 @@ async def test_measurements_do_not_carry_over_and_at_most_max_shadows_run_at_onc
         shadow = ShadowTrainer(LR, max_shadows=limit)
         jobs = [shadow.one_step_delta(counted, datum, probe) for datum in (example, other, example, other)]
         assert await asyncio.gather(*jobs) == [fresh, other_delta, fresh, other_delta]
-        assert service.created == 4 and service.peak == limit
+        assert service.created == limit and service.peak == limit  # shadows are reused, never more than the limit
+        assert service.restored == 4 - limit
 
 
 async def test_the_before_score_is_measured_once_per_checkpoint_and_probe(policy):
@@ -126,7 +139,7 @@ async def test_the_before_score_is_measured_once_per_checkpoint_and_probe(policy
     deltas = await asyncio.gather(*(shadow.one_step_delta(ctx, datum, p) for datum, p in pairs))
     for (datum, p), delta in zip(pairs, deltas, strict=True):
         assert delta == pytest.approx(await policy.manual_one_step_delta(ctx.policy_checkpoint, datum, p, LR), abs=1e-5)
-    assert service.created == 8
+    assert service.created == 2 and service.restored == 6  # max_shadows = 2, reused
     first = ctx.policy_checkpoint
     assert sorted(service.befores) == sorted([(first, datum_key(probe)), (first, datum_key(sum_probe))])
     # A new checkpoint scores its probe before the step once more, again once for all its measurements.
@@ -149,7 +162,7 @@ async def test_delta_follows_the_policy_checkpoint_after_the_policy_trains(polic
     )
     assert after == await ShadowTrainer(LR).one_step_delta(updated, example, probe)  # as a fresh shadow, exactly
     assert abs(after - delta) > 1e-4
-    assert service.created == 3  # a fresh shadow per measurement
+    assert (service.created, service.restored) == (2, 1)  # the first trainer's shadow was restored to the new state
 
 
 async def test_the_shadow_leaves_the_policy_bit_identical(policy):

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from minds_core import hookimpl
+from minds_core.backends import create_local_service
 from minds_core.testing import run_minds
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
@@ -66,7 +67,7 @@ class ScriptedPlugin:
     def minds_register_environments(self, register):
         def load(**args):
             env = load_gradient_intuition(**args)
-            return ScriptedIntuition(env.inner, env.rubric.weights[0], env.shadow.learning_rate, env.seed)
+            return ScriptedIntuition(env.inner, env.rubric.weights[0], env.shadow.learning_rate, env.seed, env.shadow.max_shadows)
 
         register("scripted_intuition", load, "gradient_intuition with a fixed reply (tests)")
 
@@ -99,3 +100,54 @@ def test_gradient_intuition_measures_shadow_steps_from_the_trainers_checkpoints(
     assert sorted(p.name for p in (tmp_path / "_checkpoints").rglob("policy-v*")) == [
         "policy-v000000", "policy-v000001", "policy-v000002"
     ]  # the states the trainer saved for the shadows, one per policy version
+
+
+class CountingService:
+    """The local service, counting the training clients created through it."""
+
+    def __init__(self, service):
+        self.service, self.lora, self.from_state = service, 0, 0
+
+    def create_lora_training_client(self, *args, **kwargs):
+        self.lora += 1
+        return self.service.create_lora_training_client(*args, **kwargs)
+
+    def create_training_client_from_state(self, *args, **kwargs):
+        self.from_state += 1
+        return self.service.create_training_client_from_state(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.service, name)
+
+
+class CountingBackend:
+    def __init__(self):
+        self.services = []
+
+    @hookimpl
+    def minds_register_backends(self, register):
+        def create(config, run_dir):
+            self.services.append(CountingService(create_local_service(config, run_dir)))
+            return self.services[-1]
+
+        register("counting_local", create, "the local backend, counting created training clients (tests)")
+
+
+@pytest.mark.parametrize("max_shadows", [1, 2])
+def test_a_run_creates_at_most_max_shadows_shadow_clients_in_all(tmp_path, max_shadows):
+    counting = CountingBackend()
+    config = load_config(
+        CONFIGS / "gradient_intuition.toml",
+        [
+            "env.id=scripted_intuition", f"runs_dir={tmp_path}", "name=gi", "trainer.steps=3", "backend=counting_local",
+            "env.args.inner_args={num_examples: 8}", f"env.args.max_shadows={max_shadows}", "trainer.group_size=2",
+            "trainer.groups_per_batch=2", "sampling.max_tokens=8", 'metrics.sinks=["jsonl"]',
+        ],
+    )  # fmt: skip
+    train(config, plugins=load_plugins(extra=[("scripted", ScriptedPlugin()), ("counting", counting)]))
+    steps = [json.loads(line) for line in (tmp_path / "gi" / "metrics.jsonl").read_text().splitlines()]
+    assert len(steps) == 3 and all(s["rollouts/failed"] == 0 for s in steps)
+    assert all(s["env/scripted_intuition/gradient_intuition/true_delta"] != 0.0 for s in steps)  # 12 measurements
+    (service,) = counting.services
+    assert service.lora == 1  # the policy
+    assert 1 <= service.from_state <= max_shadows  # the shadows, reused across measurements and steps
