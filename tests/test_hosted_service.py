@@ -1,9 +1,9 @@
 """The hosted Tinker service failing at start-up: unreachable, a rejected key, Ctrl-C while waiting.
 
 Each case runs ``minds run --backend tinker`` in a subprocess with the real
-``tinker`` SDK against 127.0.0.1: a closed port, or ``FakeTinkerService``, a
-stdlib HTTP server standing in for the hosted service (which cannot be reached
-from here) that answers every request with one status.
+``tinker`` SDK against 127.0.0.1: a closed port, a socket that never answers,
+or ``FakeTinkerService``, a stdlib HTTP server standing in for the hosted
+service (which cannot be reached from here) that answers with chosen statuses.
 """
 
 from __future__ import annotations
@@ -30,12 +30,16 @@ RUN = ["run", "--env", "toy_char_share", "--backend", "tinker", "--steps", "1"]
 
 
 class FakeTinkerService(ThreadingHTTPServer):
-    """FAKE hosted service: answers every POST with ``status`` and records (path, X-API-Key) pairs."""
+    """FAKE hosted service: answers the first request to POST /api/v1/client/config with ``first``
+    and every later request with ``later``; records (path, X-API-Key) pairs.
+
+    A 200 carries what the SDK needs to start a session (an empty config, a session id).
+    """
 
     daemon_threads = True
 
-    def __init__(self, status: int) -> None:
-        self.status = status
+    def __init__(self, first: int, later: int = 200) -> None:
+        self.first, self.later = first, later
         self.requests: list[tuple[str, str | None]] = []
         super().__init__(("127.0.0.1", 0), _Handler)
 
@@ -50,8 +54,14 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - the http.server hook name
         self.rfile.read(int(self.headers.get("content-length") or 0))
         self.server.requests.append((self.path, self.headers.get("X-API-Key")))
-        body = b'{"detail": "Invalid API key"}'
-        self.send_response(self.server.status)
+        status = self.server.first if len(self.server.requests) == 1 else self.server.later
+        if status != 200:
+            body = b'{"detail": "Invalid API key"}'
+        elif self.path == "/api/v1/create_session":
+            body = b'{"session_id": "fake-session"}'
+        else:
+            body = b"{}"
+        self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
         self.end_headers()
@@ -63,7 +73,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def fake_service(request: pytest.FixtureRequest) -> Iterator[FakeTinkerService]:
-    server = FakeTinkerService(request.param)
+    server = FakeTinkerService(*request.param)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -82,12 +92,18 @@ def _environ() -> dict[str, str]:
     return {"TINKER_API_KEY": KEY, "TINKER_BASE_URL": ""}
 
 
-@pytest.mark.parametrize("fake_service", [200], indirect=True)
-async def test_a_service_that_answers_gives_the_real_sdk_client_for_it(fake_service: FakeTinkerService):
+@pytest.mark.parametrize("fake_service", [(200, 200)], indirect=True)
+async def test_a_service_that_answers_gives_the_real_sdk_client_with_its_session_started(fake_service: FakeTinkerService):
     config = load_config(None, ["tinker.api_key=tml-fake", f"tinker.base_url={fake_service.url}/"])
     service = await create_tinker_service(config, None)
-    assert isinstance(service, tinker.ServiceClient)
-    assert fake_service.requests == [("/api/v1/client/config", "tml-fake")]  # one probe; the SDK's session starts when used
+    try:
+        assert isinstance(service, tinker.ServiceClient)
+        paths = [path for path, _ in fake_service.requests]
+        assert paths[0] == "/api/v1/client/config"  # minds' probe: the SDK's first request
+        assert "/api/v1/create_session" in paths  # then the SDK's own start, already done
+        assert {key for _, key in fake_service.requests} == {"tml-fake"}
+    finally:
+        await service.close("success")
 
 
 def test_an_unreachable_service_fails_within_seconds_with_one_clear_message(run_minds, tmp_path: Path):
@@ -104,18 +120,28 @@ def test_an_unreachable_service_fails_within_seconds_with_one_clear_message(run_
     assert not (tmp_path / "runs").exists()  # nothing was started
 
 
-@pytest.mark.parametrize("fake_service", [401, 403], indirect=True)
+@pytest.mark.parametrize("fake_service", [(401, 401), (403, 403)], indirect=True)
 def test_a_rejected_key_is_exit_2_with_a_message(run_minds, fake_service: FakeTinkerService, tmp_path: Path):
     result = run_minds([*RUN, "--set", f"tinker.base_url={fake_service.url}"], plugins=["toy_plugin"], env=_environ())
     assert result.returncode == 2, result.stderr
     assert f"the Tinker service at {fake_service.url}" in result.stderr
-    assert f"rejected the API key from $TINKER_API_KEY (HTTP {fake_service.status}" in result.stderr
+    assert f"rejected the API key from $TINKER_API_KEY (HTTP {fake_service.first}" in result.stderr
     assert "Traceback" not in result.stderr and KEY not in result.stdout + result.stderr
     assert fake_service.requests == [("/api/v1/client/config", KEY)]  # the SDK's first request, sent once
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("fake_service", [404], indirect=True)
+@pytest.mark.parametrize("fake_service", [(200, 401)], indirect=True)
+def test_a_key_rejected_once_the_sdk_starts_its_session_is_exit_2_with_a_message(run_minds, fake_service, tmp_path):
+    result = run_minds([*RUN, "--set", f"tinker.base_url={fake_service.url}"], plugins=["toy_plugin"], env=_environ())
+    assert result.returncode == 2, result.stderr
+    assert "rejected the API key from $TINKER_API_KEY (AuthenticationError" in result.stderr
+    assert "Traceback" not in result.stderr and KEY not in result.stdout + result.stderr
+    assert len(fake_service.requests) > 1  # the real SDK asked, after the probe
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("fake_service", [(404, 404)], indirect=True)
 def test_a_url_that_is_not_the_tinker_api_says_so(run_minds, fake_service: FakeTinkerService):
     result = run_minds([*RUN], plugins=["toy_plugin"], env={"TINKER_API_KEY": KEY, "TINKER_BASE_URL": fake_service.url})
     assert result.returncode == 2, result.stderr

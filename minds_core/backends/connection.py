@@ -1,30 +1,41 @@
-"""Reaching the hosted Tinker service at start-up: one bounded probe, one clear error.
+"""Reaching the hosted Tinker service at start-up: bounded, interruptible, one clear error.
 
-The SDK's ``ServiceClient`` retries a failed connection for up to five minutes,
-blocking the thread that first uses it. Before handing it to the trainer, minds
-sends the SDK's own first request (``POST /api/v1/client/config`` with the
-``X-API-Key`` header) itself, on the run's event loop (so Ctrl-C stops it at
-once), with short timeouts and one retry: an unreachable service or a rejected
-key fails the run in seconds, with what was contacted and what to check.
+The SDK's ``ServiceClient`` starts its session when first used, retrying a
+failed connection for up to five minutes and blocking the thread that uses it.
+minds instead (1) sends the SDK's own first request (``POST
+/api/v1/client/config`` with the ``X-API-Key`` header) itself, on the run's
+event loop, with short timeouts and one retry, and then (2) lets the SDK start
+its session on a daemon thread, awaited with a deadline. Both stop at once on
+Ctrl-C, and the whole start-up ends within ``STARTUP_TIMEOUT`` seconds: an
+unreachable service or a rejected key fails the run with what was contacted
+and what to check.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import httpx
 
 from minds_core.errors import UsageError
+
+T = TypeVar("T")
 
 #: The request the SDK sends first when it starts a session.
 PROBE_PATH = "/api/v1/client/config"
 #: Seconds to open a connection, and for the whole of one attempt.
 CONNECT_TIMEOUT = 5.0
 ATTEMPT_TIMEOUT = 10.0
-#: Attempts in all (a blip is retried once, after RETRY_DELAY seconds); the probe ends within ~25 s.
+#: Attempts in all (a blip is retried once, after RETRY_DELAY seconds).
 ATTEMPTS = 2
 RETRY_DELAY = 1.0
+#: Seconds for the probe and the SDK's session start together.
+STARTUP_TIMEOUT = 28.0
 
 
 def _url_source(base_url: str) -> str:
@@ -34,6 +45,20 @@ def _url_source(base_url: str) -> str:
     if os.environ.get("TINKER_BASE_URL"):
         return "$TINKER_BASE_URL"
     return "the SDK's default URL"
+
+
+def _rejected(where: str, key_source: str, detail: str) -> UsageError:
+    return UsageError(
+        f"{where} rejected the API key from {key_source} ({detail}). Check that {key_source} holds a current "
+        "key for this service (the Tinker console lists and creates keys), or use --backend local"
+    )
+
+
+def _unreachable(where: str, base_url: str, problem: str) -> UsageError:
+    return UsageError(
+        f"cannot reach {where}: {problem}. Check {_url_source(base_url)}, this machine's network "
+        "(proxy, firewall, VPN) and the service's status, then run again; or use --backend local"
+    )
 
 
 def _detail(response: httpx.Response, secret: str) -> str:
@@ -49,10 +74,10 @@ async def _attempt(client: httpx.AsyncClient, url: str, api_key: str, sdk_versio
     )
 
 
-async def check_service(base_url: str, api_key: str, key_source: str) -> str:
-    """Probe the service the SDK will use; returns its URL, or raises ``UsageError`` saying what to check.
+async def connect(base_url: str, api_key: str, key_source: str) -> Any:
+    """A ``tinker.ServiceClient`` whose session has started, or ``UsageError`` saying what to check.
 
-    ``base_url`` is ``[tinker] base_url`` ('' for the SDK's default, ``$TINKER_BASE_URL`` or
+    ``base_url`` is ``[tinker] base_url`` ('' for the SDK's default: ``$TINKER_BASE_URL``, else
     production); ``key_source`` names where the key came from (never the key).
     """
     import tinker
@@ -60,6 +85,54 @@ async def check_service(base_url: str, api_key: str, key_source: str) -> str:
 
     url = resolve_base_url(base_url or None)
     where = f"the Tinker service at {url} (from {_url_source(base_url)})"
+    began = time.monotonic()
+    await _probe(url, where, base_url, api_key, key_source)  # bounded by its own timeouts (~21 s at most)
+    service = tinker.ServiceClient(api_key=api_key, base_url=url)
+    try:
+        async with asyncio.timeout(STARTUP_TIMEOUT - (time.monotonic() - began)):
+            await in_daemon_thread(lambda: service.holder)  # the SDK's session start (its lazy holder)
+    except TimeoutError:
+        raise UsageError(
+            f"{where} answered, but the SDK did not start a session within {STARTUP_TIMEOUT:g} s. "
+            "Check the service's status and this machine's network, then run again; or use --backend local"
+        ) from None
+    except (tinker.AuthenticationError, tinker.PermissionDeniedError) as exc:
+        raise _rejected(where, key_source, f"{type(exc).__name__}: {exc}".replace(api_key, "***")) from None
+    except tinker.APIConnectionError as exc:
+        raise _unreachable(where, base_url, f"{type(exc).__name__}: {exc}") from None
+    except tinker.TinkerError as exc:
+        raise UsageError(f"{where} refused to start a session: {type(exc).__name__}: {exc}".replace(api_key, "***")) from None
+    return service
+
+
+async def in_daemon_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` run on a daemon thread: the loop keeps running, and Ctrl-C or a deadline never wait for it."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def deliver(result: Any, error: BaseException | None) -> None:
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(result)
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            error = exc
+        try:
+            loop.call_soon_threadsafe(deliver, result, error)
+        except RuntimeError:  # the loop has closed: nobody is waiting any more
+            pass
+
+    threading.Thread(target=run, name="minds-tinker-start", daemon=True).start()
+    return await future
+
+
+async def _probe(url: str, where: str, base_url: str, api_key: str, key_source: str) -> None:
+    """One request (the SDK's first) to ``url``; returns when it is answered with success."""
+    import tinker
+
     timeout = httpx.Timeout(ATTEMPT_TIMEOUT, connect=CONNECT_TIMEOUT)
     problem, reached = "", False
     async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client:
@@ -76,13 +149,9 @@ async def check_service(base_url: str, api_key: str, key_source: str) -> str:
                 raise UsageError(f"{where}: not a valid URL ({exc}); fix {_url_source(base_url)}") from None
             status = response.status_code
             if status < 400:
-                return url
+                return
             if status in (401, 403):
-                raise UsageError(
-                    f"{where} rejected the API key from {key_source} ({_detail(response, api_key)}). "
-                    f"Check that {key_source} holds a current key for this service (the Tinker console lists "
-                    "and creates keys), or use --backend local"
-                )
+                raise _rejected(where, key_source, _detail(response, api_key))
             if status in (404, 405):
                 raise UsageError(
                     f"{where} does not serve the Tinker API ({_detail(response, api_key)} for POST {PROBE_PATH}). "
@@ -91,9 +160,10 @@ async def check_service(base_url: str, api_key: str, key_source: str) -> str:
             problem, reached = _detail(response, api_key), True
             if status not in (408, 409, 429) and status < 500:
                 break  # the service understood and refused: asking again changes nothing
-    failed = f"{where} answered {problem}" if reached else f"cannot reach {where}: {problem}"
+    tries = f"after {attempt + 1} attempt{'s' if attempt else ''}"
+    if not reached:
+        raise _unreachable(where, base_url, f"{problem} ({tries})")
     raise UsageError(
-        f"{failed} (after {attempt + 1} attempt{'s' if attempt else ''}). "
-        f"Check {_url_source(base_url)}, this machine's network (proxy, firewall, VPN) and the service's "
-        "status, then run again; or use --backend local"
+        f"{where} answered {problem} ({tries}). Check {_url_source(base_url)} and the service's status, "
+        "then run again; or use --backend local"
     )

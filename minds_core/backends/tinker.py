@@ -24,8 +24,8 @@ def _key_source(settings: TinkerConfig) -> str:
 def create_tinker_service(config: RunConfig, run_dir: Path) -> Coroutine[Any, Any, Any]:
     """A ``tinker.ServiceClient`` for the hosted service, once it answers; clear errors before any work.
 
-    The key and the package are checked at once; the returned coroutine probes the
-    service (``minds_core.backends.connection``) and then gives the client.
+    The key and the package are checked at once; the returned coroutine reaches the
+    service and starts the SDK's session (``minds_core.backends.connection``), then gives the client.
     """
     key = resolve_api_key(config.tinker)
     if not key:
@@ -45,9 +45,6 @@ def create_tinker_service(config: RunConfig, run_dir: Path) -> Coroutine[Any, An
 
 
 async def _connect(settings: TinkerConfig, key: str) -> Any:
-    from minds_core.backends.connection import check_service
+    from minds_core.backends.connection import connect
 
-    import tinker
-
-    url = await check_service(settings.base_url, key, _key_source(settings))
-    return tinker.ServiceClient(api_key=key, base_url=url)
+    return await connect(settings.base_url, key, _key_source(settings))
