@@ -166,7 +166,7 @@ class Session:
         if any(h.needs_checkpoint for h in self.envs):
             # only this version's rollouts read it: let the service expire it (1 h is the minimum TTL)
             name = f"policy-v{version:06d}"
-            save = lambda: self.training_client.save_state(name, ttl_seconds=3600, overwrite=True)  # noqa: E731
+            save = lambda: self.training_client.save_state(name, ttl_seconds=3600, overwrite=True)
             saved, _ = await call_service(where, "save_state", save, self.backoff)
             checkpoint = saved.path
         sample = self.training_client.save_weights_and_get_sampling_client
@@ -215,7 +215,7 @@ class Session:
         rollouts = [r for g in groups if not g.dropped for r in g.ok_rollouts]
 
         async def score(tokens: list[int]) -> list[float | None]:
-            send = lambda: self.base_sampler.compute_logprobs(tinker.types.ModelInput.from_ints(tokens))  # noqa: E731
+            send = lambda: self.base_sampler.compute_logprobs(tinker.types.ModelInput.from_ints(tokens))
             return (await call_service(where, "compute_logprobs (base model)", send, self.backoff))[0]
 
         scored = await asyncio.gather(*(score(r.conversation.tokens) for r in rollouts))
@@ -287,8 +287,8 @@ class Session:
     async def save(self, step: int) -> Checkpoint:
         """Save weights + optimizer (to resume) and sampler weights (to sample from); recorded by the caller."""
         name, where = f"step-{step:06d}", f"step {step}"
-        save_state = lambda: self.training_client.save_state(name, overwrite=True)  # noqa: E731
-        save_sampler = lambda: self.training_client.save_weights_for_sampler(name)  # noqa: E731
+        save_state = lambda: self.training_client.save_state(name, overwrite=True)
+        save_sampler = lambda: self.training_client.save_weights_for_sampler(name)
         state, sampler = send_now(save_state), send_now(save_sampler)
         state_path = (await call_service(where, "save_state", save_state, self.backoff, state))[0].path
         sampler_path = (await call_service(where, "save_weights_for_sampler", save_sampler, self.backoff, sampler))[0].path

@@ -51,7 +51,7 @@ class FakeTinkerService(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: FakeTinkerService
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server hook name
+    def do_POST(self) -> None:  # the http.server hook name
         self.rfile.read(int(self.headers.get("content-length") or 0))
         self.server.requests.append((self.path, self.headers.get("X-API-Key")))
         status = self.server.first if len(self.server.requests) == 1 else self.server.later

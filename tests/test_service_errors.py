@@ -25,7 +25,7 @@ from minds_core.config import load_config
 from minds_core.plugins import load_plugins
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin  # noqa: E402
+import minds_toy_plugin
 
 FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[jsonl]",
         "env.id=toy_char_share", "backend=flaky", "trainer.save_every=1", "name=run"]  # fmt: skip

@@ -141,7 +141,7 @@ async def _probe(url: str, where: str, base_url: str, api_key: str, key_source: 
                 await asyncio.sleep(RETRY_DELAY)
             try:
                 response = await _attempt(client, url, api_key, tinker.__version__)
-            except (httpx.TransportError, asyncio.TimeoutError) as exc:
+            except (httpx.TransportError, TimeoutError) as exc:
                 problem = f"{type(exc).__name__}: {exc}" if str(exc) else f"no answer within {ATTEMPT_TIMEOUT:g} s"
                 reached = False
                 continue

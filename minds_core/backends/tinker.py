@@ -38,7 +38,7 @@ def create_tinker_service(config: RunConfig, run_dir: Path) -> Coroutine[Any, An
             f"the Tinker API key in {_key_source(config.tinker)} does not look like one (Tinker keys start with 'tml-')"
         )
     try:
-        import tinker
+        import tinker  # noqa: F401 - only checked here; connection.py uses it
     except ImportError:
         raise UsageError("backend 'tinker' needs the tinker package: pip install tinker") from None
     return _connect(config.tinker, key)
