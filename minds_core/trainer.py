@@ -223,7 +223,11 @@ class Session:
 
     async def datums(self, batch: Batch) -> tuple[list[tinker.Datum], dict[int, float], dict[str, float]]:
         """Advantages per group, then one datum per rollout with any nonzero advantage."""
-        base = await self._base_logprobs(batch.groups, f"step {batch.step}") if self.base_sampler is not None else {}
+        try:
+            base = await self._base_logprobs(batch.groups, f"step {batch.step}") if self.base_sampler is not None else {}
+        except ServiceCallError as exc:
+            exc.intact_after = batch.step - 1
+            raise
         coef = self.config.trainer.kl_penalty
         datums, advantages, extra = [], {}, {}
         kl_values: list[float] = []
@@ -251,6 +255,8 @@ class Session:
 
         When forward_backward had to be sent again, the optim_step submitted with the
         failed try is let finish and a fresh one follows the gradients that did arrive.
+        When either fails for good, the error records that the state is still the
+        previous step's (``intact_after``), so that it can be checkpointed.
         """
         cfg = self.config.trainer
         adam = tinker.types.AdamParams(
@@ -275,13 +281,18 @@ class Session:
         first_optim = send_now(optim_step)
         try:
             result, tries = await call_service(where, "forward_backward", forward_backward, self.backoff, first_backward)
-        except ServiceCallError:
-            await settle(first_optim)
+        except ServiceCallError as exc:
+            await settle(first_optim)  # it had no gradients of this batch to apply
+            exc.intact_after = step - 1
             raise
         if tries > 1:
             await settle(first_optim)
             first_optim = None
-        await call_service(where, "optim_step", optim_step, self.backoff, first_optim)
+        try:
+            await call_service(where, "optim_step", optim_step, self.backoff, first_optim)
+        except ServiceCallError as exc:
+            exc.intact_after = step - 1
+            raise
         return {f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}
 
     async def save(self, step: int) -> Checkpoint:
@@ -342,9 +353,8 @@ async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | 
             log.info("training", run=str(run.path), backend=backend, envs=[h.name for h in envs], steps=config.trainer.steps, start=start)
             try:
                 summary = await _loop(session, run, sinks, start)
-            except ServiceCallError as exc:  # say what the run kept and how to continue it
-                last = run.last_checkpoint()
-                raise exc.resumable(run.path, last.step if last else None) from exc.error
+            except ServiceCallError as exc:  # keep what the run trained, say how to continue it
+                raise exc.resumable(run.path, await _save_after_failure(session, run, exc.intact_after)) from exc.error
             status = "success"
         finally:
             sinks.close(summary)  # also on an error or Ctrl-C: the progress bar stops, files stay whole
@@ -355,6 +365,20 @@ async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | 
         await _close_environments(envs)
         await _close_service(service, status)
     return summary
+
+
+async def _save_after_failure(session: Session, run: RunDirectory, intact_after: int | None) -> int | None:
+    """Checkpoint the state a failed step left intact, unless already saved; the last checkpoint's step."""
+    last = run.last_checkpoint()
+    if intact_after is None or intact_after < 0 or (last is not None and last.step >= intact_after):
+        return last.step if last else None
+    try:
+        checkpoint = await session.save(intact_after)
+    except ServiceCallError as exc:
+        log.warning("could not save a checkpoint after the failure", step=intact_after, error=str(exc))
+        return last.step if last else None
+    run.record_checkpoint(checkpoint)
+    return checkpoint.step
 
 
 async def _close_service(service: Any, status: str) -> None:

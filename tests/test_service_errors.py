@@ -3,8 +3,8 @@
 The local backend (real tiny model) serves every request. A rejected request is
 the real local service refusing a bad ``loss_fn_config``; transient failures
 are injected by ``FlakyService``, a FAKE of a hosted service whose requests
-fail with the SDK's own ``tinker.InternalServerError`` (503), since the hosted
-service cannot be reached from here.
+fail with the SDK's own ``tinker.InternalServerError`` (503) or
+``tinker.BadRequestError`` (400), since the hosted service cannot be reached from here.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import tinker
 from minds_core import hookimpl, logs, trainer
 from minds_core.backends import create_local_service
 from minds_core.backends.retry import Backoff, ServiceCallError, call_service, is_transient
+from minds_core.checkpoint import resume_config_path
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
 
@@ -41,14 +42,17 @@ async def _raise(error: Exception) -> Any:
 
 
 class FlakyTrainingClient:
-    """FAKE hosted training client: the real local one, but forward_backward calls number ``fail_on`` fail with 503."""
+    """FAKE hosted training client: the real local one, but forward_backward calls number ``fail_on`` fail
+    (with 503 unless the plugin says otherwise)."""
 
-    def __init__(self, client: Any, fail_on: set[int]) -> None:
-        self.client, self.fail_on, self.calls = client, fail_on, 0
+    def __init__(self, client: Any, plugin: FlakyPlugin) -> None:
+        self.client, self.plugin, self.calls = client, plugin, 0
 
     def forward_backward(self, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
-        return _raise(unavailable()) if self.calls in self.fail_on else self.client.forward_backward(*args, **kwargs)
+        if self.calls in self.plugin.fail_on:
+            return _raise(self.plugin.error())
+        return self.client.forward_backward(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
@@ -57,12 +61,17 @@ class FlakyTrainingClient:
 class FlakyService:
     """FAKE hosted service over the local backend; its training client is a ``FlakyTrainingClient``."""
 
-    def __init__(self, service: Any, fail_on: set[int]) -> None:
-        self.service, self.fail_on = service, fail_on
+    def __init__(self, service: Any, plugin: FlakyPlugin) -> None:
+        self.service, self.plugin = service, plugin
         self.training: FlakyTrainingClient | None = None
 
     async def create_lora_training_client(self, **kwargs: Any) -> FlakyTrainingClient:
-        self.training = FlakyTrainingClient(await self.service.create_lora_training_client(**kwargs), self.fail_on)
+        self.training = FlakyTrainingClient(await self.service.create_lora_training_client(**kwargs), self.plugin)
+        return self.training
+
+    async def create_training_client_from_state_with_optimizer(self, path: str) -> FlakyTrainingClient:
+        client = await self.service.create_training_client_from_state_with_optimizer(path)
+        self.training = FlakyTrainingClient(client, self.plugin)
         return self.training
 
     def __getattr__(self, name: str) -> Any:
@@ -72,12 +81,13 @@ class FlakyService:
 class FlakyPlugin:
     def __init__(self, fail_on: set[int]) -> None:
         self.fail_on = fail_on
+        self.error = unavailable
         self.services: list[FlakyService] = []
 
     @hookimpl
     def minds_register_backends(self, register: Any) -> None:
         def create(config: Any, run_dir: Path) -> FlakyService:
-            self.services.append(FlakyService(create_local_service(config, run_dir), self.fail_on))
+            self.services.append(FlakyService(create_local_service(config, run_dir), self))
             return self.services[-1]
 
         register("flaky", create, "FAKE: the local backend with injected 503s")
@@ -142,6 +152,29 @@ def test_a_step_still_failing_after_the_retries_ends_the_run_naming_step_request
     assert caught.value.exit_code == 1
     assert [c["step"] for c in _rows(run_dir / "checkpoints.jsonl")] == [0, 1]  # recorded before the failure, kept
     assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1]
+
+
+def test_a_failed_step_saves_the_state_it_left_intact_and_the_run_resumes_there(tmp_path):
+    # no periodic checkpoints: the state after step 1 is saved when step 2 is rejected, and the run resumes at step 2
+    def rejected() -> tinker.BadRequestError:
+        response = httpx.Response(400, json={"detail": "no"}, request=httpx.Request("POST", "https://tinker.invalid/"))
+        return tinker.BadRequestError("Error code: 400 - loss not supported", response=response, body=None)
+
+    logs.configure("json", "warning")
+    plugin = FlakyPlugin({3})
+    plugin.error = rejected
+    plugins = load_plugins(extra=[("toy", minds_toy_plugin), ("flaky", plugin)])
+    config = load_config(None, [*FAST, f"runs_dir={tmp_path}", "trainer.steps=4", "trainer.save_every=0"])
+    with pytest.raises(ServiceCallError) as caught:
+        trainer.train(config, plugins=plugins)
+    run_dir = tmp_path / "run"
+    assert str(caught.value).startswith("step 2: the service rejected forward_backward (BadRequestError: Error code: 400")
+    assert str(caught.value).endswith(f"the last checkpoint is step 1: minds run --resume {run_dir} continues from step 2")
+    assert [c["step"] for c in _rows(run_dir / "checkpoints.jsonl")] == [1]  # saved after the failure
+    plugin.fail_on.clear()
+    resumed = load_config(resume_config_path(run_dir), [], drop_redacted=True)
+    trainer.train(resumed, resume_dir=run_dir, plugins=plugins)
+    assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
 
 
 def test_a_request_the_service_rejects_ends_the_run_with_one_message_and_exit_1(run_minds, tmp_path):

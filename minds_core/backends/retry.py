@@ -54,10 +54,16 @@ class Backoff:
 
 
 class ServiceCallError(MindsError):
-    """A request to the training service failed for good during a run (exit code 1)."""
+    """A request to the training service failed for good during a run (exit code 1).
+
+    ``intact_after`` is set by the trainer when nothing of the failed step reached
+    the training state: it still holds exactly the update of that step, which can
+    be saved as its checkpoint.
+    """
 
     def __init__(self, where: str, request: str, error: BaseException, attempts: int, after: str = "") -> None:
         self.where, self.request, self.error, self.attempts = where, request, error, attempts
+        self.intact_after: int | None = None
         answer = " ".join(f"{type(error).__name__}: {error}".split())
         if is_transient(error):
             what = f"{request} still failed after {attempts} attempts"
@@ -109,7 +115,7 @@ async def _failed(error: BaseException) -> Any:
 
 
 async def settle(pending: Awaitable[Any]) -> None:
-    """Wait for a request whose outcome no longer matters (its service errors are dropped)."""
+    """Wait for a request whose result no longer matters (its service errors are dropped)."""
     try:
         await pending
     except tinker.TinkerError:
