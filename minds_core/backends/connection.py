@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from minds_core.backends.retry import RETRY_STATUSES
 from minds_core.errors import UsageError
 
 T = TypeVar("T")
@@ -158,7 +159,7 @@ async def _probe(url: str, where: str, base_url: str, api_key: str, key_source: 
                     f"Check {_url_source(base_url)}, or use --backend local"
                 )
             problem, reached = _detail(response, api_key), True
-            if status not in (408, 409, 429) and status < 500:
+            if status not in RETRY_STATUSES and status < 500:
                 break  # the service understood and refused: asking again changes nothing
     tries = f"after {attempt + 1} attempt{'s' if attempt else ''}"
     if not reached:
