@@ -172,6 +172,10 @@ def _run_command(args: argparse.Namespace, evaluate: bool) -> int:
     resume = None if evaluate else args.resume
     config = _resolve_config(args, resume)
     if args.dry_run:
+        from minds_core.names import check_names
+        from minds_core.plugins import load_plugins
+
+        check_names(config, load_plugins().registry)
         print(dump_yaml(config), end="")
         return 0
     from minds_core import trainer

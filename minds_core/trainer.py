@@ -28,6 +28,7 @@ from minds_core.envs.loading import load_environment
 from minds_core.envs.types import Context, Task
 from minds_core.errors import ConfigError, MindsError, UsageError
 from minds_core.logs import get_logger
+from minds_core.names import check_names
 from minds_core.losses import CustomLoss
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
@@ -277,12 +278,7 @@ def _prepare(
         config = attrs.evolve(config, name=resume_dir.name, runs_dir=str(resume_dir.parent))
     elif not config.name:
         config = attrs.evolve(config, name=default_run_name(config))
-    for kind, name, key in (
-        ("losses", config.trainer.loss_fn, "trainer.loss_fn"),
-        ("advantage_estimators", config.trainer.advantage, "trainer.advantage"),
-        *(("metric_sinks", sink, "metrics.sinks") for sink in config.metrics.sinks),
-    ):
-        plugins.registry.lookup(kind, name, key)
+    check_names(config, plugins.registry)
     backend = choose_backend(config)
     factory = plugins.registry.lookup("backends", backend, "backend").obj
     if config.backend == "auto":
