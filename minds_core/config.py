@@ -129,7 +129,7 @@ class TrainerConfig:
     advantage: str = _field("group_mean", help="a registered advantage estimator")
     max_steps_off_policy: int = _field(0, _non_negative)
     kl_penalty: float = _field(0.0, _finite(_non_negative), help="coefficient of a KL penalty to the base model")
-    save_every: int = _field(0, _non_negative, help="steps between checkpoints, 0 = only at the end")
+    save_every: int = _field(5, _non_negative, help="steps between rolling state-only checkpoints (the last two kept), 0 = none; the last step is always saved")
     resume_from: str = _field("", help="tinker:// path of saved weights to start from")
 
 

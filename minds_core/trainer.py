@@ -21,12 +21,13 @@ import tinker
 
 from minds_core.advantages import kl_penalized, kl_terms
 from minds_core.backends import choose_backend
-from minds_core.checkpoint import Checkpoint, RunDirectory, default_run_name
+from minds_core.checkpoint import Checkpoint, RunDirectory, check_resume_changes, default_run_name
 from minds_core.config import EnvConfig, RunConfig
 from minds_core.datums import build_datum
 from minds_core.envs.loading import load_environment
 from minds_core.envs.types import Context, Task
 from minds_core.errors import ConfigError, MindsError, UsageError
+from minds_core.interrupt import RunInterrupted, StopOnSignal
 from minds_core.logs import get_logger
 from minds_core.names import check_names
 from minds_core.losses import CustomLoss
@@ -133,6 +134,7 @@ class Session:
         self.renderer: Renderer | None = None
         self.settings: list[EpisodeSettings] = []
         self.base_sampler: Any = None
+        self.rolling_saves = 0
 
     async def start(self, state_path: str | None, with_optimizer: bool) -> None:
         """Create (or restore) the policy's training client."""
@@ -258,13 +260,22 @@ class Session:
         await optim
         return {f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}
 
-    async def save(self, step: int) -> Checkpoint:
-        """Save weights + optimizer (to resume) and sampler weights (to sample from); recorded by the caller."""
-        state = self.training_client.save_state(f"step-{step:06d}", overwrite=True)
-        sampler = self.training_client.save_weights_for_sampler(f"step-{step:06d}")
-        state_path, sampler_path = (await state).path, (await sampler).path
-        log.info("checkpoint saved", step=step, path=state_path, sampler_path=sampler_path)
-        return Checkpoint(step=step, state_path=state_path, sampler_path=sampler_path)
+    async def save(self, step: int, rolling: bool = False) -> Checkpoint:
+        """Save weights + optimizer (to resume) and sampler weights (to sample from); recorded by the caller.
+
+        ``rolling``: the state only, in one of two slots taken in turn, so periodic saves
+        replace the older one instead of piling up.
+        """
+        if rolling:
+            self.rolling_saves += 1
+            state = self.training_client.save_state(f"rolling-{self.rolling_saves % 2}", overwrite=True)
+            checkpoint = Checkpoint(step=step, state_path=(await state).path)
+        else:
+            state = self.training_client.save_state(f"step-{step:06d}", overwrite=True)
+            sampler = self.training_client.save_weights_for_sampler(f"step-{step:06d}")
+            checkpoint = Checkpoint(step=step, state_path=(await state).path, sampler_path=(await sampler).path)
+        log.info("checkpoint saved", step=step, path=checkpoint.state_path, sampler_path=checkpoint.sampler_path)
+        return checkpoint
 
 
 def _prepare(
@@ -289,6 +300,8 @@ def _prepare(
 
 
 async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None) -> dict[str, Any]:
+    if resume_dir is not None:
+        check_resume_changes(resume_dir, config)
     config, plugins, envs, service, backend = _prepare(config, resume_dir, plugins)
     if resume_dir is None:
         RunDirectory.ensure_new(config)
@@ -309,7 +322,7 @@ async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | 
             status = "success"
         finally:
             sinks.close(summary)  # also on an error or Ctrl-C: the progress bar stops, files stay whole
-    except (KeyboardInterrupt, asyncio.CancelledError):
+    except (KeyboardInterrupt, asyncio.CancelledError, RunInterrupted):
         status = "interrupted"
         raise
     finally:
@@ -341,6 +354,8 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
     next_launch = start
     rewards: list[float] = []
     began = time.perf_counter()
+    stop = StopOnSignal(f"minds run --resume {run.path}")
+    stop.install()
     try:
         for step in range(start, steps):
             step_began = time.perf_counter()
@@ -370,8 +385,11 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
             run.log_rollouts(rollout_records(step, batch.groups, advantages, cfg.metrics.rollouts_per_step))
             checkpoint = None
             save_began = time.perf_counter()
-            if step == steps - 1 or (cfg.trainer.save_every and (step + 1) % cfg.trainer.save_every == 0):
+            stopping = stop.requested
+            if step == steps - 1 or stopping:
                 checkpoint = await session.save(step)
+            elif cfg.trainer.save_every and (step + 1) % cfg.trainer.save_every == 0:
+                checkpoint = await session.save(step, rolling=True)
             record["time/save"] = time.perf_counter() - save_began
             record["time/step"] = time.perf_counter() - step_began
             sinks.write(record)
@@ -379,7 +397,14 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
                 run.record_checkpoint(checkpoint)
             if "reward/mean" in record:
                 rewards.append(record["reward/mean"])
+            if stopping and step < steps - 1:
+                raise RunInterrupted(
+                    f"stopped by {stop.signal_name} after step {step} ({step + 1} of {steps} done); checkpoint saved. "
+                    f"Continue with: minds run --resume {run.path}",
+                    stop.signum or 0,
+                )
     finally:
+        stop.restore()
         for task in pending.values():
             task.cancel()
     return {
