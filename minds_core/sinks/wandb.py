@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ class WandbSink:
             project=config.metrics.wandb_project,
             name=config.metrics.wandb_run_name or config.name,
             config=redact(to_dict(config)),
-            id=saved or wandb.util.generate_id(),
+            id=saved or secrets.token_hex(4),
             resume="allow",
         )
         self.id_saved = saved == self.run.id
