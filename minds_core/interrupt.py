@@ -14,6 +14,7 @@ import asyncio
 import os
 import signal
 import sys
+import threading
 from types import FrameType
 from typing import Any
 
@@ -55,7 +56,9 @@ class StopOnSignal:
         return signal.Signals(self.signum).name if self.signum is not None else ""
 
     def install(self) -> None:
-        """Take over SIGINT and SIGTERM (call from the event loop's thread, the main thread)."""
+        """Take over SIGINT and SIGTERM (from the event loop's thread; signals reach only the main thread, elsewhere a no-op)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
         self._loop = asyncio.get_running_loop()
         for signum in SIGNALS:
             self._previous[signum] = signal.getsignal(signum)
