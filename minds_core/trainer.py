@@ -300,15 +300,14 @@ def _prepare(
 
 
 async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None) -> dict[str, Any]:
-    if resume_dir is not None:
-        check_resume_changes(resume_dir, config)
+    changed = sorted(check_resume_changes(resume_dir, config)) if resume_dir is not None else []
     config, plugins, envs, service, backend = _prepare(config, resume_dir, plugins)
     if resume_dir is None:
         RunDirectory.ensure_new(config)
     last = RunDirectory(resume_dir).last_checkpoint() if resume_dir is not None else None
     start = last.step + 1 if last else 0
     if resume_dir is not None:
-        log.info("resuming", run=str(resume_dir), step=start, checkpoint=last.state_path if last else None)
+        log.info("resuming", run=str(resume_dir), step=start, checkpoint=last.state_path if last else None, changed=changed)
     session = Session(config, plugins, envs, service)
     status = "errored"
     try:
