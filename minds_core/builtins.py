@@ -31,7 +31,7 @@ def minds_register_losses(register: Register) -> None:
 def minds_register_metric_sinks(register: Register) -> None:
     register("jsonl", lambda run_dir, config: JsonlSink(run_dir), "one JSON line per step in <run>/metrics.jsonl (always on)")
     register("console", lambda run_dir, config: ConsoleSink(config.trainer.steps), "progress bar with step, reward, s/step; summary at the end")
-    register("wandb", lambda run_dir, config: WandbSink(config), "Weights & Biases (needs the wandb extra and metrics.wandb_project)")
+    register("wandb", WandbSink, "Weights & Biases (needs the wandb extra and metrics.wandb_project)")
 
 
 @hookimpl

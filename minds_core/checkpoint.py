@@ -1,29 +1,48 @@
 """The run directory: resolved config, metrics/rollouts/checkpoint logs, and resume.
 
 ``runs/<name>/`` holds ``config.yaml`` (secrets redacted), ``metrics.jsonl``
-(one line per step), ``rollouts.jsonl`` (a few groups per step) and
+(one line per step), ``rollouts.jsonl`` (a few groups per step),
 ``checkpoints.jsonl`` (one line per saved state, written only after the state
-is on the service). Resuming continues after the last checkpoint; lines of
-later steps (written before a crash) are cut so no step is duplicated or lost.
+is on the service) and ``resumes.jsonl`` (one line per resume: its step and the
+settings it changed). A run claims its folder atomically: two runs never share
+one. Resuming continues after the last checkpoint; lines of later steps
+(written before a crash) are cut so no step is duplicated or lost. A resume may
+change how a run proceeds (steps, logging, concurrency, ...) but not what it
+is (``FIXED_ON_RESUME``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import time
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from minds_core.config import RunConfig, dump_yaml
+from minds_core.config import (
+    RunConfig,
+    build_config,
+    dump_yaml,
+    is_secret_key,
+    read_config_file,
+    redact,
+    shown_value,
+    to_dict,
+)
 from minds_core.errors import UsageError
 from minds_core.sinks.jsonl import METRICS_FILE, append_line
 
 CONFIG_FILE = "config.yaml"
 ROLLOUTS_FILE = "rollouts.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
+RESUMES_FILE = "resumes.jsonl"
+
+#: Config keys (and everything under them) that make a run what it is: a resume may not change them.
+FIXED_ON_RESUME = ("env", "envs", "model", "backend", "tinker.base_url", "seed", "name", "runs_dir")
 
 
 @attrs.frozen
@@ -48,10 +67,62 @@ def resume_config_path(run_dir: Path) -> Path:
 
 
 def default_run_name(config: RunConfig) -> str:
-    """``<first env>-<UTC time>``, safe as a folder name."""
+    """``<first env>-<UTC time>-<6 random hex digits>``, safe as a folder name; runs started in the same second differ."""
     env_ids = [e.id for e in config.environments] or ["run"]
     stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(env_ids[0]).name)
-    return f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    return f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
+
+
+def _exists_message(path: Path) -> str:
+    return f"run directory {path} already exists: pick another --name, or continue that run with --resume {path}"
+
+
+def check_resume_changes(run_dir: Path, config: RunConfig) -> dict[str, tuple[Any, Any]]:
+    """The settings ``config`` changes from the run saved in ``run_dir``; a UsageError when one is in FIXED_ON_RESUME.
+
+    Secret-named keys are not compared: secrets are never saved, so they are given again.
+    """
+    changes = config_changes(_saved_config(run_dir), config)
+    fixed = {key: change for key, change in changes.items() if _is_fixed(key)}
+    if fixed:
+        lines = "\n".join(f"  - {key}: {_show(key, old)} -> {_show(key, new)}" for key, (old, new) in fixed.items())
+        raise UsageError(
+            f"--resume {run_dir}: a resumed run cannot change what it trains (the task, model, LoRA rank or backend):\n{lines}\n"
+            "drop these overrides, or start a new run with them (minds run ... --name NEW_NAME)"
+        )
+    return changes
+
+
+def config_changes(old: RunConfig, new: RunConfig) -> dict[str, tuple[Any, Any]]:
+    """Dotted key -> (old, new) for every setting that differs; secret-named keys are left out."""
+    before, after = _flatten(to_dict(old)), _flatten(to_dict(new))
+    return {
+        key: (before.get(key), after.get(key))
+        for key in sorted(before.keys() | after.keys())
+        if before.get(key) != after.get(key) and not any(is_secret_key(part) for part in re.split(r"[.\[\]]+", key) if part)
+    }
+
+
+def _saved_config(run_dir: Path) -> RunConfig:
+    path = resume_config_path(run_dir)
+    return build_config(read_config_file(path), source=str(path))
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and (value or not prefix):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flatten(item, f"{prefix}{key}" if not prefix else f"{prefix}.{key}"))
+        return out
+    return {prefix: value}
+
+
+def _is_fixed(key: str) -> bool:
+    return any(key == root or key.startswith((f"{root}.", f"{root}[")) for root in FIXED_ON_RESUME)
+
+
+def _show(key: str, value: Any) -> str:
+    return shown_value(key.rpartition(".")[2], value)
 
 
 class RunDirectory:
@@ -62,26 +133,31 @@ class RunDirectory:
 
     @staticmethod
     def ensure_new(config: RunConfig) -> None:
-        """A UsageError when the run's directory already holds a run."""
+        """A UsageError when the run's directory already exists (checked early; ``create`` claims it atomically)."""
         path = Path(config.runs_dir) / config.name
-        if (path / CONFIG_FILE).exists():
-            raise UsageError(f"run directory {path} already exists: pick another --name, or continue it with --resume {path}")
+        if path.exists():
+            raise UsageError(_exists_message(path))
 
     @classmethod
     def create(cls, config: RunConfig) -> RunDirectory:
-        """A new run directory holding the resolved config."""
-        cls.ensure_new(config)
+        """Claim a new run directory (one mkdir: of two runs racing for a name, exactly one wins) and write the config."""
         path = Path(config.runs_dir) / config.name
-        path.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            raise UsageError(_exists_message(path)) from None
         run = cls(path)
         run.write_config(config)
         return run
 
     @classmethod
     def resume(cls, path: Path, config: RunConfig, next_step: int) -> RunDirectory:
-        """An existing run continued at ``next_step``: later lines are cut, the config (with overrides) rewritten."""
+        """An existing run continued at ``next_step``: later lines are cut, the changed settings recorded, the config rewritten."""
         run = cls(path)
+        changes = config_changes(_saved_config(path), config)
         run.truncate_after(next_step)
+        append_line(path / RESUMES_FILE, {"step": next_step, "time": time.time(), "changed": redact({k: list(v) for k, v in changes.items()})})
         run.write_config(config)
         return run
 
@@ -98,7 +174,13 @@ class RunDirectory:
         return saved[-1] if saved else None
 
     def record_checkpoint(self, checkpoint: Checkpoint) -> None:
-        append_line(self.path / CHECKPOINTS_FILE, attrs.asdict(checkpoint))
+        """Append ``checkpoint``; earlier lines naming the same state (a rolling slot now overwritten) are dropped."""
+        path = self.path / CHECKPOINTS_FILE
+        rows = read_jsonl(path)
+        if any(row.get("state_path") == checkpoint.state_path for row in rows):
+            kept = [row for row in rows if row.get("state_path") != checkpoint.state_path]
+            _rewrite_jsonl(path, kept)
+        append_line(path, attrs.asdict(checkpoint))
 
     def log_rollouts(self, records: list[dict[str, Any]]) -> None:
         for record in records:
@@ -110,10 +192,14 @@ class RunDirectory:
             path = self.path / name
             if not path.exists():
                 continue
-            kept = [row for row in read_jsonl(path) if int(row.get("step", -1)) < next_step]
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in kept), encoding="utf-8")
-            os.replace(tmp, path)
+            _rewrite_jsonl(path, [row for row in read_jsonl(path) if int(row.get("step", -1)) < next_step])
+
+
+def _rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Replace a jsonl file's lines at once (a kill leaves the old file or the new one)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

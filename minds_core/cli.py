@@ -172,6 +172,14 @@ def _run_command(args: argparse.Namespace, evaluate: bool) -> int:
     resume = None if evaluate else args.resume
     config = _resolve_config(args, resume)
     if args.dry_run:
+        from minds_core.names import check_names
+        from minds_core.plugins import load_plugins
+
+        check_names(config, load_plugins().registry)
+        if resume:
+            from minds_core.checkpoint import check_resume_changes
+
+            check_resume_changes(Path(resume), config)
         print(dump_yaml(config), end="")
         return 0
     from minds_core import trainer
@@ -195,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from minds_core import logs
     from minds_core.errors import MindsError
+    from minds_core.interrupt import RunInterrupted
 
     logs.configure(args.log_format, args.log_level)
     try:
@@ -203,6 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "envs":
             return _envs_command(args)
         return _run_command(args, evaluate=args.command == "eval")
+    except RunInterrupted as exc:
+        print(f"minds: {exc}", file=sys.stderr)
+        return exc.exit_code
     except MindsError as exc:
         print(f"minds: error: {exc}", file=sys.stderr)
         return exc.exit_code

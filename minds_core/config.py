@@ -129,7 +129,7 @@ class TrainerConfig:
     advantage: str = _field("group_mean", help="a registered advantage estimator")
     max_steps_off_policy: int = _field(0, _non_negative)
     kl_penalty: float = _field(0.0, _finite(_non_negative), help="coefficient of a KL penalty to the base model")
-    save_every: int = _field(0, _non_negative, help="steps between checkpoints, 0 = only at the end")
+    save_every: int = _field(5, _non_negative, help="steps between rolling state-only checkpoints (the last two kept), 0 = none; the last step is always saved")
     resume_from: str = _field("", help="tinker:// path of saved weights to start from")
 
 
@@ -182,6 +182,10 @@ _SECRET_KEY = re.compile(
 #: Token-named settings that are not secrets (special tokens, counts).
 _NOT_SECRET = re.compile(r"(^|_)(stop|eos|bos|pad|unk|sep|cls|mask|special|max|num)_tokens?$", re.IGNORECASE)
 REDACTED = "***"
+#: What an error message shows instead of a secret-named key's value.
+HIDDEN = "value not shown: the key holds a secret"
+#: Secret-named keys whose lists hold names of variables (``secrets = ["OPENAI_API_KEY"]``), not values.
+_NAMES_LIST = re.compile(r"(^|_)secrets?$", re.IGNORECASE)
 
 
 # ---------------------------------------------------------------- converter
@@ -270,7 +274,14 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file not found: {path}")
     if path.is_dir():
         raise ConfigError(f"config path is a directory, not a file: {path}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        bad = exc.object[exc.start : exc.start + 1].hex()
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{bad} at offset {exc.start}); save the file as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
     if path.suffix == ".toml":
         try:
             data = tomllib.loads(text)
@@ -334,7 +345,7 @@ def _checks(obj: Any, path: str) -> Iterable[str]:
         if check is not None and value is not None:
             problem = check(value)
             if problem:
-                yield f"{where} = {value!r}: {problem}"
+                yield f"{where} = {shown_value(field.name, value)}: {problem}"
         if attrs.has(type(value)):
             yield from _checks(value, f"{where}.")
         elif isinstance(value, list):
@@ -357,8 +368,17 @@ def _structure_errors(exc: BaseException) -> list[str]:
     out = []
     for message in messages:
         text, _, where = message.rpartition(" @ ")
-        out.append(f"{where.removeprefix('$.').removeprefix('$')}: {text}")
+        where = where.removeprefix("$.").removeprefix("$")
+        if is_secret_key(re.sub(r"\[\d+\]$", "", where).rpartition(".")[2]):
+            expected = text.partition(", got ")[0] if text.startswith("expected ") else "invalid value"
+            text = f"{expected} ({HIDDEN})"
+        out.append(f"{where}: {text}")
     return out
+
+
+def shown_value(key: str, value: Any) -> str:
+    """``repr(value)`` for messages, or a placeholder when ``key`` holds a secret."""
+    return HIDDEN if is_secret_key(key) else repr(value)
 
 
 # ---------------------------------------------------------------- overrides
@@ -439,7 +459,7 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         value = _parse_for_type(tp, text)
     except (ValueError, yaml.YAMLError):
         name = getattr(_unwrap(tp), "__name__", str(tp))
-        raise ConfigError(f"--set {key}={text!r}: expected a value of type {name}") from None
+        raise ConfigError(f"--set {key}={shown_value(parts[-1], text)}: expected a value of type {name}") from None
     if parts[0] == "env" and not isinstance(data.get("env"), dict):
         data["env"] = {}
     _set_path(data, parts, value)
@@ -495,16 +515,16 @@ def to_dict(config: RunConfig) -> dict[str, Any]:
 
 
 def redact(value: Any) -> Any:
-    """A copy with secret values (api keys, tokens, secrets) replaced by ***."""
+    """A copy with secret values (api keys, tokens, secrets; strings, numbers, anything) replaced by ***."""
     if isinstance(value, Mapping):
-        return {k: (_redact_all(v) if is_secret_key(str(k)) else redact(v)) for k, v in value.items()}
+        return {k: (_redact_all(v, str(k)) if is_secret_key(str(k)) else redact(v)) for k, v in value.items()}
     if isinstance(value, list):
         return [redact(v) for v in value]
     return value
 
 
 def is_secret_key(key: str) -> bool:
-    """Whether a config key holds a secret (its string values are never shown or written)."""
+    """Whether a config key holds a secret (its values are never shown or written, whatever their type)."""
     return bool(_SECRET_KEY.search(key)) and not _NOT_SECRET.search(key) and not key.lower().endswith("_env")
 
 
@@ -521,13 +541,20 @@ def _drop_redacted(value: Any, path: str, dropped: list[str]) -> Any:
     return kept
 
 
-def _redact_all(value: Any) -> Any:
-    """Values under a secret-named key; a list there names variables (kept), it holds no values."""
+def _redact_all(value: Any, key: str) -> Any:
+    """Values under the secret-named ``key``, all replaced by ***.
+
+    Kept: unset values (None, ""), switches (booleans), and a ``secrets`` list, which
+    names variables and holds no values.
+    """
     if isinstance(value, Mapping):
-        return {k: _redact_all(v) for k, v in value.items()}
+        return {k: _redact_all(v, key) for k, v in value.items()}
     if isinstance(value, list):
+        names = _NAMES_LIST.search(key) and all(isinstance(v, str) for v in value)
+        return value if names else [_redact_all(v, key) for v in value]
+    if value is None or value == "" or isinstance(value, bool):
         return value
-    return REDACTED if isinstance(value, str) and value else value
+    return REDACTED
 
 
 def dump_yaml(config: RunConfig) -> str:

@@ -39,6 +39,12 @@ KNOWN_ENVIRONMENT_PACKAGES: dict[str, str] = {
 }
 
 
+def singular(kind: str) -> str:
+    """A registry kind as one thing, for messages: ``losses`` -> ``loss``, ``metric_sinks`` -> ``metric sink``."""
+    one = kind[:-2] if kind.endswith("sses") else kind[:-1]
+    return one.replace("_", " ")
+
+
 @attrs.frozen
 class Entry:
     """One registered part and the plugin that registered it."""
@@ -76,13 +82,13 @@ class Registry:
     def add(self, kind: str, name: str, obj: Any, description: str, plugin: str) -> None:
         """Register ``name``; raises PluginError naming both plugins on a duplicate."""
         if not isinstance(name, str) or not name:
-            raise PluginError(f"{kind[:-1]} name must be a non-empty string, got {name!r}")
+            raise PluginError(f"{singular(kind)} name must be a non-empty string, got {name!r}")
         existing = self._entries[kind].get(name)
         if existing is not None:
             owners = self._conflicts.setdefault((kind, name), [existing.plugin])
             owners.append(plugin)
             raise PluginError(
-                f"{kind[:-1].replace('_', ' ')} {name!r} is registered by both "
+                f"{singular(kind)} {name!r} is registered by both "
                 f"{existing.plugin!r} and {plugin!r}; uninstall or disable one "
                 f"(MINDS_DISABLE_PLUGINS={plugin})"
             )
@@ -93,7 +99,7 @@ class Registry:
         owners = self._conflicts.get((kind, name))
         if owners:
             raise PluginError(
-                f"{kind[:-1].replace('_', ' ')} {name!r} is registered by several plugins "
+                f"{singular(kind)} {name!r} is registered by several plugins "
                 f"({', '.join(owners)}); disable all but one with MINDS_DISABLE_PLUGINS"
             )
         try:
@@ -115,7 +121,7 @@ class Registry:
         return [self._entries[kind][n] for n in self.names(kind)]
 
     def _unknown_message(self, kind: str, name: str) -> str:
-        label = kind[:-1].replace("_", " ")
+        label = singular(kind)
         known = self.names(kind)
         message = f"unknown {label} {name!r}{did_you_mean(name, known)}."
         message += f" Available: {', '.join(known) if known else '(none)'}."

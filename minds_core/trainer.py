@@ -22,13 +22,15 @@ import tinker
 from minds_core.advantages import kl_penalized, kl_terms
 from minds_core.backends import choose_backend
 from minds_core.backends.retry import Backoff, ServiceCallError, call_service, send_now, settle
-from minds_core.checkpoint import Checkpoint, RunDirectory, default_run_name
+from minds_core.checkpoint import Checkpoint, RunDirectory, check_resume_changes, default_run_name
 from minds_core.config import EnvConfig, RunConfig
 from minds_core.datums import build_datum
 from minds_core.envs.loading import load_environment
 from minds_core.envs.types import Context, Task
 from minds_core.errors import ConfigError, MindsError, UsageError
+from minds_core.interrupt import RunInterrupted, StopOnSignal
 from minds_core.logs import get_logger
+from minds_core.names import check_names
 from minds_core.losses import CustomLoss
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
@@ -134,6 +136,7 @@ class Session:
         self.settings: list[EpisodeSettings] = []
         self.base_sampler: Any = None
         self.backoff = Backoff()
+        self.rolling_saves = 0
 
     async def start(self, state_path: str | None, with_optimizer: bool) -> None:
         """Create (or restore) the policy's training client."""
@@ -295,14 +298,27 @@ class Session:
             raise
         return {f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}
 
-    async def save(self, step: int) -> Checkpoint:
-        """Save weights + optimizer (to resume) and sampler weights (to sample from); recorded by the caller."""
-        name, where = f"step-{step:06d}", f"step {step}"
+    async def save(self, step: int, rolling: bool = False) -> Checkpoint:
+        """Save weights + optimizer (to resume) and sampler weights (to sample from); recorded by the caller.
+
+        ``rolling``: the state only, in one of two slots taken in turn, so periodic saves
+        replace the older one instead of piling up. Transient service failures are retried.
+        """
+        where = f"step {step}"
+        if rolling:
+            self.rolling_saves += 1
+            name = f"rolling-{self.rolling_saves % 2}"
+        else:
+            name = f"step-{step:06d}"
         save_state = lambda: self.training_client.save_state(name, overwrite=True)
-        save_sampler = lambda: self.training_client.save_weights_for_sampler(name)
-        state, sampler = send_now(save_state), send_now(save_sampler)
+        state = send_now(save_state)
+        sampler_path = None
+        if not rolling:
+            save_sampler = lambda: self.training_client.save_weights_for_sampler(name)
+            sampler = send_now(save_sampler)
         state_path = (await call_service(where, "save_state", save_state, self.backoff, state))[0].path
-        sampler_path = (await call_service(where, "save_weights_for_sampler", save_sampler, self.backoff, sampler))[0].path
+        if not rolling:
+            sampler_path = (await call_service(where, "save_weights_for_sampler", save_sampler, self.backoff, sampler))[0].path
         log.info("checkpoint saved", step=step, path=state_path, sampler_path=sampler_path)
         return Checkpoint(step=step, state_path=state_path, sampler_path=sampler_path)
 
@@ -318,12 +334,7 @@ async def _prepare(
         config = attrs.evolve(config, name=resume_dir.name, runs_dir=str(resume_dir.parent))
     elif not config.name:
         config = attrs.evolve(config, name=default_run_name(config))
-    for kind, name, key in (
-        ("losses", config.trainer.loss_fn, "trainer.loss_fn"),
-        ("advantage_estimators", config.trainer.advantage, "trainer.advantage"),
-        *(("metric_sinks", sink, "metrics.sinks") for sink in config.metrics.sinks),
-    ):
-        plugins.registry.lookup(kind, name, key)
+    check_names(config, plugins.registry)
     choice = choose_backend(config)
     backend = choice.name
     factory = plugins.registry.lookup("backends", backend, "backend").obj
@@ -335,13 +346,14 @@ async def _prepare(
 
 
 async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None) -> dict[str, Any]:
+    changed = sorted(check_resume_changes(resume_dir, config)) if resume_dir is not None else []
     config, plugins, envs, service, backend = await _prepare(config, resume_dir, plugins)
     if resume_dir is None:
         RunDirectory.ensure_new(config)
     last = RunDirectory(resume_dir).last_checkpoint() if resume_dir is not None else None
     start = last.step + 1 if last else 0
     if resume_dir is not None:
-        log.info("resuming", run=str(resume_dir), step=start, checkpoint=last.state_path if last else None)
+        log.info("resuming", run=str(resume_dir), step=start, checkpoint=last.state_path if last else None, changed=changed)
     session = Session(config, plugins, envs, service)
     status = "errored"
     try:
@@ -358,7 +370,7 @@ async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | 
             status = "success"
         finally:
             sinks.close(summary)  # also on an error or Ctrl-C: the progress bar stops, files stay whole
-    except (KeyboardInterrupt, asyncio.CancelledError):
+    except (KeyboardInterrupt, asyncio.CancelledError, RunInterrupted):
         status = "interrupted"
         raise
     finally:
@@ -404,6 +416,8 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
     next_launch = start
     rewards: list[float] = []
     began = time.perf_counter()
+    stop = StopOnSignal(f"minds run --resume {run.path}")
+    stop.install()
     try:
         for step in range(start, steps):
             step_began = time.perf_counter()
@@ -433,8 +447,11 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
             run.log_rollouts(rollout_records(step, batch.groups, advantages, cfg.metrics.rollouts_per_step))
             checkpoint = None
             save_began = time.perf_counter()
-            if step == steps - 1 or (cfg.trainer.save_every and (step + 1) % cfg.trainer.save_every == 0):
+            stopping = stop.requested
+            if step == steps - 1 or stopping:
                 checkpoint = await session.save(step)
+            elif cfg.trainer.save_every and (step + 1) % cfg.trainer.save_every == 0:
+                checkpoint = await session.save(step, rolling=True)
             record["time/save"] = time.perf_counter() - save_began
             record["time/step"] = time.perf_counter() - step_began
             sinks.write(record)
@@ -442,7 +459,14 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
                 run.record_checkpoint(checkpoint)
             if "reward/mean" in record:
                 rewards.append(record["reward/mean"])
+            if stopping and step < steps - 1:
+                raise RunInterrupted(
+                    f"stopped by {stop.signal_name} after step {step} ({step + 1} of {steps} done); checkpoint saved. "
+                    f"Continue with: minds run --resume {run.path}",
+                    stop.signum or 0,
+                )
     finally:
+        stop.restore()
         for task in pending.values():
             task.cancel()
     return {

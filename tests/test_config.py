@@ -34,6 +34,7 @@ CORPUS = {
     "zero_env_weight.yaml": "envs[0].weight = 0.0: must be > 0",
     "reward_without_name.toml": "env.rewards[0].name: required key is missing",
     "config.json": "unknown config format '.json'",
+    "not_utf8.toml": "not_utf8.toml:1: not UTF-8 text (byte 0xe9 at offset 11)",
     "missing.toml": "config file not found",
 }
 
@@ -100,7 +101,7 @@ def test_seed_000_layout_maps_to_canonical_keys(tmp_path):
 
 
 def test_secrets_are_redacted_in_dry_run(capsys):
-    code = main(["run", "--env", "x", "--set", "tinker.api_key=tml-supersecret",
+    code = main(["run", "--env", "ghost_trace", "--set", "tinker.api_key=tml-supersecret",
                  "--set", "env.args.secrets={openai_api_key: sk-abc}", "--set", "env.args.token=t0k", "--dry-run"])
     out = capsys.readouterr().out
     assert code == 0

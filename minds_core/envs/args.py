@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from minds_core.config import shown_value
 from minds_core.errors import ConfigError
 
 
@@ -19,9 +20,9 @@ def is_finite_number(value: Any) -> bool:
 
 
 def require(ok: bool, name: str, value: Any, requirement: str) -> None:
-    """Raise a ConfigError ``env.args.NAME = VALUE: REQUIREMENT`` unless ``ok``."""
+    """Raise a ConfigError ``env.args.NAME = VALUE: REQUIREMENT`` unless ``ok`` (a secret-named key's value is not shown)."""
     if not ok:
-        raise ConfigError(f"env.args.{name} = {value!r}: {requirement}")
+        raise ConfigError(f"env.args.{name} = {shown_value(name, value)}: {requirement}")
 
 
 def int_arg(name: str, value: Any, low: int, high: int | None = None) -> int:

@@ -6,7 +6,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from minds_core.config import EnvConfig, RewardRef
+from minds_core.config import EnvConfig, RewardRef, is_secret_key
 from minds_core.envs.rubric import Rubric
 from minds_core.errors import ConfigError
 from minds_core.plugins import Registry
@@ -18,14 +18,29 @@ def is_path_like(env_id: str) -> bool:
 
 
 def call_loader(label: str, loader: Any, args: dict[str, Any]) -> Any:
-    """Call an environment loader with [env.args], turning a signature mismatch into a ConfigError."""
+    """Call an environment loader with [env.args]; a signature mismatch is a ConfigError listing the accepted arguments."""
     try:
-        inspect.signature(loader).bind(**args)
+        signature = inspect.signature(loader)
+    except (TypeError, ValueError):  # no signature (builtins): let the call decide
+        return loader(**args)
+    try:
+        signature.bind(**args)
     except TypeError as exc:
-        raise ConfigError(f"environment {label}: bad [env.args] {sorted(args)}: {exc}") from None
-    except ValueError:  # no signature (builtins): let the call decide
-        pass
+        raise ConfigError(f"environment {label}: bad [env.args] {sorted(args)}: {exc}; {_accepted(signature)}") from None
     return loader(**args)
+
+
+def _accepted(signature: inspect.Signature) -> str:
+    """The keyword arguments a loader takes, with defaults, as a message fragment."""
+    params = [p for p in signature.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    shown = [p.name if p.default is p.empty or is_secret_key(p.name) else f"{p.name} (default {p.default!r})" for p in params]
+    required = [p.name for p in params if p.default is p.empty]
+    text = f"accepted arguments: {', '.join(shown) or 'none'}"
+    if required:
+        text += f"; required: {', '.join(required)}"
+    if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+        text += "; any other keyword is passed on"
+    return text
 
 
 def _rubric(refs: list[RewardRef], registry: Registry, where: str) -> list[tuple[str, Any, float]]:

@@ -1,32 +1,61 @@
-"""The wandb sink: only when installed and configured (metrics.wandb_project)."""
+"""The wandb sink: only when installed and configured (metrics.wandb_project).
+
+A run keeps one W&B run across resumes: its id is written to ``<run_dir>/wandb.json``
+with the first record, and a resumed run logs to that id again, its steps
+continuing where the run stopped.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
+from pathlib import Path
 from typing import Any
 
 from minds_core.config import RunConfig, redact, to_dict
 from minds_core.errors import UsageError
 
+ID_FILE = "wandb.json"
+
 
 class WandbSink:
-    """Logs each step's record to a Weights & Biases run."""
+    """Logs each step's record to a Weights & Biases run; a resumed run continues the same W&B run."""
 
-    def __init__(self, config: RunConfig) -> None:
+    def __init__(self, run_dir: Path, config: RunConfig) -> None:
         if not config.metrics.wandb_project:
             raise UsageError('metric sink "wandb" needs metrics.wandb_project (e.g. --set metrics.wandb_project=my-project)')
         try:
             import wandb
         except ImportError:
             raise UsageError('metric sink "wandb" needs the wandb package: pip install "minds-core[wandb]"') from None
+        self.id_file = Path(run_dir) / ID_FILE
+        saved = _saved_id(self.id_file)
         self.run = wandb.init(
             project=config.metrics.wandb_project,
             name=config.metrics.wandb_run_name or config.name,
             config=redact(to_dict(config)),
+            id=saved or secrets.token_hex(4),
+            resume="allow",
         )
+        self.id_saved = saved == self.run.id
 
     def write(self, record: dict[str, Any]) -> None:
+        if not self.id_saved:  # with the first record: the run directory exists by then
+            tmp = self.id_file.with_name(f".{ID_FILE}.tmp")
+            tmp.write_text(json.dumps({"id": self.run.id, "project": self.run.project}), encoding="utf-8")
+            os.replace(tmp, self.id_file)
+            self.id_saved = True
         self.run.log(record, step=int(record["step"]))
 
     def close(self, summary: dict[str, Any]) -> None:
         self.run.summary.update(summary)
         self.run.finish()
+
+
+def _saved_id(path: Path) -> str | None:
+    """The W&B run id an earlier session of this run wrote, if any."""
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8"))["id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

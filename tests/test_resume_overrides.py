@@ -1,0 +1,76 @@
+"""--resume may change how a run proceeds (recorded), never what it trains (exit 2 naming the key)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from minds_core import logs, trainer
+from minds_core.checkpoint import RESUMES_FILE, read_jsonl
+from minds_core.cli import main
+from minds_core.config import load_config
+from minds_core.plugins import load_plugins
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
+import minds_toy_plugin  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def plugins():
+    logs.configure("json", "warning")
+    return load_plugins(extra=[("toy", minds_toy_plugin)])
+
+
+@pytest.fixture(scope="module")
+def finished_run(plugins, tmp_path_factory) -> Path:
+    runs = tmp_path_factory.mktemp("runs")
+    config = load_config(None, ["env.id=toy_char_share", "env.args.num_tasks=3", "trainer.steps=2",
+                                "trainer.group_size=2", "trainer.groups_per_batch=1", "sampling.max_tokens=4",
+                                "metrics.sinks=[jsonl]", f"runs_dir={runs}", "name=r", "backend=local"])
+    trainer.train(config, plugins=plugins)
+    return runs / "r"
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        (["--env", "toy_flaky"], "env.id: 'toy_char_share' -> 'toy_flaky'"),
+        (["--set", "env.args.num_tasks=4"], "env.args.num_tasks: 3 -> 4"),
+        (["--model", "Qwen/Qwen3-8B"], "model.base_model: 'minds-tiny' -> 'Qwen/Qwen3-8B'"),
+        (["--set", "model.lora_rank=4"], "model.lora_rank: 8 -> 4"),
+        (["--backend", "tinker"], "backend: 'local' -> 'tinker'"),
+        (["--set", "tinker.base_url=http://127.0.0.1:9"], "tinker.base_url: '' -> 'http://127.0.0.1:9'"),
+        (["--set", "seed=3"], "seed: 0 -> 3"),
+    ],
+)
+def test_changing_what_the_run_is_is_refused_with_exit_2(finished_run, override, key, capsys):
+    before = {p.name: p.read_bytes() for p in finished_run.iterdir()}
+    code = main(["run", "--resume", str(finished_run), *override, "--set", "trainer.steps=3"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert key in err and "Traceback" not in err
+    assert "start a new run" in err
+    assert {p.name: p.read_bytes() for p in finished_run.iterdir()} == before
+
+
+def test_dry_run_of_a_resume_checks_the_same(finished_run, capsys):
+    assert main(["run", "--resume", str(finished_run), "--set", "model.lora_rank=2", "--dry-run"]) == 2
+    assert "model.lora_rank: 8 -> 2" in capsys.readouterr().err
+    assert main(["run", "--resume", str(finished_run), "--set", "rollout.concurrency=2", "--dry-run"]) == 0
+
+
+def test_harmless_changes_are_allowed_and_recorded(plugins, finished_run):
+    config = load_config(finished_run / "config.yaml", ["trainer.steps=3", "rollout.concurrency=2",
+                                                        "metrics.rollouts_per_step=1", "tinker.api_key=tml-again"],
+                         drop_redacted=True)
+    trainer.train(config, resume_dir=finished_run, plugins=plugins)
+    assert [row["step"] for row in read_jsonl(finished_run / "metrics.jsonl")] == [0, 1, 2]
+    (resume,) = read_jsonl(finished_run / RESUMES_FILE)
+    assert resume["step"] == 2
+    assert resume["changed"] == {"trainer.steps": [2, 3], "rollout.concurrency": [64, 2], "metrics.rollouts_per_step": [2, 1]}
+    saved = (finished_run / "config.yaml").read_text()
+    assert "concurrency: 2" in saved and "steps: 3" in saved
+    assert "tml-again" not in json.dumps(resume) and "tml-again" not in saved

@@ -1,0 +1,75 @@
+"""--resume with the wandb sink logs to the same W&B run (same id), its steps continuing (wandb in offline mode)."""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from minds_core import logs, trainer
+from minds_core.config import load_config
+from minds_core.plugins import load_plugins
+
+wandb = pytest.importorskip("wandb", reason="the wandb sink's test needs wandb (the dev extra installs it)")
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
+import minds_toy_plugin  # noqa: E402
+
+BLOCK = 32768  # the .wandb file is a LevelDB-style log of protobuf records, after a 7-byte W&B header
+
+
+def _records(path: Path):
+    from wandb.proto import wandb_internal_pb2
+
+    data, pos, parts = path.read_bytes(), 7, b""
+    while pos + 7 <= len(data):
+        left = BLOCK - pos % BLOCK
+        if left < 7:
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if kind == 0 and length == 0:
+            break
+        parts += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a full record, or the last piece of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(parts)
+            parts = b""
+            yield record
+
+
+def _offline_runs(wandb_dir: Path) -> list[tuple[str, list[int]]]:
+    """(run id, logged steps) of each offline W&B session, oldest first."""
+    out = []
+    for path in sorted((wandb_dir / "wandb").glob("offline-run-*/run-*.wandb")):
+        run_id, steps = None, []
+        for record in _records(path):
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                run_id = record.run.run_id
+            elif kind == "history":
+                steps.append(record.history.step.num)
+        out.append((run_id, steps))
+    return out
+
+
+def test_resume_continues_the_same_wandb_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    logs.configure("json", "warning")
+    plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
+    common = ["env.id=toy_char_share", "trainer.group_size=2", "trainer.groups_per_batch=1", "sampling.max_tokens=4",
+              "metrics.sinks=[jsonl, wandb]", "metrics.wandb_project=minds-test", f"runs_dir={tmp_path / 'runs'}", "name=r"]
+    trainer.train(load_config(None, [*common, "trainer.steps=3"]), plugins=plugins)
+    run = tmp_path / "runs" / "r"
+    resumed = load_config(run / "config.yaml", ["trainer.steps=5"], drop_redacted=True)
+    trainer.train(resumed, resume_dir=run, plugins=plugins)
+
+    (first_id, first_steps), (second_id, second_steps) = _offline_runs(tmp_path)
+    assert first_id == second_id
+    assert (first_steps, second_steps) == ([0, 1, 2], [3, 4])
+    assert first_id in (run / "wandb.json").read_text()
