@@ -172,7 +172,9 @@ def _run_command(args: argparse.Namespace, evaluate: bool) -> int:
     resume = None if evaluate else args.resume
     config = _resolve_config(args, resume)
     if args.dry_run:
-        print(dump_yaml(config), end="")
+        from minds_core.presets import describe
+
+        print("".join(f"# {line}\n" for line in describe(config)) + dump_yaml(config), end="")
         return 0
     from minds_core import trainer
 

@@ -16,7 +16,10 @@ import cattrs
 import yaml
 from cattrs.errors import IterableValidationError, IterableValidationNote
 
+from minds_core.aggregation import AGGREGATIONS
 from minds_core.errors import ConfigError, did_you_mean
+from minds_core.lr_schedules import LR_SCHEDULES
+from minds_core.presets import PRESETS, apply_preset
 
 DEFAULT_BASE_MODEL = "minds-tiny"
 
@@ -115,10 +118,14 @@ class RolloutConfig:
 
 @attrs.define
 class TrainerConfig:
+    preset: str = _field("", _one_of("", *PRESETS), help="a named recipe (grpo, dr_grpo, dapo, gspo); explicit keys override it")
     steps: int = _field(20, _at_least(1))
     group_size: int = _field(8, _at_least(1))
     groups_per_batch: int = _field(4, _at_least(1))
     learning_rate: float = _field(1e-3, _finite(_positive))
+    lr_schedule: str = _field("constant", _one_of(*LR_SCHEDULES), help="constant, linear or cosine decay after the warmup")
+    lr_warmup_steps: int = _field(0, _non_negative, help="steps of linear warmup from learning_rate / lr_warmup_steps")
+    lr_min_ratio: float = _field(0.0, lambda v: None if 0 <= v <= 1 else "must be in [0, 1]", help="where linear/cosine decay ends, as a share of learning_rate")
     beta1: float = _field(0.9, lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
     beta2: float = _field(0.95, lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
     eps: float = _field(1e-12, _finite(_positive))
@@ -127,8 +134,10 @@ class TrainerConfig:
     loss_fn: str = _field("importance_sampling", help="a registered loss (minds plugins)")
     loss_fn_config: dict[str, float] = _field({})
     advantage: str = _field("group_mean", help="a registered advantage estimator")
+    loss_aggregation: str = _field("sum", _one_of(*AGGREGATIONS), help="how per-token terms combine: sum, token_mean, sequence_mean, fixed_length")
     max_steps_off_policy: int = _field(0, _non_negative)
-    kl_penalty: float = _field(0.0, _finite(_non_negative), help="coefficient of a KL penalty to the base model")
+    kl_penalty: float = _field(0.0, _finite(_non_negative), help="coefficient of a KL penalty to the base model (or kl_reference)")
+    kl_reference: str = _field("", help="tinker:// sampler weights to measure the KL against instead of the base model")
     save_every: int = _field(0, _non_negative, help="steps between checkpoints, 0 = only at the end")
     resume_from: str = _field("", help="tinker:// path of saved weights to start from")
 
@@ -450,7 +459,7 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
 
 def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
     """Validate a raw mapping into a RunConfig; all problems are reported together."""
-    data = _apply_legacy_keys(dict(data))
+    data = apply_preset(_apply_legacy_keys(dict(data)))
     problems = list(_unknown_keys(data, RunConfig, ""))
     if not problems:
         try:

@@ -20,6 +20,7 @@ import attrs
 import tinker
 
 from minds_core.advantages import kl_penalized, kl_terms
+from minds_core.aggregation import token_scales
 from minds_core.backends import choose_backend
 from minds_core.checkpoint import Checkpoint, RunDirectory, default_run_name
 from minds_core.config import EnvConfig, RunConfig
@@ -28,6 +29,7 @@ from minds_core.envs.loading import load_environment
 from minds_core.envs.types import Context, Task
 from minds_core.errors import ConfigError, MindsError, UsageError
 from minds_core.logs import get_logger
+from minds_core.lr_schedules import learning_rate
 from minds_core.losses import CustomLoss
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
@@ -153,7 +155,12 @@ class Session:
         except (TemplateError, *_REJECTED) as exc:
             raise UsageError(f"cannot start training on {cfg.model.base_model!r}: {exc}") from None
         self.settings = [EpisodeSettings(self.renderer, _sampling_params(cfg, h.cfg), cfg.rollout) for h in self.envs]
-        if cfg.trainer.kl_penalty > 0:
+        if cfg.trainer.kl_penalty > 0 and cfg.trainer.kl_reference:
+            try:
+                self.base_sampler = await self.service.create_sampling_client(model_path=cfg.trainer.kl_reference)
+            except _REJECTED as exc:
+                raise UsageError(f"trainer.kl_reference = {cfg.trainer.kl_reference!r} cannot be sampled from: {exc}") from None
+        elif cfg.trainer.kl_penalty > 0:
             self.base_sampler = await self.service.create_sampling_client(base_model=cfg.model.base_model)
 
     async def policy(self, version: int) -> Policy:
@@ -217,6 +224,9 @@ class Session:
         coef = self.config.trainer.kl_penalty
         datums, advantages, extra = [], {}, {}
         kl_values: list[float] = []
+        trained = [r for g in batch.groups if not g.dropped for r in g.ok_rollouts]
+        lengths = [r.conversation.sampled_tokens for r in trained]
+        scales = dict(zip(map(id, trained), token_scales(self.config.trainer.loss_aggregation, lengths, self.config.sampling.max_tokens)))
         for group in batch.groups:
             if group.dropped:
                 continue
@@ -229,23 +239,25 @@ class Session:
                     terms = kl_terms(conv.logprobs, base[id(rollout)], conv.sampled)
                     per_token = kl_penalized(float(advantage), terms, coef)
                     kl_values.extend(t for t, s in zip(terms, conv.sampled) if s)
+                per_token = [a * scales[id(rollout)] for a in per_token]
                 if len(conv.tokens) < 2 or not any(a != 0 and s for a, s in zip(per_token, conv.sampled)):
                     continue
-                datums.append(build_datum(conv.tokens, conv.sampled, conv.logprobs, per_token))
+                datums.append(build_datum(conv.tokens, conv.sampled, conv.logprobs, per_token, self.loss == "gspo"))
         if kl_values:
-            extra["kl/sampler_base"] = statistics.fmean(kl_values)
+            extra["kl/sampler_reference" if self.config.trainer.kl_reference else "kl/sampler_base"] = statistics.fmean(kl_values)
         return datums, advantages, extra
 
-    async def train_step(self, datums: list[tinker.Datum]) -> dict[str, float]:
+    async def train_step(self, datums: list[tinker.Datum], step: int) -> dict[str, float]:
         """Submit forward_backward and optim_step back to back, then await both."""
         cfg = self.config.trainer
+        rate = learning_rate(step, cfg.steps, cfg.learning_rate, cfg.lr_schedule, cfg.lr_warmup_steps, cfg.lr_min_ratio)
         if isinstance(self.loss, CustomLoss):
             forward_backward = self.training_client.forward_backward_custom(datums, self.loss.fn)
         else:
             forward_backward = self.training_client.forward_backward(datums, self.loss, dict(cfg.loss_fn_config) or None)
         optim = self.training_client.optim_step(
             tinker.types.AdamParams(
-                learning_rate=cfg.learning_rate,
+                learning_rate=rate,
                 beta1=cfg.beta1,
                 beta2=cfg.beta2,
                 eps=cfg.eps,
@@ -255,7 +267,7 @@ class Session:
         )
         result = await forward_backward
         await optim
-        return {f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}
+        return {"train/learning_rate": rate, **{f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}}
 
     async def save(self, step: int) -> Checkpoint:
         """Save weights + optimizer (to resume) and sampler weights (to sample from); recorded by the caller."""
@@ -355,7 +367,7 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
             waited = time.perf_counter() - step_began
             datums, advantages, extra = await session.datums(batch)
             train_began = time.perf_counter()
-            train_metrics = await session.train_step(datums) if datums else {"train/skipped": 1.0}
+            train_metrics = await session.train_step(datums, step) if datums else {"train/skipped": 1.0}
             policy = await session.policy(policy.version + 1)
             train_seconds = time.perf_counter() - train_began
             record = batch_metrics(batch.groups, advantages, session.envs)
