@@ -12,7 +12,9 @@ A preset is a set of config values, applied under the config file and
   a constant (the generation budget ``sampling.max_tokens``), no length bias.
 - dapo: Yu et al. 2025. Advantage ``(r - mean) / std``, PPO with clip-higher
   (epsilon_low 0.2, epsilon_high 0.28), token-level mean over the whole batch,
-  and dynamic-sampling filtering: groups whose rewards are all equal are dropped.
+  dynamic-sampling filtering (groups whose rewards are all equal are dropped),
+  overlong filtering and the soft overlong penalty over the last 20% of the
+  generation budget (4096 of 20480 tokens in the paper).
 - gspo: Zheng et al. 2025. Advantage ``(r - mean) / std``, the sequence-level
   ratio ``s_i = exp(mean_t log(p/q))`` clipped to ``[1 - 3e-4, 1 + 4e-4]``
   (the ``gspo`` loss), one term per sequence averaged over sequences.
@@ -44,6 +46,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "trainer.loss_fn_config": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.28},
         "trainer.loss_aggregation": "token_mean",
         "rollout.drop_constant_reward_groups": True,
+        "trainer.overlong_filter": True,
+        "trainer.overlong_penalty_window": 0.2,
     },
     "gspo": {
         "trainer.advantage": "group_norm",

@@ -28,6 +28,7 @@ from minds_core.datums import build_datum
 from minds_core.envs.loading import load_environment
 from minds_core.envs.types import Context, Task
 from minds_core.errors import ConfigError, MindsError, UsageError
+from minds_core.length import is_truncated, overlong_penalty, window_tokens
 from minds_core.logs import get_logger
 from minds_core.lr_schedules import learning_rate
 from minds_core.losses import CustomLoss
@@ -224,15 +225,22 @@ class Session:
         coef = self.config.trainer.kl_penalty
         datums, advantages, extra = [], {}, {}
         kl_values: list[float] = []
-        trained = [r for g in batch.groups if not g.dropped for r in g.ok_rollouts]
+        tcfg, max_tokens = self.config.trainer, self.config.sampling.max_tokens
+        kept = [r for g in batch.groups if not g.dropped for r in g.ok_rollouts]
+        filtered = {id(r) for r in kept if tcfg.overlong_filter and is_truncated(r.conversation)}
+        trained = [r for r in kept if id(r) not in filtered]
         lengths = [r.conversation.sampled_tokens for r in trained]
-        scales = dict(zip(map(id, trained), token_scales(self.config.trainer.loss_aggregation, lengths, self.config.sampling.max_tokens)))
+        scales = dict(zip(map(id, trained), token_scales(tcfg.loss_aggregation, lengths, max_tokens)))
+        window = window_tokens(tcfg.overlong_penalty_window, max_tokens)
+        penalties = {id(r): overlong_penalty(r.conversation.sampled_tokens, max_tokens, window) for r in kept}
         for group in batch.groups:
             if group.dropped:
                 continue
             ok = group.ok_rollouts
-            for rollout, advantage in zip(ok, self.estimator([r.reward for r in ok])):
+            for rollout, advantage in zip(ok, self.estimator([r.reward + penalties[id(r)] for r in ok])):
                 advantages[id(rollout)] = float(advantage)
+                if id(rollout) in filtered:
+                    continue
                 conv = rollout.conversation
                 per_token = [float(advantage)] * len(conv.tokens)
                 if id(rollout) in base:
@@ -243,6 +251,10 @@ class Session:
                 if len(conv.tokens) < 2 or not any(a != 0 and s for a, s in zip(per_token, conv.sampled)):
                     continue
                 datums.append(build_datum(conv.tokens, conv.sampled, conv.logprobs, per_token, self.loss == "gspo"))
+        if tcfg.overlong_filter:
+            extra["length/overlong_filtered"] = float(len(filtered))
+        if window and kept:
+            extra["length/overlong_penalty"] = statistics.fmean(penalties.values())
         if kl_values:
             extra["kl/sampler_reference" if self.config.trainer.kl_reference else "kl/sampler_base"] = statistics.fmean(kl_values)
         return datums, advantages, extra

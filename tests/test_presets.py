@@ -17,6 +17,7 @@ from minds_core.config import load_config
 from minds_core.conversation import Conversation
 from minds_core.envs.types import Task
 from minds_core.errors import ConfigError
+from minds_core.length import is_truncated, overlong_penalty, window_tokens
 from minds_core.plugins import load_plugins
 from minds_core.presets import PRESETS
 from minds_core.rollout import Group, Rollout
@@ -80,6 +81,7 @@ def _hand_built_batch(rng: random.Random, tiny_ratios: bool, drop_constant: bool
             spread = 2e-4 if tiny_ratios and rng.random() < 0.5 else 0.4
             conv = Conversation(renderer=None, sampler=None, params=None, max_total_tokens=64)
             conv.tokens, conv.sampled, conv.logprobs = [rng.randrange(256) for _ in range(n)], sampled, q
+            conv.last_stopped = length < MAX_TOKENS  # the reply of MAX_TOKENS tokens was cut off
             rollout = Rollout(conversation=conv, reward=reward)
             policy[id(rollout)] = [lp + rng.uniform(-spread, spread) if s else -1.0 for lp, s in zip(q, sampled)]
             rollouts.append(rollout)
@@ -92,6 +94,12 @@ def _ppo_term(ratio: float, advantage: float, low: float, high: float) -> float:
     return min(ratio * advantage, min(max(ratio, low), high) * advantage)
 
 
+def _dapo_length_penalty(length: int, l_max: int, l_cache: int) -> float:
+    if length <= l_max - l_cache:
+        return 0.0
+    return ((l_max - l_cache) - length) / l_cache if length <= l_max else -1.0
+
+
 def _paper_loss(preset: str, batch: Batch, policy: dict[int, list[float]]) -> float:
     """Each paper's objective, written out in float64 Python (negated: a loss)."""
     sequences = []  # (advantage, [(p, q) of sampled tokens])
@@ -99,14 +107,18 @@ def _paper_loss(preset: str, batch: Batch, policy: dict[int, list[float]]) -> fl
         if group.dropped:
             continue
         rewards = [r.reward for r in group.rollouts]
+        if preset == "dapo":  # soft overlong punishment, L_max = 7, L_cache = round(0.2 * 7) = 1
+            rewards = [r + _dapo_length_penalty(ro.conversation.sampled_tokens, MAX_TOKENS, 1) for r, ro in zip(rewards, group.rollouts)]
         mean = statistics.fmean(rewards)
         std = statistics.stdev(rewards)
-        for rollout in group.rollouts:
+        for reward, rollout in zip(rewards, group.rollouts):
             conv = rollout.conversation
+            if preset == "dapo" and not conv.last_stopped:
+                continue  # overlong filtering: a truncated reply has no loss
             if preset == "dr_grpo":
-                advantage = rollout.reward - mean
+                advantage = reward - mean
             else:
-                advantage = (rollout.reward - mean) / std if std > 1e-8 else 0.0
+                advantage = (reward - mean) / std if std > 1e-8 else 0.0
             tokens = [(p, q) for p, q, s in zip(policy[id(rollout)], conv.logprobs, conv.sampled) if s]
             sequences.append((advantage, tokens))
     n = len(sequences)
@@ -196,3 +208,26 @@ def test_gspo_value_and_gradient_in_float64():
         # unclipped: every sampled token gets d(-s*A)/d logp_t = -s * A; clipped above with A > 0: no gradient
         expected_grad = [0.0] + [0.0 if clipped else -s * 1.5] * 3
         assert logp.grad.tolist() == pytest.approx(expected_grad, abs=1e-12)
+
+
+# ---------------------------------------------------------------- length control
+
+
+def test_the_soft_overlong_penalty_follows_dapo():
+    # L_max = 20480, L_cache = 4096 (window 0.2): free up to 16384, then linear down to -1 at 20480
+    window = window_tokens(0.2, 20480)
+    assert window == 4096
+    assert overlong_penalty(16384, 20480, window) == 0.0
+    assert overlong_penalty(16384 + 1024, 20480, window) == pytest.approx(-0.25, abs=1e-15)
+    assert overlong_penalty(20480, 20480, window) == -1.0
+    assert overlong_penalty(20481, 20480, window) == -1.0
+    assert overlong_penalty(20480, 20480, 0) == 0.0
+
+
+def test_truncation_is_a_reply_cut_at_the_limit_or_an_exhausted_budget():
+    conv = Conversation(renderer=None, sampler=None, params=None, max_total_tokens=8)
+    assert not is_truncated(conv)
+    conv.last_stopped = False
+    assert is_truncated(conv)
+    conv.last_stopped, conv.truncated = True, True
+    assert is_truncated(conv)

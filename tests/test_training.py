@@ -33,15 +33,25 @@ def _train(plugins, tmp_path: Path, *overrides: str) -> list[dict]:
 
 @pytest.mark.parametrize(
     "recipe",
-    [*(f"trainer.loss_fn={loss}" for loss in ("importance_sampling", "ppo", "sequence_mean_reinforce")),
-     *(f"trainer.preset={preset}" for preset in ("grpo", "dr_grpo", "dapo", "gspo"))],
+    [*([f"trainer.loss_fn={loss}"] for loss in ("importance_sampling", "ppo", "sequence_mean_reinforce")),
+     *([f"trainer.preset={preset}"] for preset in ("grpo", "dr_grpo", "gspo")),
+     # the tiny model's replies all run to max_tokens, so DAPO's overlong filter would (rightly) train on none
+     ["trainer.preset=dapo", "trainer.overlong_filter=false"]],
 )
 def test_reward_rises_far_above_its_start(plugins, tmp_path, recipe):
-    rows = _train(plugins, tmp_path, "env.id=toy_char_share", recipe, "trainer.learning_rate=1e-2", "trainer.steps=10")
+    rows = _train(plugins, tmp_path, "env.id=toy_char_share", *recipe, "trainer.learning_rate=1e-2", "trainer.steps=10")
     rewards = [r["reward/mean"] for r in rows]
     assert rewards[0] < 0.05, rewards  # a random byte is the letter a about 1/256 of the time
     assert min(rewards[-3:]) > 0.5, rewards
     assert all(r["train/datums"] > 0 for r in rows[:3])
+
+
+def test_overlong_filtering_gives_truncated_replies_no_gradient(plugins, tmp_path):
+    (row,) = _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.preset=dapo", "trainer.steps=1",
+                    "rollout.drop_constant_reward_groups=false", "trainer.groups_per_batch=2")
+    assert row["length/overlong_filtered"] == 16
+    assert row["train/datums"] == 0 and row["train/skipped"] == 1
+    assert row["length/overlong_penalty"] == -1.0  # every reply used the whole budget
 
 
 def test_failures_are_counted_and_do_not_stop_the_run(plugins, tmp_path):
