@@ -118,6 +118,7 @@ class RolloutConfig:
 
 @attrs.define
 class TrainerConfig:
+    mode: str = _field("rl", _one_of("rl", "sft"), help="rl: rollouts and rewards; sft: supervised fine-tuning on [sft] data")
     preset: str = _field("", _one_of("", *PRESETS), help="a named recipe (grpo, dr_grpo, dapo, gspo); explicit keys override it")
     steps: int = _field(20, _at_least(1))
     group_size: int = _field(8, _at_least(1))
@@ -145,6 +146,17 @@ class TrainerConfig:
 
 
 @attrs.define
+class SftConfig:
+    """Supervised fine-tuning (``trainer.mode = "sft"`` or ``minds sft``)."""
+
+    data: str = _field("", help='jsonl of chat conversations, one {"messages": [...]} per line; empty: the env\'s tasks with answers')
+    eval_data: str = _field("", help="held-out jsonl; empty: hold out eval_fraction of data")
+    eval_fraction: float = _field(0.1, lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
+    batch_size: int = _field(8, _at_least(1), help="conversations per step")
+    eval_every: int = _field(0, _non_negative, help="steps between held-out evaluations; 0 = before and after training only")
+
+
+@attrs.define
 class MetricsConfig:
     sinks: list[str] = _field(["jsonl", "console"])
     rollouts_per_step: int = _field(2, _non_negative, help="groups written to rollouts.jsonl per step")
@@ -167,6 +179,7 @@ class RunConfig:
     sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
     rollout: RolloutConfig = attrs.field(factory=RolloutConfig)
     trainer: TrainerConfig = attrs.field(factory=TrainerConfig)
+    sft: SftConfig = attrs.field(factory=SftConfig)
     metrics: MetricsConfig = attrs.field(factory=MetricsConfig)
 
     @property

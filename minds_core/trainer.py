@@ -421,6 +421,12 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
 
 def train(config: RunConfig, resume_dir: Path | None = None, plugins: Plugins | None = None) -> dict[str, Any]:
     """Run (or resume) training; returns a summary of the run. ``plugins`` defaults to the installed ones."""
+    if config.trainer.mode == "sft":
+        if resume_dir is not None:
+            raise UsageError("--resume continues RL runs; start SFT from saved weights with trainer.resume_from")
+        from minds_core.sft import train_sft
+
+        return train_sft(config, plugins)
     return asyncio.run(_train(config, resume_dir, plugins))
 
 
