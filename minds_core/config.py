@@ -140,7 +140,7 @@ class TrainerConfig:
     overlong_filter: bool = _field(False, help="truncated rollouts get no gradient (DAPO)")
     overlong_penalty_window: float = _field(0.0, lambda v: None if 0 <= v <= 1 else "must be in [0, 1]", help="soft overlong penalty over this share of sampling.max_tokens (DAPO: 0.2), 0 = off")
     kl_penalty: float = _field(0.0, _finite(_non_negative), help="coefficient of a KL penalty to the base model (or kl_reference)")
-    kl_reference: str = _field("", help="tinker:// sampler weights to measure the KL against instead of the base model")
+    kl_reference: str = _field("", help="a base model name or tinker:// sampler weights to measure the KL against (a teacher: distillation)")
     save_every: int = _field(0, _non_negative, help="steps between checkpoints, 0 = only at the end")
     resume_from: str = _field("", help="tinker:// path of saved weights to start from")
 

@@ -157,8 +157,10 @@ class Session:
             raise UsageError(f"cannot start training on {cfg.model.base_model!r}: {exc}") from None
         self.settings = [EpisodeSettings(self.renderer, _sampling_params(cfg, h.cfg), cfg.rollout) for h in self.envs]
         if cfg.trainer.kl_penalty > 0 and cfg.trainer.kl_reference:
+            reference = cfg.trainer.kl_reference
+            where = {"model_path": reference} if "://" in reference else {"base_model": reference}
             try:
-                self.base_sampler = await self.service.create_sampling_client(model_path=cfg.trainer.kl_reference)
+                self.base_sampler = await self.service.create_sampling_client(**where)
             except _REJECTED as exc:
                 raise UsageError(f"trainer.kl_reference = {cfg.trainer.kl_reference!r} cannot be sampled from: {exc}") from None
         elif cfg.trainer.kl_penalty > 0:
