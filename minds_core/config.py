@@ -63,6 +63,7 @@ class RewardRef:
 
     name: str
     weight: float = _field(1.0, _finite(lambda v: None))
+    args: dict[str, Any] = _field({}, help="keyword arguments bound to the function (a reward class is built with them)")
 
 
 @attrs.define

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from minds_core.envs.types import Context
+from minds_core.judge import LLMJudge
 
 
 def length_penalty(completions: Sequence[str], ctx: Context) -> list[float]:
@@ -25,5 +26,6 @@ def length_penalty(completions: Sequence[str], ctx: Context) -> list[float]:
 
 
 REWARD_FUNCTIONS = {
+    "minds.judge": (LLMJudge, "LLM-as-judge: a judge model (service or OpenAI-compatible URL) scores each reply (args: question, model, ...)"),
     "minds.length_penalty": (length_penalty, "group reward: +0.5 for the group's shortest reply, -0.5 for its longest (Kimi k1.5)"),
 }
