@@ -63,13 +63,12 @@ def plugins():
     return load_plugins(extra=[("grp", GroupPlugin())])
 
 
-def _run(plugins, tmp_path: Path, *overrides: str) -> tuple[list[dict], list[dict]]:
+def _run(plugins, tmp_path: Path, *overrides: str) -> list[list[dict]]:
     config = load_config(None, ["sampling.max_tokens=8", "trainer.group_size=4", "trainer.groups_per_batch=3",
                                 "trainer.steps=2", "metrics.sinks=[jsonl]", "metrics.rollouts_per_step=3",
                                 f"runs_dir={tmp_path}", "name=run", *overrides])
     run = Path(trainer.train(config, plugins=plugins)["run_dir"])
-    read = lambda name: [json.loads(line) for line in (run / name).read_text().splitlines()]  # noqa: E731
-    return read("metrics.jsonl"), read("rollouts.jsonl")
+    return [[json.loads(line) for line in (run / name).read_text().splitlines()] for name in ("metrics.jsonl", "rollouts.jsonl")]
 
 
 def test_a_group_reward_is_called_once_per_group_with_every_member(plugins, tmp_path):

@@ -79,7 +79,7 @@ class _Endpoint(BaseHTTPRequestHandler):
     lock = threading.Lock()
     in_flight = peak = 0
 
-    def do_POST(self):  # noqa: N802 - the http.server API
+    def do_POST(self):  # the http.server API
         cls = type(self)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if self.headers.get("Authorization") != f"Bearer {KEY}":
@@ -144,8 +144,7 @@ def test_an_openai_compatible_judge_is_bounded_and_counts_failures(endpoint, mon
     assert asyncio.run(judge("Write a's", "new reply", {}, ctx)) is None  # HTTP 401: a failure, not a 0
 
 
-def test_a_judge_from_config_rewards_a_run_and_keeps_its_key_out(judge_model, endpoint, monkeypatch, tmp_path, capsys):
-    _, root, _ = judge_model
+def test_a_judge_from_config_rewards_a_run_and_keeps_its_key_out(endpoint, monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("JUDGE_KEY", KEY)
     path = tmp_path / "run.yaml"
     path.write_text(

@@ -11,9 +11,10 @@ import pytest
 import tinker
 from transformers import AutoTokenizer
 
-from minds_core import cli, logs, trainer
+from minds_core import cli, hookimpl, logs, trainer
 from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.config import load_config
+from minds_core.envs import Rubric, SingleTurnEnvironment, Task
 from minds_core.errors import ConfigError
 from minds_core.plugins import load_plugins
 from minds_core.render import Renderer
@@ -120,3 +121,21 @@ def test_environment_tasks_without_answers_cannot_be_sft_data(tmp_path):
     config = load_config(None, ["trainer.mode=sft", "env.id=toy_char_share", f"runs_dir={tmp_path}"])
     with pytest.raises(ConfigError, match="toy_char_share has none"):
         trainer.train(config, plugins=plugins)
+
+
+class CapitalsPlugin:
+    """An environment whose tasks carry reference answers."""
+
+    @hookimpl
+    def minds_register_environments(self, register):
+        pairs = [(w, w.upper()) for w in WORDS * 2]
+        tasks = [Task(prompt=f"Shout {w}. ({i})", answer=a, id=str(i)) for i, (w, a) in enumerate(pairs)]
+        register("shout", lambda: SingleTurnEnvironment({"train": tasks}, Rubric([lambda completion, answer: float(completion == answer)])))
+
+
+def test_sft_on_an_environments_tasks_with_answers(tmp_path):
+    plugins = load_plugins(extra=[("shout", CapitalsPlugin())])
+    config = load_config(None, ["trainer.mode=sft", "env.id=shout", "sft.eval_fraction=0.25", "trainer.steps=6",
+                                "trainer.learning_rate=1e-2", "metrics.sinks=[jsonl]", f"runs_dir={tmp_path}", "name=shout"])
+    summary = trainer.train(config, plugins=plugins)
+    assert summary["eval/loss_after"] < 0.7 * summary["eval/loss_before"], summary
