@@ -156,15 +156,13 @@ class Session:
         except (TemplateError, *_REJECTED) as exc:
             raise UsageError(f"cannot start training on {cfg.model.base_model!r}: {exc}") from None
         self.settings = [EpisodeSettings(self.renderer, _sampling_params(cfg, h.cfg), cfg.rollout) for h in self.envs]
-        if cfg.trainer.kl_penalty > 0 and cfg.trainer.kl_reference:
-            reference = cfg.trainer.kl_reference
+        if cfg.trainer.kl_penalty > 0:
+            reference = cfg.trainer.kl_reference or cfg.model.base_model
             where = {"model_path": reference} if "://" in reference else {"base_model": reference}
             try:
                 self.base_sampler = await self.service.create_sampling_client(**where)
             except _REJECTED as exc:
-                raise UsageError(f"trainer.kl_reference = {cfg.trainer.kl_reference!r} cannot be sampled from: {exc}") from None
-        elif cfg.trainer.kl_penalty > 0:
-            self.base_sampler = await self.service.create_sampling_client(base_model=cfg.model.base_model)
+                raise UsageError(f"the KL reference {reference!r} (trainer.kl_reference) cannot be sampled from: {exc}") from None
 
     async def policy(self, version: int) -> Policy:
         """Snapshot the current weights as a new sampler (and a state, when an env needs one)."""

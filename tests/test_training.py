@@ -127,7 +127,7 @@ def test_kl_penalty_against_a_reference_checkpoint(plugins, tmp_path):
 
 
 def test_a_missing_kl_reference_is_a_usage_error(plugins, tmp_path):
-    with pytest.raises(UsageError, match="trainer.kl_reference = 'tinker://nope/sampler_weights/x' cannot be sampled from"):
+    with pytest.raises(UsageError, match=r"the KL reference 'tinker://nope/sampler_weights/x' \(trainer.kl_reference\) cannot be sampled from"):
         _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=1", "trainer.kl_penalty=0.1",
                "trainer.kl_reference=tinker://nope/sampler_weights/x")
 
