@@ -44,11 +44,17 @@ def rloo(rewards: Sequence[float]) -> list[float]:
     return [r - (total - r) / (n - 1) for r in rewards]
 
 
+def no_reward(rewards: Sequence[float]) -> list[float]:
+    """0 for every rollout: only per-token terms (the KL to trainer.kl_reference) train, as in on-policy distillation."""
+    return [0.0 for _ in rewards]
+
+
 ESTIMATORS = {
     "group_mean": (group_mean, "reward minus the group mean (centered)"),
     "group_norm": (group_norm, "centered and divided by the group's sample stdev"),
     "direct": (direct, "the raw reward"),
     "rloo": (rloo, "reward minus the mean of the other rollouts of the group"),
+    "none": (no_reward, "no reward signal; with kl_penalty and kl_reference = a teacher: on-policy distillation"),
 }
 
 

@@ -8,6 +8,7 @@ from minds_core.backends import create_local_service
 from minds_core.backends.tinker import create_tinker_service
 from minds_core.hookspecs import Register
 from minds_core.losses import BUILTIN_LOSSES, CUSTOM_LOSSES
+from minds_core.rewards import REWARD_FUNCTIONS
 from minds_core.sinks.console import ConsoleSink
 from minds_core.sinks.jsonl import JsonlSink
 from minds_core.sinks.wandb import WandbSink
@@ -16,6 +17,12 @@ from minds_core.sinks.wandb import WandbSink
 @hookimpl
 def minds_register_advantage_estimators(register: Register) -> None:
     for name, (fn, description) in ESTIMATORS.items():
+        register(name, fn, description)
+
+
+@hookimpl
+def minds_register_reward_functions(register: Register) -> None:
+    for name, (fn, description) in REWARD_FUNCTIONS.items():
         register(name, fn, description)
 
 

@@ -1,4 +1,4 @@
-"""The ``minds`` command: run | eval | plugins | envs.
+"""The ``minds`` command: run | eval | sft | plugins | envs.
 
 Imports are lazy so that ``minds --help`` and ``minds plugins`` stay fast and never import torch.
 """
@@ -18,6 +18,7 @@ examples:
   minds run configs/ghost_trace.toml --set trainer.steps=5
   minds run --resume runs/ghost_trace-20260101-120000
   minds eval --env self_prediction --set trainer.groups_per_batch=8
+  minds sft --data chats.jsonl --steps 20
   minds plugins --json
 """
 
@@ -66,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_arguments(evaluate)
     evaluate.add_argument("--groups", type=int, default=None, metavar="N", help="groups to roll out (sets trainer.groups_per_batch)")
 
+    sft = commands.add_parser("sft", parents=[shared], help="supervised fine-tuning on chat conversations (trainer.mode = sft)")
+    _add_run_arguments(sft)
+    sft.add_argument("--data", metavar="PATH", help='jsonl with one {"messages": [...]} per line (sets sft.data)')
+
     plugins = commands.add_parser("plugins", parents=[shared], help="list installed plugins and what each registers")
     plugins.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     envs = commands.add_parser("envs", parents=[shared], help="list the environments that can be trained on")
@@ -87,6 +92,10 @@ def _overrides(args: argparse.Namespace) -> list[str]:
         extra.append(f"name={args.name}")
     if getattr(args, "groups", None) is not None:
         extra.append(f"trainer.groups_per_batch={args.groups}")
+    if args.command == "sft":
+        extra.append("trainer.mode=sft")
+        if args.data:
+            extra.append(f"sft.data={args.data}")
     return [*args.overrides, *extra]
 
 
@@ -169,18 +178,19 @@ def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
 def _run_command(args: argparse.Namespace, evaluate: bool) -> int:
     from minds_core.config import dump_yaml
 
-    resume = None if evaluate else args.resume
+    resume = None if evaluate else getattr(args, "resume", None)
     config = _resolve_config(args, resume)
     if args.dry_run:
         from minds_core.names import check_names
         from minds_core.plugins import load_plugins
+        from minds_core.presets import describe
 
         check_names(config, load_plugins().registry)
         if resume:
             from minds_core.checkpoint import check_resume_changes
 
             check_resume_changes(Path(resume), config)
-        print(dump_yaml(config), end="")
+        print("".join(f"# {line}\n" for line in describe(config)) + dump_yaml(config), end="")
         return 0
     from minds_core import trainer
 

@@ -16,7 +16,10 @@ import cattrs
 import yaml
 from cattrs.errors import IterableValidationError, IterableValidationNote
 
+from minds_core.aggregation import AGGREGATIONS
 from minds_core.errors import ConfigError, did_you_mean
+from minds_core.lr_schedules import LR_SCHEDULES
+from minds_core.presets import PRESETS, apply_preset
 
 DEFAULT_BASE_MODEL = "minds-tiny"
 
@@ -60,6 +63,7 @@ class RewardRef:
 
     name: str
     weight: float = _field(1.0, _finite(lambda v: None))
+    args: dict[str, Any] = _field({}, help="keyword arguments bound to the function (a reward class is built with them)")
 
 
 @attrs.define
@@ -115,10 +119,15 @@ class RolloutConfig:
 
 @attrs.define
 class TrainerConfig:
+    mode: str = _field("rl", _one_of("rl", "sft"), help="rl: rollouts and rewards; sft: supervised fine-tuning on [sft] data")
+    preset: str = _field("", _one_of("", *PRESETS), help="a named recipe (grpo, dr_grpo, dapo, gspo); explicit keys override it")
     steps: int = _field(20, _at_least(1))
     group_size: int = _field(8, _at_least(1))
     groups_per_batch: int = _field(4, _at_least(1))
     learning_rate: float = _field(1e-3, _finite(_positive))
+    lr_schedule: str = _field("constant", _one_of(*LR_SCHEDULES), help="constant, linear or cosine decay after the warmup")
+    lr_warmup_steps: int = _field(0, _non_negative, help="steps of linear warmup from learning_rate / lr_warmup_steps")
+    lr_min_ratio: float = _field(0.0, lambda v: None if 0 <= v <= 1 else "must be in [0, 1]", help="where linear/cosine decay ends, as a share of learning_rate")
     beta1: float = _field(0.9, lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
     beta2: float = _field(0.95, lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
     eps: float = _field(1e-12, _finite(_positive))
@@ -127,10 +136,25 @@ class TrainerConfig:
     loss_fn: str = _field("importance_sampling", help="a registered loss (minds plugins)")
     loss_fn_config: dict[str, float] = _field({})
     advantage: str = _field("group_mean", help="a registered advantage estimator")
+    loss_aggregation: str = _field("sum", _one_of(*AGGREGATIONS), help="how per-token terms combine: sum, token_mean, sequence_mean, fixed_length")
     max_steps_off_policy: int = _field(0, _non_negative)
-    kl_penalty: float = _field(0.0, _finite(_non_negative), help="coefficient of a KL penalty to the base model")
+    overlong_filter: bool = _field(False, help="truncated rollouts get no gradient (DAPO)")
+    overlong_penalty_window: float = _field(0.0, lambda v: None if 0 <= v <= 1 else "must be in [0, 1]", help="soft overlong penalty over this share of sampling.max_tokens (DAPO: 0.2), 0 = off")
+    kl_penalty: float = _field(0.0, _finite(_non_negative), help="coefficient of a KL penalty to the base model (or kl_reference)")
+    kl_reference: str = _field("", help="a base model name or tinker:// sampler weights to measure the KL against (a teacher: distillation)")
     save_every: int = _field(5, _non_negative, help="steps between rolling state-only checkpoints (the last two kept), 0 = none; the last step is always saved")
     resume_from: str = _field("", help="tinker:// path of saved weights to start from")
+
+
+@attrs.define
+class SftConfig:
+    """Supervised fine-tuning (``trainer.mode = "sft"`` or ``minds sft``)."""
+
+    data: str = _field("", help='jsonl of chat conversations, one {"messages": [...]} per line; empty: the env\'s tasks with answers')
+    eval_data: str = _field("", help="held-out jsonl; empty: hold out eval_fraction of data")
+    eval_fraction: float = _field(0.1, lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
+    batch_size: int = _field(8, _at_least(1), help="conversations per step")
+    eval_every: int = _field(0, _non_negative, help="steps between held-out evaluations; 0 = before and after training only")
 
 
 @attrs.define
@@ -156,6 +180,7 @@ class RunConfig:
     sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
     rollout: RolloutConfig = attrs.field(factory=RolloutConfig)
     trainer: TrainerConfig = attrs.field(factory=TrainerConfig)
+    sft: SftConfig = attrs.field(factory=SftConfig)
     metrics: MetricsConfig = attrs.field(factory=MetricsConfig)
 
     @property
@@ -470,7 +495,7 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
 
 def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
     """Validate a raw mapping into a RunConfig; all problems are reported together."""
-    data = _apply_legacy_keys(dict(data))
+    data = apply_preset(_apply_legacy_keys(dict(data)))
     problems = list(_unknown_keys(data, RunConfig, ""))
     if not problems:
         try:

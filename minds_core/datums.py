@@ -12,6 +12,7 @@ def build_datum(
     sampled: Sequence[bool],
     logprobs: Sequence[float],
     advantages: Sequence[float],
+    sequence_ratio_mask: bool = False,
 ) -> tinker.Datum:
     """One datum for a full sequence.
 
@@ -19,6 +20,8 @@ def build_datum(
     position i predicts token i + 1, so target i carries the sampler logprob and
     advantage of token i + 1 when that token was sampled, and 0 otherwise
     (prompt, tool output and template tokens). ``advantages`` is per token.
+    ``sequence_ratio_mask`` adds that input (1 on sampled targets) for the
+    ``gspo`` loss, whose sequence ratio averages over those tokens.
     """
     n = len(tokens)
     if n < 2:
@@ -28,11 +31,12 @@ def build_datum(
     targets = list(tokens[1:])
     target_logprobs = [float(logprobs[i]) if sampled[i] else 0.0 for i in range(1, n)]
     target_advantages = [float(advantages[i]) if sampled[i] else 0.0 for i in range(1, n)]
-    return tinker.Datum(
-        model_input=tinker.types.ModelInput.from_ints(list(tokens[:-1])),
-        loss_fn_inputs={
-            "target_tokens": tinker.TensorData(data=targets, dtype="int64", shape=[n - 1]),
-            "logprobs": tinker.TensorData(data=target_logprobs, dtype="float32", shape=[n - 1]),
-            "advantages": tinker.TensorData(data=target_advantages, dtype="float32", shape=[n - 1]),
-        },
-    )
+    inputs = {
+        "target_tokens": tinker.TensorData(data=targets, dtype="int64", shape=[n - 1]),
+        "logprobs": tinker.TensorData(data=target_logprobs, dtype="float32", shape=[n - 1]),
+        "advantages": tinker.TensorData(data=target_advantages, dtype="float32", shape=[n - 1]),
+    }
+    if sequence_ratio_mask:
+        mask = [1.0 if sampled[i] else 0.0 for i in range(1, n)]
+        inputs["sequence_ratio_mask"] = tinker.TensorData(data=mask, dtype="float32", shape=[n - 1])
+    return tinker.Datum(model_input=tinker.types.ModelInput.from_ints(list(tokens[:-1])), loss_fn_inputs=inputs)

@@ -54,7 +54,13 @@ def minds_register_reward_functions(register: Register) -> None:
     Must: register each function as ``"<plugin>.<name>"``. ``fn`` may be sync or
     async and receives, by parameter name, any of ``completion`` (text),
     ``prompt``, ``task``, ``answer``, ``info``, ``state`` and ``ctx``; it returns
-    a number. A config re-weights or adds them without code::
+    a number. A function naming a plural (``completions``, ``prompts``,
+    ``tasks``, ``answers``, ``infos``) scores a whole group instead: it is
+    called once per group with one list entry per rollout and returns one
+    reward per rollout. A registered class is built once per rubric entry
+    with the entry's ``args`` (a function gets them bound as keywords), and
+    the instance is the reward function. A config re-weights or adds them
+    without code::
 
         [[env.rewards]]
         name = "mytools.brevity"

@@ -13,6 +13,7 @@ BUILTIN_LOSSES = {
     "ppo": "clipped importance ratio (clip_low_threshold, clip_high_threshold)",
     "cispo": "clipped ratio as a stop-gradient weight on log p * A",
     "dro": "log p * A with a quadratic penalty on log p - log q (beta)",
+    "gspo": "PPO's clip on the sequence-level ratio exp(mean log p/q) (GSPO-token; needs sequence_ratio_mask)",
 }
 
 

@@ -39,6 +39,10 @@ class Renderer:
             list(messages), tokenize=False, add_generation_prompt=generation_prompt, **kwargs
         )
 
+    def text(self, messages: Sequence[Message], *, generation_prompt: bool = False) -> str:
+        """The chat template's text of ``messages`` (with the assistant's generation prompt when asked)."""
+        return self._text(messages, generation_prompt=generation_prompt, tools=None)
+
     def encode(self, text: str) -> list[int]:
         """Tokens of ``text`` without added BOS/EOS."""
         return list(self.tokenizer.encode(text, add_special_tokens=False))

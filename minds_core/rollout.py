@@ -16,6 +16,7 @@ from minds_core.conversation import Conversation, TokenBudgetExhausted
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, as_reward, maybe_await
 from minds_core.envs.single_turn import prompt_messages
 from minds_core.envs.types import Context, Environment, StepResult, Task, as_step_result
+from minds_core.group_rewards import group_rubric, score_group
 from minds_core.logs import get_logger
 from minds_core.render import Renderer
 
@@ -196,6 +197,8 @@ async def run_group(
                 shared.leave()
 
     rollouts = list(await asyncio.gather(*(one(i) for i in range(group_size))))
+    if (rubric := group_rubric(env)) is not None:
+        await score_group(rubric, task, rollouts, first, settings.rollout)
     group = Group(env_name, task, rollouts)
     rewards = [r.reward for r in group.ok_rollouts]
     if group.failures > max_failing or not rewards:

@@ -20,6 +20,7 @@ import attrs
 import tinker
 
 from minds_core.advantages import kl_penalized, kl_terms
+from minds_core.aggregation import token_scales
 from minds_core.backends import choose_backend
 from minds_core.backends.retry import Backoff, ServiceCallError, call_service, send_now, settle
 from minds_core.checkpoint import Checkpoint, RunDirectory, check_resume_changes, default_run_name
@@ -29,7 +30,9 @@ from minds_core.envs.loading import load_environment
 from minds_core.envs.types import Context, Task
 from minds_core.errors import ConfigError, MindsError, UsageError
 from minds_core.interrupt import RunInterrupted, StopOnSignal
+from minds_core.length import is_truncated, overlong_penalty, window_tokens
 from minds_core.logs import get_logger
+from minds_core.lr_schedules import learning_rate
 from minds_core.names import check_names
 from minds_core.losses import CustomLoss
 from minds_core.plugins import Plugins, load_plugins
@@ -161,7 +164,12 @@ class Session:
             raise UsageError(f"cannot start training on {cfg.model.base_model!r}: the service stopped answering ({exc})") from None
         self.settings = [EpisodeSettings(self.renderer, _sampling_params(cfg, h.cfg), cfg.rollout) for h in self.envs]
         if cfg.trainer.kl_penalty > 0:
-            self.base_sampler = await self.service.create_sampling_client(base_model=cfg.model.base_model)
+            reference = cfg.trainer.kl_reference or cfg.model.base_model
+            where = {"model_path": reference} if "://" in reference else {"base_model": reference}
+            try:
+                self.base_sampler = await self.service.create_sampling_client(**where)
+            except _REJECTED as exc:
+                raise UsageError(f"the KL reference {reference!r} (trainer.kl_reference) cannot be sampled from: {exc}") from None
 
     async def policy(self, version: int) -> Policy:
         """Snapshot the current weights as a new sampler (and a state, when an env needs one)."""
@@ -234,23 +242,38 @@ class Session:
         coef = self.config.trainer.kl_penalty
         datums, advantages, extra = [], {}, {}
         kl_values: list[float] = []
+        tcfg, max_tokens = self.config.trainer, self.config.sampling.max_tokens
+        kept = [r for g in batch.groups if not g.dropped for r in g.ok_rollouts]
+        filtered = {id(r) for r in kept if tcfg.overlong_filter and is_truncated(r.conversation)}
+        trained = [r for r in kept if id(r) not in filtered]
+        lengths = [r.conversation.sampled_tokens for r in trained]
+        scales = dict(zip(map(id, trained), token_scales(tcfg.loss_aggregation, lengths, max_tokens)))
+        window = window_tokens(tcfg.overlong_penalty_window, max_tokens)
+        penalties = {id(r): overlong_penalty(r.conversation.sampled_tokens, max_tokens, window) for r in kept}
         for group in batch.groups:
             if group.dropped:
                 continue
             ok = group.ok_rollouts
-            for rollout, advantage in zip(ok, self.estimator([r.reward for r in ok])):
+            for rollout, advantage in zip(ok, self.estimator([r.reward + penalties[id(r)] for r in ok])):
                 advantages[id(rollout)] = float(advantage)
+                if id(rollout) in filtered:
+                    continue
                 conv = rollout.conversation
                 per_token = [float(advantage)] * len(conv.tokens)
                 if id(rollout) in base:
                     terms = kl_terms(conv.logprobs, base[id(rollout)], conv.sampled)
                     per_token = kl_penalized(float(advantage), terms, coef)
                     kl_values.extend(t for t, s in zip(terms, conv.sampled) if s)
+                per_token = [a * scales[id(rollout)] for a in per_token]
                 if len(conv.tokens) < 2 or not any(a != 0 and s for a, s in zip(per_token, conv.sampled)):
                     continue
-                datums.append(build_datum(conv.tokens, conv.sampled, conv.logprobs, per_token))
+                datums.append(build_datum(conv.tokens, conv.sampled, conv.logprobs, per_token, self.loss == "gspo"))
+        if tcfg.overlong_filter:
+            extra["length/overlong_filtered"] = float(len(filtered))
+        if window and kept:
+            extra["length/overlong_penalty"] = statistics.fmean(penalties.values())
         if kl_values:
-            extra["kl/sampler_base"] = statistics.fmean(kl_values)
+            extra["kl/sampler_reference" if self.config.trainer.kl_reference else "kl/sampler_base"] = statistics.fmean(kl_values)
         return datums, advantages, extra
 
     async def train_step(self, datums: list[tinker.Datum], step: int) -> dict[str, float]:
@@ -262,8 +285,9 @@ class Session:
         previous step's (``intact_after``), so that it can be checkpointed.
         """
         cfg = self.config.trainer
+        rate = learning_rate(step, cfg.steps, cfg.learning_rate, cfg.lr_schedule, cfg.lr_warmup_steps, cfg.lr_min_ratio)
         adam = tinker.types.AdamParams(
-            learning_rate=cfg.learning_rate,
+            learning_rate=rate,
             beta1=cfg.beta1,
             beta2=cfg.beta2,
             eps=cfg.eps,
@@ -296,7 +320,7 @@ class Session:
         except ServiceCallError as exc:
             exc.intact_after = step - 1
             raise
-        return {f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}
+        return {"train/learning_rate": rate, **{f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}}
 
     async def save(self, step: int, rolling: bool = False) -> Checkpoint:
         """Save weights + optimizer (to resume) and sampler weights (to sample from); recorded by the caller.
@@ -480,6 +504,12 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
 
 def train(config: RunConfig, resume_dir: Path | None = None, plugins: Plugins | None = None) -> dict[str, Any]:
     """Run (or resume) training; returns a summary of the run. ``plugins`` defaults to the installed ones."""
+    if config.trainer.mode == "sft":
+        if resume_dir is not None:
+            raise UsageError("--resume continues RL runs; start SFT from saved weights with trainer.resume_from")
+        from minds_core.sft import train_sft
+
+        return train_sft(config, plugins)
     return asyncio.run(_train(config, resume_dir, plugins))
 
 

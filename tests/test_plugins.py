@@ -18,8 +18,9 @@ def _plugins(result) -> dict[str, dict]:
 def test_core_builtins_register_through_the_hooks(run_minds):
     core = _plugins(run_minds(["plugins", "--json"]))["minds_core"]
     assert core["builtin"] is True and core["status"] == "ok"
-    assert core["registers"]["advantage_estimators"] == ["group_mean", "group_norm", "direct", "rloo"]
-    assert {"importance_sampling", "ppo", "cispo", "dro", "sequence_mean_reinforce"} <= set(core["registers"]["losses"])
+    assert core["registers"]["advantage_estimators"] == ["group_mean", "group_norm", "direct", "rloo", "none"]
+    assert {"importance_sampling", "ppo", "cispo", "dro", "gspo", "sequence_mean_reinforce"} <= set(core["registers"]["losses"])
+    assert core["registers"]["reward_functions"] == ["minds.judge", "minds.length_penalty"]
     assert core["registers"]["backends"] == ["local", "tinker"]
     assert core["registers"]["metric_sinks"] == ["jsonl", "console", "wandb"]
 

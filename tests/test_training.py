@@ -31,14 +31,27 @@ def _train(plugins, tmp_path: Path, *overrides: str) -> list[dict]:
     return [json.loads(line) for line in Path(summary["run_dir"], "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("loss", ["importance_sampling", "ppo", "sequence_mean_reinforce"])
-def test_reward_rises_far_above_its_start(plugins, tmp_path, loss):
-    rows = _train(plugins, tmp_path, "env.id=toy_char_share", f"trainer.loss_fn={loss}",
-                  "trainer.learning_rate=1e-2", "trainer.steps=10")
+@pytest.mark.parametrize(
+    "recipe",
+    [*([f"trainer.loss_fn={loss}"] for loss in ("importance_sampling", "ppo", "sequence_mean_reinforce")),
+     *([f"trainer.preset={preset}"] for preset in ("grpo", "dr_grpo", "gspo")),
+     # the tiny model's replies all run to max_tokens, so DAPO's overlong filter would (rightly) train on none
+     ["trainer.preset=dapo", "trainer.overlong_filter=false"]],
+)
+def test_reward_rises_far_above_its_start(plugins, tmp_path, recipe):
+    rows = _train(plugins, tmp_path, "env.id=toy_char_share", *recipe, "trainer.learning_rate=1e-2", "trainer.steps=10")
     rewards = [r["reward/mean"] for r in rows]
     assert rewards[0] < 0.05, rewards  # a random byte is the letter a about 1/256 of the time
     assert min(rewards[-3:]) > 0.5, rewards
     assert all(r["train/datums"] > 0 for r in rows[:3])
+
+
+def test_overlong_filtering_gives_truncated_replies_no_gradient(plugins, tmp_path):
+    (row,) = _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.preset=dapo", "trainer.steps=1",
+                    "rollout.drop_constant_reward_groups=false", "trainer.groups_per_batch=2")
+    assert row["length/overlong_filtered"] == 16
+    assert row["train/datums"] == 0 and row["train/skipped"] == 1
+    assert row["length/overlong_penalty"] == -1.0  # every reply used the whole budget
 
 
 def test_failures_are_counted_and_do_not_stop_the_run(plugins, tmp_path):
@@ -100,6 +113,23 @@ def test_kl_penalty_against_the_base_model(plugins, tmp_path):
                   "trainer.learning_rate=1e-2")
     assert abs(rows[0]["kl/sampler_base"]) < 1e-4  # the first sampler is the base model
     assert rows[-1]["kl/sampler_base"] > rows[0]["kl/sampler_base"]
+
+
+def test_kl_penalty_against_a_reference_checkpoint(plugins, tmp_path):
+    _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=4", "trainer.learning_rate=1e-2")
+    saved = json.loads((tmp_path / "run" / "checkpoints.jsonl").read_text().splitlines()[-1])
+    common = ["env.id=toy_char_share", "trainer.steps=1", "trainer.kl_penalty=0.1", f"trainer.resume_from={saved['state_path']}"]
+    (to_reference,) = _train(plugins, tmp_path, *common, "name=ref", f"trainer.kl_reference={saved['sampler_path']}")
+    (to_base,) = _train(plugins, tmp_path, *common, "name=base")
+    # the policy starts at the reference checkpoint: no KL to it, a clear KL to the base model it moved away from
+    assert abs(to_reference["kl/sampler_reference"]) < 1e-4 and "kl/sampler_base" not in to_reference
+    assert to_base["kl/sampler_base"] > 0.01
+
+
+def test_a_missing_kl_reference_is_a_usage_error(plugins, tmp_path):
+    with pytest.raises(UsageError, match=r"the KL reference 'tinker://nope/sampler_weights/x' \(trainer.kl_reference\) cannot be sampled from"):
+        _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=1", "trainer.kl_penalty=0.1",
+               "trainer.kl_reference=tinker://nope/sampler_weights/x")
 
 
 def test_resume_from_saved_weights_starts_where_they_left(plugins, tmp_path):

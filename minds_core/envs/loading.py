@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from pathlib import Path
 from typing import Any
@@ -41,10 +42,28 @@ def _accepted(signature: inspect.Signature) -> str:
     if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
         text += "; any other keyword is passed on"
     return text
+def _reward_function(ref: RewardRef, registry: Registry, where: str) -> Any:
+    """The registered function with the entry's args bound; a registered class is built with them (one instance per entry)."""
+    obj = registry.lookup("reward_functions", ref.name, where).obj
+    if not ref.args and not isinstance(obj, type):
+        return obj
+    try:
+        signature = inspect.signature(obj)
+        (signature.bind if isinstance(obj, type) else signature.bind_partial)(**ref.args)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: reward {ref.name!r}: bad args {sorted(ref.args)}: {exc}") from None
+    except ValueError:  # no signature: let the call decide
+        pass
+    if isinstance(obj, type):
+        try:
+            return obj(**ref.args)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: reward {ref.name!r}: {exc}") from None
+    return functools.partial(obj, **ref.args)
 
 
 def _rubric(refs: list[RewardRef], registry: Registry, where: str) -> list[tuple[str, Any, float]]:
-    return [(ref.name, registry.lookup("reward_functions", ref.name, where).obj, ref.weight) for ref in refs]
+    return [(ref.name, _reward_function(ref, registry, where), ref.weight) for ref in refs]
 
 
 def load_environment(cfg: EnvConfig, registry: Registry) -> Any:

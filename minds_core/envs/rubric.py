@@ -12,7 +12,19 @@ import attrs
 #: Names a reward function may ask for.
 REWARD_ARGUMENTS = ("completion", "prompt", "task", "answer", "info", "state", "ctx", "messages")
 
+#: Names a GROUP reward function asks for: one list entry per member of the group (verifiers' plural names).
+GROUP_ARGUMENTS = ("completions", "prompts", "tasks", "answers", "infos")
+
 RewardFn = Callable[..., Any]
+
+
+def is_group_reward(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` scores a whole group: it names one of GROUP_ARGUMENTS."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return any(name in params for name in GROUP_ARGUMENTS)
 
 
 async def maybe_await(value: Any) -> Any:
@@ -69,17 +81,37 @@ class Rubric:
         self.weights.append(weight)
         self.names.append(name or getattr(fn, "__name__", f"reward_{len(self.funcs)}"))
 
+    @property
+    def has_group_rewards(self) -> bool:
+        return any(is_group_reward(fn) for fn in self.funcs)
+
     async def score(self, available: Mapping[str, Any]) -> RubricScore:
-        """Weighted sum of the parts; a part that is not a finite number counts 0 and is named."""
+        """Weighted sum of the per-rollout parts; a part that is not a finite number counts 0 and is named.
+
+        Group reward functions are skipped here: ``score_group`` runs them once per group.
+        """
         score = RubricScore()
         for fn, weight, name in zip(self.funcs, self.weights, self.names):
-            value = as_reward(await maybe_await(call_with_available(fn, available)))
-            if value is None:
-                score.invalid.append(name)
-                continue
-            score.parts[name] = value
-            score.total += weight * value
+            if not is_group_reward(fn):
+                score.add(name, weight, await maybe_await(call_with_available(fn, available)))
         return score
+
+    async def score_group(self, available: Mapping[str, Any], size: int) -> list[RubricScore]:
+        """The group reward functions, each called once with lists of ``size`` entries; one score per member.
+
+        A function that raises, or returns anything but ``size`` values, raises (naming it).
+        """
+        scores = [RubricScore() for _ in range(size)]
+        for fn, weight, name in zip(self.funcs, self.weights, self.names):
+            if not is_group_reward(fn):
+                continue
+            values = await maybe_await(call_with_available(fn, available))
+            if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) != size:
+                got = f"{len(values)} values" if hasattr(values, "__len__") and not isinstance(values, (str, bytes)) else repr(values)[:80]
+                raise ValueError(f"group reward function {name} must return one reward per member ({size}), got {got}")
+            for score, value in zip(scores, values):
+                score.add(name, weight, value)
+        return scores
 
 
 @attrs.define
@@ -89,6 +121,15 @@ class RubricScore:
     total: float = 0.0
     parts: dict[str, float] = attrs.field(factory=dict)
     invalid: list[str] = attrs.field(factory=list)
+
+    def add(self, name: str, weight: float, raw: Any) -> None:
+        """Add one part: ``weight * raw`` when ``raw`` is a finite number, else name it invalid."""
+        value = as_reward(raw)
+        if value is None:
+            self.invalid.append(name)
+            return
+        self.parts[name] = value
+        self.total += weight * value
 
 
 def rubric_from(pairs: Sequence[tuple[str, RewardFn, float]]) -> Rubric:

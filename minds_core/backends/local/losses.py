@@ -13,9 +13,17 @@ otherwise). Notation: ``q`` = sampler log-probs (input ``logprobs``), ``A`` =
 | ppo | ``w * min(r*A, clip(r, lo, hi)*A)`` | clip_low_threshold (0.8), clip_high_threshold (1.2) |
 | cispo | ``w * stopgrad(clip(r, lo, hi)) * logp * A`` | clip_low_threshold (0.0), clip_high_threshold (4.0) |
 | dro | ``w * (logp*A - 0.5*beta*m*(logp - q)^2)`` | beta (0.05) |
+| gspo | ``w * min(s_t*A, clip(s_t, lo, hi)*A)`` | clip_low_threshold (0.9997), clip_high_threshold (1.0004) |
 
 DRO's penalty mask ``m`` keeps it to sampled positions: ``weights != 0`` when
 weights are given, else ``advantages != 0``.
+
+GSPO (Zheng et al. 2025, the token-level variant Tinker implements) needs the
+input ``sequence_ratio_mask``: over the tokens ``M`` it marks, the sequence
+ratio is ``s = exp(mean_{t in M}(logp_t - q_t))``; every token carries
+``s_t = stopgrad(s) * exp(logp_t - stopgrad(logp_t))``, the value of ``s`` with
+the gradient of its own log-probability. Defaults are the paper's
+epsilon_low = 3e-4, epsilon_high = 4e-4.
 """
 
 from __future__ import annotations
@@ -82,6 +90,17 @@ def dro(logp: torch.Tensor, inputs: LossInputs, config: Mapping[str, float]) -> 
     return -_weights(logp, inputs) * (logp * advantages - penalty)
 
 
+def gspo(logp: torch.Tensor, inputs: LossInputs, config: Mapping[str, float]) -> torch.Tensor:
+    """PPO's clipped surrogate on the sequence-level ratio (GSPO-token)."""
+    in_ratio = inputs["sequence_ratio_mask"] != 0
+    log_ratio = (logp.detach() - inputs["logprobs"])[in_ratio]
+    sequence = log_ratio.mean() if log_ratio.numel() else logp.new_zeros(())
+    ratio = torch.exp(sequence + logp - logp.detach())
+    advantages = inputs["advantages"]
+    clipped = ratio.clamp(config["clip_low_threshold"], config["clip_high_threshold"])
+    return -_weights(logp, inputs) * torch.minimum(ratio * advantages, clipped * advantages)
+
+
 _RL_INPUTS = ("target_tokens", "logprobs", "advantages")
 _CLIP = ("clip_low_threshold", "clip_high_threshold")
 
@@ -91,6 +110,7 @@ LOSSES: Mapping[str, LossSpec] = {
     "ppo": LossSpec(ppo, _RL_INPUTS, dict(zip(_CLIP, (0.8, 1.2), strict=True))),
     "cispo": LossSpec(cispo, _RL_INPUTS, dict(zip(_CLIP, (0.0, 4.0), strict=True))),
     "dro": LossSpec(dro, _RL_INPUTS, {"beta": 0.05}),
+    "gspo": LossSpec(gspo, (*_RL_INPUTS, "sequence_ratio_mask"), dict(zip(_CLIP, (1 - 3e-4, 1 + 4e-4), strict=True))),
 }
 """The built-in losses by Tinker name."""
 

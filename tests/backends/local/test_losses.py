@@ -18,6 +18,7 @@ CONFIGS = {
     "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
     "cispo": {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
     "dro": {"beta": 0.05},
+    "gspo": {"clip_low_threshold": 1 - 3e-4, "clip_high_threshold": 1 + 4e-4},
 }
 
 
@@ -35,6 +36,11 @@ def reference(name: str, logp, q, adv, w, cfg: dict[str, float], weighted: bool)
         return -w * torch.minimum(r * adv, clipped * adv), torch.where(unclipped_wins, -w * adv * r, 0.0)
     if name == "cispo":
         return -w * r.clamp(lo, hi) * logp * adv, -w * adv * r.clamp(lo, hi)
+    if name == "gspo":  # every token carries s = exp(mean over sampled tokens of log r), with its own gradient
+        s = torch.exp(torch.log(r)[adv != 0].mean())
+        clipped = s.clamp(lo, hi)
+        unclipped_wins = (s * adv < clipped * adv) | ((s >= lo) & (s <= hi))
+        return -w * torch.minimum(s * adv, clipped * adv), torch.where(unclipped_wins, -w * adv * s, 0.0)
     mask = (w != 0) if weighted else (adv != 0)
     beta = cfg["beta"]
     loss = -w * (logp * adv - 0.5 * beta * mask * (logp - q) ** 2)
@@ -52,6 +58,7 @@ def random_inputs(n: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:
         "logprobs": logp + (torch.rand(n, generator=gen, dtype=torch.float64) - 0.5),  # ratios 0.6 .. 1.65
         "advantages": adv,
         "weights": weights,
+        "sequence_ratio_mask": (adv != 0).double(),  # gspo's sequence ratio averages over the sampled positions
     }
 
 
@@ -123,8 +130,8 @@ def test_dro_penalty_only_on_sampled_positions() -> None:
 
 def test_unknown_loss_and_config_keys_are_rejected() -> None:
     logp = torch.zeros(2)
-    with pytest.raises(LocalBadRequestError, match="supports: cross_entropy, importance_sampling, ppo, cispo, dro"):
-        token_losses("gspo", logp, {})
+    with pytest.raises(LocalBadRequestError, match="supports: cross_entropy, importance_sampling, ppo, cispo, dro, gspo"):
+        token_losses("stable_reinforce", logp, {})
     with pytest.raises(LocalBadRequestError, match="clip_high"):
         token_losses("ppo", logp, {}, {"clip_hi": 2.0})
 

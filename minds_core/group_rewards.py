@@ -1,0 +1,71 @@
+"""Group-level rewards: rubric functions that score all rollouts of a task together.
+
+A reward function that names any of ``completions``, ``prompts``, ``tasks``,
+``answers`` or ``infos`` (verifiers' plural names) is a GROUP reward function.
+The core calls it once per group, after every rollout of the group finished,
+with one list entry per successful rollout (``completions[i]`` is the last
+reply of rollout ``i``; ``ctx`` is also available), and it returns one reward
+per member: pairwise and tournament rewards become possible. Its weighted value
+is added to each rollout's reward and recorded as ``reward/<name>``.
+
+Failures are counted, never scored 0 silently: a group function that raises,
+times out (``rollout.timeout``) or returns the wrong number of rewards fails
+every rollout of the group (``rollouts/failed``; the group is then dropped
+under ``rollout.max_failing_rollouts``); a member's value that is not a finite
+number is an invalid reward part, handled by ``rollout.invalid_reward``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric
+from minds_core.envs.types import Context, Task
+from minds_core.logs import get_logger
+
+if TYPE_CHECKING:
+    from minds_core.config import RolloutConfig
+    from minds_core.rollout import Rollout
+
+log = get_logger("rollout")
+
+
+def group_rubric(env: Any) -> Rubric | None:
+    """The environment's rubric when it has group reward functions, else None."""
+    rubric = getattr(env, "rubric", None)
+    return rubric if isinstance(rubric, Rubric) and rubric.has_group_rewards else None
+
+
+async def score_group(rubric: Rubric, task: Task, rollouts: Sequence[Rollout], ctx: Context, cfg: RolloutConfig) -> None:
+    """Add the group reward functions' rewards to the successful ``rollouts`` of ``task`` (in place)."""
+    ok = [r for r in rollouts if r.ok]
+    if not ok:
+        return
+    n = len(ok)
+    available = {
+        "completions": [r.conversation.replies[-1] if r.conversation and r.conversation.replies else "" for r in ok],
+        "prompts": [task.prompt] * n,
+        "tasks": [task] * n,
+        "answers": [task.answer] * n,
+        "infos": [task.info] * n,
+        "ctx": ctx,
+    }
+    try:
+        scoring = rubric.score_group(available, n)
+        scores = await (asyncio.wait_for(scoring, cfg.timeout) if cfg.timeout > 0 else scoring)
+    except Exception as exc:  # noqa: BLE001 - a reward function's failure fails its group's rollouts
+        error = f"group reward failed: {'timed out' if isinstance(exc, TimeoutError) else f'{type(exc).__name__}: {exc}'}"
+        log.warning("group reward failed", task=task.id, error=error[:300])
+        for rollout in ok:
+            rollout.error = error
+        return
+    for rollout, score in zip(ok, scores):
+        rollout.reward += score.total
+        rollout.metrics.update({f"reward/{name}": value for name, value in score.parts.items()})
+        if score.invalid:
+            rollout.metrics[INVALID_PARTS_METRIC] = rollout.metrics.get(INVALID_PARTS_METRIC, 0.0) + len(score.invalid)
+            rollout.invalid_reward = True
+            if cfg.invalid_reward == "fail":
+                rollout.error = f"invalid group reward from {', '.join(score.invalid)}"

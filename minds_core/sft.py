@@ -1,0 +1,277 @@
+"""Supervised fine-tuning: chat conversations -> ``cross_entropy`` on the assistant's tokens only.
+
+``minds sft --data chats.jsonl`` (or ``trainer.mode = "sft"``). Each line of
+the data is ``{"messages": [{"role": ..., "content": ...}, ...]}`` with at least
+one assistant message after the first message; without ``sft.data`` the
+environment's tasks that have an ``answer`` become (prompt, answer)
+conversations. A share of the data (``sft.eval_fraction``, or ``sft.eval_data``)
+is held out: ``eval/loss``, its mean negative log-likelihood per assistant
+token, is reported before training, every ``sft.eval_every`` steps and after
+the last step; ``train/loss`` is the same measure on each step's batch.
+
+Tokens: the chat template renders the conversation; the text it writes for
+each assistant message (content and end-of-turn marker) is weighted 1, the rest
+0. Each piece is tokenized on its own, as multi-turn rollouts are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import tinker
+
+from minds_core.backends import choose_backend
+from minds_core.checkpoint import Checkpoint, RunDirectory, default_run_name
+from minds_core.config import RunConfig
+from minds_core.envs.rubric import maybe_await
+from minds_core.envs.single_turn import prompt_messages
+from minds_core.envs.types import Message
+from minds_core.errors import ConfigError, UsageError
+from minds_core.logs import get_logger
+from minds_core.lr_schedules import learning_rate
+from minds_core.plugins import Plugins, load_plugins
+from minds_core.render import Renderer, TemplateError
+from minds_core.schedule import DataSchedule
+from minds_core.sinks import SinkSet
+
+log = get_logger("sft")
+
+_ROLES = ("system", "user", "assistant", "tool")
+
+
+# ---------------------------------------------------------------- data
+
+
+def read_conversations(path: str | Path) -> list[list[Message]]:
+    """The conversations of a jsonl file; a bad line is a ConfigError naming the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"sft data file not found: {path} (sft.data / sft.eval_data)")
+    conversations = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        messages = record.get("messages") if isinstance(record, dict) else None
+        problem = _check_messages(messages)
+        if problem:
+            raise ConfigError(f'{path}:{number}: {problem}; expected {{"messages": [{{"role": "user", "content": "..."}}, {{"role": "assistant", ...}}]}}')
+        conversations.append(messages)
+    if not conversations:
+        raise ConfigError(f"{path}: no conversations")
+    return conversations
+
+
+def _check_messages(messages: Any) -> str | None:
+    if not isinstance(messages, list) or not messages:
+        return 'no "messages" list'
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in _ROLES or not isinstance(message.get("content"), str):
+            return f"message {i} needs a role ({', '.join(_ROLES)}) and a string content"
+    if messages[0]["role"] == "assistant":
+        return "the first message is the assistant's: nothing to condition it on"
+    if not any(m["role"] == "assistant" for m in messages):
+        return "no assistant message to train on"
+    return None
+
+
+def task_conversations(tasks: Sequence[Any]) -> list[list[Message]]:
+    """(prompt, answer) conversations from tasks that have a reference answer."""
+    return [
+        [*prompt_messages(task.prompt), {"role": "assistant", "content": str(task.answer)}]
+        for task in tasks
+        if task.answer is not None
+    ]
+
+
+def tokenize(renderer: Renderer, messages: Sequence[Message]) -> tuple[list[int], list[float]]:
+    """Tokens of a conversation and a weight per token: 1 on what the template writes for assistant messages."""
+    tokens: list[int] = []
+    weights: list[float] = []
+    rendered = ""
+    for k, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        prompt = renderer.text(messages[:k], generation_prompt=True)
+        full = renderer.text(messages[: k + 1])
+        if not (prompt.startswith(rendered) and full.startswith(prompt)):
+            raise TemplateError(
+                "the chat template renders an earlier turn differently once later turns follow "
+                "(e.g. it drops past reasoning), so assistant tokens cannot be cut out exactly; "
+                "split such conversations into one example per assistant turn"
+            )
+        for text, weight in ((prompt[len(rendered) :], 0.0), (full[len(prompt) :], 1.0)):
+            piece = renderer.encode(text)
+            tokens.extend(piece)
+            weights.extend([weight] * len(piece))
+        rendered = full
+    return tokens, weights
+
+
+def build_datum(tokens: Sequence[int], weights: Sequence[float]) -> tinker.Datum:
+    """A cross_entropy datum: input ``tokens[:-1]``, targets ``tokens[1:]`` weighted by ``weights[1:]``."""
+    n = len(tokens)
+    return tinker.Datum(
+        model_input=tinker.types.ModelInput.from_ints(list(tokens[:-1])),
+        loss_fn_inputs={
+            "target_tokens": tinker.TensorData(data=list(tokens[1:]), dtype="int64", shape=[n - 1]),
+            "weights": tinker.TensorData(data=[float(w) for w in weights[1:]], dtype="float32", shape=[n - 1]),
+        },
+    )
+
+
+def mean_nll(data: Sequence[tinker.Datum], output: Any) -> tuple[float, float]:
+    """(mean negative log-likelihood per weighted token, weighted tokens) from a forward's target log-probs."""
+    total = weight_sum = 0.0
+    for datum, out in zip(data, output.loss_fn_outputs, strict=True):
+        logprobs = out["logprobs"].data
+        weights = datum.loss_fn_inputs["weights"].data
+        total -= math.fsum(w * lp for w, lp in zip(weights, logprobs, strict=True))
+        weight_sum += math.fsum(weights)
+    return (total / weight_sum if weight_sum else math.nan), weight_sum
+
+
+@attrs.define
+class SftData:
+    train: list[tinker.Datum]
+    held_out: list[tinker.Datum]
+
+
+def _split(conversations: list[list[Message]], config: RunConfig) -> tuple[list[list[Message]], list[list[Message]]]:
+    if config.sft.eval_data:
+        return conversations, read_conversations(config.sft.eval_data)
+    order = list(range(len(conversations)))
+    random.Random(f"{config.seed}:sft-split").shuffle(order)
+    held = round(config.sft.eval_fraction * len(conversations)) if len(conversations) > 1 else 0
+    if config.sft.eval_fraction > 0 and len(conversations) > 1:
+        held = max(1, held)
+    return [conversations[i] for i in order[held:]], [conversations[i] for i in order[:held]]
+
+
+def _conversations(config: RunConfig, plugins: Plugins) -> list[list[Message]]:
+    if config.sft.data:
+        return read_conversations(config.sft.data)
+    if not config.environments:
+        raise ConfigError("SFT needs data: set sft.data = PATH.jsonl (minds sft --data PATH), or an environment whose tasks have answers")
+    from minds_core.trainer import _load_envs
+
+    conversations = [c for handle in _load_envs(config, plugins) for c in task_conversations(handle.tasks)]
+    if not conversations:
+        raise ConfigError(f"SFT on environment tasks needs reference answers; {', '.join(e.id for e in config.environments)} has none")
+    return conversations
+
+
+# ---------------------------------------------------------------- the loop
+
+
+async def _train_sft(config: RunConfig, plugins: Plugins) -> dict[str, Any]:
+    if not config.name:
+        config = attrs.evolve(config, name=default_run_name(config))
+    conversations = _conversations(config, plugins)
+    train_conversations, held_conversations = _split(conversations, config)
+    if not train_conversations:
+        raise ConfigError(f"nothing left to train on after holding out sft.eval_fraction = {config.sft.eval_fraction}")
+    backend = choose_backend(config).name
+    factory = plugins.registry.lookup("backends", backend, "backend").obj
+    for sink in config.metrics.sinks:
+        plugins.registry.lookup("metric_sinks", sink, "metrics.sinks")
+    RunDirectory.ensure_new(config)
+    service = await maybe_await(factory(config, Path(config.runs_dir) / config.name))  # a backend may check its connection
+    from minds_core.trainer import _REJECTED, _close_service
+
+    status = "errored"
+    try:
+        try:
+            client = await (
+                service.create_training_client_from_state(config.trainer.resume_from)
+                if config.trainer.resume_from
+                else service.create_lora_training_client(
+                    base_model=config.model.base_model, rank=config.model.lora_rank, seed=config.seed, train_unembed=config.model.train_unembed
+                )
+            )
+            renderer = Renderer(client.get_tokenizer(), config.model.chat_template_args)
+            data = SftData(
+                [build_datum(*tokenize(renderer, c)) for c in train_conversations],
+                [build_datum(*tokenize(renderer, c)) for c in held_conversations],
+            )
+        except (TemplateError, *_REJECTED) as exc:
+            raise UsageError(f"cannot start SFT on {config.model.base_model!r}: {exc}") from None
+        run = RunDirectory.create(config)
+        sinks = SinkSet(config, plugins.registry, run.path)
+        summary: dict[str, Any] = {"run_dir": str(run.path), "stopped": "early"}
+        try:
+            log.info("sft", run=str(run.path), backend=backend, train=len(data.train), held_out=len(data.held_out), steps=config.trainer.steps)
+            summary = await _loop(config, client, data, run, sinks)
+        finally:
+            sinks.close(summary)
+        status = "success"
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        status = "interrupted"
+        raise
+    finally:
+        await _close_service(service, status)
+    return summary
+
+
+async def _held_out_loss(client: Any, data: list[tinker.Datum]) -> float:
+    output = await client.forward(data, "cross_entropy")
+    return mean_nll(data, output)[0]
+
+
+async def _loop(config: RunConfig, client: Any, data: SftData, run: RunDirectory, sinks: SinkSet) -> dict[str, Any]:
+    cfg = config.trainer
+    schedule = DataSchedule(config.seed, [1.0], [len(data.train)], config.sft.batch_size)
+    began = time.perf_counter()
+    first_eval = await _held_out_loss(client, data.held_out) if data.held_out else None
+    last_eval = first_eval
+    for step in range(cfg.steps):
+        step_began = time.perf_counter()
+        batch = [data.train[index] for _, index in schedule.batch(step)]
+        rate = learning_rate(step, cfg.steps, cfg.learning_rate, cfg.lr_schedule, cfg.lr_warmup_steps, cfg.lr_min_ratio)
+        forward_backward = client.forward_backward(batch, "cross_entropy")
+        optim = client.optim_step(
+            tinker.types.AdamParams(
+                learning_rate=rate, beta1=cfg.beta1, beta2=cfg.beta2, eps=cfg.eps, weight_decay=cfg.weight_decay, grad_clip_norm=cfg.grad_clip_norm
+            )
+        )
+        loss, tokens = mean_nll(batch, await forward_backward)
+        await optim
+        record: dict[str, Any] = {"step": step, "train/loss": loss, "train/tokens": tokens, "train/learning_rate": rate, "train/datums": len(batch)}
+        if step == 0 and first_eval is not None:
+            record["eval/loss_before"] = first_eval
+        last_step = step == cfg.steps - 1
+        if data.held_out and (last_step or (config.sft.eval_every and (step + 1) % config.sft.eval_every == 0)):
+            last_eval = record["eval/loss"] = await _held_out_loss(client, data.held_out)
+        checkpoint = None
+        if last_step or (cfg.save_every and (step + 1) % cfg.save_every == 0):
+            state = client.save_state(f"step-{step:06d}", overwrite=True)
+            sampler = client.save_weights_for_sampler(f"step-{step:06d}")
+            checkpoint = Checkpoint(step=step, state_path=(await state).path, sampler_path=(await sampler).path)
+        record["time/step"] = time.perf_counter() - step_began
+        sinks.write(record)
+        if checkpoint is not None:
+            run.record_checkpoint(checkpoint)
+    return {
+        "steps": cfg.steps,
+        "eval/loss_before": first_eval,
+        "eval/loss_after": last_eval,
+        "seconds": time.perf_counter() - began,
+        "run_dir": str(run.path),
+    }
+
+
+def train_sft(config: RunConfig, plugins: Plugins | None = None) -> dict[str, Any]:
+    """Supervised fine-tuning as the config says; returns a summary with the held-out loss before and after."""
+    plugins = plugins or load_plugins()
+    return asyncio.run(_train_sft(config, plugins))

@@ -1,0 +1,77 @@
+"""On-policy distillation: per-token advantage = -coef * (log q - log p_teacher); it lowers the KL to the teacher."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from minds_core import logs, trainer
+from minds_core.backends import create_local_service
+from minds_core.config import load_config
+from minds_core.conversation import Conversation
+from minds_core.envs.types import Task
+from minds_core.plugins import load_plugins
+from minds_core.rollout import Group, Rollout
+from minds_core.trainer import Batch, Session
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
+import minds_toy_plugin  # noqa: E402
+
+FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[jsonl]"]
+
+
+@pytest.fixture(scope="module")
+def plugins():
+    logs.configure("json", "warning")
+    return load_plugins(extra=[("toy", minds_toy_plugin)])
+
+
+def test_the_per_token_advantage_is_the_negative_reverse_kl_to_the_teacher(plugins, tmp_path):
+    config = load_config(None, ["trainer.advantage=none", "trainer.kl_penalty=0.5", "trainer.kl_reference=minds-tiny",
+                                f"runs_dir={tmp_path}"])
+    service = create_local_service(config, tmp_path)
+    session = Session(config, plugins, [], service)
+
+    async def run():
+        session.base_sampler = await service.create_sampling_client(base_model=config.trainer.kl_reference)
+        conv = Conversation(renderer=None, sampler=None, params=None, max_total_tokens=64)
+        conv.tokens = [10, 20, 30, 40, 50, 60]
+        conv.sampled = [False, False, True, True, True, True]
+        conv.logprobs = [0.0, 0.0, -1.25, -3.5, -0.75, -6.0]  # the student's sampler log-probs q
+        batch = Batch(0, [Group("env", Task(prompt="p"), [Rollout(conv, reward=1.0), Rollout(conv, reward=0.0)])], 0, 0.0)
+        from tinker.types import ModelInput
+
+        teacher = await session.base_sampler.compute_logprobs(ModelInput.from_ints(conv.tokens))
+        datums, advantages, extra = await session.datums(batch)
+        return conv, teacher, datums, advantages, extra
+
+    conv, teacher, datums, advantages, extra = asyncio.run(run())
+    assert advantages and set(advantages.values()) == {0.0}  # the env's reward plays no part
+    expected = [-0.5 * (q - p) for q, p, s in zip(conv.logprobs[1:], teacher[1:], conv.sampled[1:])]
+    expected = [e if s else 0.0 for e, s in zip(expected, conv.sampled[1:])]
+    for datum in datums:
+        assert datum.loss_fn_inputs["advantages"].data == pytest.approx(expected, rel=1e-6, abs=1e-6)
+    kl = [q - p for q, p, s in zip(conv.logprobs, teacher, conv.sampled) if s]
+    assert extra["kl/sampler_reference"] == pytest.approx(sum(kl) / len(kl), rel=1e-9)
+
+
+def _train(plugins, tmp_path: Path, *overrides: str) -> list[dict]:
+    config = load_config(None, [*FAST, f"runs_dir={tmp_path}", *overrides])
+    summary = trainer.train(config, plugins=plugins)
+    return [json.loads(line) for line in Path(summary["run_dir"], "metrics.jsonl").read_text().splitlines()]
+
+
+def test_distillation_lowers_the_kl_to_a_teacher_checkpoint(plugins, tmp_path):
+    # the teacher: the tiny model trained to write the letter a
+    _train(plugins, tmp_path, "name=teacher", "env.id=toy_char_share", "trainer.steps=8", "trainer.learning_rate=1e-2")
+    teacher = json.loads((tmp_path / "teacher" / "checkpoints.jsonl").read_text().splitlines()[-1])["sampler_path"]
+    rows = _train(plugins, tmp_path, "name=student", "env.id=toy_char_share", "trainer.steps=8", "trainer.learning_rate=1e-2",
+                  "trainer.advantage=none", "trainer.kl_penalty=1.0", f"trainer.kl_reference={teacher}")
+    kl = [r["kl/sampler_reference"] for r in rows]
+    assert kl[0] > 1.0, kl  # the base model is far from the teacher
+    assert sum(kl[-3:]) / 3 < 0.3 * kl[0], kl
+    assert rows[-1]["reward/mean"] > 5 * max(rows[0]["reward/mean"], 0.01)  # it picked up the teacher's habit

@@ -1,0 +1,141 @@
+"""Supervised fine-tuning: assistant-only weights, the held-out loss, data errors, and that it learns."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import tinker
+from transformers import AutoTokenizer
+
+from minds_core import cli, hookimpl, logs, trainer
+from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.config import load_config
+from minds_core.envs import Rubric, SingleTurnEnvironment, Task
+from minds_core.errors import ConfigError
+from minds_core.plugins import load_plugins
+from minds_core.render import Renderer
+from minds_core.sft import build_datum, mean_nll, read_conversations, tokenize
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
+import minds_toy_plugin  # noqa: E402
+
+WORDS = ["cat", "dog", "sun", "map", "cup", "pen", "box", "hat", "bus", "egg", "fig", "jar"]
+
+
+def _chats() -> list[dict]:
+    """A tiny chat dataset: the assistant answers every request the same, learnable way."""
+    chats = []
+    for i, word in enumerate(WORDS * 3):
+        messages = [{"role": "user", "content": f"Say {word} twice. ({i})"}, {"role": "assistant", "content": f"{word} {word}"}]
+        if i % 3 == 0:
+            messages = [{"role": "system", "content": "Be brief."}, *messages,
+                        {"role": "user", "content": "Again."}, {"role": "assistant", "content": f"{word} {word}"}]
+        chats.append({"messages": messages})
+    return chats
+
+
+def _write(path: Path, records: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+@pytest.fixture(scope="module")
+def renderer():
+    return Renderer(AutoTokenizer.from_pretrained(tiny_model_path()))
+
+
+def test_only_the_assistants_tokens_are_weighted(renderer):
+    messages = _chats()[0]["messages"]  # system, user, assistant, user, assistant
+    tokens, weights = tokenize(renderer, messages)
+    assert len(tokens) == len(weights) and set(weights) == {0.0, 1.0}
+    full = renderer.text(messages)
+    assert renderer.tokenizer.decode(tokens) == full  # the pieces add up to the whole conversation
+    runs, previous = [], None
+    for token, weight in zip(tokens, weights):
+        if weight != previous:
+            runs.append((weight, []))
+            previous = weight
+        runs[-1][1].append(token)
+    decoded = [(weight, renderer.tokenizer.decode(run)) for weight, run in runs]
+    # each assistant message's content and end-of-turn marker, nothing of the system or user turns
+    assert [text for weight, text in decoded if weight] == ["cat cat<|im_end|>\n"] * 2
+    assert all("assistant\n" in text for weight, text in decoded if not weight)
+
+
+def test_mean_nll_is_the_weighted_negative_log_likelihood_in_float64():
+    datum = build_datum([5, 6, 7, 8], [0.0, 0.0, 1.0, 1.0])  # targets 6, 7, 8 with weights 0, 1, 1
+    output = tinker.types.ForwardBackwardOutput(
+        loss_fn_output_type="ArrayRecord",
+        loss_fn_outputs=[{"logprobs": tinker.TensorData(data=[-9.0, -0.5, -1.5], dtype="float32", shape=[3])}],
+        metrics={},
+    )
+    loss, tokens = mean_nll([datum], output)
+    assert tokens == 2.0 and loss == pytest.approx((0.5 + 1.5) / 2, abs=1e-12)
+
+
+def test_sft_lowers_the_held_out_loss_by_a_clear_margin(tmp_path):
+    logs.configure("json", "warning")
+    data = _write(tmp_path / "chats.jsonl", _chats())
+    config = load_config(None, ["trainer.mode=sft", f"sft.data={data}", "sft.batch_size=8", "sft.eval_fraction=0.25",
+                                "trainer.steps=8", "trainer.learning_rate=1e-2", "metrics.sinks=[jsonl]",
+                                f"runs_dir={tmp_path}", "name=sft"])
+    summary = trainer.train(config, plugins=load_plugins())
+    before, after = summary["eval/loss_before"], summary["eval/loss_after"]
+    assert math.isfinite(before) and after < 0.5 * before, (before, after)
+    rows = [json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(8)) and rows[-1]["eval/loss"] == after
+    assert rows[-1]["train/loss"] < rows[0]["train/loss"]
+    assert (tmp_path / "sft" / "checkpoints.jsonl").read_text().strip()
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [("not json", "chats.jsonl:2: not JSON"),
+     ('{"text": "hi"}', 'chats.jsonl:2: no "messages" list'),
+     ('{"messages": [{"role": "user", "content": "hi"}]}', "chats.jsonl:2: no assistant message to train on"),
+     ('{"messages": [{"role": "bot", "content": "hi"}]}', "chats.jsonl:2: message 0 needs a role")],
+)
+def test_bad_data_names_the_file_and_line(tmp_path, line, message):
+    path = tmp_path / "chats.jsonl"
+    path.write_text(json.dumps(_chats()[1]) + "\n" + line + "\n")
+    with pytest.raises(ConfigError, match=message):
+        read_conversations(path)
+
+
+def test_the_sft_command_reports_bad_input_with_exit_code_2(tmp_path, capsys):
+    path = _write(tmp_path / "chats.jsonl", [{"messages": []}])
+    assert cli.main(["sft", "--data", str(path), "--set", f"runs_dir={tmp_path}"]) == 2
+    assert "chats.jsonl:1: no \"messages\" list" in capsys.readouterr().err
+    assert cli.main(["sft", "--data", str(tmp_path / "missing.jsonl")]) == 2
+    assert cli.main(["sft", "--set", f"runs_dir={tmp_path}"]) == 2
+    assert "SFT needs data" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*/config.yaml"))
+
+
+def test_environment_tasks_without_answers_cannot_be_sft_data(tmp_path):
+    plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
+    config = load_config(None, ["trainer.mode=sft", "env.id=toy_char_share", f"runs_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match="toy_char_share has none"):
+        trainer.train(config, plugins=plugins)
+
+
+class CapitalsPlugin:
+    """An environment whose tasks carry reference answers."""
+
+    @hookimpl
+    def minds_register_environments(self, register):
+        pairs = [(w, w.upper()) for w in WORDS * 2]
+        tasks = [Task(prompt=f"Shout {w}. ({i})", answer=a, id=str(i)) for i, (w, a) in enumerate(pairs)]
+        register("shout", lambda: SingleTurnEnvironment({"train": tasks}, Rubric([lambda completion, answer: float(completion == answer)])))
+
+
+def test_sft_on_an_environments_tasks_with_answers(tmp_path):
+    plugins = load_plugins(extra=[("shout", CapitalsPlugin())])
+    config = load_config(None, ["trainer.mode=sft", "env.id=shout", "sft.eval_fraction=0.25", "trainer.steps=6",
+                                "trainer.learning_rate=1e-2", "metrics.sinks=[jsonl]", f"runs_dir={tmp_path}", "name=shout"])
+    summary = trainer.train(config, plugins=plugins)
+    assert summary["eval/loss_after"] < 0.7 * summary["eval/loss_before"], summary
