@@ -1,4 +1,4 @@
-"""The ``minds`` command: run | eval | plugins | envs.
+"""The ``minds`` command: run | eval | report | plugins | envs.
 
 Imports are lazy so that ``minds --help`` and ``minds plugins`` stay fast and never import torch.
 """
@@ -18,6 +18,7 @@ examples:
   minds run configs/ghost_trace.toml --set trainer.steps=5
   minds run --resume runs/ghost_trace-20260101-120000
   minds eval --env self_prediction --set trainer.groups_per_batch=8
+  minds report runs/ghost_trace-20260101-120000
   minds plugins --json
 """
 
@@ -65,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser("eval", parents=[shared], help="roll out and report reward statistics, no training")
     _add_run_arguments(evaluate)
     evaluate.add_argument("--groups", type=int, default=None, metavar="N", help="groups to roll out (sets trainer.groups_per_batch)")
+
+    report = commands.add_parser("report", parents=[shared], help="write a run's HTML report (curves, health, sampled rollouts)")
+    report.add_argument("run_dir", metavar="RUN_DIR", help="the run folder, runs/<name>")
+    report.add_argument("-o", "--output", metavar="FILE", help="where to write it (default RUN_DIR/report.html)")
 
     plugins = commands.add_parser("plugins", parents=[shared], help="list installed plugins and what each registers")
     plugins.add_argument("--json", action="store_true", help="machine-readable output on stdout")
@@ -152,6 +157,13 @@ def _envs_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_command(args: argparse.Namespace) -> int:
+    from minds_core.report import write_report
+
+    print(write_report(Path(args.run_dir), Path(args.output) if args.output else None))
+    return 0
+
+
 def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
     from minds_core.config import load_config
 
@@ -202,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plugins_command(args)
         if args.command == "envs":
             return _envs_command(args)
+        if args.command == "report":
+            return _report_command(args)
         return _run_command(args, evaluate=args.command == "eval")
     except MindsError as exc:
         print(f"minds: error: {exc}", file=sys.stderr)
