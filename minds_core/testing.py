@@ -98,8 +98,9 @@ class BrowserView:
         target = tuple(int(color[i : i + 2], 16) for i in (1, 3, 5))
         left, top, width, height = (int(v) for v in box)
         with Image.open(self.screenshot) as image:
-            region = image.convert("RGB").crop((left, top, left + width, top + height))
-            return sum(all(abs(c - t) <= tolerance for c, t in zip(pixel, target)) for pixel in region.getdata())
+            data = image.convert("RGB").crop((left, top, left + width, top + height)).tobytes()
+        pixels = zip(data[0::3], data[1::3], data[2::3])
+        return sum(all(abs(c - t) <= tolerance for c, t in zip(pixel, target)) for pixel in pixels)
 
 
 def view_in_chromium(page: Path, workdir: Path, width: int = 1400, height: int = 2000) -> BrowserView:
