@@ -240,3 +240,31 @@ def test_chromium_draws_the_reward_curve_and_the_rollout_table(tmp_path: Path, r
     assert view.table is not None and view.table[1] < 2000  # the rollout table starts on screen
     assert view.pixels_near(view.table, "#212529", 60) > 500  # with text in it
     assert view.dom.count('class="rollout"') == sum(len(g["rollouts"]) for g in _rows(run_dir / "rollouts.jsonl"))
+
+
+def _glossary_patterns() -> list[str]:
+    """The metric names of the README's glossary as regular expressions."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("### Metrics glossary", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    patterns = []
+    for line in rows:
+        previous = ""
+        for name in re.findall(r"`([^`]+)`", line.split("|")[1]):
+            name = name.replace("...", previous)
+            pattern = re.sub(r"\\\{([^}]*)\\\}", lambda m: "(" + m.group(1).replace(",", "|") + ")", re.escape(name))
+            pattern = re.sub(r"<[a-z]+>|\\\*", ".+", pattern)
+            patterns.append(pattern)
+            previous = name
+    return patterns
+
+
+def test_every_metric_of_a_run_is_in_the_readme_glossary(run_dir: Path) -> None:
+    import re
+
+    patterns = _glossary_patterns()
+    keys = {k for row in _rows(run_dir / "metrics.jsonl") for k in row} - {"step"}
+    assert keys and not [k for k in sorted(keys) if not any(re.fullmatch(p, k) for p in patterns)]
+    assert not any(re.fullmatch(p, "made/up") for p in patterns)
