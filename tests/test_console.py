@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -25,7 +26,6 @@ STEPS = 3
 @pytest.fixture(scope="module")
 def piped(installed_plugin, tmp_path_factory: pytest.TempPathFactory):
     """A real `minds run` subprocess whose stderr is a pipe; returns (stderr lines, run folder)."""
-    import os
     import subprocess
 
     root = tmp_path_factory.mktemp("piped")
@@ -119,3 +119,32 @@ def test_sample_rows_take_from_each_group_in_turn() -> None:
     rows = sample_rows(groups, limit=7)
     assert [r["task"] for r in rows] == ["t1", "t2", "t3"] * 2 + ["t1"]
     assert rows[0]["turns"] == 2 and len(rows[0]["reply"]) == 100 and rows[0]["reply"].endswith("…")
+
+
+def test_on_a_terminal_a_bar_with_the_health_figures_and_a_table(installed_plugin, tmp_path: Path) -> None:
+    import pty
+    import re
+    import subprocess
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
+    environ.update(PYTHONPATH=str(installed_plugin("toy_plugin")), COLUMNS="220", TERM="xterm")
+    argv = [sys.executable, "-m", "minds_core.cli", "run", "--env", "toy_char_share", "--steps", "2", "--name", "t",
+            "--set", f"runs_dir={tmp_path}", "--set", "sampling.max_tokens=8", "--set", "metrics.sample_table_every=1"]  # fmt: skip
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower, env=environ, cwd=tmp_path)
+    os.close(follower)
+    output = b""
+    while chunk := _read(leader):
+        output += chunk
+    assert process.wait(timeout=120) == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode("utf-8", "replace"))
+    assert '"event"' not in text  # a bar, not JSON events
+    assert re.search(r"step 2/2 ━+ reward -?\d\.\d{3} \| zero-var \d+% \| tokens [\d.]+ \| trunc \d+% \| -logp [\d.]+", text)
+    assert "eta 0:00:00" in text and "sampled replies, step 1" in text and "run summary" in text
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # the child closed the terminal
+        return b""
