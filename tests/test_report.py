@@ -14,12 +14,12 @@ from minds_core import logs, trainer
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
 from minds_core.report import REPORT_FILE, write_report
-from minds_core.report.charts import HEIGHT, LEFT, PALETTE, RIGHT, TOP, BOTTOM, WIDTH
+from minds_core.report.charts import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, TOP, WIDTH
 from minds_core.sinks.report import ReportSink
 from minds_core.testing import chromium, view_in_chromium
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin  # noqa: E402
+import minds_toy_plugin
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
@@ -113,7 +113,7 @@ def test_curves_hold_exactly_the_values_of_metrics_jsonl(run_dir: Path) -> None:
 def test_the_reward_line_is_drawn_where_the_values_are(run_dir: Path) -> None:
     rows = _rows(run_dir / "metrics.jsonl")
     page = Page((run_dir / REPORT_FILE).read_text())
-    index = [i for i, (t, a) in enumerate(page.tags) if t == "g" and a.get("data-key") == "reward/mean"][0]
+    index = next(i for i, (t, a) in enumerate(page.tags) if t == "g" and a.get("data-key") == "reward/mean")
     svg = [a for t, a in page.tags[:index] if t == "svg"][-1]
     polygon, polyline = page.tags[index + 1], page.tags[index + 2]
     assert polygon[0] == "polygon" and polyline[0] == "polyline"  # the min-max band, then the mean
@@ -144,7 +144,7 @@ def test_the_rollout_table_shows_every_recorded_rollout_turn_by_turn(run_dir: Pa
         assert [m["stop_reason"] in ("stop", "length") for m in rollout["messages"] if m["role"] == "assistant"] == [True, True]
     classes = [a["class"] for a in page.all("div", "msg")]
     assert "msg tool" in classes and "msg assistant" in classes and "msg system" in classes
-    share = [g for g in groups if g["env"] == "toy_char_share"][0]["rollouts"][0]
+    share = next(g for g in groups if g["env"] == "toy_char_share")["rollouts"][0]
     assert set(share["components"]) == {"toy.share", "toy.length"}
     assert any("toy.share = " in text for cls, text in page.cells if cls == "components")
 
@@ -233,7 +233,7 @@ def test_minds_report_command(run_minds, tmp_path: Path, run_dir: Path) -> None:
 @pytest.mark.skipif(chromium() is None, reason="needs Chromium: apt-get install chromium (.ci/run installs it)")
 def test_chromium_draws_the_reward_curve_and_the_rollout_table(tmp_path: Path, run_dir: Path) -> None:
     view = view_in_chromium(run_dir / REPORT_FILE, tmp_path)
-    left, top, width, height = view.chart
+    _, top, width, height = view.chart
     assert width > 400 and height > 150 and top + height <= 2000  # the first chart lies inside the screenshot
     assert view.pixels_near(view.chart, PALETTE[0]) > 200  # the reward curve, its markers and band edge
     assert view.pixels_near([0, 0, 1400, 40], PALETTE[0]) == 0  # the header holds none of that colour

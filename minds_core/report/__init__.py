@@ -45,7 +45,7 @@ def write_report(run_dir: Path, out: Path | None = None, status: str | None = No
     run_dir = Path(run_dir)
     html = render(load_run(run_dir, status))
     out = Path(out) if out is not None else run_dir / REPORT_FILE
-    tmp = out.with_name(f".{out.name}.tmp")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # the sink and `minds report` may write at once
     tmp.write_text(html, encoding="utf-8")
     os.replace(tmp, out)
     return out

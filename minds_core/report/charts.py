@@ -8,7 +8,7 @@ and ``data-values`` attributes hold exactly the plotted numbers, so a reader
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 
 import attrs
@@ -79,9 +79,11 @@ def line_chart(title: str, series: Sequence[Series], y_label: str = "") -> str:
         return TOP + (y_max - value) / (y_max - y_min) * plot_h
 
     parts = [
-        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
-        f'role="img" aria-label="{escape(title)}" data-x-min="{x_min}" data-x-max="{x_max}" '
-        f'data-y-min="{y_min!r}" data-y-max="{y_max!r}" data-plot="{LEFT} {TOP} {plot_w} {plot_h}">',
+        (
+            f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
+            f'role="img" aria-label="{escape(title)}" data-x-min="{x_min}" data-x-max="{x_max}" '
+            f'data-y-min="{y_min!r}" data-y-max="{y_max!r}" data-plot="{LEFT} {TOP} {plot_w} {plot_h}">'
+        ),
         f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#ffffff" stroke="#ced4da"/>',
     ]
     for tick in nice_ticks(y_min, y_max):
@@ -105,11 +107,14 @@ def line_chart(title: str, series: Sequence[Series], y_label: str = "") -> str:
     return f'<figure><figcaption>{escape(title)}</figcaption>{"".join(parts)}<div class="legend">{legend}</div></figure>'
 
 
-def _series_svg(s: Series, color: str, px, py) -> str:  # noqa: ANN001 - the chart's own scale functions
+def _series_svg(s: Series, color: str, px: Callable[[float], float], py: Callable[[float], float]) -> str:
+    """One series: its band, its line (broken where values are missing), a marker with a tooltip per point."""
     points = [(x, v) for x, v in zip(s.steps, s.values) if _finite(v)]
     out = [
-        f'<g class="series" data-key="{escape(s.key)}" data-color="{color}" '
-        f'data-steps="{" ".join(str(x) for x, _ in points)}" data-values="{" ".join(repr(float(v)) for _, v in points)}">'
+        (
+            f'<g class="series" data-key="{escape(s.key)}" data-color="{color}" '
+            f'data-steps="{" ".join(str(x) for x, _ in points)}" data-values="{" ".join(repr(float(v)) for _, v in points)}">'
+        )
     ]
     if s.low is not None and s.high is not None:
         band = [(x, lo, hi) for x, lo, hi in zip(s.steps, s.low, s.high) if _finite(lo) and _finite(hi)]
