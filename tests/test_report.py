@@ -183,13 +183,15 @@ def test_eval_metrics_get_their_own_curves(tmp_path: Path, run_dir: Path) -> Non
     rows = _rows(copy / "metrics.jsonl")
     for row in rows:
         if row["step"] % 2 == 0:
-            row.update({"eval/toy_char_share/reward/mean": 0.1 * row["step"], "eval/toy_char_share/pass@1": 0.5})
-    (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            row.update({"eval/toy_char_share/reward/mean": 0.1 * row["step"]})
+    apart = {"step": 2, "eval/toy_char_share/pass@1": 0.5}  # a line of its own for step 2 merges with the step's
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*rows, apart]))
     page = Page(write_report(copy).read_text())
+    assert next(a for a in page.all("g", "series") if a["data-key"] == "reward/mean")["data-steps"] == "0 1 2 3"
     evals = {a["data-key"]: a for a in page.all("g", "series") if a["data-key"].startswith("eval/")}
     assert evals["eval/toy_char_share/reward/mean"]["data-steps"] == "0 2"
     assert evals["eval/toy_char_share/reward/mean"]["data-values"] == "0.0 0.2"
-    assert evals["eval/toy_char_share/pass@1"]["data-values"] == "0.5 0.5"
+    assert evals["eval/toy_char_share/pass@1"]["data-steps"] == "2"
 
 
 def test_an_interrupted_run_with_a_torn_last_line_still_reports(tmp_path: Path, run_dir: Path) -> None:
@@ -228,6 +230,13 @@ def test_minds_report_command(run_minds, tmp_path: Path, run_dir: Path) -> None:
     assert done.stdout.strip() == str(out) and "reward/mean" in out.read_text()
     missing = run_minds(["report", str(tmp_path / "nope")])
     assert missing.returncode == 2 and "not a minds run directory" in missing.stderr and "Traceback" not in missing.stderr
+    unwritable = run_minds(["report", str(run_dir), "-o", str(tmp_path / "no" / "such" / "dir.html")])
+    assert unwritable.returncode == 2 and "cannot write the report to" in unwritable.stderr and "Traceback" not in unwritable.stderr
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.yaml").write_text("trainer: {steps: [\n")
+    bad = run_minds(["report", str(broken)])
+    assert bad.returncode == 2 and f"{broken / 'config.yaml'}: not valid YAML" in bad.stderr and "Traceback" not in bad.stderr
 
 
 @pytest.mark.skipif(chromium() is None, reason="needs Chromium: apt-get install chromium (.ci/run installs it)")

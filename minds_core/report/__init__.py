@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from minds_core.checkpoint import ROLLOUTS_FILE, read_jsonl, resume_config_path
+from minds_core.errors import UsageError
 from minds_core.report.page import RunData, render
 from minds_core.sinks.jsonl import METRICS_FILE
 
@@ -22,9 +23,18 @@ REPORT_FILE = "report.html"
 
 def load_run(run_dir: Path, status: str | None = None) -> RunData:
     """A run folder's files as RunData; a UsageError when ``run_dir`` is not a run."""
-    config_text = resume_config_path(run_dir).read_text(encoding="utf-8")
-    config = yaml.safe_load(config_text) or {}
-    by_step = {int(row["step"]): row for row in read_jsonl(run_dir / METRICS_FILE) if "step" in row}
+    path = resume_config_path(run_dir)
+    config_text = path.read_text(encoding="utf-8")
+    try:
+        config = yaml.safe_load(config_text) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML ({exc}); is this a minds run directory?") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"{path}: expected a mapping of config keys, got {type(config).__name__}")
+    by_step: dict[int, dict] = {}
+    for row in read_jsonl(run_dir / METRICS_FILE):
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            by_step.setdefault(row["step"], {}).update(row)  # lines of one step (e.g. eval/* apart) merge
     metrics = [by_step[step] for step in sorted(by_step)]
     if status is None:
         total = (config.get("trainer") or {}).get("steps")
@@ -46,8 +56,12 @@ def write_report(run_dir: Path, out: Path | None = None, status: str | None = No
     html = render(load_run(run_dir, status))
     out = Path(out) if out is not None else run_dir / REPORT_FILE
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # the sink and `minds report` may write at once
-    tmp.write_text(html, encoding="utf-8")
-    os.replace(tmp, out)
+    try:
+        tmp.write_text(html, encoding="utf-8")
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
     return out
 
 
