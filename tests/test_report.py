@@ -277,3 +277,19 @@ def test_every_metric_of_a_run_is_in_the_readme_glossary(run_dir: Path) -> None:
     keys = {k for row in _rows(run_dir / "metrics.jsonl") for k in row} - {"step"}
     assert keys and not [k for k in sorted(keys) if not any(re.fullmatch(p, k) for p in patterns)]
     assert not any(re.fullmatch(p, "made/up") for p in patterns)
+
+
+def test_health_notes_say_when_a_run_cannot_learn(tmp_path: Path, run_dir: Path) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    rows = _rows(copy / "metrics.jsonl")
+    healthy = [dict(r, **{"groups/zero_variance_frac": 0.25, "stop/length_frac": 0.1, "rollouts/failed": 0, "sampler/neg_logprob": 2.0}) for r in rows]
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in healthy))
+    assert '<div class="notes">' not in write_report(copy).read_text()
+    stuck = [dict(r, **{"groups/zero_variance_frac": 1.0, "stop/length_frac": 0.75, "rollouts/failed": r["rollouts/total"] // 2,
+                        "sampler/neg_logprob": 0.01}) for r in rows]  # fmt: skip
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stuck))
+    text = write_report(copy).read_text()
+    assert "100% of groups gave every rollout the same reward over the last 4 steps" in text
+    assert "75% of sampled turns stopped at max_tokens" in text
+    assert "50% of rollouts failed" in text and "nearly deterministic" in text

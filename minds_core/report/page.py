@@ -33,6 +33,7 @@ details{margin:6px 0}.browser{max-height:75vh;overflow:auto;border:1px solid #de
 .msg.assistant{border-color:#2b8a3e;background:#effaf1}.msg.tool{border-color:#e8590c;background:#fff4e6}
 .toolcall{display:block;border:1px dashed #9c36b5;background:#f8f0fc;padding:2px 6px;margin:3px 0}
 .think{display:block;color:#868e96;font-style:italic}.error{color:#c92a2a}.note{color:#868e96}
+.notes{background:#fff9db;border:1px solid #fcc419;border-radius:6px;padding:6px 14px;margin-top:12px}.notes ul{margin:4px 0}
 .pos{color:#2b8a3e}.neg{color:#c92a2a}
 """
 
@@ -61,7 +62,7 @@ class RunData:
 def render(run: RunData) -> str:
     """The whole HTML document."""
     rows = run.metrics
-    body = [_header(run), _cards(run)]
+    body = [_header(run), _cards(run), _notes(rows)]
     if not rows:
         body.append('<p class="note">No step has finished yet; the report fills in as the run writes metrics.jsonl.</p>')
     for title, charts in _chart_sections(rows):
@@ -106,6 +107,42 @@ def _cards(run: RunData) -> str:
         ("train time", f"{sum(r.get('time/step', 0.0) for r in rows):.0f} s"),
     ]
     return '<div class="cards">' + "".join(f"<div class=card><b>{escape(v)}</b><span>{escape(k)}</span></div>" for k, v in cards) + "</div>"
+
+
+#: Steps at the end of the run the health notes look at.
+NOTE_WINDOW = 5
+
+
+def health_notes(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Plain warnings about the last NOTE_WINDOW steps: no learning signal, cut replies, failures, collapse."""
+    recent = rows[-NOTE_WINDOW:]
+
+    def mean(key: str) -> float | None:
+        values = [float(r[key]) for r in recent if _number(r.get(key))]
+        return sum(values) / len(values) if values else None
+
+    span = f"over the last {len(recent)} step{'s' if len(recent) != 1 else ''}"
+    notes = []
+    if (zero := mean("groups/zero_variance_frac")) is not None and zero >= 0.9:
+        notes.append(
+            f"{zero:.0%} of groups gave every rollout the same reward {span}: their advantages are 0 and teach nothing. "
+            "A larger trainer.group_size, a higher sampling.temperature or a graded reward gives a signal."
+        )
+    if (cut := mean("stop/length_frac")) is not None and cut >= 0.5:
+        notes.append(f"{cut:.0%} of sampled turns stopped at max_tokens {span}: replies are cut off; raise sampling.max_tokens.")
+    failed, total = sum(r.get("rollouts/failed", 0) for r in recent), sum(r.get("rollouts/total", 0) for r in recent)
+    if total and failed / total >= 0.1:
+        notes.append(f"{failed / total:.0%} of rollouts failed {span}; their errors are in the rollout table and train.log.")
+    if (surprisal := mean("sampler/neg_logprob")) is not None and surprisal < 0.05:
+        notes.append(f"The sampled tokens' mean −logprob is {surprisal:.3f} {span}: the policy is nearly deterministic and explores little.")
+    return notes
+
+
+def _notes(rows: Sequence[dict[str, Any]]) -> str:
+    notes = health_notes(rows)
+    if not notes:
+        return ""
+    return '<div class="notes"><b>Health</b><ul>' + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul></div>"
 
 
 def _number(value: Any) -> bool:
