@@ -14,7 +14,7 @@ from html import escape
 import attrs
 
 WIDTH, HEIGHT = 560, 230
-LEFT, RIGHT, TOP, BOTTOM = 58, 12, 12, 30
+LEFT, RIGHT, TOP, BOTTOM = 66, 12, 12, 30
 #: Colors of series in order; the first is the reward curve's.
 PALETTE = ("#1f5fd6", "#d9480f", "#2b8a3e", "#9c36b5", "#e8590c", "#0b7285", "#c2255c", "#5c940d", "#495057")
 #: Circles with a tooltip per point up to this many points; beyond, the line alone.
@@ -61,12 +61,8 @@ def line_chart(title: str, series: Sequence[Series], y_label: str = "") -> str:
     ys = [v for s in drawn for band in (s.values, s.low or (), s.high or ()) for v in band if _finite(v)]
     xs = [x for s in drawn for x, v in zip(s.steps, s.values) if _finite(v)]
     y_min, y_max = min(ys), max(ys)
-    if y_max - y_min < 1e-12:
-        pad = abs(y_max) * 0.1 or 1.0
-        y_min, y_max = y_min - pad, y_max + pad
-    else:
-        pad = (y_max - y_min) * 0.05
-        y_min, y_max = y_min - pad, y_max + pad
+    pad = (y_max - y_min) * 0.05 if y_max - y_min >= 1e-12 else abs(y_max) * 0.1 or 1.0
+    y_min, y_max = (y_min - pad if y_min < 0 or y_min - pad >= 0 else 0.0), y_max + pad  # counts never go below 0
     x_min, x_max = min(xs), max(xs)
     if x_max == x_min:
         x_min, x_max = x_min - 1, x_max + 1
@@ -96,7 +92,7 @@ def line_chart(title: str, series: Sequence[Series], y_label: str = "") -> str:
             parts.append(f'<text x="{x:.2f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle" class="tick">{int(tick)}</text>')
     parts.append(f'<text x="{LEFT + plot_w}" y="{HEIGHT - 2}" text-anchor="end" class="axis">step</text>')
     if y_label:
-        parts.append(f'<text x="12" y="{TOP + plot_h / 2:.0f}" transform="rotate(-90 12 {TOP + plot_h / 2:.0f})" text-anchor="middle" class="axis">{escape(y_label)}</text>')
+        parts.append(f'<text x="11" y="{TOP + plot_h / 2:.0f}" transform="rotate(-90 11 {TOP + plot_h / 2:.0f})" text-anchor="middle" class="axis">{escape(y_label)}</text>')
     for index, s in enumerate(drawn):
         parts.append(_series_svg(s, PALETTE[index % len(PALETTE)], px, py))
     parts.append("</svg>")
