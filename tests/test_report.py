@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from minds_core import logs, trainer
+from minds_core.checkpoint import read_jsonl
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
 from minds_core.report import REPORT_FILE, write_report
@@ -293,3 +294,34 @@ def test_health_notes_say_when_a_run_cannot_learn(tmp_path: Path, run_dir: Path)
     assert "100% of groups gave every rollout the same reward over the last 4 steps" in text
     assert "75% of sampled turns stopped at max_tokens" in text
     assert "50% of rollouts failed" in text and "nearly deterministic" in text
+
+
+def test_a_report_of_a_run_while_it_trains_and_after_kill_9(installed_plugin, tmp_path: Path) -> None:
+    import os
+    import re
+    import signal
+    import subprocess
+    import time
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
+    environ["PYTHONPATH"] = str(installed_plugin("toy_plugin"))
+    argv = [sys.executable, "-m", "minds_core.cli", "run", "--env", "toy_char_share", "--steps", "500", "--name", "live",
+            "--set", f"runs_dir={tmp_path}", "--set", "sampling.max_tokens=4", "--set", "trainer.group_size=2",
+            "--set", "trainer.groups_per_batch=1", "--set", "metrics.sinks=[jsonl]"]  # fmt: skip
+    process = subprocess.Popen(argv, env=environ, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = tmp_path / "live" / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        text = write_report(tmp_path / "live").read_text()  # while it trains
+        assert "status: running or interrupted" in text
+        shown = int(re.search(r"<b>(\d+) of 500</b>", text).group(1))
+        assert shown >= 2
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    rows = read_jsonl(metrics)  # whole lines only: a kill may tear the last
+    text = write_report(tmp_path / "live").read_text()  # after kill -9
+    assert f"<b>{len(rows)} of 500</b>" in text and len(rows) >= shown
