@@ -11,6 +11,7 @@ from minds_core.losses import BUILTIN_LOSSES, CUSTOM_LOSSES
 from minds_core.rewards import REWARD_FUNCTIONS
 from minds_core.sinks.console import ConsoleSink
 from minds_core.sinks.jsonl import JsonlSink
+from minds_core.sinks.report import ReportSink
 from minds_core.sinks.wandb import WandbSink
 
 
@@ -37,7 +38,8 @@ def minds_register_losses(register: Register) -> None:
 @hookimpl
 def minds_register_metric_sinks(register: Register) -> None:
     register("jsonl", lambda run_dir, config: JsonlSink(run_dir), "one JSON line per step in <run>/metrics.jsonl (always on)")
-    register("console", lambda run_dir, config: ConsoleSink(config.trainer.steps), "progress bar with step, reward, s/step; summary at the end")
+    register("console", ConsoleSink, "progress with reward and health (a bar on a terminal, JSON events otherwise), tables of samples, <run>/train.log")
+    register("report", lambda run_dir, config: ReportSink(run_dir, config.metrics.report_every), "<run>/report.html, refreshed every metrics.report_every steps")
     register("wandb", WandbSink, "Weights & Biases (needs the wandb extra and metrics.wandb_project)")
 
 

@@ -1,4 +1,4 @@
-"""The ``minds`` command: run | eval | sft | plugins | envs.
+"""The ``minds`` command: run | eval | sft | report | plugins | envs.
 
 Imports are lazy so that ``minds --help`` and ``minds plugins`` stay fast and never import torch.
 """
@@ -19,6 +19,7 @@ examples:
   minds run --resume runs/ghost_trace-20260101-120000
   minds eval --env self_prediction --set trainer.groups_per_batch=8
   minds sft --data chats.jsonl --steps 20
+  minds report runs/ghost_trace-20260101-120000
   minds plugins --json
 """
 
@@ -70,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     sft = commands.add_parser("sft", parents=[shared], help="supervised fine-tuning on chat conversations (trainer.mode = sft)")
     _add_run_arguments(sft)
     sft.add_argument("--data", metavar="PATH", help='jsonl with one {"messages": [...]} per line (sets sft.data)')
+    report = commands.add_parser("report", parents=[shared], help="write a run's HTML report (curves, health, sampled rollouts)")
+    report.add_argument("run_dir", metavar="RUN_DIR", help="the run folder, runs/<name>")
+    report.add_argument("-o", "--output", metavar="FILE", help="where to write it (default RUN_DIR/report.html)")
 
     plugins = commands.add_parser("plugins", parents=[shared], help="list installed plugins and what each registers")
     plugins.add_argument("--json", action="store_true", help="machine-readable output on stdout")
@@ -161,6 +165,13 @@ def _envs_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_command(args: argparse.Namespace) -> int:
+    from minds_core.report import write_report
+
+    print(write_report(Path(args.run_dir), Path(args.output) if args.output else None))
+    return 0
+
+
 def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
     from minds_core.config import load_config
 
@@ -221,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plugins_command(args)
         if args.command == "envs":
             return _envs_command(args)
+        if args.command == "report":
+            return _report_command(args)
         return _run_command(args, evaluate=args.command == "eval")
     except RunInterrupted as exc:
         print(f"minds: {exc}", file=sys.stderr)

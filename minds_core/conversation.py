@@ -27,7 +27,9 @@ class Conversation:
 
     ``tokens[i]`` was sampled when ``sampled[i]``; then ``logprobs[i]`` is the
     sampler's log-probability of it and ``turn_ids[i]`` numbers the sampled turn.
-    ``replies`` holds the decoded text of each sampled turn.
+    ``replies`` holds the decoded text of each sampled turn and
+    ``stop_reasons`` why each ended (``"stop"``: a stop token; ``"length"``:
+    it reached its max_tokens).
     """
 
     renderer: Renderer
@@ -42,6 +44,7 @@ class Conversation:
     logprobs: list[float] = attrs.field(factory=list)
     turn_ids: list[int] = attrs.field(factory=list)
     replies: list[str] = attrs.field(factory=list)
+    stop_reasons: list[str] = attrs.field(factory=list)
     prompt: list[Message] = attrs.field(factory=list)
     turns: int = 0
     last_stopped: bool = True
@@ -84,6 +87,7 @@ class Conversation:
         self._extend(sequence.tokens, sequence.logprobs)
         self.turns += 1
         self.last_stopped = sequence.stop_reason == "stop"
+        self.stop_reasons.append(str(sequence.stop_reason))
         text = self.renderer.decode(sequence.tokens)
         self.replies.append(text)
         self.messages.append({"role": "assistant", "content": text})

@@ -1,7 +1,8 @@
 """Logging: structlog configured once, printed through the shared rich console on stderr.
 
 Log lines go through the same ``rich.console.Console`` as the progress bar, so a
-line printed while a bar is live appears above it instead of tearing it.
+line printed while a bar is live appears above it instead of tearing it. Files
+added with ``add_log_file`` (a run's train.log) get every line as plain text too.
 """
 
 from __future__ import annotations
@@ -9,12 +10,40 @@ from __future__ import annotations
 import logging
 import sys
 from functools import cache
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 from rich.console import Console
 
 LOG_FORMATS = ("auto", "console", "json")
+
+_log_files: list[TextIO] = []
+
+
+def add_log_file(fh: TextIO) -> None:
+    """Also write every log line, uncolored, to ``fh`` (until remove_log_file)."""
+    _log_files.append(fh)
+
+
+def remove_log_file(fh: TextIO) -> None:
+    if fh in _log_files:
+        _log_files.remove(fh)
+
+
+class _Tee:
+    """The final structlog processor: renders for the console, and as plain text for the log files."""
+
+    def __init__(self, renderer: Any) -> None:
+        self.renderer = renderer
+        self.plain = structlog.dev.ConsoleRenderer(colors=False)
+
+    def __call__(self, logger: Any, name: str, event_dict: dict[str, Any]) -> Any:
+        if _log_files:
+            line = self.plain(logger, name, dict(event_dict))
+            for fh in _log_files:
+                fh.write(f"{line}\n")
+                fh.flush()
+        return self.renderer(logger, name, event_dict)
 
 
 @cache
@@ -46,7 +75,7 @@ def configure(log_format: str = "auto", level: str = "info") -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
+            _Tee(renderer),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         logger_factory=lambda *args: _ConsoleLogger(),

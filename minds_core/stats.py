@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import math
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from minds_core.rollout import Group
+from minds_core.conversation import Conversation
+from minds_core.rollout import Group, Rollout
+
+#: Rollout metrics under this prefix are the parts of a rubric's reward (see score_completion).
+COMPONENT_PREFIX = "reward/"
+#: Why a sampled turn ended (tinker.types.StopReason): a stop token, or its max_tokens.
+STOP_REASONS = ("stop", "length")
 
 
 def describe(prefix: str, values: Sequence[float]) -> dict[str, float]:
@@ -22,11 +31,63 @@ def describe(prefix: str, values: Sequence[float]) -> dict[str, float]:
 
 
 def _mean_metrics(metric_dicts: Iterable[dict[str, float]], prefix: str) -> dict[str, float]:
+    """Each rollout metric's mean under ``prefix/``; reward components also get ``/min`` and ``/max``."""
     sums: dict[str, list[float]] = {}
     for metrics in metric_dicts:
         for key, value in metrics.items():
             sums.setdefault(key, []).append(value)
-    return {f"{prefix}/{key}": statistics.fmean(values) for key, values in sums.items()}
+    record = {}
+    for key, values in sums.items():
+        record[f"{prefix}/{key}"] = statistics.fmean(values)
+        if key.startswith(COMPONENT_PREFIX):
+            record[f"{prefix}/{key}/min"] = min(values)
+            record[f"{prefix}/{key}/max"] = max(values)
+    return record
+
+
+def health_metrics(groups: Sequence[Group], conversations: Sequence[Conversation]) -> dict[str, float]:
+    """Signs a run can learn: reward variance within groups, reply lengths, truncation, sampler confidence."""
+    record: dict[str, float] = {}
+    scored = [[r.reward for r in g.ok_rollouts] for g in groups if len(g.ok_rollouts) >= 2]
+    if scored:
+        record["groups/zero_variance_frac"] = sum(max(rs) - min(rs) < 1e-8 for rs in scored) / len(scored)
+    record.update(describe("tokens/completion", [c.sampled_tokens for c in conversations]))
+    stops = Counter({reason: 0 for reason in STOP_REASONS})
+    stops.update(reason for c in conversations for reason in c.stop_reasons)
+    record.update({f"stop/{reason}": float(count) for reason, count in stops.items()})
+    if stops.total():
+        record["stop/length_frac"] = stops["length"] / sum(stops.values())
+    surprisal = [-lp for c in conversations for lp, s in zip(c.logprobs, c.sampled) if s]
+    if surprisal:
+        record["sampler/neg_logprob"] = statistics.fmean(surprisal)
+    return record
+
+
+def sampler_train_kl(datums: Sequence[Any], outputs: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """KL(sampler || trained policy) over trained tokens, from forward_backward's logprobs.
+
+    With ``r = log p_train - log q_sampler`` per token, ``exp(r) - 1 - r`` is an
+    unbiased, non-negative estimate of KL(q || p) on tokens sampled from q. It is
+    0 when the sampler and the trainer hold the same weights and grows with
+    staleness (max_steps_off_policy) or numerical mismatch between the two.
+    """
+    terms = []
+    for datum, output in zip(datums, outputs):
+        if "logprobs" not in output:
+            continue
+        advantages = _floats(datum.loss_fn_inputs["advantages"])
+        sampler = _floats(datum.loss_fn_inputs["logprobs"])
+        for a, q, p in zip(advantages, sampler, _floats(output["logprobs"])):
+            if a != 0:
+                r = p - q
+                terms.append(math.expm1(r) - r)
+    return {"kl/sampler_train": statistics.fmean(terms)} if terms else {}
+
+
+def _floats(tensor: Any) -> list[float]:
+    """A 1-D TensorData (or anything with .tolist()) as floats."""
+    data = tensor.data if hasattr(tensor, "data") and isinstance(tensor.data, list) else tensor.tolist()
+    return [float(x) for x in data]
 
 
 def batch_metrics(groups: Sequence[Group], advantages: dict[int, float], envs: Sequence[Any]) -> dict[str, Any]:
@@ -37,6 +98,7 @@ def batch_metrics(groups: Sequence[Group], advantages: dict[int, float], envs: S
     record.update(describe("reward", [r.reward for r in ok]))
     record.update(describe("advantage", list(advantages.values())))
     conversations = [r.conversation for r in ok if r.conversation is not None]
+    record.update(health_metrics(groups, conversations))
     record.update(
         {
             "tokens/sampled": sum(c.sampled_tokens for c in conversations),
@@ -63,12 +125,14 @@ def batch_metrics(groups: Sequence[Group], advantages: dict[int, float], envs: S
         record[f"{prefix}/failed"] = sum(g.failures for g in mine)
         if env_ok:
             record[f"{prefix}/reward_mean"] = statistics.fmean(r.reward for r in env_ok)
+            record[f"{prefix}/reward_min"] = min(r.reward for r in env_ok)
+            record[f"{prefix}/reward_max"] = max(r.reward for r in env_ok)
         record.update(_mean_metrics((r.metrics for r in env_ok), prefix))
     return record
 
 
 def rollout_records(step: int, groups: Sequence[Group], advantages: dict[int, float], limit: int) -> list[dict[str, Any]]:
-    """The first ``limit`` groups of a step, readable: prompt, completions, rewards."""
+    """The first ``limit`` groups of a step, readable: prompt, every turn, rewards and their parts."""
     records = []
     for group in groups[:limit]:
         first = next((r.conversation for r in group.rollouts if r.conversation and r.conversation.prompt), None)
@@ -78,17 +142,58 @@ def rollout_records(step: int, groups: Sequence[Group], advantages: dict[int, fl
                 "env": group.env_name,
                 "task": group.task.id,
                 "dropped": group.dropped,
-                "prompt": first.prompt if first else None,
-                "rollouts": [
-                    {
-                        "completion": list(r.conversation.replies) if r.conversation else [],
-                        "reward": r.reward if r.ok else None,
-                        "advantage": advantages.get(id(r)),
-                        "error": r.error,
-                    }
-                    for r in group.rollouts
-                ],
+                "prompt": [_message(m) for m in first.prompt] if first else None,
+                "rollouts": [_rollout_record(r, advantages.get(id(r))) for r in group.rollouts],
             }
         )
     return records
 
+
+def _rollout_record(rollout: Rollout, advantage: float | None) -> dict[str, Any]:
+    """One rollout: ``completion`` (each sampled turn's text), ``messages`` (every message after the
+    prompt, assistant turns with their ``stop_reason`` and sampled ``tokens``), reward, components."""
+    conv = rollout.conversation
+    return {
+        "completion": list(conv.replies) if conv else [],
+        "messages": _turns(conv) if conv else [],
+        "reward": rollout.reward if rollout.ok else None,
+        "components": {k[len(COMPONENT_PREFIX) :]: v for k, v in rollout.metrics.items() if k.startswith(COMPONENT_PREFIX)},
+        "metrics": {k: v for k, v in rollout.metrics.items() if not k.startswith(COMPONENT_PREFIX)},
+        "advantage": advantage,
+        "error": rollout.error,
+        "timed_out": rollout.timed_out,
+        "truncated": conv.truncated if conv else False,
+    }
+
+
+def _turns(conv: Conversation) -> list[dict[str, Any]]:
+    turn_tokens = Counter(t for t in conv.turn_ids if t >= 0)
+    turn = 0
+    turns = []
+    for message in conv.messages[len(conv.prompt) :]:
+        entry = _message(message)
+        if message.get("role") == "assistant" and turn < len(conv.stop_reasons):
+            entry["stop_reason"] = conv.stop_reasons[turn]
+            entry["tokens"] = turn_tokens[turn]
+            turn += 1
+        turns.append(entry)
+    return turns
+
+
+def _message(message: Any) -> dict[str, Any]:
+    """A chat message reduced to JSON: role, text content, and tool fields when present."""
+    if not isinstance(message, dict):
+        return {"role": "?", "content": str(message)}
+    entry = {"role": str(message.get("role", "?")), "content": _text(message.get("content"))}
+    for key in ("name", "tool_call_id", "tool_calls"):
+        if message.get(key):
+            entry[key] = json.loads(json.dumps(message[key], default=str))
+    return entry
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
+        return "\n".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else str(content)

@@ -1,7 +1,12 @@
-"""Helpers for testing environments and plugins: a short ``minds run`` and what it wrote."""
+"""Helpers for testing environments and plugins: a short ``minds run`` and what it wrote; pages in headless Chromium."""
 
 from __future__ import annotations
 
+import html
+import json
+import re
+import shutil
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -48,3 +53,67 @@ def run_minds(
         read_jsonl(run_dir / ROLLOUTS_FILE),
         read_jsonl(run_dir / CHECKPOINTS_FILE),
     )
+
+
+#: Headless Chromium without a sandbox, a GPU, network services or a profile of its own.
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run", "--hide-scrollbars", "--force-device-scale-factor=1",
+)  # fmt: skip
+
+_MEASURE = """<script>
+const box = (selector) => { const e = document.querySelector(selector); if (!e) return null;
+  const b = e.getBoundingClientRect(); return [b.left, b.top, b.width, b.height]; };
+document.body.setAttribute("data-boxes", JSON.stringify({chart: box("svg.chart"), table: box("table.rollouts")}));
+</script>"""
+
+
+def chromium() -> str | None:
+    """The Chromium executable (Debian's ``chromium`` package), or None when it is not installed."""
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _chromium(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [chromium() or "chromium", *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, page.resolve().as_uri()]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+
+
+@attrs.frozen
+class BrowserView:
+    """A page as headless Chromium drew it: the screenshot, the DOM after load, and where things lie.
+
+    ``chart`` and ``table`` are ``[left, top, width, height]`` (CSS pixels = screenshot pixels) of
+    the first ``svg.chart`` and the first ``table.rollouts``; None when the page has none.
+    """
+
+    screenshot: Path
+    dom: str
+    chart: list[float] | None
+    table: list[float] | None
+
+    def pixels_near(self, box: list[float], color: str, tolerance: int = 12) -> int:
+        """How many screenshot pixels inside ``box`` are within ``tolerance`` of ``color`` (``#rrggbb``)."""
+        from PIL import Image
+
+        target = tuple(int(color[i : i + 2], 16) for i in (1, 3, 5))
+        left, top, width, height = (int(v) for v in box)
+        with Image.open(self.screenshot) as image:
+            data = image.convert("RGB").crop((left, top, left + width, top + height)).tobytes()
+        pixels = zip(data[0::3], data[1::3], data[2::3])
+        return sum(all(abs(c - t) <= tolerance for c, t in zip(pixel, target)) for pixel in pixels)
+
+
+def view_in_chromium(page: Path, workdir: Path, width: int = 1400, height: int = 2000) -> BrowserView:
+    """Screenshot ``page`` in headless Chromium and measure where its first chart and rollout table lie.
+
+    The measuring runs on a copy of the page with a script added; the screenshot is of the page itself.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    measured = workdir / "measure.html"
+    measured.write_text(page.read_text(encoding="utf-8").replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    size = f"--window-size={width},{height}"
+    shot = workdir / "screenshot.png"
+    _chromium(page, workdir / "profile", size, f"--screenshot={shot}")
+    dom = _chromium(measured, workdir / "profile", size, "--dump-dom").stdout
+    boxes = json.loads(html.unescape(re.search(r'data-boxes="([^"]*)"', dom).group(1)))
+    return BrowserView(shot, dom, boxes["chart"], boxes["table"])

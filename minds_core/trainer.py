@@ -41,7 +41,7 @@ from minds_core.envs.rubric import maybe_await
 from minds_core.rollout import EpisodeSettings, Group, close_quietly, run_group
 from minds_core.schedule import DataSchedule
 from minds_core.sinks import SinkSet
-from minds_core.stats import batch_metrics, rollout_records
+from minds_core.stats import batch_metrics, rollout_records, sampler_train_kl
 
 log = get_logger("trainer")
 
@@ -320,7 +320,9 @@ class Session:
         except ServiceCallError as exc:
             exc.intact_after = step - 1
             raise
-        return {"train/learning_rate": rate, **{f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}}
+        metrics = {"train/learning_rate": rate, **{f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}}
+        metrics.update(sampler_train_kl(datums, result.loss_fn_outputs or []))
+        return metrics
 
     async def save(self, step: int, rolling: bool = False) -> Checkpoint:
         """Save weights + optimizer (to resume) and sampler weights (to sample from); recorded by the caller.

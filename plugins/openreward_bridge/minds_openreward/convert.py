@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from minds_core.config import MetricsConfig
 from minds_core.errors import ConfigError, MindsError, did_you_mean
 
 #: Seed key -> dotted minds key, for values copied as they are.
@@ -140,7 +141,7 @@ def convert(seed: Mapping[str, Any], steps: int | None = None, ignore_unknown: b
         elif key not in SPECIAL:
             unknown.append(f"{key}{did_you_mean(key, [*TOP_LEVEL, *SPECIAL])}")
     if seed.get("wandb_project_name"):
-        config.setdefault("metrics", {})["sinks"] = ["jsonl", "console", "wandb"]
+        config.setdefault("metrics", {})["sinks"] = [*MetricsConfig().sinks, "wandb"]
     if seed.get("wandb_run_name"):
         config["name"] = seed["wandb_run_name"]
     if "advantage_calculation" in seed:

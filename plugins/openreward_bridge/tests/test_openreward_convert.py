@@ -93,7 +93,7 @@ def test_every_seed_key_lands_in_the_minds_config(tmp_path: Path, capsys) -> Non
     assert data["sampling"] == {"max_tokens": 512}
     assert data["rollout"] == {"max_total_tokens": 8192, "retries": 2, "concurrency": 32, "timeout": 600}
     assert (data["seed"], data["runs_dir"], data["name"], data["backend"]) == (11, str(tmp_path / "runs"), "tinker-rl-test-openreward", "tinker")
-    assert data["metrics"] == {"wandb_project": "tinker-test", "wandb_run_name": "tinker-rl-test-openreward", "sinks": ["jsonl", "console", "wandb"]}
+    assert data["metrics"] == {"wandb_project": "tinker-test", "wandb_run_name": "tinker-rl-test-openreward", "sinks": ["jsonl", "console", "report", "wandb"]}
     who, gsm = data["envs"]
     assert who == {
         "id": "openreward",

@@ -1,0 +1,327 @@
+"""`minds report`: the HTML page against metrics.jsonl and rollouts.jsonl of a real run, live and torn runs, the CLI, Chromium."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from minds_core import logs, trainer
+from minds_core.checkpoint import read_jsonl
+from minds_core.config import load_config
+from minds_core.plugins import load_plugins
+from minds_core.report import REPORT_FILE, write_report
+from minds_core.report.charts import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, TOP, WIDTH
+from minds_core.sinks.report import ReportSink
+from minds_core.testing import chromium, view_in_chromium
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
+import minds_toy_plugin
+
+pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
+
+MIX = """\
+envs:
+  - id: toy_char_share
+    weight: 1
+    rewards: [{name: toy.share, weight: 1.0}]
+    extra_rewards: [{name: toy.length, weight: 0.01}]
+  - id: toy_two_turn
+    weight: 1
+    group_size: 2
+trainer: {steps: 4, groups_per_batch: 2, group_size: 4, learning_rate: 0.01}
+sampling: {max_tokens: 8}
+metrics: {sinks: [jsonl, report], report_every: 2, rollouts_per_step: 2}
+"""
+
+
+class Page(HTMLParser):
+    """Start tags with their attributes, and the text of each ``td``, in document order."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str]]] = []
+        self.cells: list[tuple[str, str]] = []
+        self._cell: list[str] | None = None
+        self._cell_class = ""
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = {k: v or "" for k, v in attrs}
+        self.tags.append((tag, attributes))
+        if tag == "td":
+            self._cell, self._cell_class = [], attributes.get("class", "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td" and self._cell is not None:
+            self.cells.append((self._cell_class, "".join(self._cell)))
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def all(self, tag: str, cls: str | None = None) -> list[dict[str, str]]:
+        return [a for t, a in self.tags if t == tag and (cls is None or cls in a.get("class", "").split())]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    logs.configure("json", "warning")
+    root = tmp_path_factory.mktemp("report")
+    (root / "mix.yaml").write_text(MIX + f"runs_dir: {root}\nname: mix\n")
+    plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
+    summary = trainer.train(load_config(root / "mix.yaml", []), plugins=plugins)
+    return Path(summary["run_dir"])
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_the_report_is_written_at_the_end_and_self_contained(run_dir: Path) -> None:
+    text = (run_dir / REPORT_FILE).read_text()
+    assert "status: finished" in text
+    page = Page(text)
+    assert not page.all("script") and not page.all("link") and not page.all("img")
+    assert not [a for _, a in page.tags if "src" in a or "href" in a]  # nothing to fetch
+
+
+def test_curves_hold_exactly_the_values_of_metrics_jsonl(run_dir: Path) -> None:
+    rows = _rows(run_dir / "metrics.jsonl")
+    page = Page((run_dir / REPORT_FILE).read_text())
+    series = {}
+    for attrs_ in page.all("g", "series"):
+        series.setdefault(attrs_["data-key"], attrs_)
+    expected_keys = {
+        "reward/mean", "env/toy_char_share/reward_mean", "env/toy_two_turn/reward_mean",
+        "env/toy_char_share/reward/toy.share", "env/toy_char_share/reward/toy.length", "train/loss:sum",
+        "kl/sampler_train", "tokens/completion/mean", "groups/zero_variance_frac", "stop/length_frac",
+        "sampler/neg_logprob", "stop/stop", "stop/length", "rollouts/failed", "rollouts/timed_out",
+        "groups/dropped_failures", "time/sample", "time/train", "time/save", "advantage/mean",
+    }  # fmt: skip
+    assert expected_keys <= set(series), expected_keys - set(series)
+    for key, attrs_ in series.items():
+        present = [r for r in rows if key in r]
+        assert [int(s) for s in attrs_["data-steps"].split()] == [r["step"] for r in present], key
+        assert [float(v) for v in attrs_["data-values"].split()] == [float(r[key]) for r in present], key
+
+
+def test_the_reward_line_is_drawn_where_the_values_are(run_dir: Path) -> None:
+    rows = _rows(run_dir / "metrics.jsonl")
+    page = Page((run_dir / REPORT_FILE).read_text())
+    index = next(i for i, (t, a) in enumerate(page.tags) if t == "g" and a.get("data-key") == "reward/mean")
+    svg = [a for t, a in page.tags[:index] if t == "svg"][-1]
+    polygon, polyline = page.tags[index + 1], page.tags[index + 2]
+    assert polygon[0] == "polygon" and polyline[0] == "polyline"  # the min-max band, then the mean
+    assert page.tags[index][1]["data-color"] == PALETTE[0]
+    x0, x1, y0, y1 = (float(svg[k]) for k in ("data-x-min", "data-x-max", "data-y-min", "data-y-max"))
+    width, height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    points = [tuple(map(float, p.split(","))) for p in polyline[1]["points"].split()]
+    assert len(points) == len(rows)
+    for (x, y), row in zip(points, rows):
+        assert x == pytest.approx(LEFT + (row["step"] - x0) / (x1 - x0) * width, abs=0.01)
+        assert y == pytest.approx(TOP + (y1 - row["reward/mean"]) / (y1 - y0) * height, abs=0.01)
+    assert y0 <= min(r["reward/min"] for r in rows) and y1 >= max(r["reward/max"] for r in rows)
+
+
+def test_the_rollout_table_shows_every_recorded_rollout_turn_by_turn(run_dir: Path) -> None:
+    groups = _rows(run_dir / "rollouts.jsonl")
+    page = Page((run_dir / REPORT_FILE).read_text())
+    # newest step first, each group's rollouts in order
+    ordered = sorted(groups, key=lambda g: -g["step"])
+    rewards = [r["reward"] for g in ordered for r in g["rollouts"]]
+    shown = [text for cls, text in page.cells if "reward" in cls.split()]
+    assert [float(t) for t in shown] == pytest.approx(rewards, rel=1e-3, abs=1e-9)
+    assert [int(a["data-step"]) for a in page.all("details", "step")] == sorted({g["step"] for g in groups}, reverse=True)
+    two_turn = [g for g in groups if g["env"] == "toy_two_turn"]
+    assert two_turn, "the mix samples both environments"
+    for rollout in two_turn[0]["rollouts"]:
+        assert [m["role"] for m in rollout["messages"]] == ["assistant", "tool", "assistant"]
+        assert [m["stop_reason"] in ("stop", "length") for m in rollout["messages"] if m["role"] == "assistant"] == [True, True]
+    classes = [a["class"] for a in page.all("div", "msg")]
+    assert "msg tool" in classes and "msg assistant" in classes and "msg system" in classes
+    share = next(g for g in groups if g["env"] == "toy_char_share")["rollouts"][0]
+    assert set(share["components"]) == {"toy.share", "toy.length"}
+    assert any("toy.share = " in text for cls, text in page.cells if cls == "components")
+
+
+def test_tool_calls_and_tool_results_are_shown_apart(tmp_path: Path, run_dir: Path) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    call = '<tool_call>{"name": "add", "arguments": {"value": 2}}</tool_call>'
+    record = {
+        "step": 9, "env": "tools", "task": "t1", "dropped": None,
+        "prompt": [{"role": "user", "content": "add 2 <b>now</b>"}],
+        "rollouts": [{
+            "completion": [f"<think>plan</think>calling {call}", "done: 44"], "reward": 1.0, "advantage": 0.5,
+            "components": {"exact": 1.0}, "metrics": {}, "error": None, "timed_out": False, "truncated": False,
+            "messages": [
+                {"role": "assistant", "content": f"<think>plan</think>calling {call}", "stop_reason": "stop", "tokens": 20},
+                {"role": "tool", "content": "44", "name": "add"},
+                {"role": "assistant", "content": "done: 44\x1b[31m", "stop_reason": "length", "tokens": 5},
+            ],
+        }],
+    }  # fmt: skip
+    with (copy / "rollouts.jsonl").open("a") as fh:
+        fh.write(json.dumps(record) + "\n")
+    text = write_report(copy).read_text()
+    assert '<span class="toolcall"><span class="role">tool call</span>&lt;tool_call&gt;{&quot;name&quot;: &quot;add&quot;' in text
+    assert '<div class="msg tool"><span class="role">tool result · add</span>44</div>' in text
+    assert '<span class="think">&lt;think&gt;plan&lt;/think&gt;</span>' in text
+    assert "add 2 &lt;b&gt;now&lt;/b&gt;" in text and "<b>now</b>" not in text  # prompts are text, never markup
+    assert "\x1b" not in text and "done: 44\u241b[31m" in text  # escape codes become visible, inert
+    assert "20 tokens, stop: stop" in text and "5 tokens, stop: length" in text
+
+
+def test_eval_metrics_get_their_own_curves(tmp_path: Path, run_dir: Path) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    rows = _rows(copy / "metrics.jsonl")
+    for row in rows:
+        if row["step"] % 2 == 0:
+            row.update({"eval/toy_char_share/reward/mean": 0.1 * row["step"]})
+    apart = {"step": 2, "eval/toy_char_share/pass@1": 0.5}  # a line of its own for step 2 merges with the step's
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*rows, apart]))
+    page = Page(write_report(copy).read_text())
+    assert next(a for a in page.all("g", "series") if a["data-key"] == "reward/mean")["data-steps"] == "0 1 2 3"
+    evals = {a["data-key"]: a for a in page.all("g", "series") if a["data-key"].startswith("eval/")}
+    assert evals["eval/toy_char_share/reward/mean"]["data-steps"] == "0 2"
+    assert evals["eval/toy_char_share/reward/mean"]["data-values"] == "0.0 0.2"
+    assert evals["eval/toy_char_share/pass@1"]["data-steps"] == "2"
+
+
+def test_an_interrupted_run_with_a_torn_last_line_still_reports(tmp_path: Path, run_dir: Path) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    rows = _rows(copy / "metrics.jsonl")
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]) + '{"step": 2, "reward/me')
+    with (copy / "rollouts.jsonl").open("a") as fh:
+        fh.write('{"step": 3, "env": "toy_char')
+    text = write_report(copy).read_text()
+    assert "status: running or interrupted" in text and "2 of 4" in text
+    (series,) = [a for a in Page(text).all("g", "series") if a["data-key"] == "reward/mean"]
+    assert series["data-steps"] == "0 1"
+
+
+def test_a_live_run_before_its_first_step_and_the_periodic_refresh(tmp_path: Path, run_dir: Path) -> None:
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copy(run_dir / "config.yaml", live / "config.yaml")
+    assert "No step has finished yet" in write_report(live).read_text()
+    sink = ReportSink(live, every=2)
+    shutil.copy(run_dir / "metrics.jsonl", live / "metrics.jsonl")
+    before = (live / REPORT_FILE).read_text()
+    sink.write({"step": 0})
+    assert (live / REPORT_FILE).read_text() == before  # not a refresh step
+    sink.write({"step": 1})
+    assert "status: running" in (live / REPORT_FILE).read_text()
+    sink.close({"stopped": "early"})
+    assert "status: stopped early" in (live / REPORT_FILE).read_text()
+
+
+def test_minds_report_command(run_minds, tmp_path: Path, run_dir: Path) -> None:
+    out = tmp_path / "elsewhere.html"
+    done = run_minds(["report", str(run_dir), "-o", str(out)])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(out) and "reward/mean" in out.read_text()
+    missing = run_minds(["report", str(tmp_path / "nope")])
+    assert missing.returncode == 2 and "not a minds run directory" in missing.stderr and "Traceback" not in missing.stderr
+    unwritable = run_minds(["report", str(run_dir), "-o", str(tmp_path / "no" / "such" / "dir.html")])
+    assert unwritable.returncode == 2 and "cannot write the report to" in unwritable.stderr and "Traceback" not in unwritable.stderr
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.yaml").write_text("trainer: {steps: [\n")
+    bad = run_minds(["report", str(broken)])
+    assert bad.returncode == 2 and f"{broken / 'config.yaml'}: not valid YAML" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.skipif(chromium() is None, reason="needs Chromium: apt-get install chromium (.ci/run installs it)")
+def test_chromium_draws_the_reward_curve_and_the_rollout_table(tmp_path: Path, run_dir: Path) -> None:
+    view = view_in_chromium(run_dir / REPORT_FILE, tmp_path)
+    _, top, width, height = view.chart
+    assert width > 400 and height > 150 and top + height <= 2000  # the first chart lies inside the screenshot
+    assert view.pixels_near(view.chart, PALETTE[0]) > 200  # the reward curve, its markers and band edge
+    assert view.pixels_near([0, 0, 1400, 40], PALETTE[0]) == 0  # the header holds none of that colour
+    assert view.table is not None and view.table[1] < 2000  # the rollout table starts on screen
+    assert view.pixels_near(view.table, "#212529", 60) > 500  # with text in it
+    assert view.dom.count('class="rollout"') == sum(len(g["rollouts"]) for g in _rows(run_dir / "rollouts.jsonl"))
+
+
+def _glossary_patterns() -> list[str]:
+    """The metric names of the README's glossary as regular expressions."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("### Metrics glossary", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    patterns = []
+    for line in rows:
+        previous = ""
+        for name in re.findall(r"`([^`]+)`", line.split("|")[1]):
+            name = name.replace("...", previous)
+            pattern = re.sub(r"\\\{([^}]*)\\\}", lambda m: "(" + m.group(1).replace(",", "|") + ")", re.escape(name))
+            pattern = re.sub(r"<[a-z]+>|\\\*", ".+", pattern)
+            patterns.append(pattern)
+            previous = name
+    return patterns
+
+
+def test_every_metric_of_a_run_is_in_the_readme_glossary(run_dir: Path) -> None:
+    import re
+
+    patterns = _glossary_patterns()
+    keys = {k for row in _rows(run_dir / "metrics.jsonl") for k in row} - {"step"}
+    assert keys and not [k for k in sorted(keys) if not any(re.fullmatch(p, k) for p in patterns)]
+    assert not any(re.fullmatch(p, "made/up") for p in patterns)
+
+
+def test_health_notes_say_when_a_run_cannot_learn(tmp_path: Path, run_dir: Path) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    rows = _rows(copy / "metrics.jsonl")
+    healthy = [dict(r, **{"groups/zero_variance_frac": 0.25, "stop/length_frac": 0.1, "rollouts/failed": 0, "sampler/neg_logprob": 2.0}) for r in rows]
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in healthy))
+    assert '<div class="notes">' not in write_report(copy).read_text()
+    stuck = [dict(r, **{"groups/zero_variance_frac": 1.0, "stop/length_frac": 0.75, "rollouts/failed": r["rollouts/total"] // 2,
+                        "sampler/neg_logprob": 0.01}) for r in rows]  # fmt: skip
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stuck))
+    text = write_report(copy).read_text()
+    assert "100% of groups gave every rollout the same reward over the last 4 steps" in text
+    assert "75% of sampled turns stopped at max_tokens" in text
+    assert "50% of rollouts failed" in text and "nearly deterministic" in text
+
+
+def test_a_report_of_a_run_while_it_trains_and_after_kill_9(installed_plugin, tmp_path: Path) -> None:
+    import os
+    import re
+    import signal
+    import subprocess
+    import time
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
+    environ["PYTHONPATH"] = str(installed_plugin("toy_plugin"))
+    argv = [sys.executable, "-m", "minds_core.cli", "run", "--env", "toy_char_share", "--steps", "500", "--name", "live",
+            "--set", f"runs_dir={tmp_path}", "--set", "sampling.max_tokens=4", "--set", "trainer.group_size=2",
+            "--set", "trainer.groups_per_batch=1", "--set", "metrics.sinks=[jsonl]"]  # fmt: skip
+    process = subprocess.Popen(argv, env=environ, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = tmp_path / "live" / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        text = write_report(tmp_path / "live").read_text()  # while it trains
+        assert "status: running or interrupted" in text
+        shown = int(re.search(r"<b>(\d+) of 500</b>", text).group(1))
+        assert shown >= 2
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    rows = read_jsonl(metrics)  # whole lines only: a kill may tear the last
+    text = write_report(tmp_path / "live").read_text()  # after kill -9
+    assert f"<b>{len(rows)} of 500</b>" in text and len(rows) >= shown
