@@ -10,18 +10,30 @@ STD_EPSILON = 1e-8
 
 
 def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
+    return math.fsum(values) / len(values) if values else 0.0
+
+
+def is_constant(rewards: Sequence[float]) -> bool:
+    """Whether every reward of the group is the same value (a group of 0 or 1 counts as constant).
+
+    Such a group says nothing about which rollout was better: the centered
+    estimators return exact zeros for it, never the float noise of
+    ``r - mean`` (0.1 - mean([0.1] * 8) is -1.4e-17, not 0).
+    """
+    return all(r == rewards[0] for r in rewards)
 
 
 def group_mean(rewards: Sequence[float]) -> list[float]:
-    """r - mean(group): the seeds' centered advantage."""
+    """r - mean(group): the seeds' centered advantage; exact zeros for a constant group."""
+    if is_constant(rewards):
+        return [0.0 for _ in rewards]
     mean = _mean(rewards)
     return [r - mean for r in rewards]
 
 
 def group_norm(rewards: Sequence[float]) -> list[float]:
-    """(r - mean) / sample stdev of the group; zeros when the stdev is below 1e-8."""
-    if len(rewards) < 2:
+    """(r - mean) / sample stdev of the group; zeros when the group is constant or its stdev is below 1e-8."""
+    if len(rewards) < 2 or is_constant(rewards):
         return [0.0 for _ in rewards]
     mean = _mean(rewards)
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1))
@@ -31,16 +43,16 @@ def group_norm(rewards: Sequence[float]) -> list[float]:
 
 
 def direct(rewards: Sequence[float]) -> list[float]:
-    """The reward itself, no baseline."""
+    """The reward itself, no baseline (so a constant group still trains; see rollout.drop_constant_reward_groups)."""
     return [float(r) for r in rewards]
 
 
 def rloo(rewards: Sequence[float]) -> list[float]:
-    """r_i - mean of the OTHER rewards of the group (leave-one-out baseline)."""
+    """r_i - mean of the OTHER rewards of the group (leave-one-out baseline); exact zeros for a constant group."""
     n = len(rewards)
-    if n < 2:
+    if n < 2 or is_constant(rewards):
         return [0.0 for _ in rewards]
-    total = sum(rewards)
+    total = math.fsum(rewards)
     return [r - (total - r) / (n - 1) for r in rewards]
 
 

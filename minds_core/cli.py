@@ -207,8 +207,11 @@ def _run_command(args: argparse.Namespace, evaluate: bool) -> int:
 
     if evaluate:
         print(json.dumps(trainer.evaluate(config), indent=2, sort_keys=True))
-    else:
-        trainer.train(config, resume_dir=Path(resume) if resume else None)
+        return 0
+    summary = trainer.train(config, resume_dir=Path(resume) if resume else None)
+    if summary.get("not_trained"):
+        print(f"minds: error: no step trained: {summary['not_trained']}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -17,6 +17,7 @@ import yaml
 from cattrs.errors import IterableValidationError, IterableValidationNote
 
 from minds_core.aggregation import AGGREGATIONS
+from minds_core.compat import NO_EFFECT, RENAMED, pop_no_effect, warn_no_effect
 from minds_core.errors import ConfigError, did_you_mean
 from minds_core.lr_schedules import LR_SCHEDULES
 from minds_core.presets import PRESETS, apply_preset
@@ -71,8 +72,9 @@ class EnvConfig:
     """One environment of the run."""
 
     id: str = _field("", help="registered environment name, module path, or folder")
+    name: str = _field("", help="the environment's name in metrics and logs (env/<name>/...); default: the id")
     args: dict[str, Any] = _field({}, help="keyword arguments for the environment's loader")
-    weight: float = _field(1.0, _finite(_positive), help="share of groups drawn from this environment")
+    weight: float = _field(1.0, _finite(_non_negative), help="share of groups drawn from this environment; 0 = off")
     split: str = _field("train")
     rewards: list[RewardRef] = _field([], help="replace the environment's rubric with these")
     extra_rewards: list[RewardRef] = _field([], help="add these to the environment's rubric")
@@ -80,6 +82,11 @@ class EnvConfig:
     max_failing_rollouts: int | None = _field(None, _non_negative)
     temperature: float | None = _field(None, _finite(_non_negative))
     top_p: float | None = _field(None, _unit)
+
+    @property
+    def label(self) -> str:
+        """What metrics and logs call this environment: ``name``, else ``id``."""
+        return self.name or self.id
 
 
 @attrs.define
@@ -113,7 +120,7 @@ class RolloutConfig:
     max_failing_rollouts: int = _field(0, _non_negative, help="a group with more failures is dropped")
     drop_constant_reward_groups: bool = _field(False)
     invalid_reward: str = _field("zero", _one_of("zero", "fail"), help="None/NaN/non-numeric rewards")
-    max_turns: int = _field(16, _at_least(1))
+    max_turns: int = _field(16, _non_negative, help="sampled turns per episode, 0 = no limit (max_total_tokens still ends it)")
     max_total_tokens: int = _field(4096, _at_least(2))
 
 
@@ -143,6 +150,7 @@ class TrainerConfig:
     kl_penalty: float = _field(0.0, _finite(_non_negative), help="coefficient of a KL penalty to the base model (or kl_reference)")
     kl_reference: str = _field("", help="a base model name or tinker:// sampler weights to measure the KL against (a teacher: distillation)")
     save_every: int = _field(5, _non_negative, help="steps between rolling state-only checkpoints (the last two kept), 0 = none; the last step is always saved")
+    eval_every: int = _field(0, _non_negative, help="steps between evaluations on the held-out split, 0 = never")
     resume_from: str = _field("", help="tinker:// path of saved weights to start from")
 
 
@@ -187,18 +195,9 @@ class RunConfig:
 
     @property
     def environments(self) -> list[EnvConfig]:
-        """``env`` and ``envs`` together, in order."""
-        return ([self.env] if self.env is not None else []) + list(self.envs)
+        """``env`` and ``envs`` together, in order, without those switched off (weight 0)."""
+        return [e for e in ([self.env] if self.env is not None else []) + list(self.envs) if e.weight > 0]
 
-
-#: Seed-000 keys accepted for compatibility: old dotted path -> canonical dotted path.
-LEGACY_KEYS: dict[str, str] = {
-    "trainer.rollouts_per_example": "trainer.group_size",
-    "trainer.args.max_new_tokens": "sampling.max_tokens",
-    "trainer.args.temperature": "sampling.temperature",
-    "trainer.args.top_p": "sampling.top_p",
-    "trainer.batch_size": "trainer.groups_per_batch",
-}
 
 #: Key names whose string values are secrets (``*_env`` keys name variables and are not).
 _SECRET_KEY = re.compile(
@@ -411,14 +410,24 @@ def shown_value(key: str, value: Any) -> str:
 # ---------------------------------------------------------------- overrides
 
 
-def _apply_legacy_keys(data: dict[str, Any]) -> dict[str, Any]:
-    for old, new in LEGACY_KEYS.items():
+def _get_path(data: Any, parts: list[str]) -> Any:
+    for part in parts:
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+def _apply_legacy_keys(data: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """The seed harness's keys (minds_core.compat) as minds keys; those without effect are dropped with a warning."""
+    for old, new in RENAMED.items():
         *parents, leaf = old.split(".")
-        node: Any = data
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
+        node = _get_path(data, parents)
         if isinstance(node, dict) and leaf in node:
+            *new_parents, new_leaf = new.split(".")
+            target = _get_path(data, new_parents)
+            if isinstance(target, dict) and new_leaf in target and target[new_leaf] != node[leaf]:
+                raise ConfigError(f"{source}: {old} and {new} mean the same setting and disagree ({node[leaf]!r} vs {target[new_leaf]!r}): keep one")
             _set_path(data, new.split("."), node.pop(leaf))
+    warn_no_effect(pop_no_effect(data), source)
     trainer = data.get("trainer")
     if isinstance(trainer, dict) and trainer.get("args") == {}:
         del trainer["args"]
@@ -479,7 +488,10 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     key = key.strip()
     if not sep or not key:
         raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, e.g. --set trainer.group_size=8")
-    key = LEGACY_KEYS.get(key, key)
+    if key in NO_EFFECT:
+        warn_no_effect([(key, text, NO_EFFECT[key])], "--set")
+        return
+    key = RENAMED.get(key, key)
     parts = key.split(".")
     tp = _type_at(parts)
     try:
@@ -497,7 +509,7 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
 
 def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
     """Validate a raw mapping into a RunConfig; all problems are reported together."""
-    data = apply_preset(_apply_legacy_keys(dict(data)))
+    data = apply_preset(_apply_legacy_keys(dict(data), source))
     problems = list(_unknown_keys(data, RunConfig, ""))
     if not problems:
         try:
@@ -506,6 +518,8 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
             problems = _structure_errors(exc)
         else:
             problems = list(_checks(config, ""))
+            if (config.env is not None or config.envs) and not config.environments:
+                problems.append("every environment has weight 0 (switched off): give at least one a weight > 0")
     if problems:
         raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(f"  - {p}" for p in problems))
     return config
@@ -530,7 +544,7 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), d
                 "secrets are not saved with a run; pass them again (--set KEY=...) or through the environment",
                 keys=missing,
             )
-    data = _apply_legacy_keys(data)
+    data = _apply_legacy_keys(data, str(path) if path else "config")
     for assignment in overrides:
         apply_override(data, assignment)
     return build_config(data, source=str(path) if path else "defaults and --set")

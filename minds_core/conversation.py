@@ -36,7 +36,7 @@ class Conversation:
     sampler: Any
     params: tinker.types.SamplingParams
     max_total_tokens: int
-    max_turns: int = 1_000_000
+    max_turns: int = 0  # 0 = no limit (max_total_tokens still ends the conversation)
     tools: list[dict] | None = None
     messages: list[Message] = attrs.field(factory=list)
     tokens: list[int] = attrs.field(factory=list)
@@ -73,7 +73,7 @@ class Conversation:
     async def sample_turn(self) -> str:
         """Sample one assistant turn from the policy, record it, return its text."""
         room = self.max_total_tokens - len(self.tokens)
-        if room <= 0 or self.turns >= self.max_turns:
+        if room <= 0 or 0 < self.max_turns <= self.turns:
             self.truncated = True
             raise TokenBudgetExhausted(
                 f"{len(self.tokens)} tokens of max_total_tokens={self.max_total_tokens}, "

@@ -34,6 +34,7 @@ from minds_core.length import is_truncated, overlong_penalty, window_tokens
 from minds_core.logs import get_logger
 from minds_core.lr_schedules import learning_rate
 from minds_core.names import check_names
+from minds_core.outcome import TrainingOutcome
 from minds_core.losses import CustomLoss
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
@@ -95,7 +96,7 @@ def _load_envs(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
             raise MindsError(f"environment {cfg.id!r} failed to load: {type(exc).__name__}: {exc}") from exc
         if not tasks:
             raise ConfigError(f"environment {cfg.id!r} has no tasks in split {cfg.split!r}")
-        name = cfg.id if all(c.id != cfg.id for c in config.environments[:index]) else f"{cfg.id}#{index}"
+        name = cfg.label if all(c.label != cfg.label for c in config.environments[:index]) else f"{cfg.label}#{index}"
         handles.append(
             EnvHandle(
                 name=name,
@@ -441,6 +442,7 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
     pending: dict[int, asyncio.Task[Batch]] = {}
     next_launch = start
     rewards: list[float] = []
+    outcome = TrainingOutcome()
     began = time.perf_counter()
     stop = StopOnSignal(f"minds run --resume {run.path}")
     stop.install()
@@ -453,6 +455,7 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
             batch = await pending.pop(step)
             waited = time.perf_counter() - step_began
             datums, advantages, extra = await session.datums(batch)
+            outcome.record(step, len(datums), batch.groups, advantages)
             train_began = time.perf_counter()
             train_metrics = await session.train_step(datums, step) if datums else {"train/skipped": 1.0}
             policy = await session.policy(policy.version + 1)
@@ -501,11 +504,13 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
         "reward/last": rewards[-1] if rewards else None,
         "seconds": time.perf_counter() - began,
         "run_dir": str(run.path),
+        **outcome.summary(),
     }
 
 
 def train(config: RunConfig, resume_dir: Path | None = None, plugins: Plugins | None = None) -> dict[str, Any]:
-    """Run (or resume) training; returns a summary of the run. ``plugins`` defaults to the installed ones."""
+    """Run (or resume) training; returns a summary of the run (``trained_steps``, and ``not_trained`` saying why
+    when steps ran but none trained). ``plugins`` defaults to the installed ones."""
     if config.trainer.mode == "sft":
         if resume_dir is not None:
             raise UsageError("--resume continues RL runs; start SFT from saved weights with trainer.resume_from")

@@ -31,7 +31,7 @@ CORPUS = {
     "broken_flow.yaml": "broken_flow.yaml:3:1: invalid YAML",
     "top_level_list.yaml": "the top level must be a table/mapping",
     "negative_off_policy.yaml": "trainer.max_steps_off_policy = -1: must be >= 0",
-    "zero_env_weight.yaml": "envs[0].weight = 0.0: must be > 0",
+    "zero_env_weight.yaml": "every environment has weight 0 (switched off)",
     "reward_without_name.toml": "env.rewards[0].name: required key is missing",
     "config.json": "unknown config format '.json'",
     "not_utf8.toml": "not_utf8.toml:1: not UTF-8 text (byte 0xe9 at offset 11)",

@@ -101,3 +101,20 @@ def test_continuations_work_when_the_template_renders_the_latest_turn_differentl
     cut = renderer.continuation_tokens(history, [{"role": "tool", "content": "x = 42"}], stopped=False)
     assert tokenizer.decode(stopped) == "\n<|im_start|>tool\nx = 42<|im_end|>\n<|im_start|>assistant\n"
     assert tokenizer.decode(cut) == "<|im_end|>" + tokenizer.decode(stopped)
+
+
+def test_max_turns_zero_is_no_limit_and_one_truncates(tmp_path):
+    async def go(max_turns):
+        service = ServiceClient(checkpoint_root=tmp_path)
+        training = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0)
+        sampler = await training.save_weights_and_get_sampling_client()
+        renderer = Renderer(training.get_tokenizer())
+        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)
+        params = tinker.types.SamplingParams(max_tokens=6, temperature=1.0)
+        settings = EpisodeSettings(renderer, params, RolloutConfig(max_turns=max_turns))
+        env = TwoTurnEnvironment()
+        return await run_group("two", env, env.tasks("train")[0], 2, lambda: ctx, settings, asyncio.Semaphore(8), 2, seed=5)
+
+    unlimited, capped = asyncio.run(go(0)), asyncio.run(go(1))
+    assert [(r.conversation.turns, r.conversation.truncated) for r in unlimited.rollouts] == [(2, False)] * 2
+    assert [(r.conversation.turns, r.conversation.truncated) for r in capped.rollouts] == [(1, True)] * 2

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ import attrs
 
 from minds_core.config import MetricsConfig
 from minds_core.errors import ConfigError, MindsError, did_you_mean
+from minds_openreward.settings import ENV_REFERENCE
 
 #: Seed key -> dotted minds key, for values copied as they are.
 TOP_LEVEL = {
@@ -32,7 +34,6 @@ TOP_LEVEL = {
     "learning_rate": "trainer.learning_rate",
     "weight_decay": "trainer.weight_decay",
     "save_every": "trainer.save_every",
-    "max_rollout_concurrency": "rollout.concurrency",
     "rollout_timeout": "rollout.timeout",
     "seed": "seed",
     "log_path": "runs_dir",
@@ -40,7 +41,13 @@ TOP_LEVEL = {
     "wandb_run_name": "metrics.wandb_run_name",
 }
 #: Seed keys handled by their own rule below.
-SPECIAL = ("advantage_calculation", "num_epochs", "max_active_tasks", "openreward_run_name", "thinking", "environments")
+SPECIAL = (
+    "advantage_calculation", "num_epochs", "max_active_tasks", "max_rollout_concurrency",
+    "openreward_run_name", "thinking", "environments", "secrets",
+)  # fmt: skip
+#: The recipe's concurrency when neither max_rollout_concurrency nor max_active_tasks is set.
+RECIPE_MAX_ACTIVE_TASKS = 32
+_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Keys whose values are numbers even when YAML 1.1 reads them as strings ("1e-5").
 NUMBERS = {"learning_rate", "weight_decay", "rollout_timeout", "temperature", "top_p", "nonterminal_reward", "min_reward", "max_reward"}
 ADVANTAGES = {"direct": "direct", "centered": "group_mean", "centered_normalized": "group_norm"}
@@ -79,8 +86,51 @@ def _bridge_keys() -> list[str]:
     return [f.name for f in attrs.fields(BridgeSettings) if f.name != "name"]
 
 
+def _secret_table(value: Any, where: str) -> dict[str, Any]:
+    """A recipe ``secrets`` value (a mapping name -> value / null, or a list of names) as a mapping."""
+    if value is None:
+        return {}
+    if isinstance(value, list):
+        return {str(name): None for name in value}
+    if isinstance(value, Mapping):
+        return {str(k): v for k, v in value.items()}
+    raise ConfigError(f"{where}: expected a mapping of name: value (null = from the environment), got {type(value).__name__}")
+
+
+def _secrets(top: Any, own: Any, env: str, notes: list[str]) -> dict[str, str]:
+    """The secrets one environment receives, as ``$VARIABLE`` references: never a value.
+
+    As the recipe merges them: the top-level ``secrets`` go to every environment,
+    the environment's own override them, ``null`` means "from the variable of
+    that name" (the recipe reads it case-insensitively: ``openai_api_key`` is
+    OPENAI_API_KEY), and ``""`` removes a top-level secret for this environment.
+    A value written in the file is not copied: the reference names the variable
+    to export it in.
+    """
+    merged = _secret_table(top, "secrets")
+    for key, value in _secret_table(own, f"environments.{env}.secrets").items():
+        merged[key] = value
+    out = {}
+    for key, value in merged.items():
+        if value == "":
+            continue
+        if isinstance(value, str) and ENV_REFERENCE.match(value):
+            out[key] = value
+            continue
+        variable = key.upper()
+        if not _VARIABLE.match(variable):
+            raise ConfigError(f"secrets.{key}: not a usable environment variable name; write {key}: \"$VARIABLE\"")
+        if value is not None:
+            notes.append(
+                f"{env}: secrets.{key} is written as a value in the source file; it is not copied into the "
+                f"minds config: export {variable}=<the value> before `minds run`"
+            )
+        out[key] = f"${variable}"
+    return out
+
+
 def _environment(name: str, table: Mapping[str, Any], seed: Any, notes: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """One ``environments:`` entry as a minds [[envs]] table; returns it and its unknown keys."""
+    """One ``environments:`` entry as a minds [[envs]] table (secrets aside); returns it and its unknown keys."""
     entry: dict[str, Any] = {"id": "openreward"}
     args: dict[str, Any] = {"name": name}
     if seed is not None:
@@ -98,15 +148,28 @@ def _environment(name: str, table: Mapping[str, Any], seed: Any, notes: list[str
                 entry["split"] = "train" if "train" in splits else next(iter(splits))
                 if len(splits) > 1:
                     notes.append(f"{name}: trains on split {entry['split']!r}; the other splits ({', '.join(s for s in splits if s != entry['split'])}) stay in args.splits for `minds eval`")
-        elif key in bridge:
+        elif key in bridge and key != "secrets":
             args[key] = value
-        else:
+        elif key != "secrets":
             unknown.append(f"environments.{name}.{key}{did_you_mean(key, [*ENV_SETTINGS, 'splits', *bridge])}")
-    secrets = args.get("secrets")
-    if isinstance(secrets, Mapping) and any(not str(v).startswith("$") for v in secrets.values()):
-        notes.append(f"{name}: secrets are copied as written; prefer \"$VARIABLE\" references over literal values in config files")
     entry["args"] = {k: v for k, v in args.items() if v is not None}
     return entry, unknown
+
+
+def _concurrency(seed: Mapping[str, Any], envs: list[dict[str, Any]], notes: list[str]) -> int:
+    """Rollouts in flight: the recipe's limit (max_rollout_concurrency, else max_active_tasks), at most one batch."""
+    from minds_core.config import TrainerConfig
+
+    defaults = TrainerConfig()
+    batch = seed.get("batch_size") or defaults.groups_per_batch
+    widest = max(e.get("group_size", defaults.group_size) for e in envs)
+    need = batch * widest
+    limit = seed.get("max_rollout_concurrency") or seed.get("max_active_tasks") or RECIPE_MAX_ACTIVE_TASKS
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ConfigError(f"max_rollout_concurrency / max_active_tasks = {limit!r}: expected a positive integer")
+    concurrency = min(limit, need)
+    notes.append(f"rollout.concurrency = {concurrency}: the recipe's limit {limit}, at most one batch ({batch} groups x {widest} rollouts)")
+    return concurrency
 
 
 def _steps(seed: Mapping[str, Any], envs: list[dict[str, Any]], steps: int | None, notes: list[str]) -> int | None:
@@ -159,19 +222,24 @@ def convert(seed: Mapping[str, Any], steps: int | None = None, ignore_unknown: b
     if not isinstance(environments, Mapping) or not environments:
         raise ConfigError("environments: expected a table of 'Org/Name: {settings}' with at least one environment")
     envs = []
+    variables: set[str] = set()
     for name, table in environments.items():
-        entry, bad = _environment(str(name), table or {}, seed.get("seed"), notes)
+        table = table or {}
+        entry, bad = _environment(str(name), table, seed.get("seed"), notes)
+        secrets = _secrets(seed.get("secrets"), table.get("secrets"), str(name), notes)
+        if secrets:
+            entry["args"]["secrets"] = secrets
+            variables.update(ENV_REFERENCE.match(ref).group(1) for ref in secrets.values())
         if seed.get("openreward_run_name"):
             entry["args"]["upload_run_name"] = seed["openreward_run_name"]
         envs.append(entry)
         unknown.extend(bad)
     config["envs"] = envs
-    if "max_active_tasks" in seed:
-        widest = max(e.get("group_size", 8) for e in envs)
-        bound = seed["max_active_tasks"] * widest
-        concurrency = min(bound, config.get("rollout", {}).get("concurrency", bound))
-        _set(config, "rollout.concurrency", concurrency)
-        notes.append(f"max_active_tasks = {seed['max_active_tasks']}: at most {concurrency} rollouts in flight (rollout.concurrency)")
+    if variables:
+        notes.append(f"secrets are read from the environment when the run starts: export {', '.join(sorted(variables))}")
+    _set(config, "rollout.max_turns", 0)
+    notes.append("the recipe has no turn limit: rollout.max_turns = 0 (an episode ends at its terminal state or max_total_tokens)")
+    _set(config, "rollout.concurrency", _concurrency(seed, envs, notes))
     if seed.get("openreward_run_name"):
         notes.append(f"openreward_run_name: trajectories upload to OpenReward as run {seed['openreward_run_name']!r}")
     total = _steps(seed, envs, steps, notes)

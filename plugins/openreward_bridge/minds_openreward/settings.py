@@ -16,7 +16,7 @@ from minds_core.errors import ConfigError, did_you_mean
 REDUCTIONS = ("sum", "mean", "max", "min")
 TOOL_FORMATS = ("auto", "prompt")
 DEFAULT_KEY_ENV = "OPENREWARD_API_KEY"
-_ENV_REFERENCE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
+ENV_REFERENCE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
 
 
 @attrs.frozen
@@ -178,7 +178,7 @@ def resolve_secrets(secrets: Mapping[str, str]) -> dict[str, str]:
     """Secret values, with ``$VAR`` / ``${VAR}`` read from the environment; a missing variable is an error."""
     resolved = {}
     for name, value in secrets.items():
-        match = _ENV_REFERENCE.match(value)
+        match = ENV_REFERENCE.match(value)
         if match:
             variable = match.group(1)
             if variable not in os.environ:

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from minds_core.config import load_config
+from minds_core.config import load_config, read_config_file
+from minds_core.errors import ConfigError
 from minds_core.testing import run_minds
-from minds_openreward.convert import main
+from minds_openreward.convert import convert, main, render
 
 SEED_CONFIG = """\
 wandb_project_name: "tinker-test"
@@ -91,7 +92,8 @@ def test_every_seed_key_lands_in_the_minds_config(tmp_path: Path, capsys) -> Non
         "steps": 12,  # 3 epochs x 16 tasks / 4 groups per step
     }
     assert data["sampling"] == {"max_tokens": 512}
-    assert data["rollout"] == {"max_total_tokens": 8192, "retries": 2, "concurrency": 32, "timeout": 600}
+    # max_rollout_concurrency (64) wins over max_active_tasks as in the recipe; one batch needs 4 x 16 = 64
+    assert data["rollout"] == {"max_total_tokens": 8192, "retries": 2, "timeout": 600, "max_turns": 0, "concurrency": 64}
     assert (data["seed"], data["runs_dir"], data["name"], data["backend"]) == (11, str(tmp_path / "runs"), "tinker-rl-test-openreward", "tinker")
     assert data["metrics"] == {"wandb_project": "tinker-test", "wandb_run_name": "tinker-rl-test-openreward", "sinks": ["jsonl", "console", "report", "wandb"]}
     who, gsm = data["envs"]
@@ -110,12 +112,12 @@ def test_every_seed_key_lands_in_the_minds_config(tmp_path: Path, capsys) -> Non
             "nonterminal_reward": 0.0,
             "min_reward": -1.0,
             "max_reward": 1.0,
-            "secrets": ["OPENAI_API_KEY"],
             "upload_run_name": "tinker-rl-test-openreward",
+            "secrets": {"OPENAI_API_KEY": "$OPENAI_API_KEY"},
         },
     }
     assert (gsm["group_size"], gsm["args"]["reward_reduction"], gsm["args"]["name"]) == (8, "mean", "MATH/GSM8K")
-    for note in ("thinking = False: model.chat_template_args.enable_thinking", "max_active_tasks = 2: at most 32 rollouts", "trainer.steps = 12", "upload to OpenReward"):
+    for note in ("thinking = False: model.chat_template_args.enable_thinking", "rollout.concurrency = 64", "trainer.steps = 12", "upload to OpenReward", "no turn limit"):
         assert note in notes
     config = load_config(out)
     assert config.trainer.learning_rate == 1e-5 and len(config.environments) == 2
@@ -188,3 +190,137 @@ def test_a_converted_seed_config_runs(hosted_env, tmp_path: Path, capfd) -> None
     assert written and all(hosted_env.hosted_key.encode() not in data for data in written)
     assert hosted_env.hosted_key not in output.out + output.err  # the key was used, never shown
     assert hosted_env.hosted_key in hosted_env.log.keys
+
+
+#: The recipe's tinker-config.yaml as it is written: top-level secrets for every environment, null = from the variable.
+RECIPE_CONFIG = """\
+# WandB Settings
+wandb_project_name: "tinker-test"
+wandb_run_name: "tinker-rl-test-openreward"
+openreward_run_name: "tinker-rl-test-openreward"
+log_path: "{runs}"
+
+# Model Configuration
+model_name: "{model}"
+lora_rank: 8
+# resume_from: "tinker://run-id/weights/checkpoint_000050"  # Optional
+
+# Training Parameters
+loss_fn: "ppo"  # Options: importance_sampling, ppo, cispo, dro
+batch_size: {batch}
+learning_rate: 1e-5
+save_every: 10  # Save checkpoint every N steps
+
+secrets:
+  openai_api_key: null  # null = read from OPENAI_API_KEY
+  anthropic_api_key: null
+
+environments:
+  {first}:
+    splits:
+      train:
+        shuffle: true
+        num_samples: null  # null = use all tasks
+    num_rollouts: {rollouts}
+    max_failing_rollouts: 0
+    temperature: 1.0
+    reward_reduction: "sum"
+    nonterminal_reward: 0.0
+    secrets:
+      anthropic_api_key: ""  # this environment gets no Anthropic key
+      judge_token: null
+  MATH/GSM8K:
+    splits:
+      train:
+        shuffle: true
+    num_rollouts: 8
+    temperature: 0.7
+    reward_reduction: "mean"
+    secrets:
+      openai_api_key: "sk-written-in-the-file-0123"
+"""
+
+SECRET_VALUES = {"OPENAI_API_KEY": "sk-openai-live-7c1e", "ANTHROPIC_API_KEY": "sk-ant-live-93fd", "JUDGE_TOKEN": "judge-tok-51aa"}
+
+
+def recipe(tmp_path: Path, **fields: object) -> Path:
+    values = {"runs": tmp_path / "runs", "model": "Qwen/Qwen3-30B-A3B", "batch": 32, "first": "GeneralReasoning/WhoDunIt", "rollouts": 16}
+    values.update(fields)
+    return write(tmp_path, RECIPE_CONFIG.format(**values))
+
+
+def test_recipe_secrets_become_references_and_never_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in SECRET_VALUES.items():
+        monkeypatch.setenv(name, value)
+    source = recipe(tmp_path)
+    out = tmp_path / "minds.toml"
+    script = Path(sys.executable).with_name("minds-openreward-convert")
+    converted = subprocess.run([str(script), str(source), "-o", str(out)], capture_output=True, text=True, timeout=60, check=False)
+    assert converted.returncode == 0, converted.stderr
+    data = tomllib.loads(out.read_text())
+    who, gsm = data["envs"]
+    # top-level secrets merged into every environment; its own override them; "" removes one
+    assert who["args"]["secrets"] == {"openai_api_key": "$OPENAI_API_KEY", "judge_token": "$JUDGE_TOKEN"}
+    assert gsm["args"]["secrets"] == {"openai_api_key": "$OPENAI_API_KEY", "anthropic_api_key": "$ANTHROPIC_API_KEY"}
+    # no turn limit, as in the recipe; concurrency: the recipe's default 32 tasks, below one batch (32 x 16)
+    assert data["rollout"]["max_turns"] == 0 and data["rollout"]["concurrency"] == 32
+    assert "export ANTHROPIC_API_KEY, JUDGE_TOKEN, OPENAI_API_KEY" in converted.stderr
+    assert "MATH/GSM8K: secrets.openai_api_key is written as a value in the source file; it is not copied" in converted.stderr
+    dry = subprocess.run(
+        [str(Path(sys.executable).with_name("minds")), "run", str(out), "--dry-run"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert yaml.safe_load(dry.stdout)["rollout"]["max_turns"] == 0
+    shown = out.read_text() + converted.stdout + converted.stderr + dry.stdout + dry.stderr
+    for value in [*SECRET_VALUES.values(), "sk-written-in-the-file-0123"]:
+        assert value not in shown
+
+
+@pytest.mark.parametrize(
+    ("batch", "rollouts", "extra", "expected"),
+    [
+        (2, 4, "", 16),  # one batch needs 2 x 8 (GSM8K's 8 rollouts are the widest)
+        (4, 16, "max_active_tasks: 1000000\n", 64),  # never millions: one batch is 4 x 16
+        (4, 16, "max_active_tasks: 10\n", 10),
+        (4, 16, "max_active_tasks: 10\nmax_rollout_concurrency: 20\n", 20),  # the recipe prefers max_rollout_concurrency
+    ],
+)
+def test_concurrency_is_capped_at_one_batch(tmp_path: Path, batch: int, rollouts: int, extra: str, expected: int) -> None:
+    source = recipe(tmp_path, batch=batch, rollouts=rollouts)
+    source.write_text(source.read_text() + extra)
+    assert convert(read_config_file(source)).config["rollout"]["concurrency"] == expected
+
+
+def test_bad_secret_tables_are_named(tmp_path: Path) -> None:
+    seed = read_config_file(recipe(tmp_path))
+    with pytest.raises(ConfigError, match="^secrets: expected a mapping"):
+        convert({**seed, "secrets": 42})
+    seed["environments"]["MATH/GSM8K"]["secrets"] = {"my-key": None}
+    with pytest.raises(ConfigError, match="secrets.my-key: not a usable environment variable name"):
+        convert(seed)
+
+
+def test_a_converted_recipe_runs_with_its_secrets(hosted_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd) -> None:
+    pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
+    for name, value in SECRET_VALUES.items():
+        monkeypatch.setenv(name, value)
+    source = recipe(tmp_path, model="minds-tiny", batch=2, first="Org/ToolLab", rollouts=2)
+    config = convert(read_config_file(source), steps=1).config
+    config["envs"][1]["weight"] = 0.0  # train on the served ToolLab only; GSM8K stays listed, switched off
+    config["sampling"] = {"max_tokens": 8}
+    config["rollout"]["max_total_tokens"] = 900
+    out = tmp_path / "minds.toml"
+    out.write_text(render(config, "toml"))
+    run = run_minds(str(out), "--backend", "local", runs_dir=tmp_path / "runs", name="recipe")
+    assert run.exit_code in (0, 1)  # 1 only when every reward of the tiny model's groups was equal
+    (step,) = run.metrics
+    assert step["rollouts/total"] == 4 and step["rollouts/failed"] == 0
+    received = hosted_env.lab.census.secrets
+    assert received and all(
+        s["openai_api_key"] == SECRET_VALUES["OPENAI_API_KEY"] and s["judge_token"] == SECRET_VALUES["JUDGE_TOKEN"] and "anthropic_api_key" not in s
+        for s in received
+    )
+    output = capfd.readouterr()
+    written = b"".join(p.read_bytes() for p in run.run_dir.rglob("*") if p.is_file())
+    for value in SECRET_VALUES.values():
+        assert value.encode() not in written and value not in output.out + output.err
