@@ -47,11 +47,12 @@ def _problems(config: RunConfig, registry: Registry) -> Iterator[str]:
 
 
 def _env_keys(config: RunConfig) -> Iterator[tuple[str, EnvConfig]]:
-    """Each environment with the config key that holds it (``env`` or ``envs[i]``)."""
-    if config.env is not None:
+    """Each environment that is on (weight > 0) with the config key that holds it (``env`` or ``envs[i]``)."""
+    if config.env is not None and config.env.weight > 0:
         yield "env", config.env
     for index, cfg in enumerate(config.envs):
-        yield f"envs[{index}]", cfg
+        if cfg.weight > 0:
+            yield f"envs[{index}]", cfg
 
 
 def _env_problems(key: str, cfg: EnvConfig, registry: Registry) -> Iterator[str]:
