@@ -17,7 +17,7 @@ from minds_core.errors import ConfigError
     ("env_id", "expected"),
     [
         ("./environments/missing_task", ["'./environments/missing_task'", "missing_task does not exist"]),
-        ("./environments/not_a_package", ["has no __init__.py"]),
+        ("./environments/not_a_package", ["holds no Python package", "not_a_package/__init__.py", "src/not_a_package/__init__.py"]),
         ("seedlike_envs.nowhere", ["no module named 'seedlike_envs.nowhere'", "folder path"]),
         ("seedlike_envs.no_loader", ["defines no load_environment(**args)", "make_environment", "accepted:"]),
         ("seedlike_envs.shapeless", ["returned a Notes with step", "nothing gives prompts", "accepted:", "dataset"]),
