@@ -70,6 +70,7 @@ from minds_core.envs.calling import lenient
 from minds_core.envs.loading import call_loader
 from minds_core.envs.locate import import_environment
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric, as_reward, maybe_await
+from minds_core.envs.sampler import PolicySampler
 from minds_core.envs.single_turn import prompt_messages, score_completion
 from minds_core.envs.types import Context, StepResult, Task, as_step_result
 from minds_core.errors import ConfigError
@@ -143,30 +144,6 @@ def _info(value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         value = json.loads(value) if value else {}
     return dict(value or {})
-
-
-class PolicySampler:
-    """The rollout's SamplingClient as seed-style environment code reads it: the real API, plus ``.tokenizer``.
-
-    Every attribute is the sampler's own (``sample``, ``compute_logprobs``,
-    their ``_async`` forms, ``get_tokenizer``), prompts are ``tinker.types.ModelInput``;
-    ``tokenizer`` is ``get_tokenizer()``. Copies of an object holding it share it.
-    """
-
-    def __init__(self, sampler: Any) -> None:
-        self.sampler = sampler
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.sampler.get_tokenizer()
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "sampler":
-            raise AttributeError(name)
-        return getattr(self.sampler, name)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> PolicySampler:
-        return self
 
 
 class _NoPolicyYet:
