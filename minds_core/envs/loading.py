@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from minds_core.config import EnvConfig, RewardRef
-from minds_core.envs.locate import MODULE_PREFIX, is_path, normalized
+from minds_core.envs.locate import MODULE_PREFIX, findable, is_path, normalized
 from minds_core.envs.rubric import Rubric
 from minds_core.errors import ConfigError
 from minds_core.logs import get_logger
@@ -19,7 +19,10 @@ log = get_logger("envs")
 
 
 def is_path_like(env_id: str) -> bool:
-    """Folders (``./envs/x``), module paths (``pkg.mod``) and ``module:NAME`` go through the loose adapter."""
+    """Folders (``./envs/x``), module paths (``pkg.mod``) and ``module:NAME`` go through the loose adapter.
+
+    So does a plain name that is no registered environment but an importable module or installed distribution.
+    """
     return env_id.startswith(MODULE_PREFIX) or is_path(env_id) or "." in env_id
 
 
@@ -42,7 +45,7 @@ def load_environment(cfg: EnvConfig, registry: Registry) -> Any:
     """Build the environment named by ``cfg.id`` and apply rubric overrides."""
     if not cfg.id:
         raise ConfigError("no environment: pass --env NAME or set [env] id in the config (minds envs lists them)")
-    if cfg.id in registry.names("environments") or not is_path_like(cfg.id):
+    if cfg.id in registry.names("environments") or not (is_path_like(cfg.id) or findable(cfg.id)):
         entry = registry.lookup("environments", cfg.id, "env.id")
         warn_if_shadowing(entry)
         env = call_loader(repr(cfg.id), entry.obj, cfg.args)

@@ -54,6 +54,21 @@ def import_environment(env_id: str) -> ModuleType:
     return _import_module(env_id, env_id)
 
 
+def findable(name: str) -> bool:
+    """Whether ``name`` is an importable top-level module or an installed distribution (not a registered name)."""
+    importable()
+    try:
+        if name.isidentifier() and importlib.util.find_spec(name) is not None:
+            return True
+    except (ImportError, ValueError):
+        pass
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def _import_module(env_id: str, name: str) -> ModuleType:
     try:
         return importlib.import_module(name)
