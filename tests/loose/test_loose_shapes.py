@@ -212,3 +212,22 @@ async def test_an_in_place_build_for_a_newer_policy_leaves_older_scorers_alone()
     assert (await env.step_shared(old_scorer, "x"))["reward"] == 1.0
     assert (await env.step_shared(new_scorer, "x"))["reward"] == 2.0
     assert await env.scorer(None, PolicySampler(old.sampler)) is old_scorer and env.obj.value == 0.0
+
+
+async def test_reward_functions_get_the_policy_and_tokenizer_in_info_and_odd_parameters() -> None:
+    tokenizer = SimpleNamespace(encode=lambda text: text.split())
+    sampler = SimpleNamespace(get_tokenizer=lambda: tokenizer, name="policy-3")
+
+    def policy_words(completion, info, _, /):
+        client = info["tinker_client"]
+        return float(len(client.tokenizer.encode(completion)) + (client.name == "policy-3") + (info["tokenizer"] is tokenizer))
+
+    def everything(**_):
+        return float(sorted(_) == sorted(["completion", "prompt", "task", "answer", "info", "state", "ctx", "messages", "parser"]))
+
+    rubric = SimpleNamespace(funcs=[policy_words, everything], weights=[1.0, 10.0], class_objects={"parser": object()})
+    env = LooseEnvironment("inline", SimpleNamespace(dataset=[{"question": "Hi?", "answer": "a b"}], rubric=rubric))
+    ctx = Context(sampler=sampler, tokenizer=tokenizer, service=None, renderer=None, base_model="none")
+    result = await env.episode(env.tasks("train")[0], ctx).step("one two three")
+    assert result.metrics == {"reward/policy_words": 5.0, "reward/everything": 1.0}
+    assert result.reward == 15.0
