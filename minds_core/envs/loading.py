@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import inspect
+import re
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,11 @@ def load_environment(cfg: EnvConfig, registry: Registry) -> Any:
 
 
 def warn_if_shadowing(entry: Entry) -> None:
-    """Warn when a registered name also names the user's own module, distribution or ./environments folder."""
+    """Warn when a registered name also names the user's own module, distribution or ./environments folder.
+
+    Packages of the registering plugin's distribution and of what it requires
+    (the verifiers bridge needs ``verifiers``) are the plugin's, not namesakes.
+    """
     name = entry.name
     own = (getattr(inspect.getmodule(entry.obj), "__name__", "") or "").split(".")[0]
     found = []
@@ -74,15 +79,18 @@ def warn_if_shadowing(entry: Entry) -> None:
             spec = importlib.util.find_spec(name)
         except (ImportError, ValueError):
             spec = None
-        if spec is not None:
-            found.append(f"the module {name!r} at {spec.origin or (list(spec.submodule_search_locations or []) or ['?'])[0]}")
         try:
             dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
             dist = None
-        plugin_dists = {normalized(d) for d in importlib.metadata.packages_distributions().get(own, [])}
-        if dist is not None and normalized(dist.metadata["Name"] or "") not in plugin_dists:
-            found.append(f"the installed distribution {dist.metadata['Name']!r}")
+        if spec is not None or dist is not None:
+            owners = importlib.metadata.packages_distributions()
+            plugin_side = _with_requirements(owners.get(own, []))
+            if spec is not None and not plugin_side & {normalized(d) for d in owners.get(name, [])}:
+                where = spec.origin or next(iter(spec.submodule_search_locations or []), "?")
+                found.append(f"the module {name!r} at {where}")
+            if dist is not None and normalized(dist.metadata["Name"] or "") not in plugin_side:
+                found.append(f"the installed distribution {dist.metadata['Name']!r}")
     folder = Path("environments") / name
     if folder.is_dir():
         found.append(f"the folder ./{folder}")
@@ -93,3 +101,15 @@ def warn_if_shadowing(entry: Entry) -> None:
             f"such as \"./environments/{name}\"",
             env=name,
         )
+
+
+def _with_requirements(distributions: list[str]) -> set[str]:
+    """The normalized names of these distributions and of the distributions they require."""
+    names = {normalized(d) for d in distributions}
+    for dist in distributions:
+        try:
+            requires = importlib.metadata.requires(dist) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        names |= {normalized(re.split(r"[\s\[<>=!~;(]", r, maxsplit=1)[0]) for r in requires}
+    return names

@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from minds_core.config import EnvConfig
-from minds_core.envs.loading import load_environment
+from minds_core.envs.loading import load_environment, warn_if_shadowing
 from minds_core.envs.loose import LooseEnvironment, load_loose_environment
 from minds_core.errors import ConfigError
 from minds_core.plugins import load_plugins
@@ -99,8 +99,11 @@ def test_a_registered_name_shadowing_your_package_warns_and_module_prefix_picks_
 
 
 def test_a_registered_name_without_a_namesake_does_not_warn(workdir: Path) -> None:
+    registry = load_plugins().registry
     with capture_logs() as logs:
-        load_environment(EnvConfig(id="ghost_trace", args={"num_examples": 4}), load_plugins().registry)
+        load_environment(EnvConfig(id="ghost_trace", args={"num_examples": 4}), registry)
+        for entry in registry.entries("environments"):  # `verifiers`, `openreward`: packages their plugins require
+            warn_if_shadowing(entry)
     assert not [e for e in logs if e["log_level"] == "warning"]
 
 
