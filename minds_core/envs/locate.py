@@ -97,10 +97,16 @@ def _installed_distribution(name: str) -> ModuleType | None:
     return None
 
 
+def _identifier(name: str) -> str:
+    """A name as written, with the characters a module name cannot hold read as ``_`` (``My-Task`` -> ``My_Task``)."""
+    return re.sub(r"[-.]+", "_", name)
+
+
 def package_candidates(folder: Path) -> list[Path]:
     """Where the package of a folder may live: itself, then ``<name>/``, ``src/<name>/``, ``<name>.py``.
 
-    ``<name>`` is the pyproject's ``[project] name`` (normalized) when there is one, then the folder's name.
+    ``<name>`` is the pyproject's ``[project] name`` when there is one, then the folder's name, each
+    lower-cased with ``-`` and ``.`` read as ``_`` (PEP 503), then as written with only those replaced.
     """
     names = []
     pyproject = folder / "pyproject.toml"
@@ -110,8 +116,8 @@ def package_candidates(folder: Path) -> list[Path]:
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"environment folder {folder}: {pyproject} is not valid TOML: {exc}") from None
         if isinstance(project.get("name"), str):
-            names.append(normalized(project["name"]))
-    names.append(normalized(folder.name))
+            names += [normalized(project["name"]), _identifier(project["name"])]
+    names += [normalized(folder.name), _identifier(folder.name)]
     candidates = [folder / "__init__.py"]
     for name in dict.fromkeys(names):
         candidates += [folder / name / "__init__.py", folder / "src" / name / "__init__.py", folder / f"{name}.py"]
@@ -137,7 +143,7 @@ def _import_path(env_id: str, path: Path) -> ModuleType:
 
 def _exec(env_id: str, origin: Path, given: Path) -> ModuleType:
     package = origin.name == "__init__.py"
-    name = normalized(origin.parent.name if package else origin.stem)
+    name = _identifier(origin.parent.name if package else origin.stem)
     try:
         other = importlib.util.find_spec(name)
     except (ImportError, ValueError):

@@ -57,6 +57,7 @@ def _prompt(env: LooseEnvironment) -> str:
         ({"pyproject.toml": '[project]\nname = "word_game"\n', "src/word_game/__init__.py": ENVIRONMENT}, "src"),
         ({"pyproject.toml": '[project]\nname = "word-game"\n', "word_game.py": ENVIRONMENT}, "single"),
         ({"README.md": "# no pyproject", "word_game/__init__.py": ENVIRONMENT}, "by-folder-name"),
+        ({"pyproject.toml": '[project]\nname = "Word-Game"\n', "Word_Game/__init__.py": ENVIRONMENT}, "case-kept"),
     ],
 )
 def test_a_distribution_project_folder_finds_its_package(workdir: Path, files: dict[str, str], word: str) -> None:
