@@ -176,6 +176,11 @@ class LooseEnvironment:
         self.builds = callable(getattr(obj, "build", None))
         found = [a for a in ("initial_observation", "step", "dataset", "rubric", "build") if getattr(obj, a, None) is not None]
         mismatch = f"environment {env_id!r}: load_environment() returned a {type(obj).__name__} with {', '.join(found) or 'none of them'}"
+        if any(c.__name__ == "Environment" and c.__module__.startswith("verifiers.") for c in type(obj).__mro__):
+            raise ConfigError(
+                f"{mismatch}: it is a verifiers environment, which trains through the verifiers bridge; install it "
+                "(pip install -c constraints.txt -e plugins/verifiers_bridge, distribution minds-plugin-verifiers)"
+            )
         #: a dataset builder's enumeration: the list of instances, or the built object with a dataset
         self.enumerated: Any = None
         if not self.draws and getattr(obj, "dataset", None) is None:

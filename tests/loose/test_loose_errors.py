@@ -66,3 +66,12 @@ def test_minds_run_reports_a_missing_folder_without_traceback(
     assert code == 2
     assert "typo does not exist" in err and "Traceback" not in err
     assert not any(tmp_path.iterdir())
+
+
+def test_a_verifiers_environment_without_the_bridge_says_what_to_install() -> None:
+    import verifiers as vf
+    from datasets import Dataset
+
+    env = vf.SingleTurnEnv(dataset=Dataset.from_list([{"question": "Hi?", "answer": "hi"}]), rubric=vf.Rubric(funcs=[len]))
+    with pytest.raises(ConfigError, match=r"verifiers environment.*minds-plugin-verifiers"):
+        LooseEnvironment("./environments/vf_task", env)
