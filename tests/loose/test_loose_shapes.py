@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 from types import SimpleNamespace
 
+import attrs
 import pytest
 import tinker
 from structlog.testing import capture_logs
@@ -231,3 +232,41 @@ async def test_reward_functions_get_the_policy_and_tokenizer_in_info_and_odd_par
     result = await env.episode(env.tasks("train")[0], ctx).step("one two three")
     assert result.metrics == {"reward/policy_words": 5.0, "reward/everything": 1.0}
     assert result.reward == 15.0
+
+
+class Counter:
+    """One task: say a number; the reward is 1 for a reply that contains it."""
+
+    def __init__(self, number: int, sampler: object) -> None:
+        self.number, self.sampler = number, sampler
+
+    def initial_observation(self) -> str:
+        return f"Say {self.number}."
+
+    def step(self, text: str) -> dict:
+        return {"reward": float(str(self.number) in text), "metrics": {"label": "counter", "policy": self.sampler.value}}
+
+
+async def test_an_async_builder_lists_its_tasks_at_load_and_rebuilds_per_policy(ctx: Context) -> None:
+    class AsyncBuilder:
+        async def build(self, sampling_client: object) -> tuple:
+            return tuple(Counter(n, sampling_client) for n in (3, 5))
+
+    env = LooseEnvironment("inline", AsyncBuilder())
+    tasks = env.tasks("train")
+    assert [t.id for t in tasks] == ["train-0", "train-1"]
+    for value in (1.0, 2.0):
+        episode = env.episode(tasks[1], attrs.evolve(ctx, sampler=SimpleNamespace(value=value)))
+        assert await episode.initial_observation() == "Say 5."
+        result = await episode.step("5!")
+        assert (result.reward, result.metrics) == (1.0, {"policy": value})  # the label is dropped, the policy's own sampler used
+
+
+def test_a_builder_that_uses_the_sampler_while_listing_is_refused() -> None:
+    class Eager:
+        def build(self, sampling_client: object) -> list:
+            sampling_client.get_tokenizer()
+            return []
+
+    with pytest.raises(ConfigError, match=r"called at load to list its tasks, failed.*used the sampler \(get_tokenizer\)"):
+        LooseEnvironment("inline", Eager())
