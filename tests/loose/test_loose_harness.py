@@ -155,7 +155,7 @@ def test_builder_returning_a_list_of_instances_trains_with_each_policy(run: Run,
 
 
 def test_dataset_without_answers_scores_with_an_empty_answer_and_warns_once(run: Run, capsys: pytest.CaptureFixture[str]) -> None:
-    metrics, rollouts = run("configs/open_questions.toml")
+    _, rollouts = run("configs/open_questions.toml")
     for _, rollout, reply in _replies(rollouts):
         expected = float(reply.strip() == "") + 0.1 * min(1.0, len(reply.split()) / 5)
         assert rollout["reward"] == pytest.approx(expected)
