@@ -183,6 +183,10 @@ def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
 
             raise UsageError("--resume DIR continues that run with its own config and name: drop the config file and --name")
         return load_config(resume_config_path(Path(resume)), _overrides(args), drop_redacted=True)
+    if args.config:
+        from minds_core.envs.locate import importable
+
+        importable(Path(args.config).parent)  # environment code imports through it, as the seeds' runner allowed
     return load_config(args.config, _overrides(args))
 
 

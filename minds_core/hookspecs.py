@@ -149,3 +149,23 @@ def minds_register_backends(register: Register) -> None:
         def minds_register_backends(register):
             register("mycloud", make_mycloud_service, description="our cluster")
     """
+
+
+@hookspec
+def minds_register_environment_adapters(register: Register) -> None:
+    """Provide adapters that train objects of another framework returned by a loose ``load_environment()``.
+
+    Receives: ``register(name, adapter, description)``.
+    Must: register ``adapter(obj, env_id: str) -> Environment | None``. When a
+    config's ``[env] id`` is a folder, file or module path, minds calls its
+    ``load_environment(**args)`` and offers the result to every adapter; the
+    first that returns an Environment wins, None means "not mine" (then minds
+    reads the object's seed-style shape itself). Check the object's type
+    cheaply: adapters see every loose environment.
+
+    Example::
+
+        @hookimpl
+        def minds_register_environment_adapters(register):
+            register("gymnasium", adapt_gym_env, description="gymnasium.Env objects")
+    """

@@ -9,12 +9,12 @@ to exist, and a module path to be importable, without running the environment's 
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
 from minds_core.config import EnvConfig, RunConfig
 from minds_core.envs.loading import is_path_like
+from minds_core.envs.locate import MODULE_PREFIX, findable
 from minds_core.errors import ConfigError, MindsError
 from minds_core.plugins import Registry
 
@@ -58,7 +58,7 @@ def _env_keys(config: RunConfig) -> Iterator[tuple[str, EnvConfig]]:
 def _env_problems(key: str, cfg: EnvConfig, registry: Registry) -> Iterator[str]:
     if not cfg.id:
         yield f"{key}.id: no environment given (minds envs lists them)"
-    elif cfg.id in registry.names("environments") or not is_path_like(cfg.id):
+    elif cfg.id in registry.names("environments") or not (is_path_like(cfg.id) or findable(cfg.id)):
         yield from _lookup(registry, "environments", cfg.id, f"{key}.id")
     else:
         yield from _path_problems(key, cfg.id)
@@ -74,11 +74,7 @@ def _path_problems(key: str, env_id: str) -> Iterator[str]:
         if not path.exists():
             yield f"{key}.id = {env_id!r}: {path.resolve()} does not exist (paths are relative to {Path.cwd()})"
         return
-    try:
-        found = importlib.util.find_spec(env_id) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
+    if not findable(env_id.removeprefix(MODULE_PREFIX).split(".")[0]):
         yield f"{key}.id = {env_id!r}: no registered environment and no importable module of that name (minds envs lists the registered ones)"
 
 

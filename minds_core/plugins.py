@@ -25,6 +25,7 @@ HOOK_KINDS: dict[str, str] = {
     "minds_register_losses": "losses",
     "minds_register_metric_sinks": "metric_sinks",
     "minds_register_backends": "backends",
+    "minds_register_environment_adapters": "environment_adapters",
 }
 
 #: first-party environments and the distribution that provides each, for "not installed" hints.

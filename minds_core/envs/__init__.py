@@ -1,6 +1,8 @@
 """Environments: the protocol plugin authors implement, and helpers to implement it quickly."""
 
+from minds_core.envs.calling import lenient
 from minds_core.envs.rubric import Rubric, RubricScore, as_reward, call_with_available, maybe_await
+from minds_core.envs.sampler import PolicySampler
 from minds_core.envs.single_turn import (
     SingleTurnEnvironment,
     prompt_messages,
@@ -15,6 +17,7 @@ __all__ = [
     "Environment",
     "Episode",
     "Message",
+    "PolicySampler",
     "Rubric",
     "RubricScore",
     "SingleTurnEnvironment",
@@ -22,6 +25,7 @@ __all__ = [
     "Task",
     "as_reward",
     "call_with_available",
+    "lenient",
     "maybe_await",
     "prompt_messages",
     "report_metric",

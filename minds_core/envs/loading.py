@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import functools
+import importlib.metadata
+import importlib.util
 import inspect
+import re
 from pathlib import Path
 from typing import Any
 
 from minds_core.config import EnvConfig, RewardRef, is_secret_key
+from minds_core.envs.locate import MODULE_PREFIX, findable, is_path, normalized
 from minds_core.envs.rubric import Rubric
 from minds_core.errors import ConfigError
-from minds_core.plugins import Registry
+from minds_core.logs import get_logger
+from minds_core.plugins import Entry, Registry
+
+log = get_logger("envs")
 
 
 def is_path_like(env_id: str) -> bool:
-    """Folders (``./envs/x``) and module paths (``pkg.mod``) go through the loose adapter."""
-    return env_id.startswith((".", "/", "~")) or "/" in env_id or Path(env_id).suffix == ".py" or "." in env_id
+    """Folders (``./envs/x``), module paths (``pkg.mod``) and ``module:NAME`` go through the loose adapter.
+
+    So does a plain name that is no registered environment but an importable module or installed distribution.
+    """
+    return env_id.startswith(MODULE_PREFIX) or is_path(env_id) or "." in env_id
 
 
 def call_loader(label: str, loader: Any, args: dict[str, Any]) -> Any:
@@ -70,13 +80,14 @@ def load_environment(cfg: EnvConfig, registry: Registry) -> Any:
     """Build the environment named by ``cfg.id`` and apply rubric overrides."""
     if not cfg.id:
         raise ConfigError("no environment: pass --env NAME or set [env] id in the config (minds envs lists them)")
-    if cfg.id in registry.names("environments") or not is_path_like(cfg.id):
-        loader = registry.lookup("environments", cfg.id, "env.id").obj
-        env = call_loader(repr(cfg.id), loader, cfg.args)
+    if cfg.id in registry.names("environments") or not (is_path_like(cfg.id) or findable(cfg.id)):
+        entry = registry.lookup("environments", cfg.id, "env.id")
+        warn_if_shadowing(entry)
+        env = call_loader(repr(cfg.id), entry.obj, cfg.args)
     else:
         from minds_core.envs.loose import load_loose_environment
 
-        env = load_loose_environment(cfg.id, cfg.args)
+        env = load_loose_environment(cfg.id, cfg.args, [e.obj for e in registry.entries("environment_adapters")])
     if cfg.rewards or cfg.extra_rewards:
         rubric = getattr(env, "rubric", None)
         if not isinstance(rubric, Rubric):
@@ -86,3 +97,53 @@ def load_environment(cfg: EnvConfig, registry: Registry) -> Any:
         for name, fn, weight in _rubric([*cfg.rewards, *cfg.extra_rewards], registry, f"env {cfg.id!r} rewards"):
             rubric.add(fn, weight, name)
     return env
+
+
+def warn_if_shadowing(entry: Entry) -> None:
+    """Warn when a registered name also names the user's own module, distribution or ./environments folder.
+
+    Packages of the registering plugin's distribution and of what it requires
+    (the verifiers bridge needs ``verifiers``) are the plugin's, not namesakes.
+    """
+    name = entry.name
+    own = (getattr(inspect.getmodule(entry.obj), "__name__", "") or "").split(".")[0]
+    found = []
+    if name != own and name.isidentifier():
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            dist = None
+        if spec is not None or dist is not None:
+            owners = importlib.metadata.packages_distributions()
+            plugin_side = _with_requirements(owners.get(own, []))
+            if spec is not None and not plugin_side & {normalized(d) for d in owners.get(name, [])}:
+                where = spec.origin or next(iter(spec.submodule_search_locations or []), "?")
+                found.append(f"the module {name!r} at {where}")
+            if dist is not None and normalized(dist.metadata["Name"] or "") not in plugin_side:
+                found.append(f"the installed distribution {dist.metadata['Name']!r}")
+    folder = Path("environments") / name
+    if folder.is_dir():
+        found.append(f"the folder ./{folder}")
+    if found:
+        log.warning(
+            f"env.id {name!r} picks the environment registered by plugin {entry.plugin!r}, not your "
+            f"{' / '.join(found)}; to train on yours, set [env] id = \"{MODULE_PREFIX}{name}\" or a path "
+            f"such as \"./environments/{name}\"",
+            env=name,
+        )
+
+
+def _with_requirements(distributions: list[str]) -> set[str]:
+    """The normalized names of these distributions and of the distributions they require."""
+    names = {normalized(d) for d in distributions}
+    for dist in distributions:
+        try:
+            requires = importlib.metadata.requires(dist) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        names |= {normalized(re.split(r"[\s\[<>=!~;(]", r, maxsplit=1)[0]) for r in requires}
+    return names

@@ -1,8 +1,12 @@
 """The seeds' loose interface: whatever a ``load_environment(**args)`` returns, as an Environment.
 
-``[env] id`` names a package folder (``./environments/my_task``), a ``.py`` file
-or a module path (``pkg.module``); ``[env.args]`` go to its
-``load_environment``. The object it returns is read like this:
+``[env] id`` names a package folder (``./environments/my_task``, also a
+distribution project with the package one level down), a ``.py`` file, a
+module path (``pkg.module``), ``module:NAME`` or an installed distribution
+(see ``minds_core.envs.locate``); ``[env.args]`` go to its
+``load_environment``. The result is first offered to the registered
+environment adapters (the verifiers bridge takes ``verifiers.Environment``
+objects). Otherwise it is read like this:
 
 - Prompts. With ``initial_observation()`` the object is ONE stateful instance.
   Each split draws from its own deep copy of the object as loaded (the loaded
@@ -21,41 +25,52 @@ or a module path (``pkg.module``); ``[env.args]`` go to its
   copy; a result without messages ends the episode, as the seeds scored one
   reply per prompt). Otherwise a ``dataset`` (``<split>_dataset`` for other
   splits) gives one task per row, from ``prompt`` or ``question`` with
-  optional ``answer`` and ``info``.
-- Reward. A ``rubric`` with ``funcs`` and ``weights`` wins: each function gets
-  what it names of prompt, completion (text), answer, info, state, task, ctx,
-  messages and the rubric's ``class_objects`` (verifiers' ``parser``), sync or
-  async. A function naming ``answer`` without a default fails the rollout when
-  the task has no answer (rather than scoring it silently). Otherwise
-  ``step(text)`` returns an object or mapping with a numeric ``reward``; on a
-  dataset object the calls are serialized (one shared object) and every reply
-  ends its episode.
-- ``build(sampling_client)``, when present, is called with the rollout's
-  CURRENT policy sampler (``ctx.sampler``) before scoring: on the rollout's copy
-  for drawn prompts, else once per sampler on a copy of the loaded object. It returns the
-  object to score with, or None when it updated itself.
+  optional ``answer`` (missing: ``""``, with one warning) and ``info``.
+- Dataset builders. An object with only ``build(sampling_client)`` is a
+  builder: it is built once at load, with a sampler that refuses to be used,
+  to enumerate the tasks. When that returns a list of environment instances
+  (each with ``initial_observation()`` + ``step()``), task ``i`` is instance
+  ``i``: every policy's rollouts use the list built with that policy's sampler,
+  and draw task ``i``'s prompt from a copy of its instance ``i`` (once per
+  policy, shared by the group). When it returns one object with a
+  ``dataset``, that object's rows are the tasks and each policy's build scores.
+- Reward. A ``rubric`` with ``funcs`` and ``weights`` wins (a group of rubrics,
+  ``rubrics``, counts as their functions together; zero-weight functions are
+  metrics): each function gets what it names of prompt, completion (text),
+  answer, info, state, task, ctx, messages and the rubric's ``class_objects``
+  (verifiers' ``parser``), sync or async, called leniently
+  (``minds_core.envs.calling``). ``info`` also carries ``tinker_client`` (the
+  rollout's sampler) and ``tokenizer``, as the seed's trainer gave them.
+  Otherwise ``step(text)`` returns an object or mapping with a numeric
+  ``reward`` (non-numeric step metrics are dropped); on a dataset object the
+  calls are serialized (one shared object) and every reply ends its episode.
+- ``build(sampling_client)``, when present on a prompt-giving object, is called
+  with the rollout's CURRENT policy sampler before scoring: on the rollout's
+  copy for drawn prompts, else once per sampler on a copy of the loaded object.
+  It returns the object to score with, or None when it updated itself.
+- Samplers. Every sampler environment code receives (``build``'s argument,
+  ``info["tinker_client"]``) is a ``PolicySampler``: the real SamplingClient
+  API, plus ``.tokenizer``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import copy
-import functools
-import importlib
-import importlib.util
 import inspect
 import json
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import attrs
 
+from minds_core.envs.calling import lenient
 from minds_core.envs.loading import call_loader
-from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric, maybe_await
+from minds_core.envs.locate import import_environment
+from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric, as_reward, maybe_await
+from minds_core.envs.sampler import PolicySampler
 from minds_core.envs.single_turn import prompt_messages, score_completion
 from minds_core.envs.types import Context, StepResult, Task, as_step_result
 from minds_core.errors import ConfigError
@@ -71,13 +86,14 @@ BUILT_POLICIES = 4
 ACCEPTED = (
     "accepted: an object with initial_observation() + step(text) (sync or async); "
     "or a `dataset` of rows with `prompt` or `question` (and `answer`) scored by a `rubric` "
-    "(funcs, weights) or by step(text); either may add build(sampling_client) for model-aware rewards"
+    "(funcs, weights) or by step(text); either may add build(sampling_client) for model-aware rewards; "
+    "or only build(sampling_client) returning a list of such instances, or an object with a dataset"
 )
 
 
-def load_loose_environment(env_id: str, args: dict[str, Any]) -> LooseEnvironment:
-    """Import ``env_id``, call its ``load_environment(**args)`` and adapt the result."""
-    module = _import(env_id)
+def load_loose_environment(env_id: str, args: dict[str, Any], adapters: Sequence[Any] = ()) -> Any:
+    """Import ``env_id``, call its ``load_environment(**args)`` and adapt the result (adapters first)."""
+    module = import_environment(env_id)
     loader = getattr(module, "load_environment", None)
     if not callable(loader):
         names = sorted(n for n in vars(module) if not n.startswith("_"))
@@ -85,85 +101,70 @@ def load_loose_environment(env_id: str, args: dict[str, Any]) -> LooseEnvironmen
             f"environment {env_id!r}: {module.__file__} defines no load_environment(**args) "
             f"(it defines: {', '.join(names) or 'nothing'}); {ACCEPTED}"
         )
-    return LooseEnvironment(env_id, call_loader(repr(env_id), loader, args))
-
-
-def _import(env_id: str) -> ModuleType:
-    path = Path(env_id).expanduser()
-    if env_id.startswith((".", "/", "~")) or "/" in env_id or path.suffix == ".py":
-        return _import_path(env_id, path.resolve())
-    try:
-        return importlib.import_module(env_id)
-    except ModuleNotFoundError as exc:
-        if not exc.name or not (env_id == exc.name or env_id.startswith(exc.name + ".")):
-            raise  # the module exists but one of its own imports is missing
-        raise ConfigError(
-            f"environment {env_id!r}: no module named {exc.name!r}; give a folder path "
-            f"(./environments/my_task), a .py file, or an importable module path"
-        ) from None
-
-
-def _import_path(env_id: str, path: Path) -> ModuleType:
-    """Import a package folder or a .py file under its own name (so its self-imports work)."""
-    if path.is_dir():
-        origin, search = path / "__init__.py", [str(path)]
-        if not origin.is_file():
-            raise ConfigError(f"environment {env_id!r}: the folder {path} has no __init__.py; make it a Python package")
-    elif path.is_file() and path.suffix == ".py":
-        origin, search = path, None
-    else:
-        raise ConfigError(f"environment {env_id!r}: {path} does not exist (paths are relative to {Path.cwd()})")
-    name = (path.name if search else path.stem).replace("-", "_")
-    try:
-        other = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        other = None
-    if other is not None and other.origin and Path(other.origin).resolve() != origin:
-        raise ConfigError(
-            f"environment {env_id!r}: the name {name!r} is taken by the module at {other.origin}; rename {path.name}"
-        )
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, origin, submodule_search_locations=search)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+    obj = call_loader(repr(env_id), loader, args)
+    for adapter in adapters:
+        env = adapter(obj, env_id)
+        if env is not None:
+            return env
+    return LooseEnvironment(env_id, obj)
 
 
 def as_rubric(source: Any, where: str) -> Rubric:
-    """A minds Rubric from any object with ``funcs`` and ``weights`` (verifiers' included)."""
+    """A minds Rubric from any object with ``funcs`` and ``weights`` (verifiers' included).
+
+    A group of rubrics (``rubrics``, as verifiers' RubricGroup, whose own ``funcs`` is empty)
+    counts as its members' functions, each with its member's class objects.
+    """
+    funcs, weights, names = _flatten(source, where)
+    if not funcs:
+        raise ConfigError(f"{where}: rubric.funcs must be a non-empty list of functions, got {getattr(source, 'funcs', None)!r}")
+    return Rubric(funcs, weights, names)
+
+
+def _flatten(source: Any, where: str) -> tuple[list[Any], list[float], list[str]]:
     funcs = list(getattr(source, "funcs", None) or [])
     weights = list(getattr(source, "weights", None) or []) or [1.0] * len(funcs)
-    if not funcs or not all(callable(f) for f in funcs):
+    if not all(callable(f) for f in funcs):
         raise ConfigError(f"{where}: rubric.funcs must be a non-empty list of functions, got {funcs!r}")
     if len(weights) != len(funcs):
         raise ConfigError(f"{where}: rubric has {len(funcs)} funcs but {len(weights)} weights")
     objects = dict(getattr(source, "class_objects", None) or {})
-    names = [getattr(f, "__name__", f"reward_{i}") for i, f in enumerate(funcs)]
-    return Rubric([_bind(f, objects) for f in funcs], [float(w) for w in weights], names)
-
-
-def _bind(fn: Any, objects: dict[str, Any]) -> Any:
-    """``fn`` with the rubric's class objects it asks for (verifiers' ``parser``) already given."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # no signature: it gets what call_with_available can give
-        return fn
-    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    wanted = {name: obj for name, obj in objects.items() if takes_all or name in params}
-    return functools.partial(fn, **wanted) if wanted else fn
+    out = (
+        [lenient(f, objects) for f in funcs],
+        [float(w) for w in weights],
+        [getattr(f, "__name__", f"reward_{i}") for i, f in enumerate(funcs)],
+    )
+    for member in getattr(source, "rubrics", None) or []:
+        for mine, theirs in zip(out, _flatten(member, where), strict=True):
+            mine.extend(theirs)
+    return out
 
 
 def _info(value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         value = json.loads(value) if value else {}
     return dict(value or {})
+
+
+class _NoPolicyYet:
+    """What ``build(sampling_client)`` receives when minds enumerates a builder's tasks at load."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(
+            f"build(sampling_client) used the sampler ({name}) while minds enumerated the tasks at load, before "
+            "any policy exists; keep the sampler and use it when scoring (step or reward functions)"
+        )
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _NoPolicyYet:
+        return self
+
+
+@attrs.define
+class _Built:
+    """What one policy's build gave: the object (or list of instances) and the prompts drawn from it."""
+
+    built: Any
+    snapshots: dict[int, tuple[Task, Any]] = attrs.field(factory=dict)
 
 
 class LooseEnvironment:
@@ -175,12 +176,24 @@ class LooseEnvironment:
         self.builds = callable(getattr(obj, "build", None))
         found = [a for a in ("initial_observation", "step", "dataset", "rubric", "build") if getattr(obj, a, None) is not None]
         mismatch = f"environment {env_id!r}: load_environment() returned a {type(obj).__name__} with {', '.join(found) or 'none of them'}"
+        if any(c.__name__ == "Environment" and c.__module__.startswith("verifiers.") for c in type(obj).__mro__):
+            raise ConfigError(
+                f"{mismatch}: it is a verifiers environment, which trains through the verifiers bridge; install it "
+                "(pip install -c constraints.txt -e plugins/verifiers_bridge, distribution minds-plugin-verifiers)"
+            )
+        #: a dataset builder's enumeration: the list of instances, or the built object with a dataset
+        self.enumerated: Any = None
         if not self.draws and getattr(obj, "dataset", None) is None:
-            raise ConfigError(f"{mismatch}: nothing gives prompts; {ACCEPTED}")
-        if getattr(obj, "rubric", None) is None and not callable(getattr(obj, "step", None)) and not self.builds:
+            if not self.builds:
+                raise ConfigError(f"{mismatch}: nothing gives prompts; {ACCEPTED}")
+            self.enumerated = _enumerate(obj, mismatch)
+        rows_source = self.enumerated if self.enumerated is not None else obj
+        if isinstance(rows_source, list):
+            pass  # each instance gives its prompt and its reward
+        elif getattr(rows_source, "rubric", None) is None and not callable(getattr(rows_source, "step", None)) and not self.builds:
             raise ConfigError(f"{mismatch}: nothing gives rewards; {ACCEPTED}")
-        if getattr(obj, "rubric", None) is not None:
-            as_rubric(obj.rubric, f"environment {env_id!r}")
+        if getattr(rows_source, "rubric", None) is not None:
+            as_rubric(rows_source.rubric, f"environment {env_id!r}")
         if self.draws:
             try:
                 copy.deepcopy(obj)
@@ -194,14 +207,21 @@ class LooseEnvironment:
         self._draw_lock = asyncio.Lock()
         self._step_lock = asyncio.Lock()
         self._build_lock = asyncio.Lock()
-        self._built: collections.deque[tuple[Any, Any]] = collections.deque(maxlen=BUILT_POLICIES)  # (sampler, built)
+        self._built: collections.deque[tuple[Any, _Built]] = collections.deque(maxlen=BUILT_POLICIES)  # (sampler, built)
         self._warned: set[str] = set()
 
+    @property
+    def lists(self) -> bool:
+        """True for a builder whose build() returns a list of instances (task i is instance i)."""
+        return isinstance(self.enumerated, list)
+
     def tasks(self, split: str) -> Sequence[Task]:
+        if self.lists:
+            return [Task(prompt="", id=f"{split}-{i}", info={"split": split, "instance": i}) for i in range(len(self.enumerated))]
         if self.draws:
             return [Task(prompt="", id=f"{split}-{i}", info={"split": split, "draw": i}) for i in range(DRAWS)]
         attribute = "dataset" if split == "train" else f"{split}_dataset"
-        rows = getattr(self.obj, attribute, None)
+        rows = getattr(self.enumerated if self.enumerated is not None else self.obj, attribute, None)
         if rows is None:
             raise ConfigError(f"environment {self.env_id!r} has no {attribute} for split {split!r}")
         return [self._row_task(row, split, i) for i, row in enumerate(rows)]
@@ -227,32 +247,58 @@ class LooseEnvironment:
                 split = task.info["split"]
                 if split not in self._sources:
                     self._sources[split] = copy.deepcopy(self.obj)
-                source = self._sources[split]
-                observation = await maybe_await(source.initial_observation())
-                drawn = attrs.evolve(task, prompt=observation, answer=getattr(source, "answer", None))
-                self._snapshots[task.id] = (drawn, copy.deepcopy(source))
+                self._snapshots[task.id] = await _drawn(task, self._sources[split])
         drawn, snapshot = self._snapshots[task.id]
         return drawn, copy.deepcopy(snapshot)
 
-    async def scorer(self, instance: Any | None, sampler: Any) -> Any:
+    async def instance(self, task: Task, sampler: PolicySampler) -> tuple[Task, Any]:
+        """For a list builder: the task as drawn from instance i of this policy's list, and a fresh copy of it."""
+        built = await self._for_policy(sampler)
+        index = task.info["instance"]
+        async with self._draw_lock:
+            if index not in built.snapshots:
+                instances = built.built
+                if not isinstance(instances, (list, tuple)) or len(instances) != len(self.enumerated):
+                    raise TypeError(
+                        f"build(sampling_client) returned {type(instances).__name__} of "
+                        f"{len(instances) if isinstance(instances, (list, tuple)) else '-'} instances for this policy, "
+                        f"but {len(self.enumerated)} at load; it must list the same tasks every time"
+                    )
+                built.snapshots[index] = await _drawn(task, instances[index])
+        drawn, snapshot = built.snapshots[index]
+        return drawn, copy.deepcopy(snapshot)
+
+    async def scorer(self, instance: Any | None, sampler: PolicySampler) -> Any:
         """The object that scores a rollout: its own copy or the shared object, built for ``sampler``."""
         if instance is not None:
-            return await _build(instance, sampler) if self.builds else instance
+            return await _build(instance, sampler) if self.builds and not self.lists else instance
         if not self.builds:
             return self.obj
+        return (await self._for_policy(sampler)).built
+
+    async def _for_policy(self, sampler: PolicySampler) -> _Built:
         async with self._build_lock:
             for seen, built in self._built:
-                if seen is sampler:
+                if seen is sampler.sampler:
                     return built
             # a copy per policy: an in-place build for a newer policy never changes an older rollout's scorer
-            built = await _build(copy.deepcopy(self.obj), sampler)
-            self._built.append((sampler, built))
+            source = copy.deepcopy(self.obj)
+            made = await maybe_await(source.build(sampler))
+            built = _Built(made if self.lists else (source if made is None else made))
+            if not self.lists:
+                _check_one(built.built)
+            self._built.append((sampler.sampler, built))
             return built
 
     async def step_shared(self, scorer: Any, action: str) -> Any:
         """``step`` on the one shared object, one call at a time."""
         async with self._step_lock:
             return await maybe_await(scorer.step(action))
+
+    def warn_once(self, key: str, message: str, **fields: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message, env=self.env_id, **fields)
 
     def warn_invalid(self, names: list[str]) -> None:
         """Warn once per reward function that returned something that is not a finite number."""
@@ -262,11 +308,59 @@ class LooseEnvironment:
             log.warning("non-numeric reward counted as 0", env=self.env_id, functions=new)
 
 
-async def _build(instance: Any, sampler: Any) -> Any:
+def _enumerate(obj: Any, mismatch: str) -> Any:
+    """A builder's ``build()`` at load, with no policy, to learn its tasks: a list of instances or an object with a dataset."""
+    try:
+        made = copy.deepcopy(obj).build(_NoPolicyYet())
+        if inspect.isawaitable(made):  # an async build: run it to completion on its own loop
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                made = pool.submit(asyncio.run, _awaited(made)).result()
+    except Exception as exc:  # noqa: BLE001 - reported with what minds was doing
+        raise ConfigError(f"{mismatch}: build(sampling_client), called at load to list its tasks, failed: {type(exc).__name__}: {exc}") from None
+    if isinstance(made, tuple):
+        made = list(made)
+    if isinstance(made, list):
+        bad = [i for i, m in enumerate(made) if not callable(getattr(m, "initial_observation", None)) or not callable(getattr(m, "step", None))]
+        if not made or bad:
+            raise ConfigError(
+                f"{mismatch}: build(sampling_client) returned a list of {len(made)} objects"
+                + (f"; items {bad[:5]} lack initial_observation() or step()" if bad else "")
+                + "; it must list environment instances with initial_observation() and step()"
+            )
+        return made
+    if made is not None and getattr(made, "dataset", None) is not None:
+        return made
+    raise ConfigError(f"{mismatch}: nothing gives prompts (build() returned a {type(made).__name__}); {ACCEPTED}")
+
+
+async def _awaited(value: Any) -> Any:
+    return await value
+
+
+async def _drawn(task: Task, source: Any) -> tuple[Task, Any]:
+    """``initial_observation()`` on ``source``: the task with its prompt and answer, and a copy of ``source`` after it."""
+    observation = await maybe_await(source.initial_observation())
+    return attrs.evolve(task, prompt=observation, answer=getattr(source, "answer", None)), copy.deepcopy(source)
+
+
+async def _build(instance: Any, sampler: PolicySampler) -> Any:
     built = await maybe_await(instance.build(sampler))
+    built = instance if built is None else built
+    _check_one(built)
+    return built
+
+
+def _check_one(built: Any) -> None:
     if isinstance(built, (list, tuple)):
-        raise TypeError(f"build(sampling_client) returned a {type(built).__name__}; return one environment object, or None")
-    return instance if built is None else built
+        raise TypeError(
+            f"build(sampling_client) returned a {type(built).__name__} here, but the object gives its own prompts; "
+            "return one environment object or None (a list only from an object with build() alone)"
+        )
+
+
+def _numeric(metrics: dict[str, Any]) -> dict[str, float]:
+    """The step metrics that are numbers (seed environments also put labels there)."""
+    return {k: float(v) for k, v in metrics.items() if as_reward(v) is not None}
 
 
 class LooseEpisode:
@@ -274,16 +368,19 @@ class LooseEpisode:
 
     def __init__(self, env: LooseEnvironment, task: Task, ctx: Context) -> None:
         self.env, self.task, self.ctx = env, task, ctx
+        self.sampler = PolicySampler(ctx.sampler)
         self.instance: Any | None = None
         self.state: dict[str, Any] = {}
 
     async def initial_observation(self) -> Any:
-        if self.env.draws:
+        if self.env.lists:
+            self.task, self.instance = await self.env.instance(self.task, self.sampler)
+        elif self.env.draws:
             self.task, self.instance = await self.env.draw(self.task)
         return self.task.prompt
 
     async def step(self, action: str) -> StepResult:
-        scorer = await self.env.scorer(self.instance, self.ctx.sampler)
+        scorer = await self.env.scorer(self.instance, self.sampler)
         source = getattr(scorer, "rubric", None)
         if source is not None:
             return await self._score(as_rubric(source, f"environment {self.env.env_id!r}"), action)
@@ -293,32 +390,23 @@ class LooseEpisode:
             result = as_step_result(await maybe_await(scorer.step(action)))
         else:
             result = as_step_result(await self.env.step_shared(scorer, action))
+        result.metrics = _numeric(result.metrics)
         # The seeds scored one reply per prompt: only an own copy that sends messages continues.
         result.done = result.done or not result.messages or self.instance is None
         return result
 
     async def _score(self, rubric: Rubric, action: str) -> StepResult:
-        if self.task.answer is None and (needing := _answer_needers(rubric)):
-            raise ValueError(
-                f"environment {self.env.env_id!r}: reward function {', '.join(needing)} asks for `answer`, "
-                f"but task {self.task.id!r} has none; give the rows an `answer`, or set the instance's "
-                "`answer` attribute in initial_observation()"
-            )
+        task = self.task
+        if task.answer is None:
+            task = attrs.evolve(task, answer="")
+        if self.task.answer is None and any("answer" in getattr(fn, "names", ()) for fn in rubric.funcs):
+            self.env.warn_once(
+                "answer", 'tasks without an `answer`: reward functions get answer=""; give the rows an `answer` '
+                "(or set the instance's `answer` in initial_observation()) if they need one", task=self.task.id,
+            )  # fmt: skip
+        task = attrs.evolve(task, info={**task.info, "tinker_client": self.sampler, "tokenizer": self.ctx.tokenizer})
         prompt = prompt_messages(self.task.prompt)
-        result = await score_completion(rubric, self.task, action, self.state, self.ctx, prompt)
+        result = await score_completion(rubric, task, action, self.state, self.ctx, prompt)
         if INVALID_PARTS_METRIC in result.metrics:
             self.env.warn_invalid([n for n in rubric.names if f"reward/{n}" not in result.metrics])
         return result
-
-
-def _answer_needers(rubric: Rubric) -> list[str]:
-    """The rubric functions that name ``answer`` with no default: without one they would score silently wrong."""
-    return [name for fn, name in zip(rubric.funcs, rubric.names, strict=True) if _needs_answer(fn)]
-
-
-def _needs_answer(fn: Any) -> bool:
-    try:
-        param = inspect.signature(fn).parameters.get("answer")
-    except (TypeError, ValueError):  # no signature: nothing to tell
-        return False
-    return param is not None and param.default is inspect.Parameter.empty

@@ -17,7 +17,7 @@ from minds_core.errors import ConfigError
     ("env_id", "expected"),
     [
         ("./environments/missing_task", ["'./environments/missing_task'", "missing_task does not exist"]),
-        ("./environments/not_a_package", ["has no __init__.py"]),
+        ("./environments/not_a_package", ["holds no Python package", "not_a_package/__init__.py", "src/not_a_package/__init__.py"]),
         ("seedlike_envs.nowhere", ["no module named 'seedlike_envs.nowhere'", "folder path"]),
         ("seedlike_envs.no_loader", ["defines no load_environment(**args)", "make_environment", "accepted:"]),
         ("seedlike_envs.shapeless", ["returned a Notes with step", "nothing gives prompts", "accepted:", "dataset"]),
@@ -66,3 +66,12 @@ def test_minds_run_reports_a_missing_folder_without_traceback(
     assert code == 2
     assert "typo does not exist" in err and "Traceback" not in err
     assert not any(tmp_path.iterdir())
+
+
+def test_a_verifiers_environment_without_the_bridge_says_what_to_install() -> None:
+    import verifiers as vf
+    from datasets import Dataset
+
+    env = vf.SingleTurnEnv(dataset=Dataset.from_list([{"question": "Hi?", "answer": "hi"}]), rubric=vf.Rubric(funcs=[len]))
+    with pytest.raises(ConfigError, match=r"verifiers environment.*minds-plugin-verifiers"):
+        LooseEnvironment("./environments/vf_task", env)

@@ -8,12 +8,13 @@ import random
 from pathlib import Path
 from types import SimpleNamespace
 
+import attrs
 import pytest
 import tinker
 from structlog.testing import capture_logs
 
 from minds_core.config import RolloutConfig
-from minds_core.envs.loose import DRAWS, LooseEnvironment, load_loose_environment
+from minds_core.envs.loose import DRAWS, LooseEnvironment, PolicySampler, load_loose_environment
 from minds_core.envs.rubric import INVALID_PARTS_METRIC
 from minds_core.envs.types import Context
 from minds_core.errors import ConfigError
@@ -82,15 +83,18 @@ async def test_drawn_tasks_take_their_answer_from_the_instance(ctx: Context) -> 
         assert (await wrong.step(word)).reward == 0.0
 
 
-async def test_a_rubric_asking_for_a_missing_answer_fails_the_rollout(ctx: Context) -> None:
+async def test_tasks_without_answers_score_with_an_empty_answer_and_one_warning(ctx: Context) -> None:
     env = LooseEnvironment("inline", Backwards(keep_answer=False))
-    episode = env.episode(env.tasks("train")[0], ctx)
-    await episode.initial_observation()
-    with pytest.raises(ValueError, match="reversed_word asks for `answer`, but task 'train-0' has none"):
-        await episode.step("nretnal")
-    rows = LooseEnvironment("inline", SimpleNamespace(dataset=[{"question": "Hi?"}], rubric=env.obj.rubric))
-    with pytest.raises(ValueError, match="asks for `answer`, but task 'train-0' has none"):
-        await rows.episode(rows.tasks("train")[0], ctx).step("hi")
+    rows = LooseEnvironment("inline", SimpleNamespace(dataset=[{"question": "Hi?"}] * 3, rubric=env.obj.rubric))
+    with capture_logs() as logs:
+        episode = env.episode(env.tasks("train")[0], ctx)
+        await episode.initial_observation()
+        drawn = [(await episode.step("")).reward, (await episode.step("nretnal")).reward]
+        scored = [(await rows.episode(task, ctx).step(reply)).reward for task, reply in zip(rows.tasks("train"), ["", "x", " "])]
+    assert drawn == [1.0, 0.0] and scored == [1.0, 0.0, 1.0]  # reversed_word compares the stripped reply with ""
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert [w["env"] for w in warnings] == ["inline", "inline"]  # one per environment, not one per rollout
+    assert all('answer=""' in w["event"] for w in warnings)
 
 
 async def test_async_object_continues_on_its_own_copy(loose_dir: Path, ctx: Context) -> None:
@@ -147,7 +151,7 @@ async def test_build_receives_the_rollouts_sampler_once_per_policy(loose_dir: Pa
 
         task = env.tasks("train")[0]
         rewards = [(await env.episode(task, context(s)).step("1 2")).reward for s in (old, old, new)]
-        assert module.BUILT_WITH == [old, new]
+        assert [built.sampler for built in module.BUILT_WITH] == [old, new]
         expected = await module.PolicyScorer(new).answer_logprob("1 2", task.answer)
         assert rewards[2] == pytest.approx(expected) and rewards[0] == pytest.approx(expected)
         assert expected < 0
@@ -203,9 +207,66 @@ async def test_an_in_place_build_for_a_newer_policy_leaves_older_scorers_alone()
             return {"reward": self.value}
 
     env = LooseEnvironment("inline", InPlace())
-    old, new = SimpleNamespace(value=1.0), SimpleNamespace(value=2.0)
+    old, new = PolicySampler(SimpleNamespace(value=1.0)), PolicySampler(SimpleNamespace(value=2.0))
     old_scorer = await env.scorer(None, old)
     new_scorer = await env.scorer(None, new)  # off-policy: a newer policy's rollout scores meanwhile
     assert (await env.step_shared(old_scorer, "x"))["reward"] == 1.0
     assert (await env.step_shared(new_scorer, "x"))["reward"] == 2.0
-    assert await env.scorer(None, old) is old_scorer and env.obj.value == 0.0
+    assert await env.scorer(None, PolicySampler(old.sampler)) is old_scorer and env.obj.value == 0.0
+
+
+async def test_reward_functions_get_the_policy_and_tokenizer_in_info_and_odd_parameters() -> None:
+    tokenizer = SimpleNamespace(encode=lambda text: text.split())
+    sampler = SimpleNamespace(get_tokenizer=lambda: tokenizer, name="policy-3")
+
+    def policy_words(completion, info, _, /):
+        client = info["tinker_client"]
+        return float(len(client.tokenizer.encode(completion)) + (client.name == "policy-3") + (info["tokenizer"] is tokenizer))
+
+    def everything(**_):
+        return float(sorted(_) == sorted(["completion", "prompt", "task", "answer", "info", "state", "ctx", "messages", "parser"]))
+
+    rubric = SimpleNamespace(funcs=[policy_words, everything], weights=[1.0, 10.0], class_objects={"parser": object()})
+    env = LooseEnvironment("inline", SimpleNamespace(dataset=[{"question": "Hi?", "answer": "a b"}], rubric=rubric))
+    ctx = Context(sampler=sampler, tokenizer=tokenizer, service=None, renderer=None, base_model="none")
+    result = await env.episode(env.tasks("train")[0], ctx).step("one two three")
+    assert result.metrics == {"reward/policy_words": 5.0, "reward/everything": 1.0}
+    assert result.reward == 15.0
+
+
+class Counter:
+    """One task: say a number; the reward is 1 for a reply that contains it."""
+
+    def __init__(self, number: int, sampler: object) -> None:
+        self.number, self.sampler = number, sampler
+
+    def initial_observation(self) -> str:
+        return f"Say {self.number}."
+
+    def step(self, text: str) -> dict:
+        return {"reward": float(str(self.number) in text), "metrics": {"label": "counter", "policy": self.sampler.value}}
+
+
+async def test_an_async_builder_lists_its_tasks_at_load_and_rebuilds_per_policy(ctx: Context) -> None:
+    class AsyncBuilder:
+        async def build(self, sampling_client: object) -> tuple:
+            return tuple(Counter(n, sampling_client) for n in (3, 5))
+
+    env = LooseEnvironment("inline", AsyncBuilder())
+    tasks = env.tasks("train")
+    assert [t.id for t in tasks] == ["train-0", "train-1"]
+    for value in (1.0, 2.0):
+        episode = env.episode(tasks[1], attrs.evolve(ctx, sampler=SimpleNamespace(value=value)))
+        assert await episode.initial_observation() == "Say 5."
+        result = await episode.step("5!")
+        assert (result.reward, result.metrics) == (1.0, {"policy": value})  # the label is dropped, the policy's own sampler used
+
+
+def test_a_builder_that_uses_the_sampler_while_listing_is_refused() -> None:
+    class Eager:
+        def build(self, sampling_client: object) -> list:
+            sampling_client.get_tokenizer()
+            return []
+
+    with pytest.raises(ConfigError, match=r"called at load to list its tasks, failed.*used the sampler \(get_tokenizer\)"):
+        LooseEnvironment("inline", Eager())

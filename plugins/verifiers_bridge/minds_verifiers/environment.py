@@ -4,10 +4,13 @@ Dataset rows are the tasks. Each rollout runs the environment's own
 ``rollout`` with a ConversationClient over the minds Conversation, so the
 environment decides the turns (SingleTurnEnv, MultiTurnEnv, ToolEnv) and its
 rubric gives the reward; the trainer trains on the conversation's tokens.
+A reward function that fails (verifiers scores it 0) fails the rollout
+(see ``minds_verifiers.scoring``).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 from collections.abc import Sequence
@@ -16,9 +19,10 @@ from typing import Any
 import verifiers as vf
 
 from minds_core.conversation import Conversation
-from minds_core.envs.types import Context, StepResult, Task
+from minds_core.envs import Context, PolicySampler, StepResult, Task
 from minds_core.errors import ConfigError, UsageError
 from minds_verifiers.client import ConversationClient
+from minds_verifiers.scoring import SCORING, RolloutScoring, instrument
 
 SPLITS = ("train", "eval")
 
@@ -45,12 +49,23 @@ def load_verifiers_environment(env_id: str, args: dict[str, Any]) -> VerifiersEn
             f"verifiers environment {env_id!r}: load_environment returned a {type(env).__name__}; "
             "the bridge trains classic verifiers environments (vf.Environment: SingleTurnEnv, MultiTurnEnv, ToolEnv, ...)"
         )
+    return as_minds_environment(env_id, env)
+
+
+def as_minds_environment(env_id: str, env: vf.Environment) -> VerifiersEnvironment:
+    """A built classic verifiers environment, checked and instrumented, as a minds Environment."""
     if env.requires_group_rollouts:
         raise ConfigError(
             f"verifiers environment {env_id!r}: its rubric has group-level reward functions, which the bridge "
             "does not support (each rollout is scored on its own)"
         )
+    instrument(env.rubric)
     return VerifiersEnvironment(env_id, env)
+
+
+def adapt(obj: Any, env_id: str) -> VerifiersEnvironment | None:
+    """The environment adapter: a ``vf.Environment`` returned by a loose ``load_environment()`` trains here."""
+    return as_minds_environment(env_id, obj) if isinstance(obj, vf.Environment) else None
 
 
 class VerifiersEnvironment:
@@ -91,15 +106,37 @@ class VerifiersEpisode:
 
     async def run(self, conversation: Conversation) -> StepResult:
         client = ConversationClient(conversation)
-        self.state = state = await self.vf_env.rollout(dict(self.row), client, self.ctx.base_model)
+        row, scoring = dict(self.row), RolloutScoring(PolicySampler(self.ctx.sampler), self.ctx.tokenizer)
+        if isinstance(row.get("task"), str) and not _json_object(row["task"]):
+            scoring.task = row.pop("task")  # a plain-string task label (older verifiers datasets)
+        token = SCORING.set(scoring)
         try:
-            if state.get("error") is not None:
-                raise VerifiersRolloutError(_describe(state["error"]))
-            await self.vf_env.rubric.score_rollout(state)
+            self.state = state = await self.vf_env.rollout(row, client, self.ctx.base_model, self.sampling_args(conversation))
+            try:
+                if state.get("error") is not None:
+                    raise VerifiersRolloutError(_describe(state["error"]))
+                await self.vf_env.rubric.score_rollout(state)
+            finally:
+                await self.vf_env.rubric.cleanup(state)
         finally:
-            await self.vf_env.rubric.cleanup(state)
+            SCORING.reset(token)
+        if scoring.errors:
+            raise VerifiersRolloutError(f"{'; '.join(scoring.errors)} (verifiers scored it 0; minds fails the rollout instead)")
         metrics = {f"vf/{name}": float(value) for name, value in (state.get("metrics") or {}).items()}
         return StepResult(reward=state["reward"], done=True, metrics=metrics)
+
+    def sampling_args(self, conversation: Conversation) -> vf.SamplingArgs:
+        """The environment's ``sampling_args`` updated with the run's, as verifiers' ``generate`` passes them."""
+        params = conversation.params
+        run = {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p}
+        return {**copy.deepcopy(self.vf_env.sampling_args), **{k: v for k, v in run.items() if v is not None}}
+
+
+def _json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except json.JSONDecodeError:
+        return False
 
 
 def _describe(error: BaseException) -> str:
