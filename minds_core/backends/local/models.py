@@ -12,6 +12,7 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .errors import LocalNotFoundError
+from .merged import MergedModels
 from .tiny_model import DEFAULT_BASE_MODEL, tiny_model_path
 
 __all__ = ["BaseModel", "BaseModelRegistry", "target_logprobs"]
@@ -42,6 +43,11 @@ class BaseModel:
         configured = self.model.generation_config.eos_token_id
         ids.update(configured if isinstance(configured, list) else [configured])
         return frozenset(i for i in ids if i is not None)
+
+    @cached_property
+    def merged(self) -> MergedModels:
+        """The pool of module trees that samplers of adapters on this model decode with."""
+        return MergedModels(self.model)
 
     @property
     def arch(self) -> str:

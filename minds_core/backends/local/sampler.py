@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,7 +25,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .errors import LocalBadRequestError
 from .inputs import check_length, check_tokens
-from .lora import AdapterState, LoraSpec, attach_lora, load_adapter_state
+from .lora import AdapterState, LoraSpec
 from .models import BaseModel, target_logprobs
 
 __all__ = ["Sampler"]
@@ -58,10 +59,14 @@ class Sampler:
 
     @classmethod
     def for_adapter(cls, base: BaseModel, spec: LoraSpec, adapter: AdapterState) -> Sampler:
-        """A sampler of ``base`` with its own copy of the adapter weights ``adapter`` on top."""
-        model = attach_lora(base.model, spec, seed=0)
-        load_adapter_state(model, adapter)
-        return cls(base, model)
+        """A sampler of ``base`` with ``adapter`` merged into its own copy of the adapted weights.
+
+        The copy comes from (and, once the sampler is garbage-collected, returns to) ``base.merged``.
+        """
+        model, key = base.merged.acquire(spec, adapter)
+        sampler = cls(base, model)
+        weakref.finalize(sampler, base.merged.release, key, model)
+        return sampler
 
     @torch.inference_mode()
     def sample(
