@@ -26,6 +26,8 @@ class KVBuffer(Cache):
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.lengths = torch.zeros(0, dtype=torch.int64)
+        self._columns = 0
+        self._row_index = self.lengths
 
     @property
     def rows(self) -> int:
@@ -55,7 +57,8 @@ class KVBuffer(Cache):
 
     def step_inputs(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """``position_ids [rows, 1]`` and the additive attention mask ``[rows, 1, 1, columns]`` of the next token."""
-        columns = int(self.lengths.max()) + 1
+        self._columns = columns = int(self.lengths.max()) + 1
+        self._row_index = torch.arange(self.rows, device=self.lengths.device)
         visible = torch.arange(columns, device=self.lengths.device)[None, :] <= self.lengths[:, None]
         mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
         mask.masked_fill_(~visible, torch.finfo(dtype).min)
@@ -68,13 +71,14 @@ class KVBuffer(Cache):
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write one token per row at that row's position; the keys/values to attend over (a view)."""
-        rows = torch.arange(self.rows, device=self.lengths.device)
+        """Write one token per row at that row's position; the keys/values to attend over (a view).
+
+        Call ``step_inputs`` first: it fixes the step's rows and columns.
+        """
         keys, values = self.keys[layer_idx], self.values[layer_idx]
-        keys[rows, :, self.lengths] = key_states[:, :, 0]
-        values[rows, :, self.lengths] = value_states[:, :, 0]
-        columns = int(self.lengths.max()) + 1
-        return keys[: self.rows, :, :columns], values[: self.rows, :, :columns]
+        keys[self._row_index, :, self.lengths] = key_states[:, :, 0]
+        values[self._row_index, :, self.lengths] = value_states[:, :, 0]
+        return keys[: self.rows, :, : self._columns], values[: self.rows, :, : self._columns]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Columns in use (the longest row)."""

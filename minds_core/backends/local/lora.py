@@ -103,9 +103,9 @@ def target_modules(model: PreTrainedModel, spec: LoraSpec) -> list[str]:
 
 
 def adapter_state(model: PeftModel) -> AdapterState:
-    """A detached copy of the adapter weights (a snapshot: later training leaves it unchanged)."""
+    """A detached CPU copy of the adapter weights (a snapshot: later training leaves it unchanged)."""
     state = get_peft_model_state_dict(model, save_embedding_layers=False)
-    return {key: value.detach().clone() for key, value in state.items()}
+    return {key: value.detach().to("cpu", copy=True) for key, value in state.items()}
 
 
 def load_adapter_state(model: PeftModel, state: AdapterState) -> None:

@@ -191,7 +191,7 @@ def padded_logits(
 ) -> torch.Tensor:
     """Logits ``[rows, longest, V]`` of right-padded token ``rows``, continuing ``prefix_kv`` (one row's) when given."""
     lengths = [len(row) for row in rows]
-    input_ids = torch.zeros(len(rows), max(lengths), dtype=torch.int64)
+    input_ids = torch.zeros(len(rows), max(lengths), dtype=torch.int64, device=rows[0].device)
     mask = torch.zeros_like(input_ids)
     for r, row in enumerate(rows):
         input_ids[r, : lengths[r]] = row
@@ -204,7 +204,7 @@ def padded_logits(
         cache.update(k.expand(len(rows), -1, -1, -1), v.expand(len(rows), -1, -1, -1), layer)
     if padded:
         prefix_length = prefix_kv[0][0].shape[-2]
-        mask = torch.cat([torch.ones(len(rows), prefix_length, dtype=mask.dtype), mask], dim=1)
+        mask = torch.cat([mask.new_ones(len(rows), prefix_length), mask], dim=1)
     return model(
         input_ids=input_ids, attention_mask=mask if padded else None, past_key_values=cache, use_cache=True
     ).logits

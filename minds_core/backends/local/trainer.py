@@ -97,7 +97,7 @@ class LoraTrainer:
     def optimizer_state(self) -> OptimizerState:
         """A snapshot of the AdamW moments and step counts."""
         return {
-            f"{name}{_STATE_SEPARATOR}{key}": value.detach().clone()
+            f"{name}{_STATE_SEPARATOR}{key}": value.detach().to("cpu", copy=True)
             for name, param in self._params.items()
             for key, value in self._optimizer.state.get(param, {}).items()
         }
@@ -114,10 +114,13 @@ class LoraTrainer:
         self._optimizer.zero_grad(set_to_none=True)
         self._optimizer.state.clear()
         for name, state in per_param.items():
-            self._optimizer.state[self._params[name]] = state
+            param = self._params[name]  # moments go to the parameter's device; step counts stay where AdamW keeps them
+            self._optimizer.state[param] = {k: v.to(param.device) if v.ndim else v for k, v in state.items()}
 
     def _checked(self, submitted: Sequence[DatumTensors], required: Sequence[str]) -> list[DatumTensors]:
-        return [check_datum(item, i, required, self.base) for i, item in enumerate(submitted)]
+        """The datums checked, on the model's device."""
+        device = self.base.model.device
+        return [check_datum(item, i, required, self.base).to(device) for i, item in enumerate(submitted)]
 
     def _target_logprobs(self, items: Sequence[DatumTensors]) -> list[torch.Tensor]:
         """One padded forward pass (all datums at once: a custom loss needs them together)."""
@@ -130,7 +133,7 @@ class LoraTrainer:
 def _output(logprobs: Sequence[torch.Tensor], metrics: dict[str, float]) -> types.ForwardBackwardOutput:
     return types.ForwardBackwardOutput(
         loss_fn_output_type="ArrayRecord",
-        loss_fn_outputs=[{"logprobs": types.TensorData.from_torch(lp)} for lp in logprobs],
+        loss_fn_outputs=[{"logprobs": types.TensorData.from_torch(lp.cpu())} for lp in logprobs],
         metrics=metrics,
     )
 
