@@ -114,6 +114,8 @@ class DecodeBatch:
         self._rows: list[tuple[SampleRequest, int]] = []  # (request, sample index) of each row
         self._cache = KVBuffer()
         self._logits = torch.empty(0)
+        self._dtype = next(model.parameters()).dtype
+        self._device = next(model.parameters()).device
 
     @torch.inference_mode()
     def run(self) -> None:
@@ -170,16 +172,10 @@ class DecodeBatch:
             request.live = request.num_samples
             self._rows.extend((request, sample) for sample in range(request.num_samples))
 
-    @property
-    def _device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
     def _step(self) -> None:
         """Choose every row's next token; retire finished rows and requests; one forward pass for the rest."""
         log_probs = torch.log_softmax(self._logits, dim=-1)
-        chosen = torch.empty(len(self._rows), dtype=torch.int64, device=self._logits.device)
-        for start, end, request in _runs(self._rows):
-            chosen[start:end] = _choose(self._logits[start:end], request.params, request.generator)
+        chosen = _choose(self._logits, _runs(self._rows))
         chosen_logprobs = log_probs.gather(1, chosen[:, None])[:, 0].tolist()
         chosen_list = chosen.tolist()
         keep = []
@@ -210,7 +206,7 @@ class DecodeBatch:
         if not self._rows:
             self._cache, self._logits = KVBuffer(), torch.empty(0)
             return
-        positions, mask = self._cache.step_inputs(next(self.model.parameters()).dtype)
+        positions, mask = self._cache.step_inputs(self._dtype)
         out = self.model(
             input_ids=chosen[:, None],
             position_ids=positions,
@@ -250,11 +246,27 @@ def _runs(rows: Sequence[tuple[SampleRequest, int]]) -> list[tuple[int, int, Sam
     return runs
 
 
-def _choose(logits: torch.Tensor, params: types.SamplingParams, generator: torch.Generator) -> torch.Tensor:
-    """Next token per row: greedy at temperature 0, else drawn after temperature, top-k and top-p."""
-    if params.temperature == 0:
-        return logits.argmax(dim=-1)
-    scaled = logits / params.temperature
+def _choose(logits: torch.Tensor, runs: Sequence[tuple[int, int, SampleRequest]]) -> torch.Tensor:
+    """Next token per row: greedy at temperature 0, else drawn after temperature, top-k and top-p.
+
+    A draw is ``argmax(log p - log E)`` with ``E ~ Exp(1)`` per token (exactly a draw from
+    ``p``), the noise coming from each request's own generator; all rows at once.
+    """
+    temperatures = [request.params.temperature or 1.0 for start, end, request in runs for _ in range(end - start)]
+    scores = logits / torch.tensor(temperatures, device=logits.device)[:, None]
+    noise = torch.ones_like(scores)
+    for start, end, request in runs:
+        params = request.params
+        if params.temperature == 0:
+            continue  # greedy: argmax of the logits themselves (noise 1, log 1 = 0)
+        if 0 < params.top_k < scores.shape[-1] or params.top_p < 1:
+            scores[start:end] = _truncated(scores[start:end], params)
+        noise[start:end].exponential_(generator=request.generator)
+    return (scores - noise.log()).argmax(dim=-1)
+
+
+def _truncated(scaled: torch.Tensor, params: types.SamplingParams) -> torch.Tensor:
+    """Tempered logits with the tokens outside top-k and top-p set to -inf."""
     if 0 < params.top_k < scaled.shape[-1]:
         kth = scaled.topk(params.top_k, dim=-1).values[:, -1:]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
@@ -263,7 +275,7 @@ def _choose(logits: torch.Tensor, params: types.SamplingParams, generator: torch
         probs = ordered.softmax(dim=-1)
         outside = probs.cumsum(dim=-1) - probs >= params.top_p  # mass before this token already covers top_p
         scaled = scaled.scatter(1, order, ordered.masked_fill(outside, float("-inf")))
-    return torch.multinomial(scaled.softmax(dim=-1), 1, generator=generator)[:, 0]
+    return scaled
 
 
 def _topk_arrays(rows: list[tuple[list[int], list[float]]], k: int) -> TopkLogprobs:
