@@ -3,7 +3,9 @@
 A request's prompt is prefilled once (requests with the same prompt share that
 pass) and its ``num_samples`` rows join the running batch between steps; a row
 that stops leaves it, and a request's future resolves when its last row
-stops. Rows sit at positions of their own in a preallocated ``KVBuffer``.
+stops. Rows sit at positions of their own in a preallocated ``KVBuffer``;
+decode steps of Llama-family models skip transformers' module overhead
+(``fast_decode``).
 Reported log-probs (sampled tokens, prompt tokens, top-k) are under the
 model's own distribution at temperature 1, before top-k/top-p truncation: the
 policy's ``log p`` that the RL losses compare against, whatever the
@@ -25,6 +27,7 @@ from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 from torch import nn
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
+from .fast_decode import FastDecoder
 from .kv_buffer import KVBuffer
 from .models import target_logprobs
 
@@ -116,6 +119,7 @@ class DecodeBatch:
         self._logits = torch.empty(0)
         self._dtype = next(model.parameters()).dtype
         self._device = next(model.parameters()).device
+        self._fast = FastDecoder.for_model(model)
 
     @torch.inference_mode()
     def run(self) -> None:
@@ -206,6 +210,9 @@ class DecodeBatch:
         if not self._rows:
             self._cache, self._logits = KVBuffer(), torch.empty(0)
             return
+        if self._fast is not None:
+            self._logits = self._fast.step(self._cache, chosen).float()
+            return
         positions, mask = self._cache.step_inputs(self._dtype)
         out = self.model(
             input_ids=chosen[:, None],
@@ -249,20 +256,28 @@ def _runs(rows: Sequence[tuple[SampleRequest, int]]) -> list[tuple[int, int, Sam
 def _choose(logits: torch.Tensor, runs: Sequence[tuple[int, int, SampleRequest]]) -> torch.Tensor:
     """Next token per row: greedy at temperature 0, else drawn after temperature, top-k and top-p.
 
-    A draw is ``argmax(log p - log E)`` with ``E ~ Exp(1)`` per token (exactly a draw from
-    ``p``), the noise coming from each request's own generator; all rows at once.
+    A draw inverts the cumulative distribution at a uniform number from the request's own
+    generator (one per row); all rows are tempered, normalised and searched at once.
     """
     temperatures = [request.params.temperature or 1.0 for start, end, request in runs for _ in range(end - start)]
     scores = logits / torch.tensor(temperatures, device=logits.device)[:, None]
-    noise = torch.ones_like(scores)
+    uniform = torch.empty(len(scores), 1, device=logits.device)
+    greedy = []
     for start, end, request in runs:
         params = request.params
         if params.temperature == 0:
-            continue  # greedy: argmax of the logits themselves (noise 1, log 1 = 0)
+            greedy.append((start, end))
+            continue
         if 0 < params.top_k < scores.shape[-1] or params.top_p < 1:
             scores[start:end] = _truncated(scores[start:end], params)
-        noise[start:end].exponential_(generator=request.generator)
-    return (scores - noise.log()).argmax(dim=-1)
+        uniform[start:end].uniform_(generator=request.generator)
+    cumulative = scores.softmax(dim=-1).cumsum(dim=-1)
+    # First token whose cumulative mass exceeds u * total: never one of probability 0.
+    chosen = torch.searchsorted(cumulative, uniform * cumulative[:, -1:], right=True)[:, 0]
+    chosen = chosen.clamp_(max=scores.shape[-1] - 1)
+    for start, end in greedy:
+        chosen[start:end] = logits[start:end].argmax(dim=-1)
+    return chosen
 
 
 def _truncated(scaled: torch.Tensor, params: types.SamplingParams) -> torch.Tensor:

@@ -31,21 +31,29 @@ def held(client: SamplingClient) -> threading.Event:
     return release
 
 
-def count_forwards(client: SamplingClient) -> list[int]:
-    """Batch sizes of every forward pass of ``client``'s model from now on."""
+def count_forwards(client: SamplingClient, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Rows of every forward pass of ``client``'s model from now on: prefills, then decode steps."""
     sizes: list[int] = []
     client._sampler.model.register_forward_pre_hook(
         lambda module, args, kwargs: sizes.append(kwargs["input_ids"].shape[0]), with_kwargs=True
     )
+    step_inputs = KVBuffer.step_inputs
+
+    def counted(cache: KVBuffer, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if client._sampler._batch._fast is not None:  # the fast path skips the model's forward
+            sizes.append(cache.rows)
+        return step_inputs(cache, dtype)
+
+    monkeypatch.setattr(KVBuffer, "step_inputs", counted)
     return sizes
 
 
 def test_concurrent_requests_decode_in_one_batch_with_the_tokens_they_get_alone(
-    sampler: SamplingClient, encode: Callable[[str], list[int]]
+    sampler: SamplingClient, encode: Callable[[str], list[int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prompts = [types.ModelInput.from_ints(encode(t)) for t in TEXTS]
     alone = [sampler.sample(p, 2, GREEDY).result() for p in prompts]
-    sizes = count_forwards(sampler)
+    sizes = count_forwards(sampler, monkeypatch)
     release = held(sampler)
     futures = [sampler.sample(p, 2, GREEDY) for p in prompts]
     release.set()
@@ -60,13 +68,15 @@ def test_concurrent_requests_decode_in_one_batch_with_the_tokens_they_get_alone(
             np.testing.assert_allclose(b.logprobs, rescored[-len(b.tokens) :], atol=1e-4)
 
 
-def test_requests_join_and_leave_a_running_batch(sampler: SamplingClient, encode: Callable[[str], list[int]]) -> None:
+def test_requests_join_and_leave_a_running_batch(
+    sampler: SamplingClient, encode: Callable[[str], list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     prompt = types.ModelInput.from_ints(encode("Once upon a time"))
     long_alone = sampler.sample(prompt, 3, GREEDY.model_copy(update={"max_tokens": 40})).result()
     late_prompt = types.ModelInput.from_ints(encode("A late request with a longer prompt than the first one"))
     late_alone = sampler.sample(late_prompt, 2, GREEDY).result()
     joined = threading.Event()
-    sizes = count_forwards(sampler)
+    sizes = count_forwards(sampler, monkeypatch)
     # The late request is queued from the hook once the long one runs: it joins between two steps.
     sampler._sampler.model.register_forward_pre_hook(
         lambda module, args: joined.set()
