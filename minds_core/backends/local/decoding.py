@@ -256,27 +256,17 @@ def _runs(rows: Sequence[tuple[SampleRequest, int]]) -> list[tuple[int, int, Sam
 def _choose(logits: torch.Tensor, runs: Sequence[tuple[int, int, SampleRequest]]) -> torch.Tensor:
     """Next token per row: greedy at temperature 0, else drawn after temperature, top-k and top-p.
 
-    A draw inverts the cumulative distribution at a uniform number from the request's own
-    generator (one per row); all rows are tempered, normalised and searched at once.
+    Each request draws its rows from its own generator, as it would decoding alone.
     """
-    temperatures = [request.params.temperature or 1.0 for start, end, request in runs for _ in range(end - start)]
-    scores = logits / torch.tensor(temperatures, device=logits.device)[:, None]
-    uniform = torch.empty(len(scores), 1, device=logits.device)
-    greedy = []
+    chosen = logits.argmax(dim=-1)
     for start, end, request in runs:
         params = request.params
         if params.temperature == 0:
-            greedy.append((start, end))
             continue
-        if 0 < params.top_k < scores.shape[-1] or params.top_p < 1:
-            scores[start:end] = _truncated(scores[start:end], params)
-        uniform[start:end].uniform_(generator=request.generator)
-    cumulative = scores.softmax(dim=-1).cumsum(dim=-1)
-    # First token whose cumulative mass exceeds u * total: never one of probability 0.
-    chosen = torch.searchsorted(cumulative, uniform * cumulative[:, -1:], right=True)[:, 0]
-    chosen = chosen.clamp_(max=scores.shape[-1] - 1)
-    for start, end in greedy:
-        chosen[start:end] = logits[start:end].argmax(dim=-1)
+        scaled = logits[start:end] / params.temperature
+        if 0 < params.top_k < scaled.shape[-1] or params.top_p < 1:
+            scaled = _truncated(scaled, params)
+        chosen[start:end] = torch.multinomial(scaled.softmax(dim=-1), 1, generator=request.generator)[:, 0]
     return chosen
 
 
