@@ -31,7 +31,12 @@ from pathlib import Path
 
 import torch
 from tinker import types
-from transformers import AutoModelForCausalLM, GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    GenerationConfig,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
 from minds_core.backends.local.tiny_model import _tokenizer, tiny_model_path
@@ -71,7 +76,7 @@ def matmul_flops_per_second(smoke: bool) -> float:
         for n in (128,) if smoke else (256, 512):
             a, b = torch.randn(n, n), torch.randn(n, n)
             for _ in range(2 if smoke else 5):
-                rates.append(20 * 2 * n**3 / median_seconds(lambda: [a @ b for _ in range(20)], 1))
+                rates.append(20 * 2 * n**3 / median_seconds(lambda a=a, b=b: [a @ b for _ in range(20)], 1))
         return max(rates)  # the best of several sizes and tries: an idle core's rate (the machine is shared)
     finally:
         torch.set_num_threads(threads)

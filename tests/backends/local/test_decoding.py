@@ -10,7 +10,12 @@ import pytest
 import torch
 from tinker import types
 
-from minds_core.backends.local import LocalBadRequestError, SamplingClient, ServiceClient, TrainingClient
+from minds_core.backends.local import (
+    LocalBadRequestError,
+    SamplingClient,
+    ServiceClient,
+    TrainingClient,
+)
 from minds_core.backends.local.kv_buffer import KVBuffer
 
 GREEDY = types.SamplingParams(max_tokens=6, temperature=0, stop=[])
@@ -117,7 +122,7 @@ def test_kv_buffer_places_rows_at_positions_of_their_own() -> None:
     assert positions[:, 0].tolist() == [3, 3, 5] and mask.shape == (3, 1, 1, 6)
     assert (mask[:, 0, 0] == 0).tolist() == [[True] * 4 + [False] * 2, [True] * 4 + [False] * 2, [True] * 6]
     new = torch.arange(3.0)[:, None, None, None].expand(3, 2, 1, 4) + 10
-    keys, values = cache.update(new, -new, 0)  # after step_inputs, as a model forward calls it
+    keys, _ = cache.update(new, -new, 0)  # after step_inputs, as a model forward calls it
     assert keys.shape == (3, 2, 6, 4)
     assert keys[:, 0, :, 0].tolist() == [[1, 1, 1, 10, 0, 0], [1, 1, 1, 11, 0, 0], [2, 2, 2, 2, 2, 12]]
     cache.advance()

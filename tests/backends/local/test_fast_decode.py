@@ -17,10 +17,10 @@ from transformers import (
 from minds_core.backends.local.fast_decode import FastDecoder
 from minds_core.backends.local.kv_buffer import KVBuffer
 
-SIZES = dict(
-    vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, max_position_embeddings=512,
-)
+SIZES = {
+    "vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
+}
 
 
 def models() -> dict[str, torch.nn.Module]:

@@ -15,12 +15,12 @@ from tinker import types
 from minds_core.backends import create_local_service
 from minds_core.backends.local import LocalBadRequestError
 from minds_core.backends.local.inputs import submitted_datum
+from minds_core.backends.local.lora import LoraSpec
 from minds_core.backends.local.models import BaseModelRegistry
 from minds_core.backends.local.passes import LossPasses
 from minds_core.backends.local.placement import Placement, resolve_placement
 from minds_core.backends.local.sampler import Sampler
 from minds_core.backends.local.trainer import LoraTrainer
-from minds_core.backends.local.lora import LoraSpec
 from minds_core.config import load_config
 from minds_core.errors import ConfigError, UsageError
 

@@ -8,8 +8,7 @@ import pytest
 import torch
 from tinker import types
 
-from minds_core.backends.local import TrainingClient
-from minds_core.backends.local import passes
+from minds_core.backends.local import TrainingClient, passes
 from minds_core.backends.local.inputs import submitted_datum
 from minds_core.backends.local.losses import LOSSES
 
