@@ -256,18 +256,22 @@ def _runs(rows: Sequence[tuple[SampleRequest, int]]) -> list[tuple[int, int, Sam
 def _choose(logits: torch.Tensor, runs: Sequence[tuple[int, int, SampleRequest]]) -> torch.Tensor:
     """Next token per row: greedy at temperature 0, else drawn after temperature, top-k and top-p.
 
-    Each request draws its rows from its own generator, as it would decoding alone.
+    A draw is ``argmax(p / E)`` with ``E ~ Exp(1)`` per token from the request's own
+    generator: exactly what ``torch.multinomial(p, 1)`` computes, with the same random
+    numbers, but one argmax for all rows of all requests.
     """
-    chosen = logits.argmax(dim=-1)
+    temperatures = [request.params.temperature or 1.0 for start, end, request in runs for _ in range(end - start)]
+    scaled = logits / torch.tensor(temperatures, device=logits.device)[:, None]
     for start, end, request in runs:
         params = request.params
-        if params.temperature == 0:
-            continue
-        scaled = logits[start:end] / params.temperature
-        if 0 < params.top_k < scaled.shape[-1] or params.top_p < 1:
-            scaled = _truncated(scaled, params)
-        chosen[start:end] = torch.multinomial(scaled.softmax(dim=-1), 1, generator=request.generator)[:, 0]
-    return chosen
+        if params.temperature and (0 < params.top_k < scaled.shape[-1] or params.top_p < 1):
+            scaled[start:end] = _truncated(scaled[start:end], params)
+    probs = scaled.softmax(dim=-1)
+    noise = torch.ones_like(probs)  # greedy rows keep 1: the argmax of p itself
+    for start, end, request in runs:
+        if request.params.temperature:
+            noise[start:end].exponential_(generator=request.generator)
+    return (probs / noise).argmax(dim=-1)
 
 
 def _truncated(scaled: torch.Tensor, params: types.SamplingParams) -> torch.Tensor:

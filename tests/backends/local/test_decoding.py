@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from minds_core.backends.local import (
     ServiceClient,
     TrainingClient,
 )
+from minds_core.backends.local.decoding import _choose, _truncated
 from minds_core.backends.local.kv_buffer import KVBuffer
 
 GREEDY = types.SamplingParams(max_tokens=6, temperature=0, stop=[])
@@ -137,3 +139,30 @@ def test_a_closed_service_refuses_new_samples(service: ServiceClient, sampler: S
     service.close()
     with pytest.raises(RuntimeError, match="closed"):
         sampler.sample(types.ModelInput.from_ints(encode("Hi")), 1, GREEDY)
+
+
+def test_one_batched_draw_equals_torch_multinomial_per_request() -> None:
+    """Rows of several requests are drawn at once with the same numbers multinomial would use."""
+
+    def requests() -> list[SimpleNamespace]:
+        settings = [(1.0, 1.0, -1), (0.7, 1.0, -1), (0.0, 1.0, -1), (1.3, 0.9, -1), (1.0, 1.0, 5)]
+        return [
+            SimpleNamespace(
+                params=types.SamplingParams(temperature=t, top_p=p, top_k=k),
+                generator=torch.Generator().manual_seed(seed),
+            )
+            for seed, (t, p, k) in enumerate(settings)
+        ]
+
+    logits = torch.randn(7, 259, generator=torch.Generator().manual_seed(0)) * 3
+    bounds = [(0, 2), (2, 3), (3, 4), (4, 6), (6, 7)]
+    got = _choose(logits, [(s, e, r) for (s, e), r in zip(bounds, requests(), strict=True)])
+    expected = []
+    for (start, end), request in zip(bounds, requests(), strict=True):
+        params = request.params
+        if params.temperature == 0:
+            expected += logits[start:end].argmax(dim=-1).tolist()
+            continue
+        scaled = _truncated(logits[start:end] / params.temperature, params)
+        expected += torch.multinomial(scaled.softmax(dim=-1), 1, generator=request.generator)[:, 0].tolist()
+    assert got.tolist() == expected
