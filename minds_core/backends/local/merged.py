@@ -1,7 +1,7 @@
 """Samplers' models: a base model with a LoRA adapter merged into private copies of the adapted weights.
 
-A sampler decodes with ``W + (alpha / rank) * B @ A`` in place of each adapted
-``W`` (no extra LoRA matmuls per step). Every other tensor is the base model's
+A sampler of a float32 base decodes with ``W + (alpha / rank) * B @ A`` in
+place of each adapted ``W`` (no extra LoRA matmuls per step). Every other tensor is the base model's
 own, shared. The module trees holding the merged weights are pooled per set
 of adapted layers: when a sampler is garbage-collected its tree returns to the
 pool, and the next sampler merges its snapshot into the same weight buffers,
@@ -72,7 +72,4 @@ def _merge(base: nn.Module, tree: nn.Module, names: tuple[str, ...], spec: LoraS
         a, b = (adapter[key] for key in keys[name])
         weight = base.get_submodule(name).weight
         merged = tree.get_submodule(name).weight
-        if merged.dtype == torch.float32:
-            torch.addmm(weight, b.to(weight.device), a.to(weight.device), alpha=scale, out=merged)
-        else:  # low-precision weights: add the update in float32, round once
-            merged.copy_(weight.float().addmm(b.float().to(weight.device), a.float().to(weight.device), alpha=scale))
+        torch.addmm(weight, b.to(weight), a.to(weight), alpha=scale, out=merged)

@@ -19,7 +19,7 @@ from torch import nn
 from .decoding import DecodeBatch, SampleRequest, StopRule, prompt_scores
 from .errors import LocalBadRequestError
 from .inputs import check_length, check_tokens
-from .lora import AdapterState, LoraSpec
+from .lora import AdapterState, LoraSpec, attach_lora, load_adapter_state
 from .models import BaseModel
 
 __all__ = ["Sampler"]
@@ -43,7 +43,13 @@ class Sampler:
         """A sampler of ``base`` with ``adapter`` merged into its own copy of the adapted weights.
 
         The copy comes from (and, once the sampler is garbage-collected, returns to) ``base.merged``.
+        A base in a low-precision dtype (bf16 on CUDA) keeps the adapter unmerged, in float32,
+        as the trainer runs it: merged into bf16 weights, small updates would round away.
         """
+        if base.model.dtype != torch.float32:
+            model = attach_lora(base.model, spec, seed=0)
+            load_adapter_state(model, adapter)
+            return cls(base, model)
         model, key = base.merged.acquire(spec, adapter)
         sampler = cls(base, model)
         weakref.finalize(sampler, base.merged.release, key, model)

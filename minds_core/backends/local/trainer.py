@@ -66,7 +66,7 @@ class LoraTrainer:
         """
         items = self._checked(submitted, ("target_tokens",))
         with torch.enable_grad():
-            logprobs = self._target_logprobs(items)
+            logprobs = [lp.cpu() for lp in self._target_logprobs(items)]  # on the CPU, as the SDK hands them over
             loss, metrics = fn(list(data), logprobs)
             loss.backward()
         values = {key: float(value) for key, value in metrics.items()}
