@@ -36,8 +36,7 @@ class _Layer:
     k: _Linear
     v: _Linear
     o: _Linear
-    q_norm: torch.Tensor | None
-    k_norm: torch.Tensor | None
+    qk_norm: torch.Tensor | None  # per-head RMSNorm weights of the query heads then the key heads [Hq + Hk, D]
     post_norm: torch.Tensor
     gate: _Linear
     up: _Linear
@@ -61,6 +60,8 @@ class FastDecoder:
         config = model.config
         self.eps = float(config.rms_norm_eps)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+        self.query_heads = int(config.num_attention_heads)
+        self.kv_heads = int(config.num_key_value_heads)
         self.embed = inner.embed_tokens.weight
         self.final_norm = inner.norm.weight
         self.unembed = _linear(model.lm_head)
@@ -73,8 +74,7 @@ class FastDecoder:
                 k=_linear(layer.self_attn.k_proj),
                 v=_linear(layer.self_attn.v_proj),
                 o=_linear(layer.self_attn.o_proj),
-                q_norm=layer.self_attn.q_norm.weight if hasattr(layer.self_attn, "q_norm") else None,
-                k_norm=layer.self_attn.k_norm.weight if hasattr(layer.self_attn, "k_norm") else None,
+                qk_norm=self._qk_norm(layer.self_attn),
                 post_norm=layer.post_attention_layernorm.weight,
                 gate=_linear(layer.mlp.gate_proj),
                 up=_linear(layer.mlp.up_proj),
@@ -83,6 +83,13 @@ class FastDecoder:
             )
             for layer in inner.layers
         ]
+
+    def _qk_norm(self, attention: nn.Module) -> torch.Tensor | None:
+        if not hasattr(attention, "q_norm"):
+            return None
+        query = attention.q_norm.weight.expand(self.query_heads, -1)
+        key = attention.k_norm.weight.expand(self.kv_heads, -1)
+        return torch.cat((query, key))
 
     @classmethod
     def for_model(cls, model: nn.Module) -> FastDecoder | None:
@@ -109,21 +116,20 @@ class FastDecoder:
         angles = torch.cat((freqs, freqs), dim=-1)
         cos = (angles.cos() * self.rope_scaling).to(x.dtype)[:, None, :]
         sin = (angles.sin() * self.rope_scaling).to(x.dtype)[:, None, :]
+        groups = self.query_heads // self.kv_heads
         for index, layer in enumerate(self.layers):
             h = self._norm(x, layer.input_norm)
-            q = _apply(layer.q, h).view(rows, -1, self.head_dim)
-            k = _apply(layer.k, h).view(rows, -1, self.head_dim)
+            # Queries and keys side by side: one norm and one rotation for both.
+            qk = torch.cat((_apply(layer.q, h), _apply(layer.k, h)), dim=-1).view(rows, -1, self.head_dim)
             v = _apply(layer.v, h).view(rows, -1, self.head_dim)
-            if layer.q_norm is not None:
-                q = self._norm(q, layer.q_norm)
-            if layer.k_norm is not None:
-                k = self._norm(k, layer.k_norm)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            keys, values = cache.update(k[:, :, None], v[:, :, None], index)
-            attended = F.scaled_dot_product_attention(
-                q[:, :, None], keys, values, attn_mask=mask, scale=layer.scaling, enable_gqa=True
-            )
+            if layer.qk_norm is not None:
+                qk = layer.qk_norm * F.rms_norm(qk.float(), (self.head_dim,), eps=self.eps).to(qk.dtype)
+            qk = qk * cos + _rotate_half(qk) * sin
+            keys, values = cache.update(qk[:, self.query_heads :, None], v[:, :, None], index)
+            # One query per row: plain matmuls over each key/value head's group of query heads.
+            q = qk[:, : self.query_heads].reshape(rows, self.kv_heads, groups, self.head_dim)
+            scores = torch.matmul(q, keys.transpose(-1, -2)).mul_(layer.scaling).add_(mask)
+            attended = torch.matmul(scores.softmax(dim=-1), values)
             x = x + _apply(layer.o, attended.reshape(rows, -1))
             h = self._norm(x, layer.post_norm)
             x = x + _apply(layer.down, F.silu(_apply(layer.gate, h)) * _apply(layer.up, h))
