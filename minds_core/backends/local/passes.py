@@ -31,8 +31,8 @@ ItemLoss = Callable[[int, torch.Tensor], torch.Tensor]
 TOKENS_PER_MICRO_BATCH = 2048
 """Padded input tokens per forward pass (rows x longest row)."""
 
-LOGITS_PER_MICRO_BATCH = 1 << 24
-"""Float logits held at once per forward pass (64 MiB)."""
+LOGITS_PER_MICRO_BATCH = 1 << 26
+"""Float logits held at once per forward pass (256 MiB; binds before the token bound at vocabularies over 32k)."""
 
 MIN_SHARED_PREFIX = 16
 """Shortest common prefix worth a pass of its own."""
