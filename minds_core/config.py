@@ -105,6 +105,11 @@ class TinkerConfig:
 
 
 @attrs.define
+class LocalConfig:
+    device: str = _field("auto", _one_of("auto", "cpu", "cuda"), help="local backend: auto = cuda when available")
+
+
+@attrs.define
 class SamplingConfig:
     max_tokens: int = _field(48, _at_least(1))
     temperature: float = _field(1.0, _finite(_non_negative))
@@ -187,6 +192,7 @@ class RunConfig:
     envs: list[EnvConfig] = _field([])
     model: ModelConfig = attrs.field(factory=ModelConfig)
     tinker: TinkerConfig = attrs.field(factory=TinkerConfig)
+    local: LocalConfig = attrs.field(factory=LocalConfig)
     sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
     rollout: RolloutConfig = attrs.field(factory=RolloutConfig)
     trainer: TrainerConfig = attrs.field(factory=TrainerConfig)

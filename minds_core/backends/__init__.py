@@ -44,9 +44,12 @@ def choose_backend(config: RunConfig) -> BackendChoice:
 
 
 def create_local_service(config: RunConfig, run_dir: Path) -> Any:
-    """The in-process torch + peft service; checkpoints live under the runs directory."""
+    """The in-process torch + peft service on ``local.device``; checkpoints live under the runs directory."""
     try:
-        from minds_core.backends.local import create_service_client
+        from minds_core.backends.local import LocalBadRequestError, create_service_client
     except ImportError as exc:
         raise UsageError(f'the local backend needs torch and peft: pip install "minds-core[local]" ({exc})') from None
-    return create_service_client(Path(config.runs_dir) / "_checkpoints")
+    try:
+        return create_service_client(Path(config.runs_dir) / "_checkpoints", config.local.device)
+    except LocalBadRequestError as exc:
+        raise UsageError(str(exc)) from None

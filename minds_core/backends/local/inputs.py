@@ -32,6 +32,10 @@ class DatumTensors:
     tokens: torch.Tensor
     inputs: dict[str, torch.Tensor]
 
+    def to(self, device: torch.device) -> DatumTensors:
+        """This datum with every tensor on ``device``."""
+        return DatumTensors(self.tokens.to(device), {key: value.to(device) for key, value in self.inputs.items()})
+
 
 def as_tensor(value: Any, key: str) -> torch.Tensor:
     """A loss input (TensorData, torch tensor, numpy array or list) as a new tensor: int64 targets, float32 otherwise.

@@ -16,7 +16,7 @@ from transformers import PreTrainedModel
 
 from .errors import LocalBadRequestError
 
-__all__ = ["AdapterState", "LoraSpec", "adapter_state", "attach_lora", "load_adapter_state"]
+__all__ = ["AdapterState", "LoraSpec", "adapter_state", "attach_lora", "load_adapter_state", "target_modules"]
 
 AdapterState = dict[str, torch.Tensor]
 """Adapter weights keyed as in a peft ``adapter_model.safetensors``."""
@@ -61,7 +61,7 @@ def attach_lora(base: PreTrainedModel, spec: LoraSpec, seed: int) -> PeftModel:
         lora_alpha=spec.alpha,
         lora_dropout=0.0,
         bias="none",
-        target_modules=_target_modules(tree, spec),
+        target_modules=target_modules(tree, spec),
     )
     with warnings.catch_warnings():  # peft reads a deprecated transformers property: noise for our users
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
@@ -75,7 +75,8 @@ def attach_lora(base: PreTrainedModel, spec: LoraSpec, seed: int) -> PeftModel:
     return model
 
 
-def _target_modules(model: PreTrainedModel, spec: LoraSpec) -> list[str]:
+def target_modules(model: PreTrainedModel, spec: LoraSpec) -> list[str]:
+    """Names of the linear layers of ``model`` that ``spec`` adapts."""
     unembed = model.get_output_embeddings()
     names = []
     for name, module in model.named_modules():
@@ -102,9 +103,9 @@ def _target_modules(model: PreTrainedModel, spec: LoraSpec) -> list[str]:
 
 
 def adapter_state(model: PeftModel) -> AdapterState:
-    """A detached copy of the adapter weights (a snapshot: later training leaves it unchanged)."""
+    """A detached CPU copy of the adapter weights (a snapshot: later training leaves it unchanged)."""
     state = get_peft_model_state_dict(model, save_embedding_layers=False)
-    return {key: value.detach().clone() for key, value in state.items()}
+    return {key: value.detach().to("cpu", copy=True) for key, value in state.items()}
 
 
 def load_adapter_state(model: PeftModel, state: AdapterState) -> None:

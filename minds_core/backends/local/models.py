@@ -12,6 +12,8 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .errors import LocalNotFoundError
+from .merged import MergedModels
+from .placement import Placement
 from .tiny_model import DEFAULT_BASE_MODEL, tiny_model_path
 
 __all__ = ["BaseModel", "BaseModelRegistry", "target_logprobs"]
@@ -43,6 +45,11 @@ class BaseModel:
         ids.update(configured if isinstance(configured, list) else [configured])
         return frozenset(i for i in ids if i is not None)
 
+    @cached_property
+    def merged(self) -> MergedModels:
+        """The pool of module trees that samplers of adapters on this model decode with."""
+        return MergedModels(self.model)
+
     @property
     def arch(self) -> str:
         """The model type from its config (e.g. ``qwen3``)."""
@@ -50,9 +57,10 @@ class BaseModel:
 
 
 class BaseModelRegistry:
-    """Loads each base model once (thread-safe) and hands out the shared copy."""
+    """Loads each base model once (thread-safe) onto ``placement`` and hands out the shared copy."""
 
-    def __init__(self) -> None:
+    def __init__(self, placement: Placement) -> None:
+        self.placement = placement
         self._models: dict[str, BaseModel] = {}
         self._lock = threading.Lock()
 
@@ -60,19 +68,19 @@ class BaseModelRegistry:
         """The loaded model named ``name`` (``minds-tiny``, a model directory or a hub id)."""
         with self._lock:
             if name not in self._models:
-                self._models[name] = _load(name)
+                self._models[name] = _load(name, self.placement)
             return self._models[name]
 
 
-def _load(name: str) -> BaseModel:
+def _load(name: str, placement: Placement) -> BaseModel:
     source = _locate(name)
     try:
         try:
-            tokenizer, model = _from_pretrained(source, local_files_only=True)
+            tokenizer, model = _from_pretrained(source, placement, local_files_only=True)
         except OSError:
             if os.path.isdir(source):
                 raise
-            tokenizer, model = _from_pretrained(source, local_files_only=False)  # not cached: ask the hub
+            tokenizer, model = _from_pretrained(source, placement, local_files_only=False)  # not cached: ask the hub
     except (OSError, ValueError) as exc:
         raise LocalNotFoundError(
             f"Cannot load base model {name!r}: it is not {DEFAULT_BASE_MODEL!r}, not a model directory, "
@@ -83,11 +91,15 @@ def _load(name: str) -> BaseModel:
     return BaseModel(name=name, model=model, tokenizer=tokenizer)
 
 
-def _from_pretrained(source: str, *, local_files_only: bool) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+def _from_pretrained(
+    source: str, placement: Placement, *, local_files_only: bool
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     transformers.utils.logging.disable_progress_bar()  # never draw over the trainer's own progress bar
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_files_only)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=local_files_only)
-    return tokenizer, model
+    model = AutoModelForCausalLM.from_pretrained(
+        source, dtype=placement.dtype, attn_implementation="sdpa", local_files_only=local_files_only
+    )
+    return tokenizer, model.to(placement.device)
 
 
 def _locate(name: str) -> str:

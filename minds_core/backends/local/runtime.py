@@ -8,6 +8,7 @@ from pathlib import Path
 from .checkpoints import CheckpointStore
 from .futures import RequestQueue
 from .models import BaseModelRegistry
+from .placement import Placement
 from .sampler import Sampler
 from .sampling import SamplingClient
 
@@ -17,8 +18,8 @@ __all__ = ["Runtime"]
 class Runtime:
     """Shared state of one local service; clients hold a reference to it."""
 
-    def __init__(self, checkpoint_root: Path) -> None:
-        self.models = BaseModelRegistry()
+    def __init__(self, checkpoint_root: Path, placement: Placement) -> None:
+        self.models = BaseModelRegistry(placement)
         self.store = CheckpointStore(checkpoint_root)
         self._queues: weakref.WeakSet[RequestQueue] = weakref.WeakSet()
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from tinker import types
-from tinker.lib.public_interfaces.api_future import APIFuture
+from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
 from transformers import PreTrainedTokenizerBase
 
 from .errors import LocalBadRequestError
-from .futures import RequestQueue
+from .futures import RequestQueue, failed_future
 from .inputs import model_input_tokens
 from .sampler import Sampler
 
@@ -43,11 +43,13 @@ class SamplingClient:
     ) -> APIFuture[types.SampleResponse]:
         """``num_samples`` completions of ``prompt``; tokens include the stop token.
 
+        Requests pending on this client decode together, in one batch (continuous batching).
+
         ``target_prompt_logprobs`` and ``prompt_alt_tokens_k`` are not supported locally
         (the request fails with ``LocalBadRequestError``).
         """
 
-        def run() -> types.SampleResponse:
+        try:
             if target_prompt_logprobs is not None or prompt_alt_tokens_k:
                 raise LocalBadRequestError(
                     "The local backend does not support target_prompt_logprobs or prompt_alt_tokens_k"
@@ -56,17 +58,21 @@ class SamplingClient:
                 raise LocalBadRequestError(
                     "prompt_logprobs_last_n applies to prompt logprobs; set include_prompt_logprobs"
                 )
-            return self._sampler.sample(
-                model_input_tokens(prompt, "The prompt"),
-                num_samples,
-                sampling_params,
-                include_prompt_logprobs=include_prompt_logprobs,
-                topk_prompt_logprobs=topk_prompt_logprobs,
-                topk_sample_logprobs=topk_sample_logprobs,
-                prompt_logprobs_last_n=prompt_logprobs_last_n,
-            )
-
-        return self._queue.submit(run)
+            tokens = model_input_tokens(prompt, "The prompt")
+        except LocalBadRequestError as exc:
+            return failed_future(exc)
+        response = self._sampler.submit(
+            tokens,
+            num_samples,
+            sampling_params,
+            include_prompt_logprobs=include_prompt_logprobs,
+            topk_prompt_logprobs=topk_prompt_logprobs,
+            topk_sample_logprobs=topk_sample_logprobs,
+            prompt_logprobs_last_n=prompt_logprobs_last_n,
+        )
+        if not response.done():
+            self._queue.submit(self._sampler.drive)  # decodes this request with every other one pending
+        return AwaitableConcurrentFuture(response)
 
     def compute_logprobs(
         self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None

@@ -19,6 +19,7 @@ from tinker.lib.public_interfaces.api_future import APIFuture
 from .errors import LocalBadRequestError
 from .futures import completed_future
 from .lora import LoraSpec
+from .placement import resolve_placement
 from .runtime import Runtime
 from .sampler import Sampler
 from .sampling import SamplingClient
@@ -38,14 +39,16 @@ class ServiceClient:
     process, resolves their ``tinker://`` paths. Base models are loaded once per
     service and shared, frozen, by all its clients. Arguments of the hosted SDK
     with no local meaning (``user_metadata``, ``weights_access_token``,
-    ``retry_config``, ...) are accepted and ignored.
+    ``retry_config``, ...) are accepted and ignored. ``device`` is ``auto`` (CUDA
+    when torch sees a GPU), ``cpu`` or ``cuda``; see ``placement``.
     """
 
-    def __init__(self, checkpoint_root: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, checkpoint_root: str | os.PathLike[str] | None = None, device: str = "auto") -> None:
+        placement = resolve_placement(device)
         _limit_torch_threads()
         self._temporary_root = not checkpoint_root
         self.checkpoint_root = Path(checkpoint_root or tempfile.mkdtemp(prefix="minds-local-"))
-        self._runtime = Runtime(self.checkpoint_root)
+        self._runtime = Runtime(self.checkpoint_root, placement)
         self._closed = False
         self._lock = threading.Lock()
 
@@ -159,9 +162,9 @@ class ServiceClient:
             raise RuntimeError("ServiceClient is closed")
 
 
-def create_service_client(checkpoint_root: str | os.PathLike[str] | None) -> ServiceClient:
-    """A local ``ServiceClient`` keeping checkpoints under ``checkpoint_root``."""
-    return ServiceClient(checkpoint_root)
+def create_service_client(checkpoint_root: str | os.PathLike[str] | None, device: str = "auto") -> ServiceClient:
+    """A local ``ServiceClient`` keeping checkpoints under ``checkpoint_root``, computing on ``device``."""
+    return ServiceClient(checkpoint_root, device)
 
 
 def _check_optimizer(optimizer: types.OptimizerConfig | None) -> None:

@@ -5,7 +5,7 @@ Not thread-safe: a ``TrainingClient`` drives it from its single worker thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -16,6 +16,7 @@ from .inputs import DatumTensors, check_datum
 from .lora import AdapterState, LoraSpec, adapter_state, attach_lora, load_adapter_state
 from .losses import get_loss, resolve_config
 from .models import BaseModel, target_logprobs
+from .passes import LossPasses, padded_logits
 
 __all__ = ["CustomLossFn", "LoraTrainer", "OptimizerState"]
 
@@ -25,7 +26,6 @@ CustomLossFn = Callable[[list[types.Datum], list[torch.Tensor]], tuple[torch.Ten
 OptimizerState = dict[str, torch.Tensor]
 """AdamW state keyed ``"<parameter name>::<state key>"`` (a flat dict, for safetensors)."""
 
-_LOGITS_PER_MICRO_BATCH = 1 << 26  # float32 logits held at once: 256 MiB
 _STATE_SEPARATOR = "::"
 
 
@@ -38,6 +38,7 @@ class LoraTrainer:
         self.model = attach_lora(base.model, spec, seed)
         self._params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
         self._optimizer = torch.optim.AdamW(list(self._params.values()))
+        self._passes = LossPasses(self.model, base.vocab_size)
 
     def forward_backward(
         self,
@@ -51,19 +52,9 @@ class LoraTrainer:
         spec = get_loss(loss_fn)
         config = resolve_config(loss_fn, loss_fn_config)
         items = self._checked(submitted, spec.required_inputs)
-        logprobs: list[torch.Tensor] = [torch.empty(0)] * len(items)
-        total = 0.0
-        with torch.set_grad_enabled(backward):
-            for batch in self._micro_batches(items):
-                batch_logprobs = self._target_logprobs([items[i] for i in batch])
-                loss = torch.stack(
-                    [spec.fn(lp, items[i].inputs, config).sum() for i, lp in zip(batch, batch_logprobs, strict=True)]
-                ).sum()
-                if backward:
-                    loss.backward()
-                total += float(loss.detach())
-                for i, lp in zip(batch, batch_logprobs, strict=True):
-                    logprobs[i] = lp.detach()
+        logprobs, total = self._passes.run(
+            items, lambda i, lp: spec.fn(lp, items[i].inputs, config).sum(), backward=backward
+        )
         return _output(logprobs, {"loss:sum": total})
 
     def forward_backward_custom(
@@ -75,7 +66,7 @@ class LoraTrainer:
         """
         items = self._checked(submitted, ("target_tokens",))
         with torch.enable_grad():
-            logprobs = self._target_logprobs(items)
+            logprobs = [lp.cpu() for lp in self._target_logprobs(items)]  # on the CPU, as the SDK hands them over
             loss, metrics = fn(list(data), logprobs)
             loss.backward()
         values = {key: float(value) for key, value in metrics.items()}
@@ -106,7 +97,7 @@ class LoraTrainer:
     def optimizer_state(self) -> OptimizerState:
         """A snapshot of the AdamW moments and step counts."""
         return {
-            f"{name}{_STATE_SEPARATOR}{key}": value.detach().clone()
+            f"{name}{_STATE_SEPARATOR}{key}": value.detach().to("cpu", copy=True)
             for name, param in self._params.items()
             for key, value in self._optimizer.state.get(param, {}).items()
         }
@@ -123,47 +114,26 @@ class LoraTrainer:
         self._optimizer.zero_grad(set_to_none=True)
         self._optimizer.state.clear()
         for name, state in per_param.items():
-            self._optimizer.state[self._params[name]] = state
+            param = self._params[name]  # moments go to the parameter's device; step counts stay where AdamW keeps them
+            self._optimizer.state[param] = {k: v.to(param.device) if v.ndim else v for k, v in state.items()}
 
     def _checked(self, submitted: Sequence[DatumTensors], required: Sequence[str]) -> list[DatumTensors]:
-        return [check_datum(item, i, required, self.base) for i, item in enumerate(submitted)]
-
-    def _micro_batches(self, items: Sequence[DatumTensors]) -> Iterator[list[int]]:
-        """Consecutive groups whose padded logits fit the budget (at least one datum each)."""
-        batch: list[int] = []
-        longest = 0
-        for i, item in enumerate(items):
-            longest_with = max(longest, len(item.tokens))
-            if batch and (len(batch) + 1) * longest_with * self.base.vocab_size > _LOGITS_PER_MICRO_BATCH:
-                yield batch
-                batch, longest_with = [], len(item.tokens)
-            batch.append(i)
-            longest = longest_with
-        if batch:
-            yield batch
+        """The datums checked, on the model's device."""
+        device = self.base.model.device
+        return [check_datum(item, i, required, self.base).to(device) for i, item in enumerate(submitted)]
 
     def _target_logprobs(self, items: Sequence[DatumTensors]) -> list[torch.Tensor]:
-        """One padded forward pass; log p of each datum's targets."""
-        lengths = [len(item.tokens) for item in items]
-        input_ids = torch.zeros(len(items), max(lengths), dtype=torch.int64)
-        attention_mask = torch.zeros_like(input_ids)
-        for row, item in enumerate(items):
-            input_ids[row, : lengths[row]] = item.tokens
-            attention_mask[row, : lengths[row]] = 1
-        padded = min(lengths) != max(lengths)
-        logits = self.model(
-            input_ids=input_ids, attention_mask=attention_mask if padded else None, use_cache=False
-        ).logits
+        """One padded forward pass (all datums at once: a custom loss needs them together)."""
+        logits = padded_logits(self.model, [item.tokens for item in items])
         return [
-            target_logprobs(logits[row, :length], item.inputs["target_tokens"])
-            for row, (item, length) in enumerate(zip(items, lengths, strict=True))
+            target_logprobs(logits[row, : len(item.tokens)], item.inputs["target_tokens"])
+            for row, item in enumerate(items)
         ]
-
 
 def _output(logprobs: Sequence[torch.Tensor], metrics: dict[str, float]) -> types.ForwardBackwardOutput:
     return types.ForwardBackwardOutput(
         loss_fn_output_type="ArrayRecord",
-        loss_fn_outputs=[{"logprobs": types.TensorData.from_torch(lp)} for lp in logprobs],
+        loss_fn_outputs=[{"logprobs": types.TensorData.from_torch(lp.cpu())} for lp in logprobs],
         metrics=metrics,
     )
 

@@ -1,0 +1,148 @@
+"""One decode step of a Llama-family model as plain tensor ops, without transformers' per-module overhead.
+
+On small models a decode step is mostly Python: transformers' module calls,
+output records and config look-ups cost about as much as the matmuls. For the
+architectures whose layers are exactly RMSNorm -> attention (q/k/v/o
+projections, optional per-head q/k RMSNorm as in Qwen3, rotary positions) ->
+RMSNorm -> SiLU-gated MLP (Llama, Mistral, Qwen2, Qwen3), ``FastDecoder``
+runs that step straight off the module's weights (the same tensors, no copy).
+Any other model decodes through its own ``forward``. Prefill always does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .kv_buffer import KVBuffer
+
+__all__ = ["FastDecoder"]
+
+_ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"})
+_ROPE_TYPES = frozenset({"default", "linear", "llama3"})  # inverse frequencies fixed at load time
+
+
+_Linear = tuple[torch.Tensor, torch.Tensor | None]
+"""A linear layer's weight and bias (the module's own tensors)."""
+
+
+@dataclass(frozen=True)
+class _Layer:
+    input_norm: torch.Tensor
+    q: _Linear
+    k: _Linear
+    v: _Linear
+    o: _Linear
+    qk_norm: torch.Tensor | None  # per-head RMSNorm weights of the query heads then the key heads [Hq + Hk, D]
+    post_norm: torch.Tensor
+    gate: _Linear
+    up: _Linear
+    down: _Linear
+    scaling: float
+
+
+def _linear(module: nn.Linear) -> _Linear:
+    return module.weight, module.bias
+
+
+def _apply(layer: _Linear, x: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, layer[0], layer[1])
+
+
+class FastDecoder:
+    """Decode steps of one Llama-family model over a ``KVBuffer``; ``for_model`` says whether it applies."""
+
+    def __init__(self, model: nn.Module) -> None:
+        inner = model.model
+        config = model.config
+        self.eps = float(config.rms_norm_eps)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+        self.query_heads = int(config.num_attention_heads)
+        self.kv_heads = int(config.num_key_value_heads)
+        self.embed = inner.embed_tokens.weight
+        self.final_norm = inner.norm.weight
+        self.unembed = _linear(model.lm_head)
+        self.inv_freq = inner.rotary_emb.inv_freq
+        self.rope_scaling = float(getattr(inner.rotary_emb, "attention_scaling", 1.0))
+        self.layers = [
+            _Layer(
+                input_norm=layer.input_layernorm.weight,
+                q=_linear(layer.self_attn.q_proj),
+                k=_linear(layer.self_attn.k_proj),
+                v=_linear(layer.self_attn.v_proj),
+                o=_linear(layer.self_attn.o_proj),
+                qk_norm=self._qk_norm(layer.self_attn),
+                post_norm=layer.post_attention_layernorm.weight,
+                gate=_linear(layer.mlp.gate_proj),
+                up=_linear(layer.mlp.up_proj),
+                down=_linear(layer.mlp.down_proj),
+                scaling=float(layer.self_attn.scaling),
+            )
+            for layer in inner.layers
+        ]
+
+    def _qk_norm(self, attention: nn.Module) -> torch.Tensor | None:
+        if not hasattr(attention, "q_norm"):
+            return None
+        query = attention.q_norm.weight.expand(self.query_heads, -1)
+        key = attention.k_norm.weight.expand(self.kv_heads, -1)
+        return torch.cat((query, key))
+
+    @classmethod
+    def for_model(cls, model: nn.Module) -> FastDecoder | None:
+        """A fast decoder for ``model``, or None when its architecture is not one this module reproduces."""
+        config = getattr(model, "config", None)
+        if type(model).__name__ not in _ARCHITECTURES or config is None:
+            return None
+        rope = getattr(config, "rope_parameters", None) or {}
+        if (
+            getattr(config, "hidden_act", None) != "silu"
+            or rope.get("rope_type", "default") not in _ROPE_TYPES
+            or any(getattr(layer.self_attn, "sliding_window", None) for layer in model.model.layers)
+            or getattr(config, "mlp_bias", False)
+        ):
+            return None
+        return cls(model)
+
+    def step(self, cache: KVBuffer, token_ids: torch.Tensor) -> torch.Tensor:
+        """Logits ``[rows, V]`` after feeding each row its token ``token_ids[row]``; the cache advances."""
+        positions, mask = cache.step_inputs(self.embed.dtype)
+        x = self.embed[token_ids]
+        rows = x.shape[0]
+        freqs = positions.float() * self.inv_freq.float()
+        angles = torch.cat((freqs, freqs), dim=-1)
+        cos = (angles.cos() * self.rope_scaling).to(x.dtype)[:, None, :]
+        sin = (angles.sin() * self.rope_scaling).to(x.dtype)[:, None, :]
+        groups = self.query_heads // self.kv_heads
+        for index, layer in enumerate(self.layers):
+            h = self._norm(x, layer.input_norm)
+            # Queries and keys side by side: one norm and one rotation for both.
+            qk = torch.cat((_apply(layer.q, h), _apply(layer.k, h)), dim=-1).view(rows, -1, self.head_dim)
+            v = _apply(layer.v, h).view(rows, -1, self.head_dim)
+            if layer.qk_norm is not None:
+                qk = layer.qk_norm * F.rms_norm(qk.float(), (self.head_dim,), eps=self.eps).to(qk.dtype)
+            qk = qk * cos + _rotate_half(qk) * sin
+            keys, values = cache.update(qk[:, self.query_heads :, None], v[:, :, None], index)
+            # One query per row: plain matmuls over each key/value head's group of query heads.
+            q = qk[:, : self.query_heads].reshape(rows, self.kv_heads, groups, self.head_dim)
+            scores = torch.matmul(q, keys.transpose(-1, -2)).mul_(layer.scaling).add_(mask)
+            attended = torch.matmul(scores.softmax(dim=-1), values)
+            x = x + _apply(layer.o, attended.reshape(rows, -1))
+            h = self._norm(x, layer.post_norm)
+            x = x + _apply(layer.down, F.silu(_apply(layer.gate, h)) * _apply(layer.up, h))
+        cache.advance()
+        return _apply(self.unembed, self._norm(x, self.final_norm))
+
+    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """RMSNorm as Llama and Qwen compute it: in float32, scaled after casting back."""
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, weight.shape, weight, self.eps)
+        return weight * F.rms_norm(x.float(), weight.shape, eps=self.eps).to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

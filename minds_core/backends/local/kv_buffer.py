@@ -1,0 +1,104 @@
+"""A preallocated key/value cache whose rows sit at positions of their own (continuous batching).
+
+Every row of a decode batch is one sequence; row ``r`` holds ``lengths[r]``
+tokens. A decode step writes each row's new key/value at its own next
+position, in place (no concatenation per token), and attends over the first
+``max(lengths) + 1`` columns under a mask that hides each row's unused tail.
+Rows join (a request's prefilled prompt, copied in) and leave (finished
+sequences, compacted out) between steps; the buffer grows by doubling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers.cache_utils import Cache
+
+__all__ = ["KVBuffer"]
+
+
+class KVBuffer(Cache):
+    """Per-layer keys and values ``[rows, heads, capacity, head_dim]``, filled row by row; see the module doc."""
+
+    def __init__(self) -> None:
+        super().__init__(layers=[])
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.lengths = torch.zeros(0, dtype=torch.int64)
+        self._columns = 0
+        self._row_index = self.lengths
+
+    @property
+    def rows(self) -> int:
+        """Sequences in the batch."""
+        return len(self.lengths)
+
+    def add(self, prompt_kv: Sequence[tuple[torch.Tensor, torch.Tensor]], copies: int, room: int) -> None:
+        """Append ``copies`` rows holding one prompt's keys/values (``[1, heads, P, head_dim]`` per layer).
+
+        ``room``: the positions those rows will need in all (prompt plus the tokens fed back).
+        """
+        length = prompt_kv[0][0].shape[-2]
+        start = self.rows
+        self._reserve(start + copies, max(room, length), prompt_kv)
+        for layer, (k, v) in enumerate(prompt_kv):
+            self.keys[layer][start : start + copies, :, :length] = k
+            self.values[layer][start : start + copies, :, :length] = v
+        added = torch.full((copies,), length, dtype=torch.int64, device=self.lengths.device)
+        self.lengths = torch.cat([self.lengths, added])
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (in that order), moved to the front."""
+        for tensors in (self.keys, self.values):
+            for layer, tensor in enumerate(tensors):
+                tensor[: len(rows)] = tensor[rows]
+        self.lengths = self.lengths[rows.to(self.lengths.device)]
+
+    def step_inputs(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``position_ids [rows, 1]`` and the additive attention mask ``[rows, 1, 1, columns]`` of the next token."""
+        self._columns = columns = int(self.lengths.max()) + 1
+        self._row_index = torch.arange(self.rows, device=self.lengths.device)
+        visible = torch.arange(columns, device=self.lengths.device)[None, :] <= self.lengths[:, None]
+        mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+        mask.masked_fill_(~visible, torch.finfo(dtype).min)
+        return self.lengths[:, None], mask[:, None, None, :]
+
+    def advance(self) -> None:
+        """Every row got its token of this step."""
+        self.lengths += 1
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write one token per row at that row's position; the keys/values to attend over (a view).
+
+        Call ``step_inputs`` first: it fixes the step's rows and columns.
+        """
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        keys[self._row_index, :, self.lengths] = key_states[:, :, 0]
+        values[self._row_index, :, self.lengths] = value_states[:, :, 0]
+        return keys[: self.rows, :, : self._columns], values[: self.rows, :, : self._columns]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Columns in use (the longest row)."""
+        return int(self.lengths.max()) if self.rows else 0
+
+    def _reserve(self, rows: int, length: int, like: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        capacity_rows = self.keys[0].shape[0] if self.keys else 0
+        capacity_length = self.keys[0].shape[2] if self.keys else 0
+        if rows <= capacity_rows and length <= capacity_length:
+            return
+        new_rows = max(rows, 2 * capacity_rows)
+        new_length = max(length, capacity_length)
+        for tensors, index in ((self.keys, 0), (self.values, 1)):
+            for layer, pair in enumerate(like):
+                heads, dim = pair[index].shape[1], pair[index].shape[3]
+                grown = pair[index].new_zeros(new_rows, heads, new_length, dim)
+                if layer < len(tensors):
+                    old = tensors[layer]
+                    grown[: self.rows, :, : old.shape[2]] = old[: self.rows]
+                    tensors[layer] = grown
+                else:
+                    tensors.append(grown)
+        self.lengths = self.lengths.to(like[0][0].device)

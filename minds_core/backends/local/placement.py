@@ -1,0 +1,42 @@
+"""Where the local backend computes: the device, and the dtype of the frozen base weights.
+
+``auto`` is CUDA when torch sees a GPU, else the CPU. On CUDA the base weights
+are bfloat16 (float16 where the GPU lacks bf16), while LoRA weights, their
+gradients and the AdamW state stay float32; on the CPU everything is float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import LocalBadRequestError
+
+__all__ = ["DEVICES", "Placement", "resolve_placement"]
+
+DEVICES = ("auto", "cpu", "cuda")
+"""The accepted values of ``local.device``."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The device every tensor of a service lives on, and the dtype of its base models' weights."""
+
+    device: torch.device
+    dtype: torch.dtype
+
+
+def resolve_placement(device: str = "auto") -> Placement:
+    """The placement for ``device`` (``auto``, ``cpu`` or ``cuda``); ``cuda`` without a GPU is an error."""
+    if device not in DEVICES:
+        raise LocalBadRequestError(f"Unknown local device {device!r}: use one of {', '.join(DEVICES)}")
+    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+        return Placement(torch.device("cpu"), torch.float32)
+    if not torch.cuda.is_available():
+        raise LocalBadRequestError(
+            "local.device is 'cuda' but torch sees no CUDA device (torch.cuda.is_available() is False); "
+            "install a CUDA build of torch on a GPU machine, or set local.device to 'auto' or 'cpu'"
+        )
+    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return Placement(torch.device("cuda"), dtype)

@@ -1,0 +1,168 @@
+"""Continuous batching over a preallocated KV buffer: concurrent requests decode together, as if alone."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from tinker import types
+
+from minds_core.backends.local import (
+    LocalBadRequestError,
+    SamplingClient,
+    ServiceClient,
+    TrainingClient,
+)
+from minds_core.backends.local.decoding import _choose, _truncated
+from minds_core.backends.local.kv_buffer import KVBuffer
+
+GREEDY = types.SamplingParams(max_tokens=6, temperature=0, stop=[])
+TEXTS = ("Once upon a time", "The cat", "1+1=", "Hello, world! How are you today?", "xy")
+
+
+@pytest.fixture
+def sampler(trainer: TrainingClient, sft_datum: Callable[..., types.Datum]) -> SamplingClient:
+    trainer.forward_backward([sft_datum("The cat sat on the mat.")], "cross_entropy")
+    trainer.optim_step(types.AdamParams(learning_rate=2e-2)).result()
+    return trainer.save_weights_and_get_sampling_client().result()
+
+
+def held(client: SamplingClient) -> threading.Event:
+    """Block ``client``'s worker until the returned event is set, so that requests pile up behind it."""
+    release = threading.Event()
+    client._queue.submit(lambda: release.wait(timeout=30))
+    return release
+
+
+def count_forwards(client: SamplingClient, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Rows of every forward pass of ``client``'s model from now on: prefills, then decode steps."""
+    sizes: list[int] = []
+    client._sampler.model.register_forward_pre_hook(
+        lambda module, args, kwargs: sizes.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    step_inputs = KVBuffer.step_inputs
+
+    def counted(cache: KVBuffer, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if client._sampler._batch._fast is not None:  # the fast path skips the model's forward
+            sizes.append(cache.rows)
+        return step_inputs(cache, dtype)
+
+    monkeypatch.setattr(KVBuffer, "step_inputs", counted)
+    return sizes
+
+
+def test_concurrent_requests_decode_in_one_batch_with_the_tokens_they_get_alone(
+    sampler: SamplingClient, encode: Callable[[str], list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prompts = [types.ModelInput.from_ints(encode(t)) for t in TEXTS]
+    alone = [sampler.sample(p, 2, GREEDY).result() for p in prompts]
+    sizes = count_forwards(sampler, monkeypatch)
+    release = held(sampler)
+    futures = [sampler.sample(p, 2, GREEDY) for p in prompts]
+    release.set()
+    together = [f.result(timeout=60) for f in futures]
+    # One prefill per prompt, then every decode step runs all 10 rows at once (6 tokens: 5 decode passes).
+    assert sizes == [1] * len(TEXTS) + [2 * len(TEXTS)] * 5
+    for prompt, single, batched in zip(prompts, alone, together, strict=True):
+        for a, b in zip(single.sequences, batched.sequences, strict=True):
+            assert a.tokens == b.tokens
+            np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-5)
+            rescored = sampler.compute_logprobs(types.ModelInput.from_ints(prompt.to_ints() + b.tokens)).result()
+            np.testing.assert_allclose(b.logprobs, rescored[-len(b.tokens) :], atol=1e-4)
+
+
+def test_requests_join_and_leave_a_running_batch(
+    sampler: SamplingClient, encode: Callable[[str], list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prompt = types.ModelInput.from_ints(encode("Once upon a time"))
+    long_alone = sampler.sample(prompt, 3, GREEDY.model_copy(update={"max_tokens": 40})).result()
+    late_prompt = types.ModelInput.from_ints(encode("A late request with a longer prompt than the first one"))
+    late_alone = sampler.sample(late_prompt, 2, GREEDY).result()
+    joined = threading.Event()
+    sizes = count_forwards(sampler, monkeypatch)
+    # The late request is queued from the hook once the long one runs: it joins between two steps.
+    sampler._sampler.model.register_forward_pre_hook(
+        lambda module, args: joined.set()
+    )
+    long_future = sampler.sample(prompt, 3, GREEDY.model_copy(update={"max_tokens": 40}))
+    assert joined.wait(timeout=30)
+    late_future = sampler.sample(late_prompt, 2, GREEDY)
+    long, late = long_future.result(timeout=60), late_future.result(timeout=60)
+    assert [s.tokens for s in long.sequences] == [s.tokens for s in long_alone.sequences]
+    assert [s.tokens for s in late.sequences] == [s.tokens for s in late_alone.sequences]
+    assert 5 in sizes  # some decode steps ran the 3 + 2 rows of both requests together
+    assert len(sizes) < 2 + 39 + 5  # fewer passes than the two requests run one after the other
+
+
+def test_a_bad_request_fails_alone_while_others_decode(
+    sampler: SamplingClient, encode: Callable[[str], list[int]]
+) -> None:
+    release = held(sampler)
+    good = sampler.sample(types.ModelInput.from_ints(encode("Hi")), 2, GREEDY)
+    bad = sampler.sample(types.ModelInput.from_ints([10**6]), 1, GREEDY)
+    release.set()
+    with pytest.raises(LocalBadRequestError, match="outside the vocabulary"):
+        bad.result(timeout=30)
+    assert len(good.result(timeout=30).sequences) == 2
+
+
+def test_kv_buffer_places_rows_at_positions_of_their_own() -> None:
+    cache = KVBuffer()
+
+    def prompt_kv(length: int, fill: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(torch.full((1, 2, length, 4), fill), torch.full((1, 2, length, 4), -fill))]
+
+    cache.add(prompt_kv(3, 1.0), copies=2, room=6)
+    cache.add(prompt_kv(5, 2.0), copies=1, room=7)
+    assert cache.lengths.tolist() == [3, 3, 5]
+    keys_before = cache.keys[0]
+    positions, mask = cache.step_inputs(torch.float32)
+    assert positions[:, 0].tolist() == [3, 3, 5] and mask.shape == (3, 1, 1, 6)
+    assert (mask[:, 0, 0] == 0).tolist() == [[True] * 4 + [False] * 2, [True] * 4 + [False] * 2, [True] * 6]
+    new = torch.arange(3.0)[:, None, None, None].expand(3, 2, 1, 4) + 10
+    keys, _ = cache.update(new, -new, 0)  # after step_inputs, as a model forward calls it
+    assert keys.shape == (3, 2, 6, 4)
+    assert keys[:, 0, :, 0].tolist() == [[1, 1, 1, 10, 0, 0], [1, 1, 1, 11, 0, 0], [2, 2, 2, 2, 2, 12]]
+    cache.advance()
+    cache.keep(torch.tensor([2, 0]))
+    assert cache.lengths.tolist() == [6, 4]
+    assert cache.keys[0] is keys_before  # preallocated: written in place, not re-concatenated
+    assert cache.keys[0][:2, 0, :6, 0].tolist() == [[2, 2, 2, 2, 2, 12], [1, 1, 1, 10, 0, 0]]
+    assert cache.values[0][0, 1, 5, 0].item() == -12
+
+
+def test_a_closed_service_refuses_new_samples(service: ServiceClient, sampler: SamplingClient, encode) -> None:
+    service.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        sampler.sample(types.ModelInput.from_ints(encode("Hi")), 1, GREEDY)
+
+
+def test_one_batched_draw_equals_torch_multinomial_per_request() -> None:
+    """Rows of several requests are drawn at once with the same numbers multinomial would use."""
+
+    def requests() -> list[SimpleNamespace]:
+        settings = [(1.0, 1.0, -1), (0.7, 1.0, -1), (0.0, 1.0, -1), (1.3, 0.9, -1), (1.0, 1.0, 5)]
+        return [
+            SimpleNamespace(
+                params=types.SamplingParams(temperature=t, top_p=p, top_k=k),
+                generator=torch.Generator().manual_seed(seed),
+            )
+            for seed, (t, p, k) in enumerate(settings)
+        ]
+
+    logits = torch.randn(7, 259, generator=torch.Generator().manual_seed(0)) * 3
+    bounds = [(0, 2), (2, 3), (3, 4), (4, 6), (6, 7)]
+    got = _choose(logits, [(s, e, r) for (s, e), r in zip(bounds, requests(), strict=True)])
+    expected = []
+    for (start, end), request in zip(bounds, requests(), strict=True):
+        params = request.params
+        if params.temperature == 0:
+            expected += logits[start:end].argmax(dim=-1).tolist()
+            continue
+        scaled = _truncated(logits[start:end] / params.temperature, params)
+        expected += torch.multinomial(scaled.softmax(dim=-1), 1, generator=request.generator)[:, 0].tolist()
+    assert got.tolist() == expected

@@ -1,0 +1,64 @@
+"""Samplers decode with the adapter merged into pooled, private copies of the adapted weights."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from tinker import types
+
+from minds_core.backends.local import TrainingClient
+from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
+
+ADAM = types.AdamParams(learning_rate=2e-2)
+
+
+def step(trainer: TrainingClient, datum: types.Datum) -> None:
+    trainer.forward_backward([datum], "cross_entropy")
+    trainer.optim_step(ADAM).result()
+
+
+def test_merged_model_equals_the_peft_model_and_leaves_the_base_alone(trainer: TrainingClient) -> None:
+    base = trainer._trainer.base
+    spec = LoraSpec(rank=4, train_unembed=True)
+    peft_model = attach_lora(base.model, spec, seed=5)
+    with torch.no_grad():  # a non-trivial adapter: lora_B is zero at init
+        for name, param in peft_model.named_parameters():
+            if ".lora_B." in name:
+                param.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(name)))
+    before = {name: t.clone() for name, t in base.model.state_dict().items()}
+    merged, key = base.merged.acquire(spec, adapter_state(peft_model))
+    tokens = torch.tensor([[5, 70, 71, 72, 10, 200, 33]])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(tokens).logits, peft_model(input_ids=tokens).logits, rtol=0, atol=1e-4)
+    for name, tensor in base.model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+    lm_head = merged.get_output_embeddings().weight
+    assert lm_head.data_ptr() != base.model.get_output_embeddings().weight.data_ptr()  # adapted: private
+    embed = merged.get_input_embeddings().weight
+    assert embed.data_ptr() == base.model.get_input_embeddings().weight.data_ptr()  # not adapted: shared
+    base.merged.release(key, merged)
+
+
+def test_a_dropped_samplers_weights_are_reused_by_the_next_snapshot(
+    trainer: TrainingClient, sft_datum: Callable[..., types.Datum], encode: Callable[[str], list[int]]
+) -> None:
+    datum = sft_datum("The cat sat on the mat.")
+    prompt = types.ModelInput.from_ints(encode("The cat sat on the mat."))
+    step(trainer, datum)
+    first = trainer.save_weights_and_get_sampling_client().result()
+    first_weights = first._sampler.model.get_output_embeddings().weight.data_ptr()
+    kept = trainer.save_weights_and_get_sampling_client().result()  # alive: must not share with the next
+    before = np.array(kept.compute_logprobs(prompt).result()[1:])
+    del first
+    gc.collect()
+    step(trainer, datum)
+    second = trainer.save_weights_and_get_sampling_client().result()
+    assert second._sampler.model.get_output_embeddings().weight.data_ptr() == first_weights
+    scored = trainer.forward([datum], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
+    after = np.array(second.compute_logprobs(prompt).result()[1:])
+    assert np.abs(after - scored).max() < 1e-4  # the new snapshot, merged into the reused buffers
+    assert np.abs(np.array(kept.compute_logprobs(prompt).result()[1:]) - before).max() == 0
+    assert np.abs(after - before).max() > 1e-3  # the step changed the policy
