@@ -33,6 +33,7 @@ def rl_datum(tokens: list[int], prompt_length: int, seed: int, topk: int = 0) ->
         "logprobs": (-torch.rand(shape, generator=gen) * 3).tolist(),
         "advantages": (torch.randn(()).item() * sampled + torch.randn(shape, generator=gen) * 0.1).tolist(),
         "weights": sampled.tolist(),
+        "sequence_ratio_mask": sampled.tolist(),  # read by gspo only
     }
     return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)
 
