@@ -42,9 +42,10 @@ def test_auto_never_sends_a_local_only_model_to_the_hosted_service(monkeypatch, 
 
 def test_auto_with_a_key_exported_trains_minds_tiny_locally_and_says_why(run_minds, tmp_path):
     # `make demo` with TINKER_API_KEY exported: the default model stays on this machine
+    # (4 groups of 8 replies of 32 tokens, so that rewards differ and the step trains: a run that trains nothing exits 1)
     result = run_minds(
-        ["--log-format", "json", "run", "--env", "toy_char_share", "--steps", "1", "--set", "sampling.max_tokens=4",
-         "--set", "trainer.group_size=2", "--set", "trainer.groups_per_batch=1", "--set", "metrics.sinks=[jsonl]"],
+        ["--log-format", "json", "run", "--env", "toy_char_share", "--steps", "1", "--set", "sampling.max_tokens=32",
+         "--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4", "--set", "metrics.sinks=[jsonl]"],
         plugins=["toy_plugin"],
         env={"TINKER_API_KEY": "tml-exported-key", "TINKER_BASE_URL": "http://127.0.0.1:9"},
     )
