@@ -32,6 +32,17 @@ class RunResult:
     def steps(self) -> list[int]:
         return [row["step"] for row in self.metrics]
 
+    @property
+    def trained(self) -> bool:
+        """Whether any step trained on at least one datum (a run where none did exits with code 1)."""
+        return any(row.get("train/datums", 0) > 0 for row in self.metrics)
+
+    @property
+    def expected_exit_code(self) -> int:
+        """0 when some step trained, 1 when every step trained on nothing (the untrained tiny model's
+        replies often score alike within every group)."""
+        return 0 if self.trained else 1
+
 
 def run_minds(
     *args: str, runs_dir: Path, name: str = "test", overrides: Sequence[str] = (), quiet: bool = True

@@ -18,9 +18,10 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[list[dict], list[dict]]:
         "sampling.max_tokens=12", "metrics.rollouts_per_step=2", 'metrics.sinks=["jsonl"]', *overrides,
     ]  # fmt: skip
     code = main(["run", "--env", "verifiers", "--backend", "local", "--steps", "2", "--name", "vf", *(a for s in sets for a in ("--set", s))])
-    assert code == 0
     run_dir = tmp_path / "vf"
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # exit 1 when no step trained (the untrained tiny model's replies can score alike in every group)
+    assert code == (0 if any(m["train/datums"] for m in metrics) else 1)
     rollouts = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [0, 1]
     assert all(m["rollouts/failed"] == 0 and m["rollouts/total"] == 6 for m in metrics)
