@@ -22,7 +22,8 @@ from minds_core.plugins import load_plugins
 sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
 import minds_toy_plugin  # noqa: E402
 
-TINY = ["--set", "trainer.group_size=2", "--set", "trainer.groups_per_batch=1", "--set", "sampling.max_tokens=4",
+# big enough that rewards differ within a group and steps train (a run that trains nothing exits 1)
+TINY = ["--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4", "--set", "sampling.max_tokens=32",
         "--set", "metrics.sinks=[jsonl]"]
 
 
