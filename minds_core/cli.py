@@ -1,4 +1,4 @@
-"""The ``minds`` command: run | eval | plugins | envs.
+"""The ``minds`` command: run | eval | sample | chat | export | plugins | envs.
 
 Imports are lazy so that ``minds --help`` and ``minds plugins`` stay fast and never import torch.
 """
@@ -12,12 +12,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from minds_core import adapter_cli
+
 EXAMPLES = """\
 examples:
   minds run --env ghost_trace                 train on the local backend with defaults
   minds run configs/ghost_trace.toml --set trainer.steps=5
   minds run --resume runs/ghost_trace-20260101-120000
-  minds eval --env self_prediction --set trainer.groups_per_batch=8
+  minds eval runs/ghost_trace-20260101-120000 --tasks 16 --samples 4
+  minds chat runs/ghost_trace-20260101-120000
+  minds export runs/ghost_trace-20260101-120000 adapter/ --merge
   minds plugins --json
 """
 
@@ -62,9 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_arguments(run)
     run.add_argument("--resume", metavar="DIR", help="continue the run in DIR (runs/<name>) at its next step")
 
-    evaluate = commands.add_parser("eval", parents=[shared], help="roll out and report reward statistics, no training")
-    _add_run_arguments(evaluate)
-    evaluate.add_argument("--groups", type=int, default=None, metavar="N", help="groups to roll out (sets trainer.groups_per_batch)")
+    adapter_cli.add_commands(commands, shared)
 
     plugins = commands.add_parser("plugins", parents=[shared], help="list installed plugins and what each registers")
     plugins.add_argument("--json", action="store_true", help="machine-readable output on stdout")
@@ -85,8 +87,6 @@ def _overrides(args: argparse.Namespace) -> list[str]:
         extra.append(f"model.base_model={args.model}")
     if args.name:
         extra.append(f"name={args.name}")
-    if getattr(args, "groups", None) is not None:
-        extra.append(f"trainer.groups_per_batch={args.groups}")
     return [*args.overrides, *extra]
 
 
@@ -166,20 +166,16 @@ def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
     return load_config(args.config, _overrides(args))
 
 
-def _run_command(args: argparse.Namespace, evaluate: bool) -> int:
+def _run_command(args: argparse.Namespace) -> int:
     from minds_core.config import dump_yaml
 
-    resume = None if evaluate else args.resume
-    config = _resolve_config(args, resume)
+    config = _resolve_config(args, args.resume)
     if args.dry_run:
         print(dump_yaml(config), end="")
         return 0
     from minds_core import trainer
 
-    if evaluate:
-        print(json.dumps(trainer.evaluate(config), indent=2, sort_keys=True))
-    else:
-        trainer.train(config, resume_dir=Path(resume) if resume else None)
+    trainer.train(config, resume_dir=Path(args.resume) if args.resume else None)
     return 0
 
 
@@ -202,7 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plugins_command(args)
         if args.command == "envs":
             return _envs_command(args)
-        return _run_command(args, evaluate=args.command == "eval")
+        if args.command in adapter_cli.COMMANDS:
+            return adapter_cli.run(args)
+        return _run_command(args)
     except MindsError as exc:
         print(f"minds: error: {exc}", file=sys.stderr)
         return exc.exit_code

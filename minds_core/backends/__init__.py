@@ -17,10 +17,15 @@ def choose_backend(config: RunConfig) -> str:
     return "tinker" if resolve_api_key(config.tinker) else "local"
 
 
+def local_checkpoint_root(config: RunConfig) -> Path:
+    """Where the local backend keeps checkpoints: ``<runs_dir>/_checkpoints``."""
+    return Path(config.runs_dir) / "_checkpoints"
+
+
 def create_local_service(config: RunConfig, run_dir: Path) -> Any:
     """The in-process torch + peft service; checkpoints live under the runs directory."""
     try:
         from minds_core.backends.local import create_service_client
     except ImportError as exc:
         raise UsageError(f'the local backend needs torch and peft: pip install "minds-core[local]" ({exc})') from None
-    return create_service_client(Path(config.runs_dir) / "_checkpoints")
+    return create_service_client(local_checkpoint_root(config))
