@@ -26,7 +26,8 @@ class CheckpointRef:
     """A resolved checkpoint.
 
     ``sampler_path`` is what a sampling client loads; ``state_path`` (a
-    ``tinker://.../weights/...`` path, when known) is the full saved state;
+    ``tinker://.../weights/...`` or ``.../external_weights/...`` path, when known)
+    is the full saved state, which can be exported;
     ``run_dir`` and ``step`` are set for a run folder; ``config`` is the run's
     (or the given) configuration, its ``backend`` the one holding the checkpoint.
     """
@@ -53,7 +54,7 @@ def resolve_checkpoint(
         if step is not None:
             raise UsageError("--step picks a checkpoint of a run folder; a tinker:// path already names one")
         config = load_config(config_file, overrides)
-        state = text if _kind(text) == "weights" else None
+        state = text if _kind(text) in ("weights", "external_weights") else None
         return CheckpointRef(_with_backend(config, text), text, state)
     run_dir = Path(text)
     if not (run_dir / CONFIG_FILE).is_file():
