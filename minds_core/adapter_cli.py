@@ -38,7 +38,7 @@ def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_commands(commands: Any, shared: argparse.ArgumentParser) -> None:
     """Register the checkpoint commands on the ``minds`` subparsers."""
-    evaluate = commands.add_parser("eval", parents=[shared], help="evaluate a checkpoint: mean reward with a 95% interval, pass@k, components")
+    evaluate = commands.add_parser("eval", parents=[shared], help="evaluate a checkpoint: mean reward with a 95%% interval, pass@k, components")
     _add_checkpoint_arguments(evaluate, required=False)
     evaluate.add_argument("--env", metavar="NAME", help="environment (sets env.id; a run folder has its own)")
     evaluate.add_argument("--model", metavar="NAME", help="base model to evaluate when no CHECKPOINT is given")
@@ -63,7 +63,7 @@ def add_commands(commands: Any, shared: argparse.ArgumentParser) -> None:
     export = commands.add_parser("export", parents=[shared], help="write a checkpoint as a PEFT adapter folder (--merge: also a merged model)")
     _add_checkpoint_arguments(export)
     export.add_argument("out_dir", metavar="OUT_DIR", help="a new (or empty) folder for the adapter")
-    export.add_argument("--merge", action="store_true", help=f"also write the merged transformers model to OUT_DIR/merged")
+    export.add_argument("--merge", action="store_true", help="also write the merged transformers model to OUT_DIR/merged")
     export.add_argument("--json", action="store_true", help="print what was written as JSON")
 
 

@@ -86,3 +86,12 @@ def test_an_evaluation_repeats_exactly(plugins, tmp_path):
     config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}"])
     runs = [trainer.evaluate(config, EvalPlan(tasks=2, samples=3), plugins=plugins).records() for _ in range(2)]
     assert [r["completion"] for r in runs[0]] == [r["completion"] for r in runs[1]]
+
+
+@pytest.mark.parametrize("command", ["eval", "sample", "chat", "export"])
+def test_checkpoint_commands_have_help(command, capsys):
+    from minds_core.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0 and "CHECKPOINT" in capsys.readouterr().out
