@@ -194,6 +194,10 @@ def _open_chat_model(args: argparse.Namespace) -> tuple[Any, Any]:
     from minds_core.errors import UsageError
     from minds_core.plugins import load_plugins
 
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise UsageError(f"--max-tokens {args.max_tokens}: must be >= 1")
+    if args.temperature is not None and not args.temperature >= 0:
+        raise UsageError(f"--temperature {args.temperature}: must be >= 0")
     ref = _resolve(args)
     config = ref.config
     factory = load_plugins().registry.lookup("backends", config.backend, "backend").obj
@@ -223,7 +227,7 @@ def _close(service: Any) -> None:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from minds_core.chat import opening
+    from minds_core.chat import REQUEST_ERRORS, opening
     from minds_core.errors import UsageError
 
     if args.num_samples < 1:
@@ -231,6 +235,8 @@ def _sample(args: argparse.Namespace) -> int:
     service, model = _open_chat_model(args)
     try:
         replies = model.reply([*opening(args.system), {"role": "user", "content": args.prompt}], args.num_samples)
+    except REQUEST_ERRORS as exc:
+        raise UsageError(f"the service rejected the request: {exc}") from None
     finally:
         _close(service)
     for index, reply in enumerate(replies):

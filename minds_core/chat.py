@@ -19,7 +19,7 @@ from minds_core.errors import UsageError
 from minds_core.render import Renderer, TemplateError
 
 #: Service errors that mean this request (not the session) was wrong, e.g. a prompt over the context length.
-_REQUEST_ERRORS = (tinker.BadRequestError, tinker.UnprocessableEntityError)
+REQUEST_ERRORS = (tinker.BadRequestError, tinker.UnprocessableEntityError)
 
 
 @attrs.frozen
@@ -96,7 +96,7 @@ def chat_loop(model: ChatModel, system: str | None, stdin: TextIO, stdout: TextI
         messages.append({"role": "user", "content": text})
         try:
             (reply,) = model.reply(messages)
-        except _REQUEST_ERRORS as exc:
+        except REQUEST_ERRORS as exc:
             messages.pop()
             print(f"chat: the service rejected this turn ({exc}); /reset to start over", file=sys.stderr)
             continue

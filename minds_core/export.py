@@ -59,12 +59,12 @@ def export_checkpoint(ref: CheckpointRef, out_dir: Path, *, merge: bool = False,
     try:
         backend = ref.config.backend
         if backend == "local":
-            base_model = _export_local(ref, staging)
+            source, base_model = _export_local(ref, staging)
         elif backend == "tinker":
-            base_model = export_hosted(ref, staging, service, rest)
+            source, base_model = export_hosted(ref, staging, service, rest)
         else:
             raise UsageError(f"minds export reads local and tinker checkpoints, not backend {backend!r}")
-        info = {"source": ref.state_path or ref.sampler_path, "base_model": base_model, "step": ref.step}
+        info = {"source": source, "base_model": base_model, "step": ref.step}
         (staging / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         if merge:
             merge_adapter(staging, staging / MERGED_DIR)
@@ -77,8 +77,8 @@ def export_checkpoint(ref: CheckpointRef, out_dir: Path, *, merge: bool = False,
     return {"adapter": str(out_dir), "merged": str(out_dir / MERGED_DIR) if merge else None, **info}
 
 
-def _export_local(ref: CheckpointRef, out: Path) -> str:
-    """The local store's adapter, put on its base model and saved by peft itself."""
+def _export_local(ref: CheckpointRef, out: Path) -> tuple[str, str]:
+    """The local store's adapter, put on its base model and saved by peft itself; (path read, base model)."""
     from minds_core.backends import local_checkpoint_root
     from minds_core.backends.local.checkpoints import CheckpointStore
     from minds_core.backends.local.errors import LocalBadRequestError, LocalNotFoundError
@@ -94,11 +94,11 @@ def _export_local(ref: CheckpointRef, out: Path) -> str:
     model = attach_lora(base.model, checkpoint.lora, seed=0)
     load_adapter_state(model, checkpoint.adapter)
     model.save_pretrained(str(out), save_embedding_layers=False)  # the adapter only, as the store keeps it
-    return checkpoint.base_model
+    return path, checkpoint.base_model
 
 
-def export_hosted(ref: CheckpointRef, out: Path, service: Any, rest: Any) -> str:
-    """Download a hosted checkpoint's adapter into ``out``; the base model's name."""
+def export_hosted(ref: CheckpointRef, out: Path, service: Any, rest: Any) -> tuple[str, str]:
+    """Download a hosted checkpoint's adapter into ``out``; (its path, the base model's name)."""
     path = ref.state_path
     if path is None:
         raise UsageError(
@@ -119,7 +119,7 @@ def export_hosted(ref: CheckpointRef, out: Path, service: Any, rest: Any) -> str
                 log.warning("could not delete the temporary export; it expires in an hour", path=export, error=str(exc))
     info = rest.get_weights_info_by_tinker_path(path).result()
     _complete_adapter_config(out, info.base_model)
-    return info.base_model
+    return path, info.base_model
 
 
 def download_external_weights(rest: Any, path: str, out: Path) -> list[str]:
