@@ -87,7 +87,12 @@ def pick_split(handle: EnvHandle, requested: str, require_held_out: bool) -> str
 
 @attrs.define
 class Evaluation:
-    """The outcome of one evaluation: per environment its split, and every group of rollouts."""
+    """The outcome of one evaluation.
+
+    ``splits`` maps each environment to the split it was evaluated on;
+    ``groups`` holds one group of ``samples`` rollouts per task, in order;
+    ``seconds`` is the wall time it took.
+    """
 
     splits: dict[str, str]
     groups: list[Group]

@@ -82,6 +82,21 @@ def test_failed_rollouts_are_counted_and_kept_out_of_the_mean(plugins, tmp_path)
     assert ("pass@1" in summary) == all(r in (0.0, 1.0) for r in ok)  # pass@k only for binary rewards
 
 
+def test_several_environments_are_evaluated_each_on_its_own_split(plugins, tmp_path):
+    from minds_core.config import build_config
+
+    config = build_config({"envs": [{"id": "toy_first_char"}, {"id": "toy_char_share"}], "runs_dir": str(tmp_path),
+                           "sampling": {"max_tokens": 6}})  # fmt: skip
+    evaluation = trainer.evaluate(config, EvalPlan(tasks=2, samples=2), plugins=plugins)
+    summary = evaluation.summary()
+    assert evaluation.splits == {"toy_first_char": "test", "toy_char_share": "train"}
+    assert summary["tasks"] == 4 and summary["env/toy_first_char/tasks"] == 2
+    by_env = {name: [r["reward"] for r in evaluation.records() if r["env"] == name] for name in evaluation.splits}
+    for name, rewards in by_env.items():
+        assert summary[f"env/{name}/reward/mean"] == pytest.approx(statistics.fmean(rewards))
+    assert "component/toy.first" in summary and "component/toy.share" in summary
+
+
 def test_an_evaluation_repeats_exactly(plugins, tmp_path):
     config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}"])
     runs = [trainer.evaluate(config, EvalPlan(tasks=2, samples=3), plugins=plugins).records() for _ in range(2)]
