@@ -30,7 +30,9 @@ def _add_checkpoint_arguments(parser: argparse.ArgumentParser, required: bool = 
 
 
 def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--system", metavar="TEXT", help="a system message before the conversation")
+    system = parser.add_mutually_exclusive_group()
+    system.add_argument("--system", metavar="TEXT", help="a system message before the conversation")
+    system.add_argument("--env-system", action="store_true", help="the run's environment's system prompt, as in its rollouts")
     parser.add_argument("--max-tokens", type=int, metavar="N", help="tokens per reply (default: sampling.max_tokens)")
     parser.add_argument("--temperature", type=float, help="default: sampling.temperature")
     parser.add_argument("--seed", type=int, help="sampling seed, for repeatable replies")
@@ -186,8 +188,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
 # ---------------------------------------------------------------- sample and chat
 
 
-def _open_chat_model(args: argparse.Namespace) -> tuple[Any, Any]:
-    """The service and a ChatModel on the checkpoint's weights."""
+def _open_chat_model(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
+    """The service, a ChatModel on the checkpoint's weights, and the system prompt to use."""
     import tinker
 
     from minds_core.chat import ChatModel
@@ -200,7 +202,9 @@ def _open_chat_model(args: argparse.Namespace) -> tuple[Any, Any]:
         raise UsageError(f"--temperature {args.temperature}: must be >= 0")
     ref = _resolve(args)
     config = ref.config
-    factory = load_plugins().registry.lookup("backends", config.backend, "backend").obj
+    plugins = load_plugins()
+    system = _env_system_prompt(config, plugins) if args.env_system else args.system
+    factory = plugins.registry.lookup("backends", config.backend, "backend").obj
     service = factory(config, Path(config.runs_dir) / (config.name or "_adhoc"))
     try:
         sampler = service.create_sampling_client(model_path=ref.sampler_path).result()
@@ -215,7 +219,31 @@ def _open_chat_model(args: argparse.Namespace) -> tuple[Any, Any]:
         top_k=s.top_k,
         seed=args.seed,
     )
-    return service, ChatModel.create(sampler, config.model.chat_template_args, params)
+    return service, ChatModel.create(sampler, config.model.chat_template_args, params), system
+
+
+def _env_system_prompt(config: Any, plugins: Any) -> str:
+    """The system prompt of the config's (first) environment; a UsageError when it has none."""
+    import asyncio
+
+    from minds_core.envs.loading import load_environment
+    from minds_core.errors import MindsError, UsageError
+    from minds_core.rollout import close_quietly
+
+    if not config.environments:
+        raise UsageError("--env-system needs an environment: a run folder's, or --set env.id=NAME")
+    cfg = config.environments[0]
+    try:
+        env = load_environment(cfg, plugins.registry)
+    except MindsError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's failure, reported with its name
+        raise MindsError(f"environment {cfg.id!r} failed to load: {type(exc).__name__}: {exc}") from exc
+    prompt = getattr(env, "system_prompt", None)
+    asyncio.run(close_quietly(env, f"environment {cfg.id}"))
+    if not isinstance(prompt, str) or not prompt:
+        raise UsageError(f"environment {cfg.id!r} has no system prompt (no system_prompt attribute): use --system TEXT")
+    return prompt
 
 
 def _close(service: Any) -> None:
@@ -232,9 +260,9 @@ def _sample(args: argparse.Namespace) -> int:
 
     if args.num_samples < 1:
         raise UsageError(f"-n {args.num_samples}: must be >= 1")
-    service, model = _open_chat_model(args)
+    service, model, system = _open_chat_model(args)
     try:
-        replies = model.reply([*opening(args.system), {"role": "user", "content": args.prompt}], args.num_samples)
+        replies = model.reply([*opening(system), {"role": "user", "content": args.prompt}], args.num_samples)
     except REQUEST_ERRORS as exc:
         raise UsageError(f"the service rejected the request: {exc}") from None
     finally:
@@ -252,9 +280,9 @@ def _sample(args: argparse.Namespace) -> int:
 def _chat(args: argparse.Namespace) -> int:
     from minds_core.chat import chat_loop
 
-    service, model = _open_chat_model(args)
+    service, model, system = _open_chat_model(args)
     try:
-        chat_loop(model, args.system, sys.stdin, sys.stdout, read=input if sys.stdin.isatty() else None)
+        chat_loop(model, system, sys.stdin, sys.stdout, read=input if sys.stdin.isatty() else None)
     finally:
         _close(service)
     return 0

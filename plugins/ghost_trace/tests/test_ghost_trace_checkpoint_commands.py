@@ -151,3 +151,15 @@ def test_chat_reads_stdin_and_matches_minds_sample(trained):
     assert sample.returncode == 0, sample.stderr[-2000:]
     (reply,) = [json.loads(line) for line in sample.stdout.splitlines()]
     assert replies[0] == reply["text"] + "\n" and 1 <= reply["tokens"] <= 8
+
+
+def test_sample_can_use_the_environments_system_prompt(trained, capsys):
+    from minds_ghost_trace.prompts import SYSTEM_PROMPT, task_prompt
+
+    settings = ["--prompt", task_prompt("lantern"), "--seed", "2", "--max-tokens", "8", "--json"]
+    assert main(["sample", str(trained.run_dir), "--env-system", *settings]) == 0
+    with_env = json.loads(capsys.readouterr().out)
+    assert main(["sample", str(trained.run_dir), "--system", SYSTEM_PROMPT, *settings]) == 0
+    assert json.loads(capsys.readouterr().out) == with_env
+    assert main(["sample", str(trained.run_dir), *settings]) == 0
+    assert json.loads(capsys.readouterr().out)["logprob"] != with_env["logprob"]  # the system prompt made a difference
