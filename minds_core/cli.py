@@ -1,4 +1,4 @@
-"""The ``minds`` command: run | eval | sft | report | plugins | envs.
+"""The ``minds`` command: run | eval | sft | report | sample | chat | export | plugins | envs.
 
 Imports are lazy so that ``minds --help`` and ``minds plugins`` stay fast and never import torch.
 """
@@ -12,14 +12,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from minds_core import adapter_cli
+
 EXAMPLES = """\
 examples:
   minds run --env ghost_trace                 train on the local backend with defaults
   minds run configs/ghost_trace.toml --set trainer.steps=5
   minds run --resume runs/ghost_trace-20260101-120000
-  minds eval --env self_prediction --set trainer.groups_per_batch=8
   minds sft --data chats.jsonl --steps 20
   minds report runs/ghost_trace-20260101-120000
+  minds eval runs/ghost_trace-20260101-120000 --tasks 16 --samples 4
+  minds chat runs/ghost_trace-20260101-120000
+  minds export runs/ghost_trace-20260101-120000 adapter/ --merge
   minds plugins --json
 """
 
@@ -64,9 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_arguments(run)
     run.add_argument("--resume", metavar="DIR", help="continue the run in DIR (runs/<name>) at its next step")
 
-    evaluate = commands.add_parser("eval", parents=[shared], help="roll out and report reward statistics, no training")
-    _add_run_arguments(evaluate)
-    evaluate.add_argument("--groups", type=int, default=None, metavar="N", help="groups to roll out (sets trainer.groups_per_batch)")
+    adapter_cli.add_commands(commands, shared)
 
     sft = commands.add_parser("sft", parents=[shared], help="supervised fine-tuning on chat conversations (trainer.mode = sft)")
     _add_run_arguments(sft)
@@ -94,8 +96,6 @@ def _overrides(args: argparse.Namespace) -> list[str]:
         extra.append(f"model.base_model={args.model}")
     if args.name:
         extra.append(f"name={args.name}")
-    if getattr(args, "groups", None) is not None:
-        extra.append(f"trainer.groups_per_batch={args.groups}")
     if args.command == "sft":
         extra.append("trainer.mode=sft")
         if args.data:
@@ -190,10 +190,10 @@ def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
     return load_config(args.config, _overrides(args))
 
 
-def _run_command(args: argparse.Namespace, evaluate: bool) -> int:
+def _run_command(args: argparse.Namespace) -> int:
     from minds_core.config import dump_yaml
 
-    resume = None if evaluate else getattr(args, "resume", None)
+    resume = getattr(args, "resume", None)  # minds sft has no --resume
     config = _resolve_config(args, resume)
     if args.dry_run:
         from minds_core.names import check_names
@@ -209,9 +209,6 @@ def _run_command(args: argparse.Namespace, evaluate: bool) -> int:
         return 0
     from minds_core import trainer
 
-    if evaluate:
-        print(json.dumps(trainer.evaluate(config), indent=2, sort_keys=True))
-        return 0
     summary = trainer.train(config, resume_dir=Path(resume) if resume else None)
     if summary.get("not_trained"):
         print(f"minds: error: no step trained: {summary['not_trained']}", file=sys.stderr)
@@ -241,7 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _envs_command(args)
         if args.command == "report":
             return _report_command(args)
-        return _run_command(args, evaluate=args.command == "eval")
+        if args.command in adapter_cli.COMMANDS:
+            return adapter_cli.run(args)
+        return _run_command(args)
     except RunInterrupted as exc:
         print(f"minds: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -157,6 +157,9 @@ class TrainerConfig:
     save_every: int = _field(5, _non_negative, help="steps between rolling state-only checkpoints (the last two kept), 0 = none; the last step is always saved")
     eval_every: int = _field(0, _non_negative, help="steps between evaluations on the held-out split, 0 = never")
     resume_from: str = _field("", help="tinker:// path of saved weights to start from")
+    eval_split: str = _field("", help="split evaluated by eval_every and minds eval; empty = test (or eval, validation) when the environment has one")
+    eval_tasks: int = _field(32, _at_least(1), help="tasks per environment in an evaluation (the first ones of the split)")
+    eval_samples: int = _field(4, _at_least(1), help="samples per task in an evaluation (pass@k up to this k)")
 
 
 @attrs.define

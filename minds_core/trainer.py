@@ -29,6 +29,7 @@ from minds_core.datums import build_datum
 from minds_core.envs.loading import load_environment
 from minds_core.envs.types import Context, Task
 from minds_core.errors import ConfigError, MindsError, UsageError
+from minds_core.evaluation import EVAL_DIR, EvalPlan, Evaluation, check_splits, evaluate_policy, save_evaluation
 from minds_core.interrupt import RunInterrupted, StopOnSignal
 from minds_core.length import is_truncated, overlong_penalty, window_tokens
 from minds_core.logs import get_logger
@@ -158,12 +159,11 @@ class Session:
                     train_unembed=cfg.model.train_unembed,
                 )
             self.training_client = await future
-            self.renderer = Renderer(self.training_client.get_tokenizer(), cfg.model.chat_template_args)
+            self._use_tokenizer(self.training_client.get_tokenizer())
         except (TemplateError, *_REJECTED) as exc:
             raise UsageError(f"cannot start training on {cfg.model.base_model!r}: {exc}") from None
         except tinker.APIConnectionError as exc:
             raise UsageError(f"cannot start training on {cfg.model.base_model!r}: the service stopped answering ({exc})") from None
-        self.settings = [EpisodeSettings(self.renderer, _sampling_params(cfg, h.cfg), cfg.rollout) for h in self.envs]
         if cfg.trainer.kl_penalty > 0:
             reference = cfg.trainer.kl_reference or cfg.model.base_model
             where = {"model_path": reference} if "://" in reference else {"base_model": reference}
@@ -171,6 +171,24 @@ class Session:
                 self.base_sampler = await self.service.create_sampling_client(**where)
             except _REJECTED as exc:
                 raise UsageError(f"the KL reference {reference!r} (trainer.kl_reference) cannot be sampled from: {exc}") from None
+
+    async def start_sampling(self, model_path: str | None, state_path: str | None = None) -> Policy:
+        """A policy to evaluate without any training client: the weights at ``model_path``, else the base model."""
+        cfg = self.config
+        what = model_path or cfg.model.base_model
+        try:
+            if model_path:
+                sampler = await self.service.create_sampling_client(model_path=model_path)
+            else:
+                sampler = await self.service.create_sampling_client(base_model=cfg.model.base_model)
+            self._use_tokenizer(sampler.get_tokenizer())
+        except (TemplateError, *_REJECTED) as exc:
+            raise UsageError(f"cannot sample from {what!r}: {exc}") from None
+        return Policy(0, sampler, state_path)
+
+    def _use_tokenizer(self, tokenizer: Any) -> None:
+        self.renderer = Renderer(tokenizer, self.config.model.chat_template_args)
+        self.settings = [EpisodeSettings(self.renderer, _sampling_params(self.config, h.cfg), self.config.rollout) for h in self.envs]
 
     async def policy(self, version: int) -> Policy:
         """Snapshot the current weights as a new sampler (and a state, when an env needs one)."""
@@ -185,7 +203,8 @@ class Session:
         sampler, _ = await call_service(where, "save_weights_and_get_sampling_client", sample, self.backoff)
         return Policy(version, sampler, checkpoint)
 
-    def _context(self, policy: Policy, step: int) -> Context:
+    def context(self, policy: Policy, step: int) -> Context:
+        """What an episode of ``step`` receives: ``policy``'s sampler, the service and the renderer."""
         return Context(
             sampler=policy.sampler,
             tokenizer=self.renderer.tokenizer if self.renderer else None,
@@ -212,7 +231,7 @@ class Session:
                     handle.env,
                     handle.tasks[task_index],
                     handle.group_size,
-                    lambda: self._context(policy, step),
+                    lambda: self.context(policy, step),
                     self.settings[env_index],
                     self.limiter,
                     handle.max_failing,
@@ -375,6 +394,8 @@ async def _prepare(
 async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None) -> dict[str, Any]:
     changed = sorted(check_resume_changes(resume_dir, config)) if resume_dir is not None else []
     config, plugins, envs, service, backend = await _prepare(config, resume_dir, plugins)
+    if config.trainer.eval_every:
+        check_splits(envs, EvalPlan.from_config(config.trainer), require_held_out=True)
     if resume_dir is None:
         RunDirectory.ensure_new(config)
     last = RunDirectory(resume_dir).last_checkpoint() if resume_dir is not None else None
@@ -474,6 +495,8 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
                 }
             )
             run.log_rollouts(rollout_records(step, batch.groups, advantages, cfg.metrics.rollouts_per_step))
+            if cfg.trainer.eval_every and ((step + 1) % cfg.trainer.eval_every == 0 or step == steps - 1):
+                record.update(await _evaluate_during_training(session, policy, run, step))
             checkpoint = None
             save_began = time.perf_counter()
             stopping = stop.requested
@@ -508,6 +531,13 @@ async def _loop(session: Session, run: RunDirectory, sinks: SinkSet, start: int)
     }
 
 
+async def _evaluate_during_training(session: Session, policy: Policy, run: RunDirectory, step: int) -> dict[str, float]:
+    """The updated policy of ``step`` on the held-out split: ``eval/*`` metrics, rollouts in eval/step-NNNNNN.jsonl."""
+    evaluation = await evaluate_policy(session, policy, EvalPlan.from_config(session.config.trainer), step=step, require_held_out=True)
+    save_evaluation(run.path / EVAL_DIR / f"step-{step:06d}.jsonl", evaluation, {"step": step})
+    return evaluation.metrics()
+
+
 def train(config: RunConfig, resume_dir: Path | None = None, plugins: Plugins | None = None) -> dict[str, Any]:
     """Run (or resume) training; returns a summary of the run (``trained_steps``, and ``not_trained`` saying why
     when steps ran but none trained). ``plugins`` defaults to the installed ones."""
@@ -520,22 +550,28 @@ def train(config: RunConfig, resume_dir: Path | None = None, plugins: Plugins | 
     return asyncio.run(_train(config, resume_dir, plugins))
 
 
-async def _evaluate(config: RunConfig, plugins: Plugins | None) -> dict[str, Any]:
+async def _evaluate(
+    config: RunConfig, plan: EvalPlan, model_path: str | None, state_path: str | None, plugins: Plugins | None
+) -> Evaluation:
     config, plugins, envs, service, _ = await _prepare(config, None, plugins)
     session = Session(config, plugins, envs, service)
     status = "errored"
     try:
-        await session.start(config.trainer.resume_from or None, with_optimizer=False)
-        batch = await session.collect(0, await session.policy(0))
+        policy = await session.start_sampling(model_path, state_path)
+        evaluation = await evaluate_policy(session, policy, plan, step=0, require_held_out=False)
         status = "success"
     finally:
         await _close_environments(envs)
         await _close_service(service, status)
-    record = batch_metrics(batch.groups, {}, envs)
-    record["time/sample"] = batch.seconds
-    return record
+    return evaluation
 
 
-def evaluate(config: RunConfig, plugins: Plugins | None = None) -> dict[str, Any]:
-    """Roll out one batch (trainer.groups_per_batch groups) without training; returns reward statistics."""
-    return asyncio.run(_evaluate(config, plugins))
+def evaluate(
+    config: RunConfig,
+    plan: EvalPlan,
+    model_path: str | None = None,
+    state_path: str | None = None,
+    plugins: Plugins | None = None,
+) -> Evaluation:
+    """Evaluate the weights at ``model_path`` (else the base model) without training; ``state_path`` is their saved state."""
+    return asyncio.run(_evaluate(config, plan, model_path, state_path, plugins))

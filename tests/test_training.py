@@ -156,10 +156,12 @@ def test_secrets_stay_out_of_the_run_directory(plugins, tmp_path, capsys):
 
 
 def test_eval_reports_rewards_without_training(plugins, tmp_path):
-    config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}", "trainer.groups_per_batch=2"])
-    record = trainer.evaluate(config, plugins=plugins)
-    assert record["groups/total"] == 2 and record["rollouts/total"] == 16
-    assert 0 <= record["reward/mean"] < 0.05
+    from minds_core.evaluation import EvalPlan
+
+    config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}"])
+    summary = trainer.evaluate(config, EvalPlan(tasks=2, samples=8), plugins=plugins).summary()
+    assert summary["tasks"] == 2 and summary["rollouts/total"] == 16
+    assert 0 <= summary["reward/mean"] < 0.05
     assert not list(tmp_path.rglob("metrics.jsonl"))
 
 
@@ -186,13 +188,15 @@ def test_a_seeded_run_repeats_exactly(plugins, tmp_path):
 
 
 def test_eval_command_prints_statistics_as_json(run_minds):
-    result = run_minds(["eval", "--env", "toy_char_share", "--groups", "2", "--set", "trainer.group_size=3",
+    result = run_minds(["eval", "--env", "toy_char_share", "--tasks", "2", "--samples", "3", "--json",
                         "--set", "sampling.max_tokens=6"], plugins=["toy_plugin"])
     assert result.returncode == 0, result.stderr[-1000:]
     record = json.loads(result.stdout)
     assert record["rollouts/total"] == 6 and "reward/mean" in record
-    bad = run_minds(["eval", "--env", "toy_char_share", "--groups", "0"], plugins=["toy_plugin"])
-    assert bad.returncode == 2 and "trainer.groups_per_batch = 0: must be >= 1" in bad.stderr
+    assert record["splits"] == {"toy_char_share": "train"}  # no held-out split: the training one, with a warning
+    assert "no held-out split" in result.stderr
+    bad = run_minds(["eval", "--env", "toy_char_share", "--tasks", "0"], plugins=["toy_plugin"])
+    assert bad.returncode == 2 and "--tasks 0: must be >= 1" in bad.stderr
 
 
 def test_an_episode_without_any_reward_is_a_failed_rollout(plugins, tmp_path):

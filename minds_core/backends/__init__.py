@@ -43,6 +43,11 @@ def choose_backend(config: RunConfig) -> BackendChoice:
     return BackendChoice("tinker", f"a Tinker API key is configured ({where}) and model {config.model.base_model!r} is not local")
 
 
+def local_checkpoint_root(config: RunConfig) -> Path:
+    """Where the local backend keeps checkpoints: ``<runs_dir>/_checkpoints``."""
+    return Path(config.runs_dir) / "_checkpoints"
+
+
 def create_local_service(config: RunConfig, run_dir: Path) -> Any:
     """The in-process torch + peft service on ``local.device``; checkpoints live under the runs directory."""
     try:
@@ -50,6 +55,6 @@ def create_local_service(config: RunConfig, run_dir: Path) -> Any:
     except ImportError as exc:
         raise UsageError(f'the local backend needs torch and peft: pip install "minds-core[local]" ({exc})') from None
     try:
-        return create_service_client(Path(config.runs_dir) / "_checkpoints", config.local.device)
+        return create_service_client(local_checkpoint_root(config), config.local.device)
     except LocalBadRequestError as exc:
         raise UsageError(str(exc)) from None

@@ -21,6 +21,20 @@ def load_char_share(num_tasks: int = 4) -> SingleTurnEnvironment:
     return SingleTurnEnvironment({"train": tasks}, Rubric([share_of_target], names=["toy.share"]))
 
 
+def starts_with_target(completion: str) -> float:
+    """1 when the reply starts with the target character, else 0 (a binary reward)."""
+    return float(completion.startswith(TARGET))
+
+
+def load_first_char(num_tasks: int = 4) -> SingleTurnEnvironment:
+    """Train and test splits of distinct prompts, scored 0 or 1."""
+    splits = {
+        split: [Task(prompt=f"Begin your reply with {TARGET}. ({split} {i})", id=f"{split}{i}") for i in range(num_tasks)]
+        for split in ("train", "test")
+    }
+    return SingleTurnEnvironment(splits, Rubric([starts_with_target], names=["toy.first"]))
+
+
 class FlakyEpisode:
     """Misbehaves according to its task: raise, hang, NaN, a string reward, or fine."""
 
@@ -80,6 +94,7 @@ class TwoTurnEnvironment:
 @hookimpl
 def minds_register_environments(register):
     register("toy_char_share", load_char_share, "reward = share of the letter a")
+    register("toy_first_char", load_first_char, "binary reward: the reply starts with the letter a; train and test splits")
     register("toy_flaky", lambda modes=("ok",): FlakyEnvironment(list(modes)), "episodes that misbehave on purpose")
     register("toy_two_turn", TwoTurnEnvironment, "a two-turn episode with a tool reply")
 

@@ -1,0 +1,317 @@
+"""The commands that use a checkpoint: ``eval``, ``sample``, ``chat`` and ``export``.
+
+CHECKPOINT is a run folder (its last checkpoint, or ``--step N``) or a
+``tinker://`` path. Heavy imports happen inside the commands, so ``minds --help``
+stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+COMMANDS = ("eval", "sample", "chat", "export")
+
+_CHECKPOINT_HELP = "a run folder (runs/<name>: its last checkpoint) or a tinker:// path"
+
+
+def _add_checkpoint_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    if required:
+        parser.add_argument("checkpoint", metavar="CHECKPOINT", help=_CHECKPOINT_HELP)
+    else:
+        parser.add_argument("checkpoint", metavar="CHECKPOINT", nargs="?", help=_CHECKPOINT_HELP + "; none: the base model")
+    parser.add_argument("--step", type=int, metavar="N", help="the run's checkpoint of step N instead of its last")
+    parser.add_argument("--config", metavar="FILE", help="config file for a tinker:// path (a run folder has its own)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
+    parser.add_argument("--backend", metavar="NAME", help="local | tinker (default: where the checkpoint lives)")
+
+
+def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    system = parser.add_mutually_exclusive_group()
+    system.add_argument("--system", metavar="TEXT", help="a system message before the conversation")
+    system.add_argument("--env-system", action="store_true", help="the run's environment's system prompt, as in its rollouts")
+    parser.add_argument("--max-tokens", type=int, metavar="N", help="tokens per reply (default: sampling.max_tokens)")
+    parser.add_argument("--temperature", type=float, help="default: sampling.temperature")
+    parser.add_argument("--seed", type=int, help="sampling seed, for repeatable replies")
+
+
+def add_commands(commands: Any, shared: argparse.ArgumentParser) -> None:
+    """Register the checkpoint commands on the ``minds`` subparsers."""
+    evaluate = commands.add_parser("eval", parents=[shared], help="evaluate a checkpoint: mean reward with a 95%% interval, pass@k, components")
+    _add_checkpoint_arguments(evaluate, required=False)
+    evaluate.add_argument("--env", metavar="NAME", help="environment (sets env.id; a run folder has its own)")
+    evaluate.add_argument("--model", metavar="NAME", help="base model to evaluate when no CHECKPOINT is given")
+    evaluate.add_argument("--split", help="split to evaluate (default: trainer.eval_split, else test/eval/validation)")
+    evaluate.add_argument("--tasks", type=int, metavar="N", help="first N tasks of the split (default: trainer.eval_tasks)")
+    evaluate.add_argument("--samples", type=int, metavar="K", help="samples per task (default: trainer.eval_samples)")
+    evaluate.add_argument("--name", help="file name under eval/ (default: step-NNNNNN-<split>)")
+    evaluate.add_argument("--output", metavar="FILE", help="where to write every rollout (jsonl); default <run>/eval/<name>.jsonl")
+    evaluate.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
+
+    sample = commands.add_parser("sample", parents=[shared], help="sample replies to one prompt from a checkpoint")
+    _add_checkpoint_arguments(sample)
+    sample.add_argument("--prompt", required=True, help="the user message")
+    sample.add_argument("-n", "--num-samples", type=int, default=1, metavar="N", help="replies to sample (default 1)")
+    _add_sampling_arguments(sample)
+    sample.add_argument("--json", action="store_true", help="one JSON object per reply")
+
+    chat = commands.add_parser("chat", parents=[shared], help="chat with a checkpoint (reads stdin; /reset, /exit)")
+    _add_checkpoint_arguments(chat)
+    _add_sampling_arguments(chat)
+
+    export = commands.add_parser("export", parents=[shared], help="write a checkpoint as a PEFT adapter folder (--merge: also a merged model)")
+    _add_checkpoint_arguments(export)
+    export.add_argument("out_dir", metavar="OUT_DIR", help="a new (or empty) folder for the adapter")
+    export.add_argument("--merge", action="store_true", help="also write the merged transformers model to OUT_DIR/merged")
+    export.add_argument("--json", action="store_true", help="print what was written as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one of COMMANDS."""
+    return {"eval": _eval, "sample": _sample, "chat": _chat, "export": _export}[args.command](args)
+
+
+def _resolve(args: argparse.Namespace, extra: list[str] | None = None) -> Any:
+    from minds_core.checkpoint_ref import resolve_checkpoint
+
+    overrides = [*args.overrides, *(extra or [])]
+    if args.backend:
+        overrides.append(f"backend={args.backend}")
+    return resolve_checkpoint(args.checkpoint, args.config, overrides, args.step)
+
+
+# ---------------------------------------------------------------- eval
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from minds_core import trainer
+    from minds_core.config import load_config
+    from minds_core.errors import UsageError
+    from minds_core.evaluation import EVAL_DIR, EvalPlan, save_evaluation
+
+    extra = [f"env.id={args.env}"] if args.env else []
+    if args.model:
+        extra.append(f"model.base_model={args.model}")
+    if args.checkpoint:
+        ref = _resolve(args, extra)
+        config, model_path, state_path, label = ref.config, ref.sampler_path, ref.state_path, ref.label
+        run_dir = ref.run_dir
+    else:
+        if args.step is not None:
+            raise UsageError("--step picks a checkpoint of a run folder: pass the run folder as CHECKPOINT")
+        backend = [f"backend={args.backend}"] if args.backend else []
+        config = load_config(args.config, [*args.overrides, *extra, *backend])
+        model_path = config.trainer.resume_from or None
+        state_path = model_path if model_path and "/weights/" in model_path else None
+        label, run_dir = "base" if not model_path else model_path.rstrip("/").rsplit("/", 1)[-1], None
+    for flag, value in (("--tasks", args.tasks), ("--samples", args.samples)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} {value}: must be >= 1")
+    t = config.trainer
+    plan = EvalPlan(
+        args.split if args.split is not None else t.eval_split,
+        args.tasks or t.eval_tasks,
+        args.samples or t.eval_samples,
+    )
+    evaluation = trainer.evaluate(config, plan, model_path, state_path)
+    name = args.name or f"{label}-{'+'.join(sorted(set(evaluation.splits.values())))}"
+    if args.output:
+        output: Path | None = Path(args.output)
+    elif run_dir is not None:
+        output = _free_name(run_dir / EVAL_DIR, name)
+    else:
+        output = None
+    summary = {"checkpoint": model_path or config.model.base_model, "splits": evaluation.splits, **evaluation.summary()}
+    if output is not None:
+        save_evaluation(output, evaluation, {"checkpoint": summary["checkpoint"]})
+        summary["output"] = str(output)
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        _print_summary(summary)
+    if output is None:
+        print("rollouts not saved: pass --output FILE.jsonl to keep them", file=sys.stderr)
+    return 0
+
+
+def _free_name(folder: Path, name: str) -> Path:
+    """``folder/name.jsonl``, or ``name-2.jsonl``, ... when taken: an evaluation never overwrites another."""
+    path, n = folder / f"{name}.jsonl", 2
+    while path.exists():
+        path, n = folder / f"{name}-{n}.jsonl", n + 1
+    return path
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"minds eval: {summary['checkpoint']}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    splits = ", ".join(f"{env}: {split}" for env, split in summary["splits"].items())
+    low, high = summary.get("reward/ci95_low"), summary.get("reward/ci95_high")
+    rows = [
+        ("split", splits),
+        ("tasks x samples", f"{summary['tasks']} x {summary['samples']}"),
+        ("reward mean", _fmt(summary.get("reward/mean"))),
+        ("95% interval (tasks as unit)", f"[{_fmt(low)}, {_fmt(high)}]"),
+        ("reward std", _fmt(summary.get("reward/std"))),
+    ]
+    rows += [(key, _fmt(value)) for key, value in summary.items() if key.startswith("pass@")]
+    rows += [(key, _fmt(value)) for key, value in summary.items() if key.startswith(("component/", "env/"))]
+    rows += [
+        ("failed (not in the mean)", _fmt(summary["rollouts/failed"])),
+        ("timed out", _fmt(summary["rollouts/timed_out"])),
+        ("last turn hit max_tokens", _fmt(summary["rollouts/hit_max_tokens"])),
+        ("out of turn/token budget", _fmt(summary["rollouts/truncated"])),
+        ("seconds", _fmt(summary["time/eval"])),
+    ]
+    if "output" in summary:
+        rows.append(("rollouts", summary["output"]))
+    for key, value in rows:
+        table.add_row(key, value)
+    Console(soft_wrap=False).print(table)
+
+
+# ---------------------------------------------------------------- sample and chat
+
+
+def _open_chat_model(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
+    """The service, a ChatModel on the checkpoint's weights, and the system prompt to use."""
+    import tinker
+
+    from minds_core.chat import ChatModel
+    from minds_core.errors import UsageError
+    from minds_core.plugins import load_plugins
+
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise UsageError(f"--max-tokens {args.max_tokens}: must be >= 1")
+    if args.temperature is not None and not args.temperature >= 0:
+        raise UsageError(f"--temperature {args.temperature}: must be >= 0")
+    ref = _resolve(args)
+    config = ref.config
+    plugins = load_plugins()
+    system = _env_system_prompt(config, plugins) if args.env_system else args.system
+    factory = plugins.registry.lookup("backends", config.backend, "backend").obj
+    service = factory(config, Path(config.runs_dir) / (config.name or "_adhoc"))
+    try:
+        sampler = service.create_sampling_client(model_path=ref.sampler_path).result()
+    except (tinker.BadRequestError, tinker.NotFoundError, tinker.AuthenticationError, tinker.PermissionDeniedError) as exc:
+        _close(service)
+        raise UsageError(f"cannot sample from {ref.sampler_path}: {exc}") from None
+    s = config.sampling
+    params = tinker.types.SamplingParams(
+        max_tokens=args.max_tokens or s.max_tokens,
+        temperature=s.temperature if args.temperature is None else args.temperature,
+        top_p=s.top_p,
+        top_k=s.top_k,
+        seed=args.seed,
+    )
+    return service, ChatModel.create(sampler, config.model.chat_template_args, params), system
+
+
+def _env_system_prompt(config: Any, plugins: Any) -> str:
+    """The system prompt of the config's (first) environment; a UsageError when it has none."""
+    import asyncio
+
+    from minds_core.envs.loading import load_environment
+    from minds_core.errors import MindsError, UsageError
+    from minds_core.rollout import close_quietly
+
+    if not config.environments:
+        raise UsageError("--env-system needs an environment: a run folder's, or --set env.id=NAME")
+    cfg = config.environments[0]
+    try:
+        env = load_environment(cfg, plugins.registry)
+    except MindsError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's failure, reported with its name
+        raise MindsError(f"environment {cfg.id!r} failed to load: {type(exc).__name__}: {exc}") from exc
+    prompt = getattr(env, "system_prompt", None)
+    asyncio.run(close_quietly(env, f"environment {cfg.id}"))
+    if not isinstance(prompt, str) or not prompt:
+        raise UsageError(f"environment {cfg.id!r} has no system prompt (no system_prompt attribute): use --system TEXT")
+    return prompt
+
+
+def _close(service: Any) -> None:
+    close = getattr(service, "close", None)
+    if callable(close):
+        result = close()
+        if hasattr(result, "result"):
+            result.result()
+
+
+def _sample(args: argparse.Namespace) -> int:
+    from minds_core.chat import REQUEST_ERRORS, opening
+    from minds_core.errors import UsageError
+
+    if args.num_samples < 1:
+        raise UsageError(f"-n {args.num_samples}: must be >= 1")
+    service, model, system = _open_chat_model(args)
+    try:
+        replies = model.reply([*opening(system), {"role": "user", "content": args.prompt}], args.num_samples)
+    except REQUEST_ERRORS as exc:
+        raise UsageError(f"the service rejected the request: {exc}") from None
+    finally:
+        _close(service)
+    for index, reply in enumerate(replies):
+        if args.json:
+            print(json.dumps({"sample": index, "text": reply.text, "tokens": reply.tokens, "stop_reason": reply.stop_reason, "logprob": reply.logprob}))
+        else:
+            if len(replies) > 1:
+                print(f"--- sample {index} ({reply.tokens} tokens, {reply.stop_reason})")
+            print(reply.text)
+    return 0
+
+
+def _chat(args: argparse.Namespace) -> int:
+    from minds_core.chat import chat_loop
+
+    service, model, system = _open_chat_model(args)
+    try:
+        chat_loop(model, system, sys.stdin, sys.stdout, read=input if sys.stdin.isatty() else None)
+    finally:
+        _close(service)
+    return 0
+
+
+# ---------------------------------------------------------------- export
+
+
+def _export(args: argparse.Namespace) -> int:
+    from minds_core.export import export_checkpoint
+
+    ref = _resolve(args)
+    service = rest = None
+    if ref.config.backend == "tinker":
+        import tinker
+
+        from minds_core.backends.tinker import create_tinker_service, resolve_api_key
+
+        service = create_tinker_service(ref.config, Path(ref.config.runs_dir))
+        rest = tinker.RestClient(base_url=ref.config.tinker.base_url or None, api_key=resolve_api_key(ref.config.tinker))
+    try:
+        written = export_checkpoint(ref, Path(args.out_dir), merge=args.merge, service=service, rest=rest)
+    finally:
+        if service is not None:
+            _close(service)
+    if args.json:
+        print(json.dumps(written, indent=2))
+    else:
+        print(f"adapter: {written['adapter']} (base model {written['base_model']})")
+        if written["merged"]:
+            print(f"merged model: {written['merged']}")
+    return 0

@@ -1,0 +1,238 @@
+"""Evaluating a policy: the first N tasks of a (held-out) split, K samples each, scored by the environment.
+
+Used by ``minds eval`` on a checkpoint and by ``trainer.eval_every`` during a
+run. Every rollout is kept (``eval/<name>.jsonl``); the summary has the mean
+reward with a task-clustered 95% interval, pass@k when rewards are binary,
+and the mean of each rubric component. Failed rollouts are counted and left
+out of the means, never scored 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from minds_core.config import TrainerConfig
+from minds_core.errors import ConfigError
+from minds_core.eval_stats import mean_interval, pass_at_ks
+from minds_core.logs import get_logger
+from minds_core.rollout import Group, run_group
+
+if TYPE_CHECKING:
+    from minds_core.trainer import EnvHandle, Policy, Session
+
+log = get_logger("evaluation")
+
+#: Split names taken as held out, in order of preference, when no split is configured.
+HELD_OUT_SPLITS = ("test", "eval", "validation")
+
+#: Folder of a run that holds its evaluations.
+EVAL_DIR = "eval"
+
+#: Rubric parts arrive as step metrics named ``reward/<part>``.
+_COMPONENT_PREFIX = "reward/"
+
+
+@attrs.frozen
+class EvalPlan:
+    """What to evaluate: ``split`` ("" = the held-out one), the first ``tasks`` tasks, ``samples`` each."""
+
+    split: str = ""
+    tasks: int = 32
+    samples: int = 4
+
+    @classmethod
+    def from_config(cls, trainer: TrainerConfig) -> EvalPlan:
+        return cls(trainer.eval_split, trainer.eval_tasks, trainer.eval_samples)
+
+
+def _has_split(handle: EnvHandle, split: str) -> bool:
+    try:
+        return len(handle.env.tasks(split)) > 0
+    except (KeyError, ValueError):
+        return False
+
+
+def pick_split(handle: EnvHandle, requested: str, require_held_out: bool) -> str:
+    """The split to evaluate ``handle`` on; a ConfigError naming the choices when there is none.
+
+    ``requested`` wins when set. Otherwise the first of HELD_OUT_SPLITS the
+    environment has; failing that, its training split (with a warning), unless
+    ``require_held_out`` (evaluation during training must not score the training data).
+    """
+    if requested:
+        if not _has_split(handle, requested):
+            raise ConfigError(f"environment {handle.name!r} has no tasks in split {requested!r} (trainer.eval_split / --split)")
+        return requested
+    for split in HELD_OUT_SPLITS:
+        if _has_split(handle, split):
+            return split
+    if require_held_out:
+        raise ConfigError(
+            f"trainer.eval_every needs a held-out split, and environment {handle.name!r} has none of "
+            f"{', '.join(HELD_OUT_SPLITS)}: set trainer.eval_split to one of its splits"
+        )
+    log.warning("no held-out split: evaluating on the training split", env=handle.name, split=handle.cfg.split)
+    return handle.cfg.split
+
+
+@attrs.define
+class Evaluation:
+    """The outcome of one evaluation.
+
+    ``splits`` maps each environment to the split it was evaluated on;
+    ``groups`` holds one group of ``samples`` rollouts per task, in order;
+    ``seconds`` is the wall time it took.
+    """
+
+    splits: dict[str, str]
+    groups: list[Group]
+    samples: int
+    seconds: float
+
+    def summary(self) -> dict[str, Any]:
+        """Flat statistics: ``reward/{mean,sem,ci95_low,ci95_high,std}``, ``pass@k``, ``component/<name>``, counts."""
+        out: dict[str, Any] = _statistics(self.groups)
+        envs = list(self.splits)
+        if len(envs) > 1:
+            for name in envs:
+                mine = [g for g in self.groups if g.env_name == name]
+                out.update({f"env/{name}/{key}": value for key, value in _statistics(mine).items()})
+        out["samples"] = self.samples
+        out["time/eval"] = self.seconds
+        return out
+
+    def metrics(self) -> dict[str, float]:
+        """The summary's numbers as ``eval/*`` metrics (unknown values left out)."""
+        return {f"eval/{key}": value for key, value in self.summary().items() if isinstance(value, (int, float))}
+
+    def records(self) -> list[dict[str, Any]]:
+        """One JSON-ready row per rollout: prompt, every turn, reward, components and errors."""
+        rows = []
+        for group in self.groups:
+            for index, rollout in enumerate(group.rollouts):
+                conv = rollout.conversation
+                prompt = list(conv.prompt) if conv else []
+                rows.append(
+                    {
+                        "env": group.env_name,
+                        "split": self.splits[group.env_name],
+                        "task": group.task.id,
+                        "answer": _jsonable(group.task.answer),
+                        "sample": index,
+                        "prompt": prompt,
+                        "turns": list(conv.messages[len(prompt) :]) if conv else [],
+                        "completion": list(conv.replies) if conv else [],
+                        "reward": rollout.reward if rollout.ok else None,
+                        "components": _components(rollout.metrics) if rollout.ok else {},
+                        "metrics": dict(rollout.metrics),
+                        "sampled_tokens": conv.sampled_tokens if conv else 0,
+                        "truncated": bool(conv and conv.truncated),
+                        "hit_max_tokens": bool(conv and conv.turns and not conv.last_stopped),
+                        "error": rollout.error,
+                        "timed_out": rollout.timed_out,
+                    }
+                )
+        return rows
+
+
+def _components(metrics: dict[str, float]) -> dict[str, float]:
+    return {k[len(_COMPONENT_PREFIX) :]: v for k, v in metrics.items() if k.startswith(_COMPONENT_PREFIX)}
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
+
+
+def _statistics(groups: Sequence[Group]) -> dict[str, Any]:
+    per_task = [[r.reward for r in g.ok_rollouts] for g in groups]
+    rewards = [v for values in per_task for v in values]
+    rollouts = [r for g in groups for r in g.rollouts]
+    interval = mean_interval(per_task)
+    out: dict[str, Any] = {f"reward/{key}": value for key, value in interval.items()}
+    out["reward/std"] = statistics.pstdev(rewards) if rewards else None
+    out["tasks"] = len(groups)
+    out["tasks/without_reward"] = sum(not values for values in per_task)
+    out["rollouts/total"] = len(rollouts)
+    out["rollouts/failed"] = sum(not r.ok for r in rollouts)
+    out["rollouts/timed_out"] = sum(r.timed_out for r in rollouts)
+    finished = [r.conversation for r in rollouts if r.ok and r.conversation is not None]
+    out["rollouts/truncated"] = sum(c.truncated for c in finished)
+    out["rollouts/hit_max_tokens"] = sum(c.turns > 0 and not c.last_stopped for c in finished)
+    out.update({f"pass@{k}": value for k, value in pass_at_ks(per_task).items()})
+    parts: dict[str, list[float]] = {}
+    for rollout in rollouts:
+        if rollout.ok:
+            for name, value in _components(rollout.metrics).items():
+                parts.setdefault(name, []).append(value)
+    out.update({f"component/{name}": statistics.fmean(values) for name, values in sorted(parts.items())})
+    return out
+
+
+async def evaluate_policy(session: Session, policy: Policy, plan: EvalPlan, *, step: int, require_held_out: bool) -> Evaluation:
+    """Roll out the first ``plan.tasks`` tasks of each environment's split, ``plan.samples`` times each.
+
+    Sampling seeds depend on the run's seed, the environment and the task only,
+    so evaluations at different steps see the same tasks drawn the same way.
+    """
+    began = time.perf_counter()
+    splits: dict[str, str] = {}
+    jobs = []
+    for index, handle in enumerate(session.envs):
+        split = pick_split(handle, plan.split, require_held_out)
+        splits[handle.name] = split
+        for task_index, task in enumerate(list(handle.env.tasks(split))[: plan.tasks]):
+            seed = random.Random(f"{session.config.seed}:eval:{handle.name}:{task_index}").randrange(2**30)
+            jobs.append(
+                run_group(
+                    handle.name,
+                    handle.env,
+                    task,
+                    plan.samples,
+                    lambda: session.context(policy, step),
+                    session.settings[index],
+                    session.limiter,
+                    plan.samples,  # an evaluation keeps every group; failures are counted instead
+                    seed,
+                )
+            )
+    groups = list(await asyncio.gather(*jobs))
+    return Evaluation(splits, groups, plan.samples, time.perf_counter() - began)
+
+
+def check_splits(envs: Sequence[EnvHandle], plan: EvalPlan, require_held_out: bool) -> None:
+    """Fail fast (before a run starts) when an environment has no split to evaluate on."""
+    for handle in envs:
+        pick_split(handle, plan.split, require_held_out)
+
+
+def save_evaluation(path: Path, evaluation: Evaluation, extra: dict[str, Any] | None = None) -> Path:
+    """Write every rollout to ``path`` (jsonl) and the summary beside it (``.summary.json``), atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    summary = {**(extra or {}), "splits": evaluation.splits, **evaluation.summary()}
+    for target, text in (
+        (path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in evaluation.records())),
+        (summary_path(path), json.dumps(summary, indent=2, sort_keys=True) + "\n"),
+    ):
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, target)
+    return path
+
+
+def summary_path(path: Path) -> Path:
+    """``eval/<name>.jsonl`` -> ``eval/<name>.summary.json``."""
+    return path.with_name(path.name.removesuffix(".jsonl") + ".summary.json")

@@ -1,0 +1,112 @@
+"""Evaluation on the toy environments: eval_every during training, held-out splits, failures counted."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from minds_core import logs, trainer
+from minds_core.config import load_config
+from minds_core.errors import ConfigError
+from minds_core.evaluation import EvalPlan
+from minds_core.plugins import load_plugins
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
+import minds_toy_plugin  # noqa: E402
+
+FAST = ["sampling.max_tokens=6", "trainer.group_size=4", "trainer.groups_per_batch=2", "metrics.sinks=[jsonl]"]
+
+
+@pytest.fixture(scope="module")
+def plugins():
+    logs.configure("json", "warning")
+    return load_plugins(extra=[("toy", minds_toy_plugin)])
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_eval_every_logs_eval_metrics_on_the_step_line_and_keeps_every_rollout(plugins, tmp_path):
+    config = load_config(None, [*FAST, "env.id=toy_first_char", f"runs_dir={tmp_path}", "name=run", "trainer.steps=4",
+                                "trainer.eval_every=2", "trainer.eval_tasks=3", "trainer.eval_samples=4"])  # fmt: skip
+    trainer.train(config, plugins=plugins)
+    run = tmp_path / "run"
+    metrics = _rows(run / "metrics.jsonl")
+    assert [r["step"] for r in metrics] == [0, 1, 2, 3]
+    evaluated = [r for r in metrics if "eval/reward/mean" in r]
+    assert [r["step"] for r in evaluated] == [1, 3]
+    for row in evaluated:
+        rollouts = _rows(run / "eval" / f"step-{row['step']:06d}.jsonl")
+        assert len(rollouts) == 3 * 4 == row["eval/rollouts/total"]
+        assert {r["split"] for r in rollouts} == {"test"}  # the held-out split, never the training one
+        assert {r["task"] for r in rollouts} == {"test0", "test1", "test2"}
+        rewards = [r["reward"] for r in rollouts]
+        assert row["eval/reward/mean"] == pytest.approx(statistics.fmean(rewards))
+        assert row["eval/pass@1"] == pytest.approx(row["eval/reward/mean"])  # binary rewards: pass@1 is the mean
+        assert {"eval/pass@2", "eval/pass@4"} <= set(row)
+        assert row["eval/component/toy.first"] == pytest.approx(row["eval/reward/mean"])
+        assert row["eval/reward/ci95_low"] <= row["eval/reward/mean"] <= row["eval/reward/ci95_high"]
+        summary = json.loads((run / "eval" / f"step-{row['step']:06d}.summary.json").read_text())
+        assert summary["step"] == row["step"] and summary["splits"] == {"toy_first_char": "test"}
+
+
+def test_eval_every_without_a_held_out_split_stops_before_the_run_starts(plugins, tmp_path):
+    config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}", "name=run", "trainer.eval_every=1"])
+    with pytest.raises(ConfigError, match="needs a held-out split.*toy_char_share.*trainer.eval_split"):
+        trainer.train(config, plugins=plugins)
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_eval_split_names_the_key(plugins, tmp_path):
+    config = load_config(None, [*FAST, "env.id=toy_first_char", f"runs_dir={tmp_path}", "trainer.eval_split=dev"])
+    with pytest.raises(ConfigError, match="no tasks in split 'dev'"):
+        trainer.evaluate(config, EvalPlan.from_config(config.trainer), plugins=plugins)
+
+
+def test_failed_rollouts_are_counted_and_kept_out_of_the_mean(plugins, tmp_path):
+    config = load_config(None, [*FAST, "env.id=toy_flaky", "env.args.modes=[raise, ok, ok]", f"runs_dir={tmp_path}",
+                                "rollout.retries=0"])  # fmt: skip
+    evaluation = trainer.evaluate(config, EvalPlan(tasks=3, samples=2), plugins=plugins)
+    summary = evaluation.summary()
+    assert summary["rollouts/failed"] == 2 and summary["tasks/without_reward"] == 1
+    records = evaluation.records()
+    failed = [r for r in records if r["error"]]
+    assert len(failed) == 2 and all(r["reward"] is None and "environment exploded" in r["error"] for r in failed)
+    ok = [r["reward"] for r in records if not r["error"]]
+    assert summary["reward/mean"] == pytest.approx(statistics.fmean(ok))
+    assert ("pass@1" in summary) == all(r in (0.0, 1.0) for r in ok)  # pass@k only for binary rewards
+
+
+def test_several_environments_are_evaluated_each_on_its_own_split(plugins, tmp_path):
+    from minds_core.config import build_config
+
+    config = build_config({"envs": [{"id": "toy_first_char"}, {"id": "toy_char_share"}], "runs_dir": str(tmp_path),
+                           "sampling": {"max_tokens": 6}})  # fmt: skip
+    evaluation = trainer.evaluate(config, EvalPlan(tasks=2, samples=2), plugins=plugins)
+    summary = evaluation.summary()
+    assert evaluation.splits == {"toy_first_char": "test", "toy_char_share": "train"}
+    assert summary["tasks"] == 4 and summary["env/toy_first_char/tasks"] == 2
+    by_env = {name: [r["reward"] for r in evaluation.records() if r["env"] == name] for name in evaluation.splits}
+    for name, rewards in by_env.items():
+        assert summary[f"env/{name}/reward/mean"] == pytest.approx(statistics.fmean(rewards))
+    assert "component/toy.first" in summary and "component/toy.share" in summary
+
+
+def test_an_evaluation_repeats_exactly(plugins, tmp_path):
+    config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}"])
+    runs = [trainer.evaluate(config, EvalPlan(tasks=2, samples=3), plugins=plugins).records() for _ in range(2)]
+    assert [r["completion"] for r in runs[0]] == [r["completion"] for r in runs[1]]
+
+
+@pytest.mark.parametrize("command", ["eval", "sample", "chat", "export"])
+def test_checkpoint_commands_have_help(command, capsys):
+    from minds_core.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0 and "CHECKPOINT" in capsys.readouterr().out
