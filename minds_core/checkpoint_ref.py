@@ -90,4 +90,4 @@ def _with_backend(config: RunConfig, path: str) -> RunConfig:
     """The config with the backend that holds ``path`` (auto: local when the local store has it)."""
     if config.backend == "auto" and (local_checkpoint_root(config) / path[len(SCHEME) :]).is_dir():
         return attrs.evolve(config, backend="local")
-    return attrs.evolve(config, backend=choose_backend(config))
+    return attrs.evolve(config, backend=choose_backend(config).name)

@@ -84,11 +84,12 @@ def _export_local(ref: CheckpointRef, out: Path) -> tuple[str, str]:
     from minds_core.backends.local.errors import LocalBadRequestError, LocalNotFoundError
     from minds_core.backends.local.lora import attach_lora, load_adapter_state
     from minds_core.backends.local.models import BaseModelRegistry
+    from minds_core.backends.local.placement import resolve_placement
 
     path = ref.sampler_path or ref.state_path
     try:
         checkpoint = CheckpointStore(local_checkpoint_root(ref.config)).load(path, with_optimizer=False)
-        base = BaseModelRegistry().get(checkpoint.base_model)
+        base = BaseModelRegistry(resolve_placement("cpu")).get(checkpoint.base_model)  # float32 on the CPU: exact adapter weights
     except (LocalNotFoundError, LocalBadRequestError) as exc:
         raise UsageError(f"cannot export {path}: {exc}") from None
     model = attach_lora(base.model, checkpoint.lora, seed=0)
