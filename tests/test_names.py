@@ -34,7 +34,7 @@ def test_dry_run_rejects_unknown_names_with_exit_2(args, message, capsys, tmp_pa
 
 
 def test_dry_run_reports_every_unknown_name_at_once(capsys):
-    code = main(["eval", "--env", "ghost_trace", "--set", "trainer.loss_fn=nope", "--set", "trainer.advantage=nope",
+    code = main(["run", "--env", "ghost_trace", "--set", "trainer.loss_fn=nope", "--set", "trainer.advantage=nope",
                  "--set", "metrics.sinks=[nope]", "--dry-run"])
     err = capsys.readouterr().err
     assert code == 2
