@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 
 import numpy as np
@@ -32,35 +32,68 @@ def sampler(trainer: TrainingClient, sft_datum: Callable[..., types.Datum]) -> S
 
 
 def held(client: SamplingClient) -> threading.Event:
-    """Block ``client``'s worker until the returned event is set, so that requests pile up behind it."""
-    release = threading.Event()
-    client._queue.submit(lambda: release.wait(timeout=30))
+    """Block ``client``'s worker until the returned event is set, so that requests pile up behind it.
+
+    Returns once the worker is blocked: until then a decode of earlier requests may still be
+    looping on it, and it would admit the new requests one by one as they come.
+    """
+    release, blocked = threading.Event(), threading.Event()
+
+    def block() -> None:
+        blocked.set()
+        release.wait(timeout=30)
+
+    client._queue.submit(block)
+    assert blocked.wait(timeout=30)
     return release
 
 
-def count_forwards(client: SamplingClient, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Rows of every forward pass of ``client``'s model from now on: prefills, then decode steps."""
-    sizes: list[int] = []
-    client._sampler.model.register_forward_pre_hook(
-        lambda module, args, kwargs: sizes.append(kwargs["input_ids"].shape[0]), with_kwargs=True
-    )
-    step_inputs = KVBuffer.step_inputs
+@pytest.fixture
+def count_forwards() -> Iterator[Callable[..., list[int]]]:
+    """``count(client, on_pass=None)``: the rows of every forward pass of ``client``'s model from then on.
 
-    def counted(cache: KVBuffer, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        if client._sampler._batch._fast is not None:  # the fast path skips the model's forward
-            sizes.append(cache.rows)
-        return step_inputs(cache, dtype)
+    Prefills run the model's forward; decode steps run it too, or the sampler's fast decoder.
+    Only this sampler's passes count (other samplers may still decode in threads of their own), and
+    the counting ends with the test: merged models go back to a pool that later samplers draw from.
+    ``on_pass(rows)`` runs on the worker before each pass.
+    """
+    undo: list[Callable[[], None]] = []
 
-    monkeypatch.setattr(KVBuffer, "step_inputs", counted)
-    return sizes
+    def count(client: SamplingClient, on_pass: Callable[[int], None] = lambda rows: None) -> list[int]:
+        sizes: list[int] = []
+        batch = client._sampler._batch
+
+        def counted(rows: int) -> None:
+            sizes.append(rows)
+            on_pass(rows)
+
+        handle = batch.model.register_forward_pre_hook(
+            lambda module, args, kwargs: counted(kwargs["input_ids"].shape[0]), with_kwargs=True
+        )
+        undo.append(handle.remove)
+        fast = batch._fast
+        if fast is not None:
+            step = fast.step
+
+            def counted_step(cache: KVBuffer, token_ids: torch.Tensor) -> torch.Tensor:
+                counted(len(token_ids))
+                return step(cache, token_ids)
+
+            fast.step = counted_step  # on this sampler's decoder only
+            undo.append(lambda: delattr(fast, "step"))
+        return sizes
+
+    yield count
+    for action in reversed(undo):
+        action()
 
 
 def test_concurrent_requests_decode_in_one_batch_with_the_tokens_they_get_alone(
-    sampler: SamplingClient, encode: Callable[[str], list[int]], monkeypatch: pytest.MonkeyPatch
+    sampler: SamplingClient, encode: Callable[[str], list[int]], count_forwards: Callable[..., list[int]]
 ) -> None:
     prompts = [types.ModelInput.from_ints(encode(t)) for t in TEXTS]
     alone = [sampler.sample(p, 2, GREEDY).result() for p in prompts]
-    sizes = count_forwards(sampler, monkeypatch)
+    sizes = count_forwards(sampler)
     release = held(sampler)
     futures = [sampler.sample(p, 2, GREEDY) for p in prompts]
     release.set()
@@ -76,26 +109,31 @@ def test_concurrent_requests_decode_in_one_batch_with_the_tokens_they_get_alone(
 
 
 def test_requests_join_and_leave_a_running_batch(
-    sampler: SamplingClient, encode: Callable[[str], list[int]], monkeypatch: pytest.MonkeyPatch
+    sampler: SamplingClient, encode: Callable[[str], list[int]], count_forwards: Callable[..., list[int]]
 ) -> None:
     prompt = types.ModelInput.from_ints(encode("Once upon a time"))
     long_alone = sampler.sample(prompt, 3, GREEDY.model_copy(update={"max_tokens": 40})).result()
     late_prompt = types.ModelInput.from_ints(encode("A late request with a longer prompt than the first one"))
     late_alone = sampler.sample(late_prompt, 2, GREEDY).result()
-    joined = threading.Event()
-    sizes = count_forwards(sampler, monkeypatch)
-    # The late request is queued from the hook once the long one runs: it joins between two steps.
-    sampler._sampler.model.register_forward_pre_hook(
-        lambda module, args: joined.set()
-    )
+    running, queued = threading.Event(), threading.Event()
+
+    def hold_third_pass(rows: int) -> None:
+        """Hold the long request's second decode step until the late request is queued: it joins after it."""
+        if len(sizes) == 3:
+            running.set()
+            assert queued.wait(timeout=30)
+
+    sizes = count_forwards(sampler, hold_third_pass)
     long_future = sampler.sample(prompt, 3, GREEDY.model_copy(update={"max_tokens": 40}))
-    assert joined.wait(timeout=30)
+    assert running.wait(timeout=30)
     late_future = sampler.sample(late_prompt, 2, GREEDY)
+    queued.set()
     long, late = long_future.result(timeout=60), late_future.result(timeout=60)
     assert [s.tokens for s in long.sequences] == [s.tokens for s in long_alone.sequences]
     assert [s.tokens for s in late.sequences] == [s.tokens for s in late_alone.sequences]
-    assert 5 in sizes  # some decode steps ran the 3 + 2 rows of both requests together
-    assert len(sizes) < 2 + 39 + 5  # fewer passes than the two requests run one after the other
+    # The late request joins after the long one's second decode step: its prefill, then the 3 + 2 rows
+    # of both decode together for the late one's 5 decode steps, then the long one goes on alone.
+    assert sizes == [1, 3, 3, 1] + [5] * 5 + [3] * (39 - 2 - 5)
 
 
 def test_a_bad_request_fails_alone_while_others_decode(
