@@ -53,3 +53,16 @@ def run_minds(installed_plugin: Callable[[str], Path], tmp_path: Path) -> Callab
         )
 
     return run
+
+
+@pytest.fixture(scope="module")
+def plugins():
+    """The installed plugins plus the toy fixture plugin (tests/plugins/toy_plugin), registered in-process."""
+    sys.path.insert(0, str(FIXTURE_PLUGINS / "toy_plugin"))
+    import minds_toy_plugin
+
+    from minds_core import logs
+    from minds_core.plugins import load_plugins
+
+    logs.configure("json", "warning")
+    return load_plugins(extra=[("toy", minds_toy_plugin)])

@@ -4,30 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from minds_core import logs, trainer
+from minds_core import trainer
 from minds_core.backends import create_local_service
 from minds_core.config import load_config
 from minds_core.conversation import Conversation
 from minds_core.envs.types import Task
-from minds_core.plugins import load_plugins
 from minds_core.rollout import Group, Rollout
 from minds_core.trainer import Batch, Session
 
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin  # noqa: E402
-
 FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[jsonl]"]
 
-
-@pytest.fixture(scope="module")
-def plugins():
-    logs.configure("json", "warning")
-    return load_plugins(extra=[("toy", minds_toy_plugin)])
 
 
 def test_the_per_token_advantage_is_the_negative_reverse_kl_to_the_teacher(plugins, tmp_path):

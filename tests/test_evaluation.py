@@ -4,27 +4,17 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 
-from minds_core import logs, trainer
+from minds_core import trainer
 from minds_core.config import load_config
 from minds_core.errors import ConfigError
 from minds_core.evaluation import EvalPlan
-from minds_core.plugins import load_plugins
-
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin  # noqa: E402
 
 FAST = ["sampling.max_tokens=6", "trainer.group_size=4", "trainer.groups_per_batch=2", "metrics.sinks=[jsonl]"]
 
-
-@pytest.fixture(scope="module")
-def plugins():
-    logs.configure("json", "warning")
-    return load_plugins(extra=[("toy", minds_toy_plugin)])
 
 
 def _rows(path: Path) -> list[dict]:

@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from minds_core import logs, trainer
+from minds_core import trainer
 from minds_core.checkpoint import RESUMES_FILE, read_jsonl
 from minds_core.cli import main
 from minds_core.config import load_config
-from minds_core.plugins import load_plugins
-
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def plugins():
-    logs.configure("json", "warning")
-    return load_plugins(extra=[("toy", minds_toy_plugin)])
 
 
 @pytest.fixture(scope="module")

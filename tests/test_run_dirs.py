@@ -12,25 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import logs, trainer
+from minds_core import trainer
 from minds_core.checkpoint import RunDirectory, default_run_name
 from minds_core.cli import main
 from minds_core.config import load_config
 from minds_core.errors import UsageError
-from minds_core.plugins import load_plugins
-
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin  # noqa: E402
 
 # big enough that rewards differ within a group and steps train (a run that trains nothing exits 1)
 TINY = ["--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4", "--set", "sampling.max_tokens=32",
         "--set", "metrics.sinks=[jsonl]"]
 
-
-@pytest.fixture(scope="module")
-def plugins():
-    logs.configure("json", "warning")
-    return load_plugins(extra=[("toy", minds_toy_plugin)])
 
 
 def _config(tmp_path: Path, *overrides: str):

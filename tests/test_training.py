@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,18 +10,9 @@ import pytest
 from minds_core import logs, trainer
 from minds_core.config import load_config
 from minds_core.errors import UsageError
-from minds_core.plugins import load_plugins
-
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin  # noqa: E402
 
 FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[jsonl]"]
 
-
-@pytest.fixture(scope="module")
-def plugins():
-    logs.configure("json", "warning")
-    return load_plugins(extra=[("toy", minds_toy_plugin)])
 
 
 def _train(plugins, tmp_path: Path, *overrides: str) -> list[dict]:
