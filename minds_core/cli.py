@@ -1,4 +1,4 @@
-"""The ``minds`` command: run | eval | sft | report | plugins | envs.
+"""The ``minds`` command: run | eval | sft | report | plugins | envs | serve.
 
 Imports are lazy so that ``minds --help`` and ``minds plugins`` stay fast and never import torch.
 """
@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     envs = commands.add_parser("envs", parents=[shared], help="list the environments that can be trained on")
     envs.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    from minds_core.serve.command import add_serve_arguments
+
+    add_serve_arguments(commands.add_parser("serve", parents=[shared], help="serve the local backend as a Tinker API over HTTP (point any Tinker SDK program at it)"))
     return parser
 
 
@@ -234,6 +237,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _envs_command(args)
         if args.command == "report":
             return _report_command(args)
+        if args.command == "serve":
+            from minds_core.serve.command import serve_command
+
+            return serve_command(args)
         return _run_command(args, evaluate=args.command == "eval")
     except RunInterrupted as exc:
         print(f"minds: {exc}", file=sys.stderr)
