@@ -25,7 +25,11 @@ def serve_command(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: give a port between 0 and 65535 (0 picks a free one)")
-    from minds_core.backends.local import DEFAULT_BASE_MODEL, LocalBadRequestError, LocalNotFoundError
+    from minds_core.backends.local import (
+        DEFAULT_BASE_MODEL,
+        LocalBadRequestError,
+        LocalNotFoundError,
+    )
 
     models = args.models or [DEFAULT_BASE_MODEL]
     try:

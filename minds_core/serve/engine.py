@@ -62,7 +62,7 @@ class _Run:
     def _dispatch(self, call: Callable[[TrainingClient], Any], result: Future[Any]) -> None:
         try:
             local = call(self.client)
-        except Exception as exc:  # a request rejected before it is queued fails its own future
+        except Exception as exc:  # noqa: BLE001 - a request rejected before it is queued fails its own future
             result.set_exception(exc)
             return
         _chain(local.future(), result)
@@ -77,7 +77,7 @@ def _chain(source: Future[Any], target: Future[Any], transform: Callable[[Any], 
             try:
                 target.set_result(transform(finished.result()))
                 return
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a failed conversion fails the request
                 error = exc
         target.set_exception(error)
 
@@ -93,7 +93,7 @@ class Engine:
         self._lock = threading.Lock()
         self._sessions: dict[str, bool] = {}  # session id -> still open
         self._runs: dict[str, _Run] = {}
-        self._samplers: dict[str, Any] = {}
+        self._samplers: dict[str, tuple[Any, str | None]] = {}  # id -> (local SamplingClient, model_path)
         self._pending: dict[str, Future[Any]] = {}
         self._delivered: collections.OrderedDict[str, Any] = collections.OrderedDict()
 
@@ -205,7 +205,7 @@ class Engine:
 
         def register(sampler: Any) -> types.SaveWeightsForSamplerResponseInternal:
             with self._lock:
-                self._samplers[session_id] = sampler
+                self._samplers[session_id] = (sampler, None)
             return types.SaveWeightsForSamplerResponseInternal(sampling_session_id=session_id)
 
         return self._track(run.submit(request.seq_id, lambda c: c.save_weights_and_get_sampling_client()), register)
@@ -250,15 +250,23 @@ class Engine:
         )
         session_id = f"{request.session_id}:sample:{request.sampling_session_seq_id}"
         with self._lock:
-            self._samplers[session_id] = sampler
+            self._samplers[session_id] = (sampler, request.model_path)
         return types.CreateSamplingSessionResponse(sampling_session_id=session_id)
+
+    def get_sampler(self, sampler_id: str) -> types.GetSamplerResponse:
+        sampler, model_path = self._sampler(sampler_id)
+        return types.GetSamplerResponse(sampler_id=sampler_id, base_model=sampler.get_base_model(), model_path=model_path)
+
+    def _sampler(self, sampler_id: str) -> tuple[Any, str | None]:
+        with self._lock:
+            found = self._samplers.get(sampler_id)
+        if found is None:
+            raise NotFound(f"Unknown sampling session {sampler_id!r}")
+        return found
 
     def sample(self, request: types.SampleRequest) -> types.UntypedAPIFuture:
         if request.sampling_session_id is not None:
-            with self._lock:
-                sampler = self._samplers.get(request.sampling_session_id)
-            if sampler is None:
-                raise NotFound(f"Unknown sampling_session_id {request.sampling_session_id!r}")
+            sampler = self._sampler(request.sampling_session_id)[0]
         else:
             sampler = _local_call(
                 lambda: self.service.create_sampling_client(
@@ -304,7 +312,7 @@ class Engine:
             value = future.result(timeout=LONG_POLL_SECONDS)
         except FutureTimeout:
             return {"type": "try_again", "request_id": request_id, "queue_state": "active"}
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the request's own failure, delivered to its client
             value = _failure(exc)
         with self._lock:
             self._pending.pop(request_id, None)

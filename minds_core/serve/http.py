@@ -20,7 +20,12 @@ from tinker import types
 
 from .engine import Engine
 from .errors import BadRequest, HttpError, NotFound, Unauthorized
-from .wire import PROTO_CONTENT_TYPE, decode_forward_backward, encode_forward_backward, encode_sample
+from .wire import (
+    PROTO_CONTENT_TYPE,
+    decode_forward_backward,
+    encode_forward_backward,
+    encode_sample,
+)
 
 __all__ = ["TinkerServer"]
 
@@ -77,13 +82,13 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: TinkerServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+    def log_message(self, format: str, *args: Any) -> None:
         """Quiet: one line per request would drown the training logs of a busy client."""
 
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         self._handle(self._get)
 
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_POST(self) -> None:
         self._handle(self._post)
 
     def _handle(self, route: Callable[[], tuple[int, bytes, str]]) -> None:
@@ -92,7 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, body, content_type = route()
         except HttpError as exc:
             status, body, content_type = exc.status, json.dumps({"detail": exc.detail}).encode(), "application/json"
-        except Exception as exc:  # a bug: answered as a 500 naming it, the server keeps serving
+        except Exception as exc:  # noqa: BLE001 - a bug: answered as a 500 naming it, the server keeps serving
             detail = f"minds serve failed on {self.path}: {type(exc).__name__}: {exc}"
             status, body, content_type = 500, json.dumps({"detail": detail}).encode(), "application/json"
         self.send_response(status)
@@ -118,6 +123,8 @@ class _Handler(BaseHTTPRequestHandler):
             return _json({"status": "ok"})
         if path == "/api/v1/get_server_capabilities":
             return _json(engine.capabilities())
+        if path.startswith("/api/v1/samplers/"):
+            return _json(engine.get_sampler(path.removeprefix("/api/v1/samplers/")))
         raise NotFound(f"minds serve does not serve GET {path}")
 
     def _post(self) -> tuple[int, bytes, str]:

@@ -38,7 +38,7 @@ def decode_forward_backward(body: bytes, content_encoding: str) -> tuple[types.F
     message = pb.ForwardBackwardRequest()
     try:
         message.ParseFromString(body)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
         raise BadRequest(f"The forward_backward body is not a tinker_public.ForwardBackwardRequest: {exc}") from None
     config: dict[str, float | str] = {key: value for key, value in message.loss_fn_config.items()}
     for key, value in message.loss_fn_config_v2.items():
