@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
 from typing import Any
 
 import tinker
@@ -91,6 +92,7 @@ class Engine:
         self.service = service
         self.models = models
         self._lock = threading.Lock()
+        self._tokenizer_lock = threading.Lock()
         self._sessions: dict[str, bool] = {}  # session id -> still open
         self._runs: dict[str, _Run] = {}
         self._samplers: dict[str, tuple[Any, str | None]] = {}  # id -> (local SamplingClient, model_path)
@@ -160,7 +162,18 @@ class Engine:
         return self._track(local.future(), register)
 
     def get_info(self, request: types.GetInfoRequest) -> types.GetInfoResponse:
-        return self._run(request.model_id).client.get_info()
+        """The run's info; a built-in model's ``tokenizer_id`` is a folder the SDK's ``get_tokenizer`` loads offline."""
+        client = self._run(request.model_id).client
+        info = client.get_info()
+        name = info.model_data.model_name or ""
+        if "/" in name or Path(name).exists():  # a hub id or a model folder: the SDK loads it by that name
+            return info
+        folder = Path(self.service.checkpoint_root) / "tokenizers" / name
+        with self._tokenizer_lock:
+            if not (folder / "tokenizer_config.json").exists():
+                client.get_tokenizer().save_pretrained(folder)
+        data = info.model_data.model_copy(update={"tokenizer_id": str(folder.resolve())})
+        return info.model_copy(update={"model_data": data})
 
     def forward_backward(self, request: types.ForwardBackwardRequest, forward_only: bool) -> types.UntypedAPIFuture:
         run = self._run(request.model_id)

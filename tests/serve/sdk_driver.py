@@ -4,7 +4,6 @@ It knows nothing of minds: it finds the service through ``TINKER_BASE_URL`` and
 ``TINKER_API_KEY``, as any Tinker program does. It runs a few SFT steps with
 ``cross_entropy``, then one RL step with ``importance_sampling`` on samples drawn
 from a snapshot of the trained weights, and prints a JSON summary on stdout.
-(Token ids stand in for text: the served tiny model's tokenizer is not on the hub.)
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import tinker
 from tinker import types
 
 BASE_MODEL = "minds-tiny"
-TEXT = [5, 17, 33, 5, 17, 33, 5, 17, 33, 5, 17, 33]
+TEXT = "abc abc abc abc"
 
 
 def sft_datum(tokens: list[int]) -> types.Datum:
@@ -29,16 +28,18 @@ def sft_datum(tokens: list[int]) -> types.Datum:
 def main() -> None:
     service = tinker.ServiceClient()
     training = service.create_lora_training_client(base_model=BASE_MODEL, rank=8, seed=0).result()
+    tokenizer = training.get_tokenizer()
+    text = list(tokenizer.encode(TEXT))
 
     sft_losses = []
     for _ in range(6):
-        fwd_bwd = training.forward_backward([sft_datum(TEXT)], "cross_entropy")
+        fwd_bwd = training.forward_backward([sft_datum(text)], "cross_entropy")
         optim = training.optim_step(types.AdamParams(learning_rate=5e-2))
         sft_losses.append(fwd_bwd.result().metrics["loss:sum"])
         optim.result()
 
     sampler = training.save_weights_and_get_sampling_client().result()
-    prompt = TEXT[:4]
+    prompt = text[:4]
     response = sampler.sample(
         prompt=types.ModelInput.from_ints(prompt),
         num_samples=4,
@@ -68,6 +69,7 @@ def main() -> None:
     print(json.dumps({
         "sft_losses": sft_losses,
         "samples": [list(seq.tokens) for seq in response.sequences],
+        "decoded": [tokenizer.decode(seq.tokens) for seq in response.sequences],
         "rl_metrics": rl_metrics,
         "optim_metrics": step_metrics,
         "checkpoint": checkpoint,

@@ -32,6 +32,7 @@ def test_a_tinker_users_script_trains_against_the_server(served: Served, tmp_pat
     losses = summary["sft_losses"]
     assert losses[-1] < 0.8 * losses[0], losses  # SFT learns the repeated text
     assert len(summary["samples"]) == 4 and all(len(s) == 6 for s in summary["samples"])
+    assert all(isinstance(text, str) for text in summary["decoded"])  # the SDK's get_tokenizer() works offline
     assert "loss:sum" in summary["rl_metrics"] and summary["optim_metrics"]["grad_norm:mean"] > 0
     assert summary["checkpoint"].startswith("tinker://") and summary["checkpoint"].endswith("/weights/final")
 
