@@ -34,7 +34,7 @@ def main() -> None:
     sft_losses = []
     for _ in range(6):
         fwd_bwd = training.forward_backward([sft_datum(text)], "cross_entropy")
-        optim = training.optim_step(types.AdamParams(learning_rate=5e-2))
+        optim = training.optim_step(types.AdamParams(learning_rate=2e-3))
         sft_losses.append(fwd_bwd.result().metrics["loss:sum"])
         optim.result()
 
@@ -43,7 +43,7 @@ def main() -> None:
     response = sampler.sample(
         prompt=types.ModelInput.from_ints(prompt),
         num_samples=4,
-        sampling_params=types.SamplingParams(max_tokens=6, temperature=1.0, seed=1),
+        sampling_params=types.SamplingParams(max_tokens=6, temperature=2.0, seed=1),
     ).result()
     rewards = np.array([np.mean(seq.tokens) / 259.0 for seq in response.sequences])  # prefer high token ids
     advantages = rewards - rewards.mean()
