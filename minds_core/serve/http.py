@@ -80,6 +80,7 @@ def _json_routes(engine: Engine) -> dict[str, Callable[[Json], Any]]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms delayed-ACK stalls
     server: TinkerServer
 
     def log_message(self, format: str, *args: Any) -> None:
