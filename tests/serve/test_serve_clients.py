@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -103,3 +104,10 @@ def test_bad_arguments_exit_2_without_a_traceback(tmp_path: Path) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert "--model" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_readme_example_runs_against_the_server(served: Served) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "tinker.ServiceClient(base_url" in b]
+    code = block.replace("http://127.0.0.1:8000", served.url)
+    exec(compile(code, "README:minds-serve", "exec"), {})  # noqa: S102 - our own README
