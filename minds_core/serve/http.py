@@ -13,11 +13,14 @@ import json
 import re
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pydantic
 from tinker import types
 
+from .catalog import Catalog
 from .engine import Engine
 from .errors import BadRequest, HttpError, NotFound, Unauthorized
 from .wire import (
@@ -31,6 +34,8 @@ __all__ = ["TinkerServer"]
 
 Json = dict[str, Any]
 _FINISH = re.compile(r"^/api/v1/sessions/([^/]+)/finish$")
+_RUN = re.compile(r"^/api/v1/training_runs/([^/]+)$")
+_RUN_CHECKPOINTS = re.compile(r"^/api/v1/training_runs/([^/]+)/checkpoints$")
 
 
 class TinkerServer(ThreadingHTTPServer):
@@ -42,6 +47,7 @@ class TinkerServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], engine: Engine, api_key: str | None) -> None:
         super().__init__(address, _Handler)
         self.engine = engine
+        self.catalog = Catalog(Path(engine.service.checkpoint_root))
         self.api_key = api_key
 
 
@@ -124,6 +130,17 @@ class _Handler(BaseHTTPRequestHandler):
             return _json({"status": "ok"})
         if path == "/api/v1/get_server_capabilities":
             return _json(engine.capabilities())
+        if path == "/api/v1/checkpoints":
+            limit, offset = _page(self.path)
+            checkpoints = self.server.catalog.checkpoints()
+            page = types.Cursor(offset=offset, limit=limit, total_count=len(checkpoints))
+            return _json(types.CheckpointsListResponse(checkpoints=checkpoints[offset : offset + limit], cursor=page))
+        if path == "/api/v1/training_runs":
+            return _json(self.server.catalog.training_runs(*_page(self.path)))
+        if (match := _RUN_CHECKPOINTS.match(path)) is not None:
+            return _json(types.CheckpointsListResponse(checkpoints=self.server.catalog.checkpoints(match.group(1))))
+        if (match := _RUN.match(path)) is not None:
+            return _json(self.server.catalog.training_run(match.group(1)))
         if path.startswith("/api/v1/samplers/"):
             return _json(engine.get_sampler(path.removeprefix("/api/v1/samplers/")))
         raise NotFound(f"minds serve does not serve GET {path}")
@@ -156,6 +173,15 @@ class _Handler(BaseHTTPRequestHandler):
         if wants_proto and isinstance(value, types.SampleResponse):
             return 200, encode_sample(value), PROTO_CONTENT_TYPE
         return _json(value)
+
+
+def _page(url: str) -> tuple[int, int]:
+    """``limit`` and ``offset`` of a listing's query string (the SDK's defaults when absent)."""
+    query = parse_qs(urlsplit(url).query)
+    try:
+        return int(query.get("limit", ["20"])[0]), int(query.get("offset", ["0"])[0])
+    except ValueError:
+        raise BadRequest("limit and offset must be integers") from None
 
 
 def _parse_json(raw: bytes) -> Json:

@@ -16,6 +16,8 @@ from tinker import types
 from minds_core.backends.local import ServiceClient
 from minds_core.backends.local.losses import LOSSES
 
+from .conftest import KEY
+
 pytestmark = pytest.mark.slow
 
 ADAM = types.AdamParams(learning_rate=0.02)
@@ -163,3 +165,27 @@ def test_unsupported_requests_get_a_400_naming_what_is_supported(service, tokens
         service.create_lora_training_client("minds-tiny", rank=4, optimizer=types.DimuonOptimizerConfig()).result()
     with pytest.raises(tinker.BadRequestError, match="AdamW only"):
         trainer.optim_step(types.DimuonParams(learning_rate=0.01)).result()
+
+
+def test_the_rest_client_lists_checkpoints_and_training_runs(served, service, tokens) -> None:
+    trainer = service.create_lora_training_client("minds-tiny", rank=4, seed=6).result()
+    trainer.forward_backward(rl_batch(tokens), "cross_entropy")
+    trainer.optim_step(ADAM)
+    state = trainer.save_state("rest-a", user_metadata={"note": "first"}).result().path
+    sampler_path = trainer.save_weights_for_sampler("rest-b").result().path
+    rest = tinker.RestClient(base_url=served.url, api_key=KEY)
+    run_id = trainer.model_id
+    listed = rest.list_checkpoints(run_id).result().checkpoints
+    assert {(c.checkpoint_type, c.tinker_path) for c in listed} == {("training", state), ("sampler", sampler_path)}
+    assert next(c for c in listed if c.tinker_path == state).user_metadata == {"note": "first"}
+    run = rest.get_training_run(run_id).result()
+    assert (run.base_model, run.lora_rank, run.is_lora) == ("minds-tiny", 4, True)
+    assert run.last_checkpoint is not None and run.last_checkpoint.tinker_path == state
+    runs = rest.list_training_runs(limit=100).result()
+    assert run_id in {r.training_run_id for r in runs.training_runs}
+    assert any(c.tinker_path == state for c in rest.list_user_checkpoints(limit=100).result().checkpoints)
+    # SDK code that resumes from the newest training checkpoint works as against the hosted service
+    resumed = service.create_training_client_from_state_with_optimizer(run.last_checkpoint.tinker_path).result()
+    assert resumed.forward(rl_batch(tokens), "cross_entropy").result().metrics["loss:sum"] > 0
+    with pytest.raises(tinker.NotFoundError):
+        rest.get_training_run("no-such-run").result()
