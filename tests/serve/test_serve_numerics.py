@@ -189,3 +189,23 @@ def test_the_rest_client_lists_checkpoints_and_training_runs(served, service, to
     assert resumed.forward(rl_batch(tokens), "cross_entropy").result().metrics["loss:sum"] > 0
     with pytest.raises(tinker.NotFoundError):
         rest.get_training_run("no-such-run").result()
+
+
+def test_a_custom_loss_trains_as_it_does_in_process(service, local, tokens) -> None:
+    import torch
+
+    data = rl_batch(tokens)
+
+    def loss_fn(batch: list[types.Datum], logprobs: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        total = sum(-(lp * torch.linspace(0.5, 1.5, len(lp))).sum() for lp in logprobs)
+        return total, {"custom:sum": float(total.detach())}
+
+    after = {}
+    for name, client in (("served", service), ("local", local)):
+        trainer = client.create_lora_training_client("minds-tiny", rank=4, seed=8).result()
+        result = trainer.forward_backward_custom(data, loss_fn).result()
+        assert result.metrics["custom:sum"] > 0
+        trainer.optim_step(ADAM).result()
+        after[name] = logprob_arrays(trainer.forward(data, "cross_entropy").result())
+    for s, l in zip(after["served"], after["local"], strict=True):
+        np.testing.assert_allclose(s, l, rtol=0, atol=1e-5)
