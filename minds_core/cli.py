@@ -21,6 +21,7 @@ examples:
   minds sft --data chats.jsonl --steps 20
   minds report runs/ghost_trace-20260101-120000
   minds plugins --json
+  minds serve --port 8000                     the local backend as a Tinker API server for any SDK program
 """
 
 

@@ -115,7 +115,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _check_key(self) -> None:
         expected = self.server.api_key
-        if expected and not hmac.compare_digest(self.headers.get("X-API-Key", ""), expected):
+        if expected and not hmac.compare_digest(self.headers.get("X-API-Key", "").encode(), expected.encode()):
             raise Unauthorized("Invalid API key: this minds serve was started with --api-key; send that key")
 
     def _body(self) -> bytes:
