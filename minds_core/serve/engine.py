@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -33,6 +34,8 @@ __all__ = ["Engine"]
 LONG_POLL_SECONDS = 20.0
 #: Results already delivered, kept (newest first) so that a retried retrieve still finds them.
 DELIVERED_KEPT = 256
+#: Seconds a finished result nobody retrieves is kept (its client has gone): memory stays bounded.
+ABANDONED_AFTER = 600.0
 
 
 class _Run:
@@ -96,7 +99,7 @@ class Engine:
         self._sessions: dict[str, bool] = {}  # session id -> still open
         self._runs: dict[str, _Run] = {}
         self._samplers: dict[str, tuple[Any, str | None]] = {}  # id -> (local SamplingClient, model_path)
-        self._pending: dict[str, Future[Any]] = {}
+        self._pending: dict[str, tuple[Future[Any], float]] = {}  # request id -> (result, when tracked)
         self._delivered: collections.OrderedDict[str, Any] = collections.OrderedDict()
 
     # -- sessions ------------------------------------------------------------------
@@ -309,8 +312,12 @@ class Engine:
         result: Future[Any] = Future()
         _chain(source, result, transform)
         request_id = f"req-{uuid.uuid4().hex}"
+        now = time.monotonic()
         with self._lock:
-            self._pending[request_id] = result
+            abandoned = [key for key, (f, since) in self._pending.items() if f.done() and now - since > ABANDONED_AFTER]
+            for key in abandoned:
+                del self._pending[key]
+            self._pending[request_id] = (result, now)
         return types.UntypedAPIFuture(request_id=request_id)
 
     def retrieve(self, request_id: str) -> Any:
@@ -318,7 +325,7 @@ class Engine:
         with self._lock:
             if request_id in self._delivered:
                 return self._delivered[request_id]
-            future = self._pending.get(request_id)
+            future, _ = self._pending.get(request_id, (None, 0.0))
         if future is None:
             raise NotFound(f"Unknown request_id {request_id!r}")
         try:
