@@ -23,7 +23,7 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_minds_run_on_the_tinker_backend_trains_and_resumes(served: Served, run_minds, tmp_path: Path) -> None:
+def test_minds_run_on_the_tinker_backend_trains_resumes_and_evaluates(served: Served, run_minds, tmp_path: Path) -> None:
     env = {"TINKER_API_KEY": KEY}
     first = run_minds(
         ["run", *ARGS, "--steps", "2", "--set", f"tinker.base_url={served.url}", "--name", "hosted"],
@@ -38,5 +38,10 @@ def test_minds_run_on_the_tinker_backend_trains_and_resumes(served: Served, run_
     resumed = run_minds(["run", "--resume", str(run), "--set", "trainer.steps=4"], plugins=["toy_plugin"], env=env)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert [row["step"] for row in _rows(run / "metrics.jsonl")] == [0, 1, 2, 3]
-    for text in (first.stdout + first.stderr, resumed.stdout + resumed.stderr, *(p.read_text() for p in run.rglob("*") if p.is_file() and p.suffix in {".jsonl", ".yaml", ".log", ".json"})):
+    evaluated = run_minds(
+        ["eval", *ARGS, "--groups", "2", "--set", f"tinker.base_url={served.url}"], plugins=["toy_plugin"], env=env
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-4000:]
+    assert json.loads(evaluated.stdout)  # reward statistics of rollouts sampled through the server
+    for text in (first.stdout + first.stderr, resumed.stdout + resumed.stderr, evaluated.stdout + evaluated.stderr, *(p.read_text() for p in run.rglob("*") if p.is_file() and p.suffix in {".jsonl", ".yaml", ".log", ".json"})):
         assert KEY not in text
