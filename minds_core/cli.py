@@ -1,4 +1,4 @@
-"""The ``minds`` command: run | eval | sft | report | sample | chat | export | plugins | envs.
+"""The ``minds`` command: run | eval | sft | report | sample | chat | export | serve | plugins | envs.
 
 Imports are lazy so that ``minds --help`` and ``minds plugins`` stay fast and never import torch.
 """
@@ -25,6 +25,7 @@ examples:
   minds chat runs/ghost_trace-20260101-120000
   minds export runs/ghost_trace-20260101-120000 adapter/ --merge
   minds plugins --json
+  minds serve --port 8000                     the local backend as a Tinker API server for any SDK program
 """
 
 
@@ -81,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     envs = commands.add_parser("envs", parents=[shared], help="list the environments that can be trained on")
     envs.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    from minds_core.serve.command import add_serve_arguments
+
+    add_serve_arguments(commands.add_parser("serve", parents=[shared], help="serve the local backend as a Tinker API over HTTP (point any Tinker SDK program at it)"))
     return parser
 
 
@@ -238,6 +242,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _envs_command(args)
         if args.command == "report":
             return _report_command(args)
+        if args.command == "serve":
+            from minds_core.serve.command import serve_command
+
+            return serve_command(args)
         if args.command in adapter_cli.COMMANDS:
             return adapter_cli.run(args)
         return _run_command(args)

@@ -1,0 +1,103 @@
+"""Overhead of ``minds serve``: one RL step through the real SDK over HTTP vs the same step in-process.
+
+Run: ``python benchmarks/serve_overhead.py`` (``--smoke``: seconds, figures mean nothing).
+Both sides run the local backend on the tiny model with the same seed and the same
+step: a sampling snapshot, ``PROMPTS`` groups of ``GROUP`` samples submitted at once,
+an ``importance_sampling`` forward_backward on them and an AdamW step. The served side
+is ``minds serve --port 0`` in a subprocess, driven by an unmodified
+``tinker.ServiceClient``; steps alternate between the two sides, and the median step
+time of each is compared. Target: served overhead <= 15%.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import tinker
+from tinker import types
+
+from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+
+SMOKE = "--smoke" in sys.argv[1:]
+PROMPTS = 2 if SMOKE else 8
+GROUP = 2 if SMOKE else 8
+MAX_TOKENS = 4 if SMOKE else 32
+STEPS = 1 if SMOKE else 6
+
+
+def rl_step(trainer: Any, prompts: list[list[int]], step: int) -> float:
+    """One RL step on ``trainer`` (SDK or local: the same API); its wall time in seconds."""
+    start = time.perf_counter()
+    sampler = trainer.save_weights_and_get_sampling_client().result()
+    params = types.SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0, seed=step, stop=[])
+    futures = [sampler.sample(types.ModelInput.from_ints(p), GROUP, params) for p in prompts]
+    data = []
+    for prompt, future in zip(prompts, futures, strict=True):
+        sequences = future.result().sequences
+        rewards = np.array([np.mean(seq.tokens) for seq in sequences], dtype=np.float32)
+        for seq, advantage in zip(sequences, rewards - rewards.mean(), strict=True):
+            tokens = prompt + list(seq.tokens)
+            pad = len(prompt) - 1
+            data.append(
+                types.Datum(
+                    model_input=types.ModelInput.from_ints(tokens[:-1]),
+                    loss_fn_inputs={
+                        "target_tokens": np.array(tokens[1:], dtype=np.int64),
+                        "logprobs": np.array([0.0] * pad + list(seq.logprobs), dtype=np.float32),
+                        "advantages": np.array([0.0] * pad + [advantage] * len(seq.tokens), dtype=np.float32),
+                    },
+                )
+            )
+    fb = trainer.forward_backward(data, "importance_sampling")
+    optim = trainer.optim_step(types.AdamParams(learning_rate=1e-3))
+    fb.result()
+    optim.result()
+    return time.perf_counter() - start
+
+
+def start_server() -> tuple[subprocess.Popen[str], str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "minds_core.cli", "serve", "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    return process, json.loads(process.stdout.readline())["url"]
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    prompts = [[int(t) for t in rng.integers(3, 250, size=12)] for _ in range(PROMPTS)]
+    process, url = start_server()
+    try:
+        remote = tinker.ServiceClient(base_url=url, api_key=os.environ.get("TINKER_API_KEY", "tml-benchmark"))
+        with ServiceClient() as local:
+            trainers = {
+                "served": remote.create_lora_training_client(DEFAULT_BASE_MODEL, rank=8, seed=0).result(),
+                "in-process": local.create_lora_training_client(DEFAULT_BASE_MODEL, rank=8, seed=0).result(),
+            }
+            for trainer in trainers.values():  # warm-up: first-call costs on both sides
+                rl_step(trainer, prompts, -1)
+            times: dict[str, list[float]] = {name: [] for name in trainers}
+            for step in range(STEPS):
+                for name in (("served", "in-process") if step % 2 == 0 else ("in-process", "served")):
+                    times[name].append(rl_step(trainers[name], prompts, step))
+        remote.close("success").result()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    served, inproc = (statistics.median(times[name]) for name in ("served", "in-process"))
+    print(f"one RL step ({PROMPTS} prompts x {GROUP} samples x {MAX_TOKENS} tokens, importance_sampling + AdamW), median of {STEPS}:")
+    print(f"  in-process local backend: {inproc * 1000:8.1f} ms")
+    print(f"  minds serve over HTTP:    {served * 1000:8.1f} ms")
+    print(f"  served overhead: {100 * (served / inproc - 1):+.1f}%  (target <= 15%)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""``minds serve``: the local backend as an HTTP server speaking the Tinker API (SDK 0.38).
+
+Unmodified ``tinker`` SDK code pointed at it (``TINKER_BASE_URL`` or ``base_url=``, any
+``tml-`` key) trains and samples on this machine::
+
+    minds serve --port 8000
+    TINKER_BASE_URL=http://127.0.0.1:8000 TINKER_API_KEY=tml-local python my_tinker_script.py
+
+``serve`` blocks until SIGTERM or Ctrl-C, then stops accepting requests and closes the
+local backend. On start it prints one JSON line, ``{"url": ..., "host": ..., "port": ...}``
+(with ``--port 0`` the port is a free one the system picked).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+__all__ = ["serve"]
+
+
+def serve(
+    host: str,
+    port: int,
+    models: list[str],
+    api_key: str | None = None,
+    checkpoint_root: Path | None = None,
+) -> None:
+    """Load ``models``, listen on ``host:port`` and serve until SIGTERM/SIGINT."""
+    from minds_core.backends.local import ServiceClient
+
+    from .engine import Engine
+    from .http import TinkerServer
+
+    service = ServiceClient(checkpoint_root)
+    try:
+        for model in models:  # load now: a wrong name fails here, and the first request is not slow
+            service.create_sampling_client(base_model=model).result()
+        server = TinkerServer((host, port), Engine(service, models), api_key)
+    except BaseException:
+        service.close()
+        raise
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    thread = threading.Thread(target=server.serve_forever, name="minds-serve", daemon=True)
+    thread.start()
+    bound_host, bound_port = server.server_address[:2]
+    print(json.dumps({"url": f"http://{bound_host}:{bound_port}", "host": bound_host, "port": bound_port}), flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        service.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        print("minds serve: stopped", file=sys.stderr, flush=True)

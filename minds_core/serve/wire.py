@@ -1,0 +1,157 @@
+"""The protobuf bodies of the Tinker API: forward/backward requests in, loss and sample results out.
+
+The SDK sends ``/api/v1/forward_backward`` as a ``tinker_public.ForwardBackwardRequest``
+(optionally zstd-compressed) and asks for ``ForwardBackwardOutput`` and ``SampleResponse``
+results as protobuf (``Accept: application/x-protobuf``); every other body is JSON.
+These functions are the server-side inverses of the SDK's ``tinker.proto`` converters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import zstandard
+from tinker import types
+from tinker.proto import tinker_public_pb2 as pb
+
+from .errors import BadRequest
+
+__all__ = ["PROTO_CONTENT_TYPE", "decode_forward_backward", "encode_forward_backward", "encode_sample"]
+
+PROTO_CONTENT_TYPE = "application/x-protobuf"
+
+_DTYPES: dict[int, tuple[np.dtype[Any], types.TensorDtype]] = {
+    pb.DTYPE_FLOAT32: (np.dtype(np.float32), "float32"),
+    pb.DTYPE_INT64: (np.dtype(np.int64), "int64"),
+    pb.DTYPE_INT32: (np.dtype(np.int32), "int64"),
+}
+_STOP_REASONS = {"stop": pb.STOP_REASON_STOP, "length": pb.STOP_REASON_LENGTH}
+
+
+def decode_forward_backward(body: bytes, content_encoding: str) -> tuple[types.ForwardBackwardRequest, bool]:
+    """The request and its ``forward_only`` flag, from the SDK's protobuf body."""
+    if content_encoding == "zstd":
+        body = zstandard.ZstdDecompressor().decompressobj().decompress(body)
+    elif content_encoding not in ("", "identity"):
+        raise BadRequest(f"Content-Encoding {content_encoding!r} is not supported (only zstd)")
+    message = pb.ForwardBackwardRequest()
+    try:
+        message.ParseFromString(body)
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
+        raise BadRequest(f"The forward_backward body is not a tinker_public.ForwardBackwardRequest: {exc}") from None
+    config: dict[str, float | str] = {key: value for key, value in message.loss_fn_config.items()}
+    for key, value in message.loss_fn_config_v2.items():
+        config[key] = value.text if value.WhichOneof("value") == "text" else value.number
+    request = types.ForwardBackwardRequest(
+        forward_backward_input=types.ForwardBackwardInput(
+            data=[_datum(datum) for datum in message.data],
+            loss_fn=message.loss_fn,
+            loss_fn_config=config or None,
+        ),
+        model_id=message.model_id,
+        seq_id=message.seq_id,
+    )
+    return request, message.forward_only
+
+
+def _datum(message: pb.Datum) -> types.Datum:
+    chunks = []
+    for chunk in message.model_input:
+        kind = chunk.WhichOneof("chunk")
+        if kind != "encoded_text":
+            raise BadRequest(f"Model input chunks of kind {kind!r} are not supported by minds serve (only token chunks)")
+        tokens = np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32)
+        chunks.append(types.EncodedTextChunk(tokens=tokens.tolist()))
+    inputs = {name: _tensor(tensor) for name, tensor in message.loss_fn_inputs.items()}
+    return types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs)
+
+
+def _tensor(message: pb.Tensor) -> types.TensorData:
+    if message.dtype not in _DTYPES:
+        raise BadRequest(f"Tensor dtype {message.dtype} is not supported (float32 and int64 are)")
+    np_dtype, dtype = _DTYPES[message.dtype]
+    shape = list(message.shape) or None
+    if message.WhichOneof("encoding") == "sparse_csr":
+        csr = message.sparse_csr
+        return types.TensorData(
+            data=np.frombuffer(csr.values, dtype=np_dtype).copy(),
+            dtype=dtype,
+            shape=shape,
+            sparse_crow_indices=np.frombuffer(csr.crow_indices, dtype=np.int64).tolist(),
+            sparse_col_indices=np.frombuffer(csr.col_indices, dtype=np.int64).tolist(),
+        )
+    return types.TensorData(data=np.frombuffer(message.dense, dtype=np_dtype).copy(), dtype=dtype, shape=shape)
+
+
+def _tensor_message(tensor: types.TensorData) -> pb.Tensor:
+    array = np.asarray(tensor.to_numpy())
+    message = pb.Tensor(dtype=pb.DTYPE_INT64 if tensor.dtype == "int64" else pb.DTYPE_FLOAT32)
+    message.shape.extend(tensor.shape if tensor.shape is not None else list(array.shape))
+    message.dense = array.astype(np.int64 if tensor.dtype == "int64" else np.float32).tobytes()
+    return message
+
+
+def encode_forward_backward(output: types.ForwardBackwardOutput) -> bytes:
+    """``output`` as a ``tinker_public.ForwardBackwardOutput``: one batched record of every field."""
+    message = pb.ForwardBackwardOutput(loss_fn_output_type=output.loss_fn_output_type or "ArrayRecord")
+    for key, value in output.metrics.items():
+        message.metrics[key] = float(value)
+    if output.loss_fn_outputs:
+        record = message.loss_fn_outputs.add(num_datums=len(output.loss_fn_outputs))
+        for name in output.loss_fn_outputs[0]:
+            arrays = [np.asarray(item[name].to_numpy()) for item in output.loss_fn_outputs]
+            integer = output.loss_fn_outputs[0][name].dtype == "int64"
+            arrays = [array.astype(np.int64 if integer else np.float32) for array in arrays]
+            offsets = np.cumsum([0, *(array.nbytes for array in arrays)], dtype=np.int64)
+            record.fields[name].CopyFrom(
+                pb.BatchedTensor(
+                    data=b"".join(array.tobytes() for array in arrays),
+                    offsets=offsets.tobytes(),
+                    dtype=pb.DTYPE_INT64 if integer else pb.DTYPE_FLOAT32,
+                    trailing_shape=list(arrays[0].shape[1:]),
+                )
+            )
+    return message.SerializeToString()
+
+
+def _floats(values: Any) -> bytes:
+    return np.asarray([np.nan if value is None else value for value in values], dtype=np.float32).tobytes()
+
+
+def _topk(rows: Any) -> pb.TopkLogprobs | None:
+    """``[[(token, logprob), ...], ...]`` (None rows allowed) as a dense ``TopkLogprobs``."""
+    if not rows:
+        return None
+    k = max((len(row) for row in rows if row), default=0)
+    if k == 0:
+        return None
+    ids = np.zeros((len(rows), k), dtype=np.int32)
+    logprobs = np.full((len(rows), k), np.nan, dtype=np.float32)
+    for i, row in enumerate(rows):
+        for j, (token, logprob) in enumerate(row or []):
+            ids[i, j], logprobs[i, j] = token, logprob
+    return pb.TopkLogprobs(token_ids=ids.tobytes(), logprobs=logprobs.tobytes(), k=k, length=len(rows))
+
+
+def encode_sample(response: types.SampleResponse) -> bytes:
+    """``response`` as a ``tinker_public.SampleResponse``."""
+    message = pb.SampleResponse()
+    for sequence in response.sequences:
+        item = message.sequences.add(
+            stop_reason=_STOP_REASONS[sequence.stop_reason],
+            tokens=np.asarray(sequence.tokens, dtype=np.int32).tobytes(),
+        )
+        if sequence.logprobs is not None:
+            item.logprobs = _floats(sequence.logprobs)
+        topk = _topk(sequence.topk_logprobs)
+        if topk is not None:
+            item.topk_sampled_logprobs.CopyFrom(topk)
+    if response.prompt_logprobs is not None:
+        message.prompt_logprobs = _floats(response.prompt_logprobs)
+    topk = _topk(response.topk_prompt_logprobs)
+    if topk is not None:
+        message.topk_prompt_logprobs.CopyFrom(topk)
+    if response.target_prompt_logprobs is not None:
+        message.target_prompt_logprobs.CopyFrom(_tensor_message(response.target_prompt_logprobs))
+    return message.SerializeToString()

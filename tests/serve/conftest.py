@@ -1,0 +1,79 @@
+"""A real ``minds serve`` in a subprocess on 127.0.0.1:0, and SDK clients pointed at it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import tinker
+
+KEY = "tml-serve-test"
+
+
+@dataclass
+class Served:
+    """A running ``minds serve``: its URL and process."""
+
+    url: str
+    process: subprocess.Popen[str]
+
+    def stop(self) -> int:
+        """SIGTERM, as a service manager would; the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=30)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+
+
+def start_server(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> Served:
+    """``minds serve --port 0`` (a process boundary is the point: the SDK talks HTTP to it); waits for its URL line."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "minds_core.cli", "serve", "--port", "0", "--checkpoint-root", str(tmp_path / "ckpt"), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    line = process.stdout.readline() if process.stdout else ""
+    if not line:
+        process.kill()
+        raise AssertionError(f"minds serve printed no URL; stderr:\n{process.stderr.read() if process.stderr else ''}")
+    return Served(json.loads(line)["url"], process)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One server for a test module (starting it loads the tiny model: about a second)."""
+    server = start_server(tmp_path_factory.mktemp("serve"))
+    yield server
+    assert server.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def service(served: Served) -> Iterator[tinker.ServiceClient]:
+    """An unmodified SDK ``ServiceClient`` on the served URL."""
+    client = tinker.ServiceClient(base_url=served.url, api_key=KEY)
+    yield client
+    client.close("success").result(timeout=30)
+
+
+@pytest.fixture
+def tokens() -> Callable[[int, int], list[int]]:
+    """``n`` deterministic token ids of the tiny model's vocabulary (seeded)."""
+    import random
+
+    def make(n: int, seed: int = 0) -> list[int]:
+        rng = random.Random(seed)
+        return [rng.randrange(3, 250) for _ in range(n)]
+
+    return make

@@ -1,0 +1,47 @@
+"""CI runs minds' hosted path for real: ``minds run --backend tinker`` through the SDK, against ``minds serve``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .conftest import Served
+
+pytestmark = pytest.mark.slow
+
+KEY = "tml-hosted-path-key"
+ARGS = [
+    "--env", "toy_char_share", "--backend", "tinker",
+    "--set", "trainer.save_every=1", "--set", "trainer.group_size=4", "--set", "trainer.groups_per_batch=2",
+    "--set", "sampling.max_tokens=8", "--set", "metrics.sinks=[jsonl]", "--set", "seed=3",
+]
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_minds_run_on_the_tinker_backend_trains_resumes_and_evaluates(served: Served, run_minds, tmp_path: Path) -> None:
+    env = {"TINKER_API_KEY": KEY}
+    first = run_minds(
+        ["run", *ARGS, "--steps", "2", "--set", f"tinker.base_url={served.url}", "--name", "hosted"],
+        plugins=["toy_plugin"], env=env,
+    )
+    assert first.returncode == 0, first.stderr[-4000:]
+    run = tmp_path / "runs" / "hosted"
+    assert [row["step"] for row in _rows(run / "metrics.jsonl")] == [0, 1]
+    checkpoints = _rows(run / "checkpoints.jsonl")
+    assert checkpoints and all("tinker://" in json.dumps(row) for row in checkpoints)
+
+    resumed = run_minds(["run", "--resume", str(run), "--set", "trainer.steps=4"], plugins=["toy_plugin"], env=env)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert [row["step"] for row in _rows(run / "metrics.jsonl")] == [0, 1, 2, 3]
+    evaluated = run_minds(
+        ["eval", *ARGS, "--groups", "2", "--set", f"tinker.base_url={served.url}"], plugins=["toy_plugin"], env=env
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-4000:]
+    assert json.loads(evaluated.stdout)  # reward statistics of rollouts sampled through the server
+    for text in (first.stdout + first.stderr, resumed.stdout + resumed.stderr, evaluated.stdout + evaluated.stderr, *(p.read_text() for p in run.rglob("*") if p.is_file() and p.suffix in {".jsonl", ".yaml", ".log", ".json"})):
+        assert KEY not in text
