@@ -219,7 +219,7 @@ def _open_chat_model(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
         top_k=s.top_k,
         seed=args.seed,
     )
-    return service, ChatModel.create(sampler, config.model.chat_template_args, params), system
+    return service, ChatModel.create(sampler, config.model.base_model, config.model.chat_template_args, params), system
 
 
 def _env_system_prompt(config: Any, plugins: Any) -> str:

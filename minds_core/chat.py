@@ -41,9 +41,11 @@ class ChatModel:
     params: tinker.types.SamplingParams
 
     @classmethod
-    def create(cls, sampler: Any, template_args: dict[str, Any], params: tinker.types.SamplingParams) -> ChatModel:
+    def create(cls, sampler: Any, base_model: str, template_args: dict[str, Any], params: tinker.types.SamplingParams) -> ChatModel:
+        from minds_core.backends import sampler_tokenizer
+
         try:
-            return cls(sampler, Renderer(sampler.get_tokenizer(), template_args), params)
+            return cls(sampler, Renderer(sampler_tokenizer(sampler, base_model), template_args), params)
         except TemplateError as exc:
             raise UsageError(f"cannot chat with this model: {exc}") from None
 

@@ -21,7 +21,7 @@ import tinker
 
 from minds_core.advantages import kl_penalized, kl_terms
 from minds_core.aggregation import token_scales
-from minds_core.backends import choose_backend
+from minds_core.backends import choose_backend, sampler_tokenizer
 from minds_core.backends.retry import Backoff, ServiceCallError, call_service, send_now, settle
 from minds_core.checkpoint import Checkpoint, RunDirectory, check_resume_changes, default_run_name
 from minds_core.config import EnvConfig, RunConfig
@@ -181,7 +181,7 @@ class Session:
                 sampler = await self.service.create_sampling_client(model_path=model_path)
             else:
                 sampler = await self.service.create_sampling_client(base_model=cfg.model.base_model)
-            self._use_tokenizer(sampler.get_tokenizer())
+            self._use_tokenizer(sampler_tokenizer(sampler, cfg.model.base_model))
         except (TemplateError, *_REJECTED) as exc:
             raise UsageError(f"cannot sample from {what!r}: {exc}") from None
         return Policy(0, sampler, state_path)

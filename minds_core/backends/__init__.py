@@ -30,6 +30,25 @@ def local_only_model(model: str) -> str | None:
     return None
 
 
+def sampler_tokenizer(sampler: Any, base_model: str) -> Any:
+    """The tokenizer of a sampling client.
+
+    The hosted SDK loads it by the model's name from the Hugging Face hub; a model
+    only this machine has (``minds-tiny`` behind ``minds serve``) is read from the
+    directory the local backend builds it into. Any other failure is a UsageError.
+    """
+    try:
+        return sampler.get_tokenizer()
+    except OSError as exc:
+        if base_model != DEFAULT_BASE_MODEL:
+            raise UsageError(f"cannot load the tokenizer of {base_model!r}: {exc}") from None
+    from transformers import AutoTokenizer
+
+    from minds_core.backends.local.tiny_model import tiny_model_path
+
+    return AutoTokenizer.from_pretrained(str(tiny_model_path()))
+
+
 def choose_backend(config: RunConfig) -> BackendChoice:
     """``auto``: the hosted service when an API key is configured and it can serve the model, else local."""
     if config.backend != "auto":

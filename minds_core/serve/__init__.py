@@ -28,14 +28,15 @@ def serve(
     models: list[str],
     api_key: str | None = None,
     checkpoint_root: Path | None = None,
+    device: str = "auto",
 ) -> None:
-    """Load ``models``, listen on ``host:port`` and serve until SIGTERM/SIGINT."""
+    """Load ``models`` on ``device``, listen on ``host:port`` and serve until SIGTERM/SIGINT."""
     from minds_core.backends.local import ServiceClient
 
     from .engine import Engine
     from .http import TinkerServer
 
-    service = ServiceClient(checkpoint_root)
+    service = ServiceClient(checkpoint_root, device)
     try:
         for model in models:  # load now: a wrong name fails here, and the first request is not slow
             service.create_sampling_client(base_model=model).result()

@@ -13,7 +13,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, metavar="N", help="port to listen on; 0 picks a free one (default 8000)")
     parser.add_argument("--model", dest="models", action="append", metavar="NAME", help="base model to load and advertise (repeatable; default minds-tiny)")
-    parser.add_argument("--device", choices=("cpu",), default="cpu", help="where the local backend runs (it runs on CPU)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where the local backend computes: auto (cuda when torch sees a GPU), cpu, cuda")
     parser.add_argument("--checkpoint-root", metavar="DIR", help="where tinker:// checkpoints are kept (default: a temporary folder, removed on exit)")
     parser.add_argument("--api-key", metavar="KEY", help="require this X-API-Key on every request (default: $MINDS_SERVE_API_KEY; unset: any key)")
 
@@ -39,9 +39,10 @@ def serve_command(args: argparse.Namespace) -> int:
             models,
             api_key=args.api_key or os.environ.get("MINDS_SERVE_API_KEY") or None,
             checkpoint_root=Path(args.checkpoint_root) if args.checkpoint_root else None,
+            device=args.device,
         )
     except (LocalNotFoundError, LocalBadRequestError) as exc:
-        raise UsageError(f"--model: {exc.message}") from None
+        raise UsageError(f"--model/--device: {exc.message}") from None
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; pick another --port (0 picks a free one)") from None
     return 0

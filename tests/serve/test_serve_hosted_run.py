@@ -39,9 +39,10 @@ def test_minds_run_on_the_tinker_backend_trains_resumes_and_evaluates(served: Se
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert [row["step"] for row in _rows(run / "metrics.jsonl")] == [0, 1, 2, 3]
     evaluated = run_minds(
-        ["eval", *ARGS, "--groups", "2", "--set", f"tinker.base_url={served.url}"], plugins=["toy_plugin"], env=env
+        ["eval", str(run), "--backend", "tinker", "--tasks", "2", "--samples", "2", "--json"], plugins=["toy_plugin"], env=env
     )
     assert evaluated.returncode == 0, evaluated.stderr[-4000:]
-    assert json.loads(evaluated.stdout)  # reward statistics of rollouts sampled through the server
+    summary = json.loads(evaluated.stdout)  # the last checkpoint's rollouts, sampled through the server
+    assert summary, evaluated.stdout
     for text in (first.stdout + first.stderr, resumed.stdout + resumed.stderr, evaluated.stdout + evaluated.stderr, *(p.read_text() for p in run.rglob("*") if p.is_file() and p.suffix in {".jsonl", ".yaml", ".log", ".json"})):
         assert KEY not in text
