@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from functools import cache
 from typing import Any, TextIO
 
@@ -81,6 +82,12 @@ def configure(log_format: str = "auto", level: str = "info") -> None:
         logger_factory=lambda *args: _ConsoleLogger(),
         cache_logger_on_first_use=False,
     )
+    warnings.showwarning = _log_warning
+
+
+def _log_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, *_: Any) -> None:
+    """Python warnings (from minds, a library or an environment) become log lines: JSON logs stay all JSON."""
+    get_logger("python").warning(str(message), category=category.__name__, where=f"{filename}:{lineno}")
 
 
 def get_logger(name: str) -> Any:

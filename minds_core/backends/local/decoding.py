@@ -29,6 +29,7 @@ from transformers import DynamicCache, PreTrainedTokenizerBase
 
 from .fast_decode import FastDecoder
 from .kv_buffer import KVBuffer
+from .kv_cache import cache_argument, returned_cache
 from .models import target_logprobs
 
 __all__ = ["DecodeBatch", "PromptScores", "SampleRequest", "StopRule", "prompt_scores"]
@@ -157,9 +158,9 @@ class DecodeBatch:
         prompt = group[0].prompt.to(self._device)
         score = any(request.score_prompt for request in group)
         out = self.model(
-            input_ids=prompt[None], past_key_values=DynamicCache(), use_cache=True, logits_to_keep=0 if score else 1
+            input_ids=prompt[None], **cache_argument(DynamicCache()), logits_to_keep=0 if score else 1
         )
-        prompt_kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        prompt_kv = [(layer.keys, layer.values) for layer in returned_cache(out).layers]
         last = out.logits[0, -1].float()
         for request in group:
             if request.score_prompt:
@@ -218,8 +219,7 @@ class DecodeBatch:
             input_ids=chosen[:, None],
             position_ids=positions,
             attention_mask=mask,
-            past_key_values=self._cache,
-            use_cache=True,
+            **cache_argument(self._cache),
         )
         self._cache.advance()
         self._logits = out.logits[:, -1].float()

@@ -21,6 +21,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from .inputs import DatumTensors
+from .kv_cache import cache_argument, returned_cache
 from .models import target_logprobs
 
 __all__ = ["ItemLoss", "LossPasses", "padded_logits", "shared_prefix_groups"]
@@ -140,7 +141,7 @@ class LossPasses:
     ) -> float:
         p = group.prefix
         prefix_out = self.model(input_ids=items[group.members[0]].tokens[None, :p], use_cache=True)
-        prefix_kv = _keys_values(prefix_out.past_key_values)
+        prefix_kv = _keys_values(returned_cache(prefix_out))
         prefix_logits = prefix_out.logits[0]
         # Log-probs of every member's first p targets, from the one prefix pass: [members, p(, K)].
         prefix_lp = _shared_logprobs(prefix_logits, [items[i].inputs["target_tokens"][:p] for i in group.members])
@@ -206,7 +207,7 @@ def padded_logits(
         prefix_length = prefix_kv[0][0].shape[-2]
         mask = torch.cat([mask.new_ones(len(rows), prefix_length), mask], dim=1)
     return model(
-        input_ids=input_ids, attention_mask=mask if padded else None, past_key_values=cache, use_cache=True
+        input_ids=input_ids, attention_mask=mask if padded else None, **cache_argument(cache)
     ).logits
 
 

@@ -16,6 +16,7 @@ from transformers import (
 
 from minds_core.backends.local.fast_decode import FastDecoder
 from minds_core.backends.local.kv_buffer import KVBuffer
+from minds_core.backends.local.kv_cache import cache_argument, returned_cache
 
 SIZES = {
     "vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
@@ -43,8 +44,8 @@ def filled(model: torch.nn.Module, prompts: list[list[int]]) -> KVBuffer:
     """A buffer holding rows for ``prompts`` (different lengths: rows at different positions)."""
     cache = KVBuffer()
     for prompt in prompts:
-        out = model(input_ids=torch.tensor([prompt]), past_key_values=DynamicCache(), use_cache=True)
-        cache.add([(layer.keys, layer.values) for layer in out.past_key_values.layers], copies=2, room=40)
+        out = model(input_ids=torch.tensor([prompt]), **cache_argument(DynamicCache()))
+        cache.add([(layer.keys, layer.values) for layer in returned_cache(out).layers], copies=2, room=40)
     return cache
 
 
@@ -60,8 +61,7 @@ def test_fast_steps_equal_the_models_forward(name: str) -> None:
     for _ in range(4):
         positions, mask = theirs.step_inputs(torch.float32)
         expected = model(
-            input_ids=tokens[:, None], position_ids=positions, attention_mask=mask, past_key_values=theirs,
-            use_cache=True,
+            input_ids=tokens[:, None], position_ids=positions, attention_mask=mask, **cache_argument(theirs)
         ).logits[:, -1]
         theirs.advance()
         got = fast.step(ours, tokens)
