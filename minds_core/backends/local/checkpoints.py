@@ -36,15 +36,12 @@ from .errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
 from .lora import AdapterState, LoraSpec
 from .trainer import OptimizerState
 
-__all__ = ["META_FILE", "Checkpoint", "CheckpointKind", "CheckpointStore", "is_expired", "parse_path"]
+__all__ = ["Checkpoint", "CheckpointKind", "CheckpointStore", "parse_path"]
 
 CheckpointKind = Literal["weights", "sampler_weights"]
 
-#: The metadata file of every checkpoint folder (its presence marks a finished checkpoint).
-META_FILE = "minds_checkpoint.json"
-
 _FORMAT = "minds-local-checkpoint/1"
-_META = META_FILE
+_META = "minds_checkpoint.json"
 _ADAPTER = "adapter_model.safetensors"
 _OPTIMIZER = "optimizer.safetensors"
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:=+-]*\Z")
@@ -117,7 +114,7 @@ class CheckpointStore:
         meta = _read_meta(directory)
         if meta is None:
             raise LocalNotFoundError(f"No checkpoint at {path} (looked in {directory}); {self._siblings(directory)}")
-        if is_expired(meta):
+        if _is_expired(meta):
             raise LocalNotFoundError(f"Checkpoint {path} expired at {meta['expires_at']} (its ttl_seconds ran out)")
         if with_optimizer and not (directory / _OPTIMIZER).is_file():
             raise LocalBadRequestError(
@@ -138,14 +135,14 @@ class CheckpointStore:
         for kind in ("weights", "sampler_weights"):
             for meta_path in self.root.glob(f"{pattern}/{kind}/*/{_META}"):
                 meta = _read_meta(meta_path.parent)
-                if meta is not None and not is_expired(meta):
+                if meta is not None and not _is_expired(meta):
                     yield meta_path.parent, meta
 
     def sweep(self) -> None:
         """Remove the folders of expired checkpoints (readers already treat them as gone)."""
         for meta_path in self.root.glob(f"*/*/*/{_META}"):
             meta = _read_meta(meta_path.parent)
-            if meta is not None and is_expired(meta):
+            if meta is not None and _is_expired(meta):
                 retired = meta_path.parent.with_name(f".{meta_path.parent.name}.{uuid.uuid4().hex}.old")
                 try:
                     os.rename(meta_path.parent, retired)
@@ -158,7 +155,7 @@ class CheckpointStore:
         run_id, kind, name = parse_path(path)
         directory = self.root / run_id / kind / name
         meta = _read_meta(directory)
-        if meta is None or is_expired(meta):
+        if meta is None or _is_expired(meta):
             raise LocalNotFoundError(f"No checkpoint at {path}")
         retired = directory.with_name(f".{name}.{uuid.uuid4().hex}.old")
         os.rename(directory, retired)
@@ -171,7 +168,7 @@ class CheckpointStore:
         return f"that run has: {', '.join(names[:20]) or 'none'}"
 
 
-def is_expired(meta: Mapping[str, Any]) -> bool:
+def _is_expired(meta: Mapping[str, Any]) -> bool:
     """Whether a checkpoint's metadata says its ``ttl_seconds`` has run out."""
     expires_at = meta.get("expires_at")
     return expires_at is not None and datetime.fromisoformat(expires_at) <= datetime.now(UTC)
