@@ -91,7 +91,7 @@ class FakeRestClient:
 def trained(tmp_path_factory) -> dict[str, Any]:
     """A local adapter trained one step, exported as the service exports external weights."""
     root = tmp_path_factory.mktemp("store")
-    service = ServiceClient(root / "runs" / "_checkpoints")
+    service = ServiceClient(checkpoint_root=root / "runs" / "_checkpoints")
     training = service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=1).result()
     datum = build_datum(TOKENS, [i >= 6 for i in range(len(TOKENS))], [-5.0] * len(TOKENS), [1.0] * len(TOKENS))
     training.forward_backward([datum], "importance_sampling").result()

@@ -36,7 +36,7 @@ def serve(
     from .engine import Engine
     from .http import TinkerServer
 
-    service = ServiceClient(checkpoint_root, device)
+    service = ServiceClient(checkpoint_root=checkpoint_root, device=device)
     try:
         for model in models:  # load now: a wrong name fails here, and the first request is not slow
             service.create_sampling_client(base_model=model).result()

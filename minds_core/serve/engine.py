@@ -290,17 +290,20 @@ class Engine:
                 )
             )
         target = request.target_prompt_logprobs
-        local = sampler.sample(
-            request.prompt,
-            request.num_samples,
-            request.sampling_params,
-            include_prompt_logprobs=bool(request.prompt_logprobs),
-            topk_prompt_logprobs=request.topk_prompt_logprobs,
-            topk_sample_logprobs=request.topk_sample_logprobs,
-            target_prompt_logprobs=None if target is None else types.TensorData.model_validate(target.model_dump()),
-            prompt_alt_tokens_k=request.prompt_alt_tokens_k,
-            prompt_logprobs_last_n=request.prompt_logprobs_last_n,
-        )
+        try:
+            local = sampler.sample(
+                request.prompt,
+                request.num_samples,
+                request.sampling_params,
+                include_prompt_logprobs=bool(request.prompt_logprobs),
+                topk_prompt_logprobs=request.topk_prompt_logprobs,
+                topk_sample_logprobs=request.topk_sample_logprobs,
+                target_prompt_logprobs=None if target is None else types.TensorData(**target.model_dump()),
+                prompt_alt_tokens_k=request.prompt_alt_tokens_k,
+                prompt_logprobs_last_n=request.prompt_logprobs_last_n,
+            )
+        except ValueError as exc:  # a target tensor the SDK itself would have refused
+            raise BadRequest(str(exc)) from None
         future = self._track(local.future())
         ids = [f"{future.request_id}:{i}" for i in range(request.num_samples)]
         return future.model_copy(update={"sample_sequence_ids": ids})

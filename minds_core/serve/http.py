@@ -13,14 +13,13 @@ import json
 import re
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pydantic
+import tinker
 from tinker import types
 
-from .catalog import Catalog
 from .engine import Engine
 from .errors import BadRequest, HttpError, NotFound, Unauthorized
 from .wire import (
@@ -36,6 +35,7 @@ Json = dict[str, Any]
 _FINISH = re.compile(r"^/api/v1/sessions/([^/]+)/finish$")
 _RUN = re.compile(r"^/api/v1/training_runs/([^/]+)$")
 _RUN_CHECKPOINTS = re.compile(r"^/api/v1/training_runs/([^/]+)/checkpoints$")
+_CHECKPOINT = re.compile(r"^/api/v1/training_runs/([^/]+)/checkpoints/([^/]+/[^/]+)$")
 
 
 class TinkerServer(ThreadingHTTPServer):
@@ -47,7 +47,7 @@ class TinkerServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], engine: Engine, api_key: str | None) -> None:
         super().__init__(address, _Handler)
         self.engine = engine
-        self.catalog = Catalog(Path(engine.service.checkpoint_root))
+        self.rest = engine.service.create_rest_client()  # checkpoint listings, as the in-process RestClient's
         self.api_key = api_key
 
 
@@ -98,12 +98,18 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._handle(self._post)
 
+    def do_DELETE(self) -> None:
+        self._handle(self._delete)
+
     def _handle(self, route: Callable[[], tuple[int, bytes, str]]) -> None:
         try:
             self._check_key()
             status, body, content_type = route()
         except HttpError as exc:
             status, body, content_type = exc.status, json.dumps({"detail": exc.detail}).encode(), "application/json"
+        except tinker.APIStatusError as exc:  # the local backend's 4xx (catalog lookups)
+            status, content_type = exc.status_code, "application/json"
+            body = json.dumps({"detail": exc.message}).encode()
         except Exception as exc:  # noqa: BLE001 - a bug: answered as a 500 naming it, the server keeps serving
             detail = f"minds serve failed on {self.path}: {type(exc).__name__}: {exc}"
             status, body, content_type = 500, json.dumps({"detail": detail}).encode(), "application/json"
@@ -131,16 +137,13 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/api/v1/get_server_capabilities":
             return _json(engine.capabilities())
         if path == "/api/v1/checkpoints":
-            limit, offset = _page(self.path)
-            checkpoints = self.server.catalog.checkpoints()
-            page = types.Cursor(offset=offset, limit=limit, total_count=len(checkpoints))
-            return _json(types.CheckpointsListResponse(checkpoints=checkpoints[offset : offset + limit], cursor=page))
+            return _json(self.server.rest.list_user_checkpoints(*_page(self.path)).result())
         if path == "/api/v1/training_runs":
-            return _json(self.server.catalog.training_runs(*_page(self.path)))
+            return _json(self.server.rest.list_training_runs(*_page(self.path)).result())
         if (match := _RUN_CHECKPOINTS.match(path)) is not None:
-            return _json(types.CheckpointsListResponse(checkpoints=self.server.catalog.checkpoints(match.group(1))))
+            return _json(self.server.rest.list_checkpoints(match.group(1)).result())
         if (match := _RUN.match(path)) is not None:
-            return _json(self.server.catalog.training_run(match.group(1)))
+            return _json(self.server.rest.get_training_run(match.group(1)).result())
         if path.startswith("/api/v1/samplers/"):
             return _json(engine.get_sampler(path.removeprefix("/api/v1/samplers/")))
         raise NotFound(f"minds serve does not serve GET {path}")
@@ -155,6 +158,8 @@ class _Handler(BaseHTTPRequestHandler):
             request, forward_only = decode_forward_backward(raw, self.headers.get("Content-Encoding", ""))
             return _json(engine.forward_backward(request, forward_only))
         body = _parse_json(raw)
+        if path == "/api/v1/weights_info":
+            return _json(self.server.rest.get_weights_info_by_tinker_path(str(body.get("tinker_path", ""))).result())
         if path == "/api/v1/retrieve_future":
             value = engine.retrieve(str(body.get("request_id", "")))
             return self._result(value)
@@ -165,6 +170,14 @@ class _Handler(BaseHTTPRequestHandler):
         if route is None:
             raise NotFound(f"minds serve does not serve POST {path} (see `minds serve --help` for what it supports)")
         return _json(route(body))
+
+    def _delete(self) -> tuple[int, bytes, str]:
+        self._body()
+        path = self.path.split("?", 1)[0]
+        if (match := _CHECKPOINT.match(path)) is None:
+            raise NotFound(f"minds serve does not serve DELETE {path}")
+        self.server.rest.delete_checkpoint(match.group(1), match.group(2)).result()
+        return _json(None)
 
     def _result(self, value: Any) -> tuple[int, bytes, str]:
         wants_proto = PROTO_CONTENT_TYPE in self.headers.get("Accept", "")

@@ -85,10 +85,22 @@ def _tensor(message: pb.Tensor) -> types.TensorData:
 
 
 def _tensor_message(tensor: types.TensorData) -> pb.Tensor:
-    array = np.asarray(tensor.to_numpy())
+    """``tensor`` as a ``tinker_public.Tensor``: dense, or sparse CSR when it is sparse."""
+    numpy_dtype = np.int64 if tensor.dtype == "int64" else np.float32
     message = pb.Tensor(dtype=pb.DTYPE_INT64 if tensor.dtype == "int64" else pb.DTYPE_FLOAT32)
+    if tensor.sparse_crow_indices is not None and tensor.sparse_col_indices is not None and tensor.shape is not None:
+        message.shape.extend(tensor.shape)
+        message.sparse_csr.CopyFrom(
+            pb.SparseCsr(
+                values=np.asarray(tensor.data, dtype=numpy_dtype).tobytes(),
+                crow_indices=np.asarray(tensor.sparse_crow_indices, dtype=np.int64).tobytes(),
+                col_indices=np.asarray(tensor.sparse_col_indices, dtype=np.int64).tobytes(),
+            )
+        )
+        return message
+    array = np.asarray(tensor.to_numpy())
     message.shape.extend(tensor.shape if tensor.shape is not None else list(array.shape))
-    message.dense = array.astype(np.int64 if tensor.dtype == "int64" else np.float32).tobytes()
+    message.dense = array.astype(numpy_dtype).tobytes()
     return message
 
 

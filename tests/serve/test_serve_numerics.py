@@ -25,7 +25,7 @@ ADAM = types.AdamParams(learning_rate=0.02)
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceClient]:
-    with ServiceClient(tmp_path_factory.mktemp("local")) as client:
+    with ServiceClient(checkpoint_root=tmp_path_factory.mktemp("local")) as client:
         yield client
 
 

@@ -8,6 +8,11 @@ adapter (``adapter_model.safetensors``, ``adapter_config.json``),
 ``optimizer.safetensors``. Each is written into a hidden staging directory
 beside its final place and renamed into place, so a save killed midway leaves
 no partial checkpoint; any service on the same root resolves the paths.
+
+A checkpoint saved with ``ttl_seconds`` records ``expires_at`` in its metadata;
+once past it, it is gone as far as any reader can tell (loading it is a 404,
+listings leave it out), and its folder is removed by the next ``sweep`` (every
+save and every listing runs one).
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ import re
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from peft import PeftConfig
 from safetensors.torch import load_file, save_file
@@ -30,7 +36,7 @@ from .errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
 from .lora import AdapterState, LoraSpec
 from .trainer import OptimizerState
 
-__all__ = ["Checkpoint", "CheckpointKind", "CheckpointStore"]
+__all__ = ["Checkpoint", "CheckpointKind", "CheckpointStore", "parse_path"]
 
 CheckpointKind = Literal["weights", "sampler_weights"]
 
@@ -68,9 +74,13 @@ class CheckpointStore:
         *,
         overwrite: bool,
         user_metadata: dict[str, str] | None = None,
+        ttl_seconds: int | None = None,
     ) -> str:
-        """Write ``checkpoint`` atomically; its tinker path."""
+        """Write ``checkpoint`` atomically; its tinker path. With ``ttl_seconds`` it expires that long from now."""
         _check_segment(name, "checkpoint name")
+        if ttl_seconds is not None and (type(ttl_seconds) is not int or ttl_seconds < 1):
+            raise LocalBadRequestError(f"ttl_seconds must be a whole number of seconds >= 1, or None; got {ttl_seconds!r}")
+        self.sweep()
         path = f"{_SCHEME}{run_id}/{kind}/{name}"
         final = self.root / run_id / kind / name
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -80,12 +90,14 @@ class CheckpointStore:
             save_file(checkpoint.adapter, staging / _ADAPTER)
             if checkpoint.optimizer is not None:
                 save_file(checkpoint.optimizer, staging / _OPTIMIZER)
+            now = datetime.now(UTC)
             meta = {
                 "format": _FORMAT,
                 "path": path,
                 "base_model": checkpoint.base_model,
                 "lora": checkpoint.lora.to_json(),
-                "created_at": datetime.now(UTC).isoformat(),
+                "created_at": now.isoformat(),
+                "expires_at": None if ttl_seconds is None else (now + timedelta(seconds=ttl_seconds)).isoformat(),
                 "user_metadata": user_metadata or {},
             }
             (staging / _META).write_text(json.dumps(meta, indent=2))
@@ -97,21 +109,57 @@ class CheckpointStore:
 
     def load(self, path: str, *, with_optimizer: bool) -> Checkpoint:
         """The checkpoint at tinker ``path``; ``with_optimizer`` requires a ``weights`` checkpoint."""
-        run_id, kind, name = _parse(path)
+        run_id, kind, name = parse_path(path)
         directory = self.root / run_id / kind / name
-        if not (directory / _META).is_file():
+        meta = _read_meta(directory)
+        if meta is None:
             raise LocalNotFoundError(f"No checkpoint at {path} (looked in {directory}); {self._siblings(directory)}")
+        if _is_expired(meta):
+            raise LocalNotFoundError(f"Checkpoint {path} expired at {meta['expires_at']} (its ttl_seconds ran out)")
         if with_optimizer and not (directory / _OPTIMIZER).is_file():
             raise LocalBadRequestError(
                 f"{path} has no optimizer state: pass a tinker://<run>/weights/<name> path from save_state"
             )
-        meta = json.loads((directory / _META).read_text())
         return Checkpoint(
             base_model=meta["base_model"],
             lora=LoraSpec.from_json(meta["lora"]),
             adapter=load_file(directory / _ADAPTER),
             optimizer=load_file(directory / _OPTIMIZER) if with_optimizer else None,
         )
+
+    def metadata(self, run_id: str | None = None) -> Iterator[tuple[Path, dict[str, Any]]]:
+        """``(folder, metadata)`` of every unexpired checkpoint (of ``run_id``, or of every run)."""
+        if run_id is not None:
+            _check_segment(run_id, "run id")
+        pattern = "*" if run_id is None else run_id
+        for kind in ("weights", "sampler_weights"):
+            for meta_path in self.root.glob(f"{pattern}/{kind}/*/{_META}"):
+                meta = _read_meta(meta_path.parent)
+                if meta is not None and not _is_expired(meta):
+                    yield meta_path.parent, meta
+
+    def sweep(self) -> None:
+        """Remove the folders of expired checkpoints (readers already treat them as gone)."""
+        for meta_path in self.root.glob(f"*/*/*/{_META}"):
+            meta = _read_meta(meta_path.parent)
+            if meta is not None and _is_expired(meta):
+                retired = meta_path.parent.with_name(f".{meta_path.parent.name}.{uuid.uuid4().hex}.old")
+                try:
+                    os.rename(meta_path.parent, retired)
+                except OSError:
+                    continue  # another service swept it first
+                shutil.rmtree(retired, ignore_errors=True)
+
+    def delete(self, path: str) -> None:
+        """Remove the checkpoint at tinker ``path`` (404 when there is none, or it has expired)."""
+        run_id, kind, name = parse_path(path)
+        directory = self.root / run_id / kind / name
+        meta = _read_meta(directory)
+        if meta is None or _is_expired(meta):
+            raise LocalNotFoundError(f"No checkpoint at {path}")
+        retired = directory.with_name(f".{name}.{uuid.uuid4().hex}.old")
+        os.rename(directory, retired)
+        shutil.rmtree(retired, ignore_errors=True)
 
     def _siblings(self, directory: Path) -> str:
         if not directory.parent.is_dir():
@@ -120,7 +168,22 @@ class CheckpointStore:
         return f"that run has: {', '.join(names[:20]) or 'none'}"
 
 
-def _parse(path: str) -> tuple[str, CheckpointKind, str]:
+def _is_expired(meta: Mapping[str, Any]) -> bool:
+    """Whether a checkpoint's metadata says its ``ttl_seconds`` has run out."""
+    expires_at = meta.get("expires_at")
+    return expires_at is not None and datetime.fromisoformat(expires_at) <= datetime.now(UTC)
+
+
+def _read_meta(directory: Path) -> dict[str, Any] | None:
+    """The checkpoint's metadata, or None when ``directory`` holds no finished checkpoint."""
+    try:
+        return json.loads((directory / _META).read_text())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def parse_path(path: str) -> tuple[str, CheckpointKind, str]:
+    """``(run id, kind, name)`` of a checkpoint's tinker path; a 400 when it is not one."""
     if not isinstance(path, str) or not path.startswith(_SCHEME):
         raise LocalBadRequestError(f"Not a tinker path: {path!r} (expected tinker://<run_id>/weights/<name>)")
     parts = path[len(_SCHEME) :].split("/")

@@ -31,6 +31,7 @@ from .fast_decode import FastDecoder
 from .kv_buffer import KVBuffer
 from .kv_cache import cache_argument, returned_cache
 from .models import target_logprobs
+from .prompt_targets import PromptTargets
 
 __all__ = ["DecodeBatch", "PromptScores", "SampleRequest", "StopRule", "prompt_scores"]
 
@@ -78,7 +79,9 @@ class SampleRequest:
     include_prompt_logprobs: bool
     last_n: int | None
     future: Future[types.SampleResponse]
+    targets: PromptTargets | None = None
     scores: PromptScores | None = None
+    target_scores: types.TensorData | None = None
     tokens: list[list[int]] = field(default_factory=list)
     logprobs: list[list[float]] = field(default_factory=list)
     top: list[list[tuple[list[int], list[float]]]] = field(default_factory=list)
@@ -87,8 +90,8 @@ class SampleRequest:
 
     @property
     def score_prompt(self) -> bool:
-        """Whether the response carries prompt log-probs or their top-k."""
-        return self.include_prompt_logprobs or self.topk_prompt > 0
+        """Whether the response carries prompt log-probs, their top-k or target log-probs."""
+        return self.include_prompt_logprobs or self.topk_prompt > 0 or self.targets is not None
 
     def response(self) -> types.SampleResponse:
         """The finished request's response."""
@@ -105,6 +108,7 @@ class SampleRequest:
             ],
             prompt_logprobs_np=self.scores.logprobs if self.scores and self.include_prompt_logprobs else None,
             topk_prompt_logprobs_np=self.scores.topk if self.scores else None,
+            target_prompt_logprobs=self.target_scores,
         )
 
 
@@ -163,8 +167,10 @@ class DecodeBatch:
         prompt_kv = [(layer.keys, layer.values) for layer in returned_cache(out).layers]
         last = out.logits[0, -1].float()
         for request in group:
-            if request.score_prompt:
+            if request.include_prompt_logprobs or request.topk_prompt:
                 request.scores = prompt_scores(prompt, out.logits[0], request.topk_prompt, request.last_n)
+            if request.targets is not None:
+                request.target_scores = request.targets.scores(out.logits[0])
         copies = sum(request.num_samples for request in group)
         room = max(len(prompt) + request.max_tokens - 1 for request in group)
         self._cache.add(prompt_kv, copies, room)

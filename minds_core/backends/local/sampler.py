@@ -21,6 +21,7 @@ from .errors import LocalBadRequestError
 from .inputs import check_length, check_tokens
 from .lora import AdapterState, LoraSpec, attach_lora, load_adapter_state
 from .models import BaseModel
+from .prompt_targets import PromptTargets
 
 __all__ = ["Sampler"]
 
@@ -70,6 +71,7 @@ class Sampler:
         topk_prompt_logprobs: int = 0,
         topk_sample_logprobs: int = 0,
         prompt_logprobs_last_n: int | None = None,
+        target_prompt_logprobs: types.TensorData | None = None,
     ) -> Future[types.SampleResponse]:
         """Queue a request for ``num_samples`` continuations of ``prompt``; ``drive`` decodes it.
 
@@ -83,6 +85,11 @@ class Sampler:
                 if k < 0:
                     raise LocalBadRequestError(f"{name} must be 0 or more, got {k}")
             _check_last_n(prompt_logprobs_last_n, len(prompt_ids))
+            targets = (
+                None
+                if target_prompt_logprobs is None
+                else PromptTargets.parse(target_prompt_logprobs, len(prompt_ids), self.base.vocab_size)
+            )
             seed = params.seed if params.seed is not None else secrets.randbits(63)
             request = SampleRequest(
                 prompt=prompt_ids,
@@ -96,6 +103,7 @@ class Sampler:
                 include_prompt_logprobs=include_prompt_logprobs,
                 last_n=prompt_logprobs_last_n,
                 future=future,
+                targets=targets,
             )
         except LocalBadRequestError as exc:
             future.set_exception(exc)

@@ -11,6 +11,7 @@ from transformers import PreTrainedTokenizerBase
 from .errors import LocalBadRequestError
 from .futures import RequestQueue, failed_future
 from .inputs import model_input_tokens
+from .prompt_targets import check_target_tensor
 from .sampler import Sampler
 
 __all__ = ["SamplingClient"]
@@ -44,16 +45,16 @@ class SamplingClient:
         """``num_samples`` completions of ``prompt``; tokens include the stop token.
 
         Requests pending on this client decode together, in one batch (continuous batching).
-
-        ``target_prompt_logprobs`` and ``prompt_alt_tokens_k`` are not supported locally
-        (the request fails with ``LocalBadRequestError``).
+        ``target_prompt_logprobs`` scores given token ids at each prompt position (see
+        ``prompt_targets``); a tensor that is not int64 and 2-D raises ``ValueError`` at once,
+        as in the SDK. ``prompt_alt_tokens_k`` is not supported locally (the request fails
+        with ``LocalBadRequestError``).
         """
-
+        if target_prompt_logprobs is not None:
+            check_target_tensor(target_prompt_logprobs)
         try:
-            if target_prompt_logprobs is not None or prompt_alt_tokens_k:
-                raise LocalBadRequestError(
-                    "The local backend does not support target_prompt_logprobs or prompt_alt_tokens_k"
-                )
+            if prompt_alt_tokens_k:
+                raise LocalBadRequestError("The local backend does not support prompt_alt_tokens_k")
             if prompt_logprobs_last_n is not None and not include_prompt_logprobs:
                 raise LocalBadRequestError(
                     "prompt_logprobs_last_n applies to prompt logprobs; set include_prompt_logprobs"
@@ -69,6 +70,7 @@ class SamplingClient:
             topk_prompt_logprobs=topk_prompt_logprobs,
             topk_sample_logprobs=topk_sample_logprobs,
             prompt_logprobs_last_n=prompt_logprobs_last_n,
+            target_prompt_logprobs=target_prompt_logprobs,
         )
         if not response.done():
             self._queue.submit(self._sampler.drive)  # decodes this request with every other one pending

@@ -8,6 +8,8 @@ import shutil
 import tempfile
 import threading
 import uuid
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -15,11 +17,18 @@ from typing import Any, Literal, Self
 import torch
 from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
+from tinker.lib.public_interfaces.backcompat_sampling_client_future import (
+    BackcompatSamplingClientFuture,
+)
+from tinker.lib.public_interfaces.backcompat_training_client_future import (
+    BackcompatTrainingClientFuture,
+)
 
 from .errors import LocalBadRequestError
 from .futures import completed_future
 from .lora import LoraSpec
 from .placement import resolve_placement
+from .rest import RestClient
 from .runtime import Runtime
 from .sampler import Sampler
 from .sampling import SamplingClient
@@ -32,18 +41,43 @@ __all__ = ["ServiceClient", "create_service_client"]
 class ServiceClient:
     """Creates training and sampling clients that run in this process.
 
-    Mirrors ``tinker.ServiceClient``: the ``create_*`` methods return an
-    ``APIFuture`` of the client (``await`` it or call ``.result()``). Checkpoints
-    go under ``checkpoint_root`` (a fresh temporary directory, removed on
-    ``close()``, when None); another ``ServiceClient`` on the same root, in any
-    process, resolves their ``tinker://`` paths. Base models are loaded once per
-    service and shared, frozen, by all its clients. Arguments of the hosted SDK
-    with no local meaning (``user_metadata``, ``weights_access_token``,
-    ``retry_config``, ...) are accepted and ignored. ``device`` is ``auto`` (CUDA
-    when torch sees a GPU), ``cpu`` or ``cuda``; see ``placement``.
+    Mirrors ``tinker.ServiceClient``: the ``create_*`` methods return a future of
+    the client (``await`` it or call ``.result()``) that, as the SDK's does during
+    its deprecation window, also acts as the client with a ``FutureWarning``.
+    The constructor takes the SDK's arguments; those with no local meaning
+    (``user_metadata``, ``project_id``, ``display_name``, ``base_url``,
+    ``api_key``, ``default_headers_overrides``; ``weights_access_token``,
+    ``retry_config``, ... on the methods) are accepted and ignored, and unknown
+    keyword arguments are ignored with the SDK's ``FutureWarning``.
+
+    minds' own keywords: checkpoints go under ``checkpoint_root`` (a fresh
+    temporary directory, removed on ``close()``, when None); another
+    ``ServiceClient`` on the same root, in any process, resolves their
+    ``tinker://`` paths. ``device`` is ``auto`` (CUDA when torch sees a GPU),
+    ``cpu`` or ``cuda``; see ``placement``. Base models are loaded once per
+    service and shared, frozen, by all its clients.
     """
 
-    def __init__(self, checkpoint_root: str | os.PathLike[str] | None = None, device: str = "auto") -> None:
+    def __init__(
+        self,
+        user_metadata: dict[str, str] | None = None,
+        project_id: str | None = None,
+        *,
+        display_name: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        default_headers_overrides: Mapping[str, str] | None = None,
+        checkpoint_root: str | os.PathLike[str] | None = None,
+        device: str = "auto",
+        **kwargs: Any,
+    ) -> None:
+        if kwargs:
+            warnings.warn(
+                f"ServiceClient ignores unsupported arguments: {', '.join(sorted(kwargs))}. "
+                "Passing them will be an error in a future version of the Tinker SDK.",
+                FutureWarning,
+                stacklevel=2,
+            )
         placement = resolve_placement(device)
         _limit_torch_threads()
         self._temporary_root = not checkpoint_root
@@ -62,7 +96,7 @@ class ServiceClient:
         train_unembed: bool = True,
         user_metadata: dict[str, str] | None = None,
         optimizer: types.OptimizerConfig | None = None,
-    ) -> APIFuture[TrainingClient]:
+    ) -> BackcompatTrainingClientFuture:
         """A new LoRA run on ``base_model`` (``minds-tiny``, a model directory or a hub id)."""
         self._check_open()
         spec = LoraSpec(rank=rank, train_mlp=train_mlp, train_attn=train_attn, train_unembed=train_unembed)
@@ -72,7 +106,7 @@ class ServiceClient:
             _check_optimizer(optimizer)
             return LoraTrainer(self._runtime.models.get(base_model), spec, lora_seed)
 
-        return TrainingClient(self._runtime, _new_run_id())._start(build)
+        return BackcompatTrainingClientFuture(TrainingClient(self._runtime, _new_run_id())._start(build))
 
     def create_training_client_from_state(
         self,
@@ -81,7 +115,7 @@ class ServiceClient:
         user_metadata: dict[str, str] | None = None,
         weights_access_token: str | None = None,
         optimizer: types.OptimizerConfig | None = None,
-    ) -> APIFuture[TrainingClient]:
+    ) -> BackcompatTrainingClientFuture:
         """A new run starting from the adapter weights at ``path`` (fresh optimizer state)."""
         return self._from_state(path, base_model, with_optimizer=False, optimizer=optimizer)
 
@@ -91,7 +125,7 @@ class ServiceClient:
         base_model: str | None = None,
         user_metadata: dict[str, str] | None = None,
         weights_access_token: str | None = None,
-    ) -> APIFuture[TrainingClient]:
+    ) -> BackcompatTrainingClientFuture:
         """A new run resuming exactly from ``path``: adapter weights and AdamW state."""
         return self._from_state(path, base_model, with_optimizer=True)
 
@@ -101,15 +135,28 @@ class ServiceClient:
         base_model: str | None = None,
         retry_config: Any = None,
         record_stability_info: bool = False,
-    ) -> APIFuture[SamplingClient]:
+    ) -> BackcompatSamplingClientFuture:
         """A sampling client of the weights at ``model_path``, else of the bare ``base_model``."""
         self._check_open()
         if model_path is None and base_model is None:
             raise ValueError("Either model_path or base_model must be provided")
         queue = self._runtime.queue("minds-sample")
         if model_path is not None:
-            return queue.submit(lambda: self._runtime.sampling_client_from_path(model_path, queue))
-        return queue.submit(lambda: SamplingClient(Sampler.for_base(self._runtime.models.get(base_model)), queue))
+            return BackcompatSamplingClientFuture(
+                queue.submit(lambda: self._runtime.sampling_client_from_path(model_path, queue))
+            )
+        return BackcompatSamplingClientFuture(
+            queue.submit(lambda: SamplingClient(Sampler.for_base(self._runtime.models.get(base_model)), queue))
+        )
+
+    def create_rest_client(self) -> RestClient:
+        """The SDK's ``RestClient`` calls over this service's checkpoint root (listing, info, delete, file URLs).
+
+        The SDK deprecates its own ``create_rest_client`` for ``tinker.RestClient()``, which
+        talks HTTP; locally this method is the way to one, so it does not warn.
+        """
+        self._check_open()
+        return RestClient(self._runtime.store)
 
     def close(
         self,
@@ -144,7 +191,7 @@ class ServiceClient:
         *,
         with_optimizer: bool,
         optimizer: types.OptimizerConfig | None = None,
-    ) -> APIFuture[TrainingClient]:
+    ) -> BackcompatTrainingClientFuture:
         self._check_open()
 
         def build() -> LoraTrainer:
@@ -155,7 +202,7 @@ class ServiceClient:
             trainer.load_state(checkpoint.adapter, checkpoint.optimizer)
             return trainer
 
-        return TrainingClient(self._runtime, _new_run_id())._start(build)
+        return BackcompatTrainingClientFuture(TrainingClient(self._runtime, _new_run_id())._start(build))
 
     def _check_open(self) -> None:
         if self._closed:
@@ -164,7 +211,7 @@ class ServiceClient:
 
 def create_service_client(checkpoint_root: str | os.PathLike[str] | None, device: str = "auto") -> ServiceClient:
     """A local ``ServiceClient`` keeping checkpoints under ``checkpoint_root``, computing on ``device``."""
-    return ServiceClient(checkpoint_root, device)
+    return ServiceClient(checkpoint_root=checkpoint_root, device=device)
 
 
 def _check_optimizer(optimizer: types.OptimizerConfig | None) -> None:

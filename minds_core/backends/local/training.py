@@ -7,6 +7,10 @@ from typing import Any, Literal, TypeVar
 
 from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
+from tinker.lib.public_interfaces.backcompat_sampling_client_future import (
+    BackcompatSamplingClientFuture,
+)
+from tinker.types.optimizer import OptimParamsBase
 from transformers import PreTrainedTokenizerBase
 
 from .checkpoints import Checkpoint, CheckpointKind
@@ -22,6 +26,9 @@ __all__ = ["TrainingClient"]
 
 T = TypeVar("T")
 
+#: What the SDK's TrainingClient raises for every request after a failed custom-loss request.
+POISONED = "A previous request failed; this TrainingClient is poisoned and cannot accept further requests."
+
 
 class TrainingClient:
     """One LoRA training run. Requests execute strictly in submission order on its worker thread.
@@ -29,7 +36,10 @@ class TrainingClient:
     Every request method returns an ``APIFuture`` at once (``await`` it or call
     ``.result()``), so ``forward_backward`` and ``optim_step`` can be submitted
     back to back. Gradients accumulate over ``forward_backward`` calls until
-    ``optim_step``. A failed request fails only its own future.
+    ``optim_step``. A failed request fails only its own future, except a failed
+    ``forward_backward_custom``: as the SDK's client does, this client then fails
+    every later training request (queued or new) with ``RuntimeError`` (``POISONED``,
+    chained to the custom request's error).
     """
 
     def __init__(self, runtime: Runtime, run_id: str) -> None:
@@ -37,6 +47,7 @@ class TrainingClient:
         self._queue = runtime.queue(f"minds-train-{run_id}")
         self.model_id = run_id
         self._trainer: LoraTrainer
+        self._failure: BaseException | None = None  # the failed custom-loss request's error
 
     def _start(self, build: Callable[[], LoraTrainer]) -> APIFuture[TrainingClient]:
         """Build the trainer on the worker; the future of this client, ready to use."""
@@ -88,21 +99,43 @@ class TrainingClient:
         if loss_type_input not in (None, "logprobs"):
             raise LocalBadRequestError(f"loss_type_input={loss_type_input!r}: the local backend supports only 'logprobs'")
         caller_data = list(data)
-        return self._submit(data, lambda items: self._trainer.forward_backward_custom(caller_data, items, loss_fn))
+        return self._submit(
+            data, lambda items: self._trainer.forward_backward_custom(caller_data, items, loss_fn), poisons=True
+        )
 
-    def _submit(self, data: Sequence[types.Datum], run: Callable[[list[DatumTensors]], T]) -> APIFuture[T]:
+    def _submit(
+        self, data: Sequence[types.Datum], run: Callable[[list[DatumTensors]], T], *, poisons: bool = False
+    ) -> APIFuture[T]:
         """Queue ``run`` on ``data`` as it is now (the SDK serializes datums at submission).
 
         Later changes to the caller's buffers do not reach the request. A datum that cannot
-        be converted fails this request's future only, as a datum rejected when it runs does.
+        be converted fails this request's future only, as a datum rejected when it runs does
+        (a custom-loss request that ``poisons`` fails in its turn, poisoning the client).
         """
         if not data:
             raise ValueError("No data provided")
         try:
             items = [submitted_datum(datum, i) for i, datum in enumerate(data)]
         except LocalBadRequestError as exc:
-            return failed_future(exc)
-        return self._queue.submit(lambda: run(items))
+            if not poisons:
+                return failed_future(exc)
+            return self._in_turn(_raiser(exc), poisons=True)
+        return self._in_turn(lambda: run(items), poisons=poisons)
+
+    def _in_turn(self, run: Callable[[], T], *, poisons: bool = False) -> APIFuture[T]:
+        """Queue a training request: refused once a custom-loss request has failed; one that ``poisons`` sets that."""
+
+        def turn() -> T:
+            if self._failure is not None:
+                raise RuntimeError(POISONED) from self._failure
+            try:
+                return run()
+            except BaseException as exc:
+                if poisons:
+                    self._failure = exc
+                raise
+
+        return self._queue.submit(turn)
 
     def optim_step(
         self,
@@ -110,13 +143,17 @@ class TrainingClient:
         *,
         adam_params: types.AdamParams | None = None,
     ) -> APIFuture[types.OptimStepResponse]:
-        """One AdamW step on the accumulated gradients, which it then clears."""
+        """One AdamW step on the accumulated gradients, which it then clears.
+
+        As in the SDK, an argument that is no optimizer parameters at all raises ``TypeError`` at
+        once; optimizer parameters other than ``AdamParams`` fail the request (AdamW only locally).
+        """
         if optim_params is not None and adam_params is not None:
             raise ValueError("Specify optim_params or legacy adam_params, not both")
         params = optim_params if optim_params is not None else adam_params
-        if params is None:
-            raise TypeError("Expected AdamParams")
-        return self._queue.submit(lambda: self._trainer.optim_step(params))
+        if not isinstance(params, (types.AdamParams, OptimParamsBase)):
+            raise TypeError("Expected AdamParams or OptimParamsBase")
+        return self._in_turn(lambda: self._trainer.optim_step(params))
 
     def save_state(
         self,
@@ -125,9 +162,9 @@ class TrainingClient:
         overwrite: bool = False,
         user_metadata: dict[str, str] | None = None,
     ) -> APIFuture[types.SaveWeightsResponse]:
-        """Save adapter and optimizer state: ``tinker://<model_id>/weights/<name>``. ``ttl_seconds`` is ignored."""
-        return self._queue.submit(
-            lambda: types.SaveWeightsResponse(path=self._save("weights", name, overwrite, user_metadata))
+        """Save adapter and optimizer state: ``tinker://<model_id>/weights/<name>``, expiring after ``ttl_seconds``."""
+        return self._in_turn(
+            lambda: types.SaveWeightsResponse(path=self._save("weights", name, overwrite, user_metadata, ttl_seconds))
         )
 
     def save_weights_for_sampler(
@@ -136,10 +173,13 @@ class TrainingClient:
         ttl_seconds: int | None = None,
         user_metadata: dict[str, str] | None = None,
     ) -> APIFuture[types.SaveWeightsForSamplerResponse]:
-        """Save the adapter for sampling: ``tinker://<model_id>/sampler_weights/<name>`` (replaces a namesake)."""
-        return self._queue.submit(
+        """Save the adapter for sampling: ``tinker://<model_id>/sampler_weights/<name>`` (replaces a namesake).
+
+        With ``ttl_seconds`` the checkpoint expires that long from now.
+        """
+        return self._in_turn(
             lambda: types.SaveWeightsForSamplerResponse(
-                path=self._save("sampler_weights", name, True, user_metadata)
+                path=self._save("sampler_weights", name, True, user_metadata, ttl_seconds)
             )
         )
 
@@ -152,7 +192,7 @@ class TrainingClient:
         base model and LoRA settings; ``weights_access_token`` is ignored. (The hosted
         SDK deprecates this in favour of ``ServiceClient.create_training_client_from_state``.)
         """
-        return self._queue.submit(lambda: self._load(path, with_optimizer=False))
+        return self._in_turn(lambda: self._load(path, with_optimizer=False))
 
     def load_state_with_optimizer(
         self, path: str, weights_access_token: str | None = None
@@ -162,7 +202,7 @@ class TrainingClient:
         As ``load_state``, but resuming the optimizer's moments too (the hosted SDK's
         replacement is ``ServiceClient.create_training_client_from_state_with_optimizer``).
         """
-        return self._queue.submit(lambda: self._load(path, with_optimizer=True))
+        return self._in_turn(lambda: self._load(path, with_optimizer=True))
 
     def save_weights_and_get_sampling_client(
         self,
@@ -170,10 +210,11 @@ class TrainingClient:
         retry_config: Any = None,
         record_stability_info: bool = False,
         kind: types.SamplingClientKind = "snapshot",
-    ) -> APIFuture[SamplingClient]:
+    ) -> BackcompatSamplingClientFuture:
         """A sampling client of the weights as of this point in the request order (in memory, no file).
 
-        Every kind is a snapshot locally; the other arguments exist for SDK compatibility.
+        Every kind is a snapshot locally; the other arguments exist for SDK compatibility. As in
+        the SDK, the future also acts (deprecated) as the client.
         """
 
         def run() -> SamplingClient:
@@ -181,17 +222,21 @@ class TrainingClient:
             sampler = Sampler.for_adapter(trainer.base, trainer.spec, trainer.adapter_state())
             return SamplingClient(sampler, self._runtime.queue(f"minds-sample-{self.model_id}"))
 
-        return self._queue.submit(run)
+        return BackcompatSamplingClientFuture(self._in_turn(run))
 
     def create_sampling_client(
         self,
         model_path: str,
         retry_config: Any = None,
         record_stability_info: bool = False,
-    ) -> APIFuture[SamplingClient]:
-        """A sampling client of the weights saved at tinker ``model_path``."""
+    ) -> BackcompatSamplingClientFuture:
+        """A sampling client of the weights saved at tinker ``model_path`` (the future also acts as the client)."""
         queue = self._runtime.queue(f"minds-sample-{self.model_id}")
-        return queue.submit(lambda: self._runtime.sampling_client_from_path(model_path, queue))
+
+        def make() -> SamplingClient:
+            return self._runtime.sampling_client_from_path(model_path, queue)
+
+        return BackcompatSamplingClientFuture(queue.submit(make))
 
     def get_info(self) -> types.GetInfoResponse:
         """Base model, LoRA rank and optimizer of this run (no request)."""
@@ -226,7 +271,14 @@ class TrainingClient:
         trainer.load_state(checkpoint.adapter, checkpoint.optimizer)
         return types.LoadWeightsResponse(path=path, model_id=self.model_id, type="load_weights")
 
-    def _save(self, kind: CheckpointKind, name: str, overwrite: bool, user_metadata: dict[str, str] | None) -> str:
+    def _save(
+        self,
+        kind: CheckpointKind,
+        name: str,
+        overwrite: bool,
+        user_metadata: dict[str, str] | None,
+        ttl_seconds: int | None,
+    ) -> str:
         trainer = self._trainer
         checkpoint = Checkpoint(
             base_model=trainer.base.name,
@@ -242,4 +294,14 @@ class TrainingClient:
             trainer.model.peft_config["default"],
             overwrite=overwrite,
             user_metadata=user_metadata,
+            ttl_seconds=ttl_seconds,
         )
+
+
+def _raiser(error: BaseException) -> Callable[[], Any]:
+    """A request that fails with ``error`` when its turn comes."""
+
+    def fail() -> Any:
+        raise error
+
+    return fail

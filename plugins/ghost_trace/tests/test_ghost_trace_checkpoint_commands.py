@@ -88,7 +88,7 @@ def test_export_loads_in_plain_peft_with_the_local_samplers_logprobs(trained, tm
     out = tmp_path / "adapter"
     assert main(["export", str(trained.run_dir), str(out), "--merge"]) == 0
     tokens = _probe_tokens()
-    service = ServiceClient(trained.run_dir.parent / "_checkpoints")
+    service = ServiceClient(checkpoint_root=trained.run_dir.parent / "_checkpoints")
     sampler = service.create_sampling_client(model_path=trained.checkpoints[-1]["sampler_path"]).result()
     local = sampler.compute_logprobs(tinker.types.ModelInput.from_ints(tokens)).result()[1:]
     service.close()

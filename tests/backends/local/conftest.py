@@ -18,7 +18,7 @@ SEQUENCES = ("The cat sat on the mat.", "1+1=2, 2+2=4", "Hello, world!")
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[ServiceClient]:
     """A local service keeping checkpoints under a temporary root."""
-    with ServiceClient(tmp_path / "checkpoints") as client:
+    with ServiceClient(checkpoint_root=tmp_path / "checkpoints") as client:
         yield client
 
 

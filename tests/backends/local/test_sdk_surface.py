@@ -8,6 +8,7 @@ import pytest
 import tinker
 
 from minds_core.backends import local
+from minds_core.backends.local.rest import RestClient
 
 METHODS = [
     (local.ServiceClient, tinker.ServiceClient, [
@@ -20,6 +21,11 @@ METHODS = [
         "save_weights_and_get_sampling_client", "create_sampling_client", "get_info", "get_tokenizer",
     ]),
     (local.SamplingClient, tinker.SamplingClient, ["sample", "compute_logprobs", "get_tokenizer", "get_base_model"]),
+    (RestClient, tinker.RestClient, [
+        "list_checkpoints", "list_user_checkpoints", "get_training_run", "get_training_run_by_tinker_path",
+        "list_training_runs", "get_weights_info_by_tinker_path", "get_external_weights_urls", "delete_checkpoint",
+        "delete_checkpoint_from_tinker_path",
+    ]),
 ]
 
 
@@ -27,7 +33,7 @@ def _params(fn) -> list[tuple[str, object]]:
     return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values() if p.name != "self"]
 
 
-@pytest.mark.parametrize(("ours", "theirs", "methods"), METHODS, ids=["ServiceClient", "TrainingClient", "SamplingClient"])
+@pytest.mark.parametrize(("ours", "theirs", "methods"), METHODS, ids=[theirs.__name__ for _, theirs, _ in METHODS])
 def test_methods_take_the_sdks_parameters(ours, theirs, methods):
     for name in methods:
         assert _params(getattr(ours, name)) == _params(getattr(theirs, name)), f"{ours.__name__}.{name}"

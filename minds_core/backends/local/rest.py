@@ -1,0 +1,106 @@
+"""``RestClient``: the SDK's ``tinker.RestClient`` calls that mean something for local checkpoints.
+
+Made by ``ServiceClient.create_rest_client()``. Each method takes the SDK's
+parameters and returns an ``APIFuture`` of the SDK's own type, resolved at once
+(the answer is read from disk); a failure (unknown run or checkpoint: 404, as
+``tinker.NotFoundError``) is raised by ``.result()``, as over HTTP. Listings
+are shared with ``minds serve`` (``catalog``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Literal, TypeVar
+
+from tinker import types
+from tinker.lib.public_interfaces.api_future import APIFuture
+
+from .catalog import Catalog
+from .checkpoints import CheckpointStore, parse_path
+from .errors import LocalBadRequestError, LocalNotFoundError
+from .futures import completed_future, failed_future
+
+__all__ = ["RestClient"]
+
+T = TypeVar("T")
+
+#: When the ``file://`` URLs of a checkpoint that never expires stop working: never.
+_NEVER = datetime.max.replace(tzinfo=UTC)
+
+
+class RestClient:
+    """Checkpoints and training runs under one local checkpoint root, through the SDK's ``RestClient`` API."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        self._catalog = Catalog(store)
+
+    def list_checkpoints(self, training_run_id: types.ModelID) -> APIFuture[types.CheckpointsListResponse]:
+        """The run's checkpoints (training and sampler), newest first."""
+        return _answer(lambda: types.CheckpointsListResponse(checkpoints=self._catalog.checkpoints(training_run_id)))
+
+    def list_user_checkpoints(self, limit: int = 100, offset: int = 0) -> APIFuture[types.CheckpointsListResponse]:
+        """One page of every run's checkpoints, newest first, with its cursor."""
+        return _answer(lambda: self._catalog.user_checkpoints(limit, offset))
+
+    def get_training_run(
+        self, training_run_id: types.ModelID, access_scope: Literal["owned", "accessible"] = "owned"
+    ) -> APIFuture[types.TrainingRun]:
+        """The run (base model, LoRA rank, newest checkpoints); 404 for a run with no checkpoint."""
+        return _answer(lambda: self._catalog.training_run(training_run_id))
+
+    def get_training_run_by_tinker_path(
+        self, tinker_path: str, access_scope: Literal["owned", "accessible"] = "owned"
+    ) -> APIFuture[types.TrainingRun]:
+        """The run that saved the checkpoint at ``tinker_path``."""
+        return _answer(lambda: self._catalog.training_run(parse_path(tinker_path)[0]))
+
+    def list_training_runs(
+        self,
+        limit: int = 20,
+        offset: int = 0,
+        access_scope: Literal["owned", "accessible"] = "owned",
+        project_id: str | None = None,
+    ) -> APIFuture[types.TrainingRunsResponse]:
+        """One page of the runs that saved checkpoints, most recent first (``project_id`` has no local meaning)."""
+        return _answer(lambda: self._catalog.training_runs(limit, offset))
+
+    def get_weights_info_by_tinker_path(self, tinker_path: str) -> APIFuture[types.WeightsInfoResponse]:
+        """Base model and LoRA settings of the checkpoint at ``tinker_path``."""
+        return _answer(lambda: self._catalog.weights_info(tinker_path))
+
+    def get_external_weights_urls(self, tinker_path: str) -> APIFuture[types.ExternalWeightsUrlsResponse]:
+        """``file://`` URLs of the checkpoint's files, which the SDK's download helpers (``urllib``) fetch.
+
+        The hosted service serves external weights (``save_weights_external``) this way; a local
+        checkpoint already is a standard peft adapter folder, so any local checkpoint path
+        (``weights`` or ``sampler_weights``) is accepted. The URLs expire with the checkpoint.
+        """
+
+        def urls() -> types.ExternalWeightsUrlsResponse:
+            files = self._catalog.files(tinker_path)
+            expires_at = self._catalog.checkpoint(tinker_path).expires_at
+            return types.ExternalWeightsUrlsResponse(
+                urls={name: path.resolve().as_uri() for name, path in files.items()}, expires=expires_at or _NEVER
+            )
+
+        return _answer(urls)
+
+    def delete_checkpoint(self, training_run_id: types.ModelID, checkpoint_id: str) -> APIFuture[None]:
+        """Remove a run's checkpoint (``checkpoint_id`` as listed, e.g. ``weights/step-10``)."""
+        return _answer(lambda: self._catalog.delete(training_run_id, checkpoint_id))
+
+    def delete_checkpoint_from_tinker_path(self, tinker_path: str) -> APIFuture[None]:
+        """Remove the checkpoint at ``tinker_path``."""
+        return _answer(lambda: self._catalog.store.delete(tinker_path))
+
+    def __repr__(self) -> str:
+        return f"<local RestClient of {self._catalog.store.root}>"
+
+
+def _answer(compute: Callable[[], T]) -> APIFuture[T]:
+    """A resolved future of ``compute()``, or one failed with its 4xx error."""
+    try:
+        return completed_future(compute())
+    except (LocalBadRequestError, LocalNotFoundError) as exc:
+        return failed_future(exc)
