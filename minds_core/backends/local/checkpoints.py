@@ -28,9 +28,9 @@ from safetensors.torch import load_file, save_file
 
 from .errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
 from .lora import AdapterState, LoraSpec
-from .trainer import OptimizerState
+from .training_engine import OptimizerState
 
-__all__ = ["Checkpoint", "CheckpointKind", "CheckpointStore"]
+__all__ = ["CheckpointContents", "CheckpointKind", "CheckpointStore"]
 
 CheckpointKind = Literal["weights", "sampler_weights"]
 
@@ -43,7 +43,7 @@ _SCHEME = "tinker://"
 
 
 @dataclass(frozen=True)
-class Checkpoint:
+class CheckpointContents:
     """What a checkpoint holds: enough to rebuild the adapter (and its optimizer) on the base."""
 
     base_model: str
@@ -63,7 +63,7 @@ class CheckpointStore:
         run_id: str,
         kind: CheckpointKind,
         name: str,
-        checkpoint: Checkpoint,
+        checkpoint: CheckpointContents,
         adapter_config: PeftConfig,
         *,
         overwrite: bool,
@@ -95,7 +95,7 @@ class CheckpointStore:
             shutil.rmtree(staging, ignore_errors=True)
         return path
 
-    def load(self, path: str, *, with_optimizer: bool) -> Checkpoint:
+    def load(self, path: str, *, with_optimizer: bool) -> CheckpointContents:
         """The checkpoint at tinker ``path``; ``with_optimizer`` requires a ``weights`` checkpoint."""
         run_id, kind, name = _parse(path)
         directory = self.root / run_id / kind / name
@@ -106,7 +106,7 @@ class CheckpointStore:
                 f"{path} has no optimizer state: pass a tinker://<run>/weights/<name> path from save_state"
             )
         meta = json.loads((directory / _META).read_text())
-        return Checkpoint(
+        return CheckpointContents(
             base_model=meta["base_model"],
             lora=LoraSpec.from_json(meta["lora"]),
             adapter=load_file(directory / _ADAPTER),

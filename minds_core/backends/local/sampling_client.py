@@ -11,7 +11,7 @@ from transformers import PreTrainedTokenizerBase
 from .errors import LocalBadRequestError
 from .futures import RequestQueue, failed_future
 from .inputs import model_input_tokens
-from .sampler import Sampler
+from .sampling_engine import Sampler
 
 __all__ = ["SamplingClient"]
 

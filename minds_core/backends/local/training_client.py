@@ -9,14 +9,14 @@ from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
 from transformers import PreTrainedTokenizerBase
 
-from .checkpoints import Checkpoint, CheckpointKind
+from .checkpoints import CheckpointContents, CheckpointKind
 from .errors import LocalBadRequestError
 from .futures import failed_future
 from .inputs import DatumTensors, submitted_datum
 from .runtime import Runtime
-from .sampler import Sampler
-from .sampling import SamplingClient
-from .trainer import CustomLossFn, LoraTrainer
+from .sampling_client import SamplingClient
+from .sampling_engine import Sampler
+from .training_engine import CustomLossFn, LoraTrainer
 
 __all__ = ["TrainingClient"]
 
@@ -228,7 +228,7 @@ class TrainingClient:
 
     def _save(self, kind: CheckpointKind, name: str, overwrite: bool, user_metadata: dict[str, str] | None) -> str:
         trainer = self._trainer
-        checkpoint = Checkpoint(
+        checkpoint = CheckpointContents(
             base_model=trainer.base.name,
             lora=trainer.spec,
             adapter=trainer.adapter_state(),
