@@ -23,16 +23,8 @@ from typing import Any
 
 import attrs
 
-from minds_core.config import (
-    RunConfig,
-    build_config,
-    dump_yaml,
-    is_secret_key,
-    read_config_file,
-    redact,
-    shown_value,
-    to_dict,
-)
+from minds_core.config import RunConfig, build_config, dump_yaml, read_config_file, to_dict
+from minds_core.config.secrets import is_secret_key, redact, shown_value
 from minds_core.errors import UsageError
 from minds_core.sinks.jsonl import METRICS_FILE, append_line
 
