@@ -87,10 +87,9 @@ def _resolve(args: argparse.Namespace, extra: list[str] | None = None) -> Any:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from minds_core import trainer
     from minds_core.config import load_config
     from minds_core.errors import UsageError
-    from minds_core.evaluation import EVAL_DIR, EvalPlan, save_evaluation
+    from minds_core.evaluation import EVAL_DIR, EvalPlan, evaluate, save_evaluation
 
     extra = [f"env.id={args.env}"] if args.env else []
     if args.model:
@@ -116,7 +115,7 @@ def _eval(args: argparse.Namespace) -> int:
         args.tasks or t.eval_tasks,
         args.samples or t.eval_samples,
     )
-    evaluation = trainer.evaluate(config, plan, model_path, state_path)
+    evaluation = evaluate(config, plan, model_path, state_path)
     name = args.name or f"{label}-{'+'.join(sorted(set(evaluation.splits.values())))}"
     if args.output:
         output: Path | None = Path(args.output)

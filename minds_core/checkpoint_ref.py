@@ -14,7 +14,7 @@ from pathlib import Path
 import attrs
 
 from minds_core.backends import choose_backend, local_checkpoint_root
-from minds_core.checkpoint import CHECKPOINTS_FILE, CONFIG_FILE, RunDirectory
+from minds_core.run_directory import CHECKPOINTS_FILE, CONFIG_FILE, RunDirectory
 from minds_core.config import RunConfig, load_config
 from minds_core.errors import UsageError
 

@@ -180,7 +180,7 @@ def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
     from minds_core.config import load_config
 
     if resume:
-        from minds_core.checkpoint import resume_config_path
+        from minds_core.run_directory import resume_config_path
 
         if args.config or args.name:
             from minds_core.errors import UsageError
@@ -206,14 +206,14 @@ def _run_command(args: argparse.Namespace) -> int:
 
         check_names(config, load_plugins().registry)
         if resume:
-            from minds_core.checkpoint import check_resume_changes
+            from minds_core.run_directory import check_resume_changes
 
             check_resume_changes(Path(resume), config)
         print("".join(f"# {line}\n" for line in describe(config)) + dump_yaml(config), end="")
         return 0
-    from minds_core import trainer
+    from minds_core.training import train
 
-    summary = trainer.train(config, resume_dir=Path(resume) if resume else None)
+    summary = train(config, resume_dir=Path(resume) if resume else None)
     if summary.get("not_trained"):
         print(f"minds: error: no step trained: {summary['not_trained']}", file=sys.stderr)
         return 1

@@ -21,14 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from minds_core.config import TrainerConfig
+from minds_core.config import RunConfig, TrainerConfig
 from minds_core.errors import ConfigError
 from minds_core.eval_stats import mean_interval, pass_at_ks
 from minds_core.logs import get_logger
 from minds_core.rollout import Group, run_group
+from minds_core.session import EnvHandle, Policy, Session
 
 if TYPE_CHECKING:
-    from minds_core.trainer import EnvHandle, Policy, Session
+    from minds_core.plugins import Plugins
 
 log = get_logger("evaluation")
 
@@ -236,3 +237,22 @@ def save_evaluation(path: Path, evaluation: Evaluation, extra: dict[str, Any] | 
 def summary_path(path: Path) -> Path:
     """``eval/<name>.jsonl`` -> ``eval/<name>.summary.json``."""
     return path.with_name(path.name.removesuffix(".jsonl") + ".summary.json")
+
+
+def evaluate(
+    config: RunConfig,
+    plan: EvalPlan,
+    model_path: str | None = None,
+    state_path: str | None = None,
+    plugins: Plugins | None = None,
+) -> Evaluation:
+    """Evaluate the weights at ``model_path`` (else the base model) without training; ``state_path`` is their saved state."""
+    return asyncio.run(_evaluate(config, plan, model_path, state_path, plugins))
+
+
+async def _evaluate(
+    config: RunConfig, plan: EvalPlan, model_path: str | None, state_path: str | None, plugins: Plugins | None
+) -> Evaluation:
+    async with await Session.open(config, plugins) as session:
+        policy = await session.start_sampling(model_path, state_path)
+        return await evaluate_policy(session, policy, plan, step=0, require_held_out=False)

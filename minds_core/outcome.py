@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -22,7 +22,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def no_datum_reason(groups: Sequence[Group], advantages: Mapping[int, float]) -> str:
+def no_datum_reason(groups: Sequence[Group]) -> str:
     """Why a batch of groups produced no datum to train on, in words a user can act on."""
     rollouts = [r for g in groups for r in g.rollouts]
     ok = [r for r in rollouts if r.ok]
@@ -42,7 +42,7 @@ def no_datum_reason(groups: Sequence[Group], advantages: Mapping[int, float]) ->
             parts.append(f"{constant} with equal rewards (rollout.drop_constant_reward_groups)")
         return f"every group was dropped: {', '.join(parts)}"
     kept_ok = [r for g in kept for r in g.ok_rollouts]
-    if all(advantages.get(id(r), 0.0) == 0.0 for r in kept_ok):
+    if all(not r.advantage for r in kept_ok):
         if all(is_constant([r.reward for r in g.ok_rollouts]) for g in kept):
             seen = sorted({r.reward for r in kept_ok})
             shown = ", ".join(f"{v:g}" for v in seen[:4]) + (", ..." if len(seen) > 4 else "")
@@ -61,12 +61,12 @@ class TrainingOutcome:
     trained: int = 0
     skipped: Counter[str] = attrs.field(factory=Counter)
 
-    def record(self, step: int, datums: int, groups: Sequence[Group], advantages: Mapping[int, float]) -> None:
+    def record(self, step: int, datums: int, groups: Sequence[Group]) -> None:
         """Note one step; a step without datums logs one warning with the reason."""
         if datums:
             self.trained += 1
             return
-        reason = no_datum_reason(groups, advantages)
+        reason = no_datum_reason(groups)
         self.skipped[reason] += 1
         log.warning("step trained on nothing", step=step, reason=reason)
 

@@ -34,6 +34,12 @@ class Rollout:
     timed_out: bool = False
     invalid_reward: bool = False
     attempts: int = 1
+    #: Per token, the KL reference model's log-probability (None where it has none); set when
+    #: ``trainer.kl_penalty > 0`` by the step's scoring (``kl_reference.ReferenceScorer``).
+    reference_logprobs: list[float | None] | None = None
+    #: The advantage the rollout was trained with, set by ``data_processing.assign_advantages``;
+    #: None when it was not part of training (it failed, or its group was dropped) and in evaluations.
+    advantage: float | None = None
 
     @property
     def ok(self) -> bool:

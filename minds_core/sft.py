@@ -29,18 +29,20 @@ import attrs
 import tinker
 
 from minds_core.backends import choose_backend
-from minds_core.checkpoint import Checkpoint, RunDirectory, default_run_name
+from minds_core.backends.retry import REJECTIONS
 from minds_core.config import RunConfig
 from minds_core.envs.rubric import maybe_await
 from minds_core.envs.single_turn import prompt_messages
 from minds_core.envs.types import Message
 from minds_core.errors import ConfigError, UsageError
 from minds_core.logs import get_logger
-from minds_core.lr_schedules import learning_rate
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
+from minds_core.run_directory import CheckpointRecord, RunDirectory, default_run_name
 from minds_core.schedule import DataSchedule
+from minds_core.session import close_service, load_environments
 from minds_core.sinks import SinkSet
+from minds_core.training_requests import adam_params
 
 log = get_logger("sft")
 
@@ -164,9 +166,7 @@ def _conversations(config: RunConfig, plugins: Plugins) -> list[list[Message]]:
         return read_conversations(config.sft.data)
     if not config.environments:
         raise ConfigError("SFT needs data: set sft.data = PATH.jsonl (minds sft --data PATH), or an environment whose tasks have answers")
-    from minds_core.trainer import _load_envs
-
-    conversations = [c for handle in _load_envs(config, plugins) for c in task_conversations(handle.tasks)]
+    conversations = [c for handle in load_environments(config, plugins) for c in task_conversations(handle.tasks)]
     if not conversations:
         raise ConfigError(f"SFT on environment tasks needs reference answers; {', '.join(e.id for e in config.environments)} has none")
     return conversations
@@ -188,8 +188,6 @@ async def _train_sft(config: RunConfig, plugins: Plugins) -> dict[str, Any]:
         plugins.registry.lookup("metric_sinks", sink, "metrics.sinks")
     RunDirectory.ensure_new(config)
     service = await maybe_await(factory(config, Path(config.runs_dir) / config.name))  # a backend may check its connection
-    from minds_core.trainer import _REJECTED, _close_service
-
     status = "errored"
     try:
         try:
@@ -205,7 +203,7 @@ async def _train_sft(config: RunConfig, plugins: Plugins) -> dict[str, Any]:
                 [build_datum(*tokenize(renderer, c)) for c in train_conversations],
                 [build_datum(*tokenize(renderer, c)) for c in held_conversations],
             )
-        except (TemplateError, *_REJECTED) as exc:
+        except (TemplateError, *REJECTIONS) as exc:
             raise UsageError(f"cannot start SFT on {config.model.base_model!r}: {exc}") from None
         run = RunDirectory.create(config)
         sinks = SinkSet(config, plugins.registry, run.path)
@@ -220,7 +218,7 @@ async def _train_sft(config: RunConfig, plugins: Plugins) -> dict[str, Any]:
         status = "interrupted"
         raise
     finally:
-        await _close_service(service, status)
+        await close_service(service, status)
     return summary
 
 
@@ -238,16 +236,14 @@ async def _loop(config: RunConfig, client: Any, data: SftData, run: RunDirectory
     for step in range(cfg.steps):
         step_began = time.perf_counter()
         batch = [data.train[index] for _, index in schedule.batch(step)]
-        rate = learning_rate(step, cfg.steps, cfg.learning_rate, cfg.lr_schedule, cfg.lr_warmup_steps, cfg.lr_min_ratio)
+        adam = adam_params(cfg, step)
         forward_backward = client.forward_backward(batch, "cross_entropy")
-        optim = client.optim_step(
-            tinker.types.AdamParams(
-                learning_rate=rate, beta1=cfg.beta1, beta2=cfg.beta2, eps=cfg.eps, weight_decay=cfg.weight_decay, grad_clip_norm=cfg.grad_clip_norm
-            )
-        )
+        optim = client.optim_step(adam)
         loss, tokens = mean_nll(batch, await forward_backward)
         await optim
-        record: dict[str, Any] = {"step": step, "train/loss": loss, "train/tokens": tokens, "train/learning_rate": rate, "train/datums": len(batch)}
+        record: dict[str, Any] = {
+            "step": step, "train/loss": loss, "train/tokens": tokens, "train/learning_rate": adam.learning_rate, "train/datums": len(batch)
+        }
         if step == 0 and first_eval is not None:
             record["eval/loss_before"] = first_eval
         last_step = step == cfg.steps - 1
@@ -257,7 +253,7 @@ async def _loop(config: RunConfig, client: Any, data: SftData, run: RunDirectory
         if last_step or (cfg.save_every and (step + 1) % cfg.save_every == 0):
             state = client.save_state(f"step-{step:06d}", overwrite=True)
             sampler = client.save_weights_for_sampler(f"step-{step:06d}")
-            checkpoint = Checkpoint(step=step, state_path=(await state).path, sampler_path=(await sampler).path)
+            checkpoint = CheckpointRecord(step=step, state_path=(await state).path, sampler_path=(await sampler).path)
         record["time/step"] = time.perf_counter() - step_began
         sinks.write(record)
         if checkpoint is not None:

@@ -90,13 +90,13 @@ def _floats(tensor: Any) -> list[float]:
     return [float(x) for x in data]
 
 
-def batch_metrics(groups: Sequence[Group], advantages: dict[int, float], envs: Sequence[Any]) -> dict[str, Any]:
-    """Reward, advantage, token, failure and per-environment statistics of one batch."""
+def batch_metrics(groups: Sequence[Group], envs: Sequence[Any]) -> dict[str, Any]:
+    """Reward, advantage, token, failure and per-environment statistics of one batch (advantages as set on the rollouts)."""
     rollouts = [r for g in groups for r in g.rollouts]
     ok = [r for r in rollouts if r.ok]
     record: dict[str, Any] = {}
     record.update(describe("reward", [r.reward for r in ok]))
-    record.update(describe("advantage", list(advantages.values())))
+    record.update(describe("advantage", [r.advantage for r in rollouts if r.advantage is not None]))
     conversations = [r.conversation for r in ok if r.conversation is not None]
     record.update(health_metrics(groups, conversations))
     record.update(
@@ -131,7 +131,7 @@ def batch_metrics(groups: Sequence[Group], advantages: dict[int, float], envs: S
     return record
 
 
-def rollout_records(step: int, groups: Sequence[Group], advantages: dict[int, float], limit: int) -> list[dict[str, Any]]:
+def rollout_records(step: int, groups: Sequence[Group], limit: int) -> list[dict[str, Any]]:
     """The first ``limit`` groups of a step, readable: prompt, every turn, rewards and their parts."""
     records = []
     for group in groups[:limit]:
@@ -143,13 +143,13 @@ def rollout_records(step: int, groups: Sequence[Group], advantages: dict[int, fl
                 "task": group.task.id,
                 "dropped": group.dropped,
                 "prompt": [_message(m) for m in first.prompt] if first else None,
-                "rollouts": [_rollout_record(r, advantages.get(id(r))) for r in group.rollouts],
+                "rollouts": [_rollout_record(r) for r in group.rollouts],
             }
         )
     return records
 
 
-def _rollout_record(rollout: Rollout, advantage: float | None) -> dict[str, Any]:
+def _rollout_record(rollout: Rollout) -> dict[str, Any]:
     """One rollout: ``completion`` (each sampled turn's text), ``messages`` (every message after the
     prompt, assistant turns with their ``stop_reason`` and sampled ``tokens``), reward, components."""
     conv = rollout.conversation
@@ -159,7 +159,7 @@ def _rollout_record(rollout: Rollout, advantage: float | None) -> dict[str, Any]
         "reward": rollout.reward if rollout.ok else None,
         "components": {k[len(COMPONENT_PREFIX) :]: v for k, v in rollout.metrics.items() if k.startswith(COMPONENT_PREFIX)},
         "metrics": {k: v for k, v in rollout.metrics.items() if not k.startswith(COMPONENT_PREFIX)},
-        "advantage": advantage,
+        "advantage": rollout.advantage,
         "error": rollout.error,
         "timed_out": rollout.timed_out,
         "truncated": conv.truncated if conv else False,

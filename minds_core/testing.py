@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from minds_core.checkpoint import CHECKPOINTS_FILE, ROLLOUTS_FILE, read_jsonl
+from minds_core.run_directory import CHECKPOINTS_FILE, ROLLOUTS_FILE, read_jsonl
 from minds_core.cli import main
 from minds_core.sinks.jsonl import METRICS_FILE
 

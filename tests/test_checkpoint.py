@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from minds_core.checkpoint import Checkpoint, RunDirectory, read_jsonl
 from minds_core.config import load_config
+from minds_core.run_directory import CheckpointRecord, RunDirectory, read_jsonl
 from minds_core.sinks.jsonl import append_line
 
 
@@ -13,7 +13,7 @@ def test_a_torn_last_line_does_not_swallow_the_next_record(tmp_path):
     with path.open("a") as fh:
         fh.write('{"step": 2, "state_pa')  # killed mid-write
     run = RunDirectory(tmp_path)
-    run.record_checkpoint(Checkpoint(step=3, state_path="tinker://r/weights/c"))
+    run.record_checkpoint(CheckpointRecord(step=3, state_path="tinker://r/weights/c"))
     assert [c.step for c in run.checkpoints()] == [1, 3]
 
 

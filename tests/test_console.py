@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import logs, trainer
+from minds_core import logs
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
 from minds_core.sinks.console import FIGURES, sample_rows
+from minds_core.training import train
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
 import minds_toy_plugin  # noqa: E402
@@ -104,7 +105,7 @@ def test_kl_to_the_sampler_grows_off_policy(tmp_path: Path) -> None:
     plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
     overrides = [f"runs_dir={tmp_path}", "name=off", "env.id=toy_char_share", "trainer.steps=3", "trainer.learning_rate=0.05",
                  "trainer.max_steps_off_policy=1", "sampling.max_tokens=8", "metrics.sinks=[jsonl]"]  # fmt: skip
-    summary = trainer.train(load_config(None, overrides), plugins=plugins)
+    summary = train(load_config(None, overrides), plugins=plugins)
     rows = _jsonl(Path(summary["run_dir"]) / "metrics.jsonl")
     stale = [r for r in rows if r["sampler/staleness"] == 1 and "kl/sampler_train" in r]
     assert stale, rows

@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import trainer
 from minds_core.backends import create_local_service
+from minds_core.backends.retry import Backoff
 from minds_core.config import load_config
 from minds_core.conversation import Conversation
+from minds_core.data_processing import ProcessingSettings, process_batch
 from minds_core.envs.types import Task
+from minds_core.kl_reference import ReferenceScorer
 from minds_core.rollout import Group, Rollout
-from minds_core.trainer import Batch, Session
+from minds_core.training import train
 
 FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[jsonl]"]
 
@@ -24,23 +26,26 @@ def test_the_per_token_advantage_is_the_negative_reverse_kl_to_the_teacher(plugi
     config = load_config(None, ["trainer.advantage=none", "trainer.kl_penalty=0.5", "trainer.kl_reference=minds-tiny",
                                 f"runs_dir={tmp_path}"])
     service = create_local_service(config, tmp_path)
-    session = Session(config, plugins, [], service)
+    estimator = plugins.registry.lookup("advantage_estimators", config.trainer.advantage, "trainer.advantage").obj
+    settings = ProcessingSettings.from_config(config, estimator, config.trainer.loss_fn)
 
     async def run():
-        session.base_sampler = await service.create_sampling_client(base_model=config.trainer.kl_reference)
+        reference = await ReferenceScorer.start(service, config, Backoff())
         conv = Conversation(renderer=None, sampler=None, params=None, max_total_tokens=64)
         conv.tokens = [10, 20, 30, 40, 50, 60]
         conv.sampled = [False, False, True, True, True, True]
         conv.logprobs = [0.0, 0.0, -1.25, -3.5, -0.75, -6.0]  # the student's sampler log-probs q
-        batch = Batch(0, [Group("env", Task(prompt="p"), [Rollout(conv, reward=1.0), Rollout(conv, reward=0.0)])], 0, 0.0)
+        rollouts = [Rollout(conv, reward=1.0), Rollout(conv, reward=0.0)]
+        groups = [Group("env", Task(prompt="p"), rollouts)]
         from tinker.types import ModelInput
 
-        teacher = await session.base_sampler.compute_logprobs(ModelInput.from_ints(conv.tokens))
-        datums, advantages, extra = await session.datums(batch)
-        return conv, teacher, datums, advantages, extra
+        teacher = await reference.sampler.compute_logprobs(ModelInput.from_ints(conv.tokens))
+        await reference.score(groups, "step 0")
+        processed = process_batch(groups, settings)
+        return conv, teacher, processed.datums, [r.advantage for r in rollouts], processed.metrics
 
     conv, teacher, datums, advantages, extra = asyncio.run(run())
-    assert advantages and set(advantages.values()) == {0.0}  # the env's reward plays no part
+    assert advantages and set(advantages) == {0.0}  # the env's reward plays no part
     expected = [-0.5 * (q - p) for q, p, s in zip(conv.logprobs[1:], teacher[1:], conv.sampled[1:])]
     expected = [e if s else 0.0 for e, s in zip(expected, conv.sampled[1:])]
     for datum in datums:
@@ -51,7 +56,7 @@ def test_the_per_token_advantage_is_the_negative_reverse_kl_to_the_teacher(plugi
 
 def _train(plugins, tmp_path: Path, *overrides: str) -> list[dict]:
     config = load_config(None, [*FAST, f"runs_dir={tmp_path}", *overrides])
-    summary = trainer.train(config, plugins=plugins)
+    summary = train(config, plugins=plugins)
     return [json.loads(line) for line in Path(summary["run_dir"], "metrics.jsonl").read_text().splitlines()]
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import trainer
 from minds_core.config import load_config
 from minds_core.errors import ConfigError
-from minds_core.evaluation import EvalPlan
+from minds_core.evaluation import EvalPlan, evaluate
+from minds_core.training import train
 
 FAST = ["sampling.max_tokens=6", "trainer.group_size=4", "trainer.groups_per_batch=2", "metrics.sinks=[jsonl]"]
 
@@ -24,7 +24,7 @@ def _rows(path: Path) -> list[dict]:
 def test_eval_every_logs_eval_metrics_on_the_step_line_and_keeps_every_rollout(plugins, tmp_path):
     config = load_config(None, [*FAST, "env.id=toy_first_char", f"runs_dir={tmp_path}", "name=run", "trainer.steps=4",
                                 "trainer.eval_every=2", "trainer.eval_tasks=3", "trainer.eval_samples=4"])  # fmt: skip
-    trainer.train(config, plugins=plugins)
+    train(config, plugins=plugins)
     run = tmp_path / "run"
     metrics = _rows(run / "metrics.jsonl")
     assert [r["step"] for r in metrics] == [0, 1, 2, 3]
@@ -48,20 +48,20 @@ def test_eval_every_logs_eval_metrics_on_the_step_line_and_keeps_every_rollout(p
 def test_eval_every_without_a_held_out_split_stops_before_the_run_starts(plugins, tmp_path):
     config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}", "name=run", "trainer.eval_every=1"])
     with pytest.raises(ConfigError, match="needs a held-out split.*toy_char_share.*trainer.eval_split"):
-        trainer.train(config, plugins=plugins)
+        train(config, plugins=plugins)
     assert not (tmp_path / "run").exists()
 
 
 def test_an_unknown_eval_split_names_the_key(plugins, tmp_path):
     config = load_config(None, [*FAST, "env.id=toy_first_char", f"runs_dir={tmp_path}", "trainer.eval_split=dev"])
     with pytest.raises(ConfigError, match="no tasks in split 'dev'"):
-        trainer.evaluate(config, EvalPlan.from_config(config.trainer), plugins=plugins)
+        evaluate(config, EvalPlan.from_config(config.trainer), plugins=plugins)
 
 
 def test_failed_rollouts_are_counted_and_kept_out_of_the_mean(plugins, tmp_path):
     config = load_config(None, [*FAST, "env.id=toy_flaky", "env.args.modes=[raise, ok, ok]", f"runs_dir={tmp_path}",
                                 "rollout.retries=0"])  # fmt: skip
-    evaluation = trainer.evaluate(config, EvalPlan(tasks=3, samples=2), plugins=plugins)
+    evaluation = evaluate(config, EvalPlan(tasks=3, samples=2), plugins=plugins)
     summary = evaluation.summary()
     assert summary["rollouts/failed"] == 2 and summary["tasks/without_reward"] == 1
     records = evaluation.records()
@@ -77,7 +77,7 @@ def test_several_environments_are_evaluated_each_on_its_own_split(plugins, tmp_p
 
     config = build_config({"envs": [{"id": "toy_first_char"}, {"id": "toy_char_share"}], "runs_dir": str(tmp_path),
                            "sampling": {"max_tokens": 6}})  # fmt: skip
-    evaluation = trainer.evaluate(config, EvalPlan(tasks=2, samples=2), plugins=plugins)
+    evaluation = evaluate(config, EvalPlan(tasks=2, samples=2), plugins=plugins)
     summary = evaluation.summary()
     assert evaluation.splits == {"toy_first_char": "test", "toy_char_share": "train"}
     assert summary["tasks"] == 4 and summary["env/toy_first_char/tasks"] == 2
@@ -89,7 +89,7 @@ def test_several_environments_are_evaluated_each_on_its_own_split(plugins, tmp_p
 
 def test_an_evaluation_repeats_exactly(plugins, tmp_path):
     config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}"])
-    runs = [trainer.evaluate(config, EvalPlan(tasks=2, samples=3), plugins=plugins).records() for _ in range(2)]
+    runs = [evaluate(config, EvalPlan(tasks=2, samples=3), plugins=plugins).records() for _ in range(2)]
     assert [r["completion"] for r in runs[0]] == [r["completion"] for r in runs[1]]
 
 

@@ -14,8 +14,8 @@ import yaml
 
 from minds_core import logs
 from minds_core.cli import main
-from minds_core.compat import NO_EFFECT, RENAMED
 from minds_core.config import load_config
+from minds_core.config.harness import NO_EFFECT, RENAMED
 from minds_core.errors import ConfigError
 from minds_core.testing import run_minds
 

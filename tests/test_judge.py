@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import logs, trainer
+from minds_core import logs
 from minds_core.backends import create_local_service
 from minds_core.config import load_config
 from minds_core.envs.types import Context
@@ -21,6 +21,7 @@ from minds_core.errors import ConfigError
 from minds_core.judge import JudgeError, LLMJudge, parse_score
 from minds_core.plugins import load_plugins
 from minds_core.render import Renderer
+from minds_core.training import train
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
 import minds_toy_plugin  # noqa: E402
@@ -51,7 +52,7 @@ def judge_model(tmp_path_factory):
     (root / "judge.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = load_config(None, ["trainer.mode=sft", f"sft.data={root / 'judge.jsonl'}", "trainer.steps=60", "trainer.learning_rate=1e-2",
                                 "metrics.sinks=[jsonl]", f"runs_dir={root}", "name=judge"])
-    trainer.train(config, plugins=load_plugins())
+    train(config, plugins=load_plugins())
     path = json.loads((root / "judge" / "checkpoints.jsonl").read_text().splitlines()[-1])["sampler_path"]
     return config, root, path
 
@@ -153,7 +154,7 @@ def test_a_judge_from_config_rewards_a_run_and_keeps_its_key_out(endpoint, monke
     )
     config = load_config(path, ["sampling.max_tokens=6", "trainer.group_size=2", "trainer.groups_per_batch=2", "trainer.steps=1",
                                 "metrics.sinks=[jsonl]", f"runs_dir={tmp_path}", "name=run"])
-    trainer.train(config, plugins=load_plugins(extra=[("toy", minds_toy_plugin)]))
+    train(config, plugins=load_plugins(extra=[("toy", minds_toy_plugin)]))
     (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert row["reward/mean"] == pytest.approx(0.7) and row["env/toy_char_share/reward/minds.judge"] == pytest.approx(0.7)
     assert row["env/toy_char_share/judge/calls"] + row.get("env/toy_char_share/judge/cached", 0) == 1.0
@@ -169,4 +170,4 @@ def test_bad_judge_args_are_config_errors(tmp_path, monkeypatch):
                           ("{question: q, model: m, base_url: 'http://127.0.0.1:9', api_key_env: NO_SUCH_JUDGE_KEY}", "'NO_SUCH_JUDGE_KEY', which is not set")):
         config = load_config(None, ["env.id=toy_char_share", f"env.extra_rewards=[{{name: minds.judge, args: {args}}}]", f"runs_dir={tmp_path}"])
         with pytest.raises(ConfigError, match=message):
-            trainer.train(config, plugins=plugins)
+            train(config, plugins=plugins)

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import logs, trainer
+from minds_core import logs
 from minds_core.config import load_config
 from minds_core.errors import ConfigError
 from minds_core.lr_schedules import learning_rate
 from minds_core.plugins import load_plugins
+from minds_core.training import train
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
 import minds_toy_plugin  # noqa: E402
@@ -51,7 +52,7 @@ def test_a_run_uses_the_scheduled_rate_each_step(tmp_path):
                                 "trainer.groups_per_batch=2", "trainer.steps=4", "trainer.learning_rate=1e-2",
                                 "trainer.lr_schedule=cosine", "trainer.lr_warmup_steps=1", "metrics.sinks=[jsonl]",
                                 f"runs_dir={tmp_path}", "name=run"])
-    summary = trainer.train(config, plugins=plugins)
+    summary = train(config, plugins=plugins)
     rows = [json.loads(line) for line in Path(summary["run_dir"], "metrics.jsonl").read_text().splitlines()]
     trained = [r for r in rows if "train/learning_rate" in r]
     assert trained, rows

@@ -105,12 +105,12 @@ def _group(rewards: list[float | None], dropped: str | None = None) -> Group:
     ],
 )  # fmt: skip
 def test_the_reason_names_what_went_wrong(groups: list[Group], reason: str) -> None:
-    assert reason in no_datum_reason(groups, {})
+    assert reason in no_datum_reason(groups)
 
 
 def test_a_run_with_one_trained_step_has_no_verdict() -> None:
     outcome = TrainingOutcome()
-    outcome.record(0, 0, [_group([0.5, 0.5])], {})
+    outcome.record(0, 0, [_group([0.5, 0.5])])
     assert "all rewards within each group were equal" in outcome.summary()["not_trained"]
-    outcome.record(1, 8, [], {})
+    outcome.record(1, 8, [])
     assert outcome.summary() == {"trained_steps": 1}

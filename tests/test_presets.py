@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 import statistics
@@ -14,6 +13,7 @@ from minds_core import cli
 from minds_core.aggregation import token_scales
 from minds_core.backends.local.losses import token_losses
 from minds_core.config import load_config
+from minds_core.data_processing import ProcessingSettings, process_batch
 from minds_core.conversation import Conversation
 from minds_core.envs.types import Task
 from minds_core.errors import ConfigError
@@ -21,7 +21,6 @@ from minds_core.length import is_truncated, overlong_penalty, window_tokens
 from minds_core.plugins import load_plugins
 from minds_core.presets import PRESETS
 from minds_core.rollout import Group, Rollout
-from minds_core.trainer import Batch, Session
 
 MAX_TOKENS = 7
 
@@ -69,7 +68,7 @@ GROUPS = [([1.0, 0.0, 0.5, 0.0], [3, 5, 2, 7]), ([0.2, 0.9, 0.9, 0.1], [4, 1, 6,
 PROMPT = 3
 
 
-def _hand_built_batch(rng: random.Random, tiny_ratios: bool, drop_constant: bool) -> tuple[Batch, dict[int, list[float]]]:
+def _hand_built_batch(rng: random.Random, tiny_ratios: bool, drop_constant: bool) -> tuple[list[Group], dict[int, list[float]]]:
     """Groups of single-turn rollouts with sampler log-probs q, and the policy's log-probs p of every token."""
     groups, policy = [], {}
     for g, (rewards, lengths) in enumerate(GROUPS):
@@ -87,7 +86,7 @@ def _hand_built_batch(rng: random.Random, tiny_ratios: bool, drop_constant: bool
             rollouts.append(rollout)
         constant = len(set(rewards)) == 1
         groups.append(Group(f"env{g}", Task(prompt="p"), rollouts, dropped="constant" if constant and drop_constant else None))
-    return Batch(step=0, groups=groups, policy_version=0, seconds=0.0), policy
+    return groups, policy
 
 
 def _ppo_term(ratio: float, advantage: float, low: float, high: float) -> float:
@@ -100,10 +99,17 @@ def _dapo_length_penalty(length: int, l_max: int, l_cache: int) -> float:
     return ((l_max - l_cache) - length) / l_cache if length <= l_max else -1.0
 
 
-def _paper_loss(preset: str, batch: Batch, policy: dict[int, list[float]]) -> float:
+def _datums(config, plugins, groups: list[Group]) -> list:
+    """The datums the run's data processing makes of ``groups``."""
+    estimator = plugins.registry.lookup("advantage_estimators", config.trainer.advantage, "trainer.advantage").obj
+    loss = plugins.registry.lookup("losses", config.trainer.loss_fn, "trainer.loss_fn").obj
+    return process_batch(groups, ProcessingSettings.from_config(config, estimator, loss)).datums
+
+
+def _paper_loss(preset: str, groups: list[Group], policy: dict[int, list[float]]) -> float:
     """Each paper's objective, written out in float64 Python (negated: a loss)."""
     sequences = []  # (advantage, [(p, q) of sampled tokens])
-    for group in batch.groups:
+    for group in groups:
         if group.dropped:
             continue
         rewards = [r.reward for r in group.rollouts]
@@ -146,19 +152,18 @@ def plugins():
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_the_loss_of_a_hand_built_batch_is_the_papers_formula(plugins, preset):
     config = load_config(None, [f"trainer.preset={preset}", f"sampling.max_tokens={MAX_TOKENS}"])
-    batch, policy = _hand_built_batch(random.Random(preset), tiny_ratios=preset == "gspo",
-                                      drop_constant=config.rollout.drop_constant_reward_groups)
-    session = Session(config, plugins, [], service=None)
-    datums, _, _ = asyncio.run(session.datums(batch))
+    groups, policy = _hand_built_batch(random.Random(preset), tiny_ratios=preset == "gspo",
+                                       drop_constant=config.rollout.drop_constant_reward_groups)
+    datums = _datums(config, plugins, groups)
     assert datums
-    by_tokens = {tuple(r.conversation.tokens[:-1]): r for g in batch.groups for r in g.rollouts}
+    by_tokens = {tuple(r.conversation.tokens[:-1]): r for g in groups for r in g.rollouts}
     total = torch.zeros((), dtype=torch.float64)
     for datum in datums:
         rollout = by_tokens[tuple(datum.model_input.to_ints())]
         inputs = {k: v.to_torch().to(torch.float64) for k, v in datum.loss_fn_inputs.items()}
         logp = torch.tensor(policy[id(rollout)][1:], dtype=torch.float64)
         total = total + token_losses(config.trainer.loss_fn, logp, inputs, config.trainer.loss_fn_config).sum()
-    expected = _paper_loss(preset, batch, policy)
+    expected = _paper_loss(preset, groups, policy)
     assert abs(expected) > 1e-3  # the batch is not degenerate
     assert float(total) == pytest.approx(expected, abs=1e-6)
 
@@ -167,16 +172,16 @@ def test_the_loss_of_a_hand_built_batch_is_the_papers_formula(plugins, preset):
 def test_the_presets_differ_from_the_service_default_on_the_same_batch(plugins, preset):
     """The comparison above can fail: the default (summed importance sampling) gives another number."""
     config = load_config(None, [f"trainer.preset={preset}", f"sampling.max_tokens={MAX_TOKENS}"])
-    batch, policy = _hand_built_batch(random.Random(preset), tiny_ratios=preset == "gspo", drop_constant=False)
+    groups, policy = _hand_built_batch(random.Random(preset), tiny_ratios=preset == "gspo", drop_constant=False)
     plain = load_config(None, [f"sampling.max_tokens={MAX_TOKENS}"])
-    datums, _, _ = asyncio.run(Session(plain, plugins, [], service=None).datums(batch))
-    by_tokens = {tuple(r.conversation.tokens[:-1]): r for g in batch.groups for r in g.rollouts}
+    datums = _datums(plain, plugins, groups)
+    by_tokens = {tuple(r.conversation.tokens[:-1]): r for g in groups for r in g.rollouts}
     total = sum(
         float(token_losses("importance_sampling", torch.tensor(policy[id(by_tokens[tuple(d.model_input.to_ints())])][1:], dtype=torch.float64),
                            {k: v.to_torch().to(torch.float64) for k, v in d.loss_fn_inputs.items()}).sum())
         for d in datums
     )
-    assert abs(total - _paper_loss(preset, batch, policy)) > 1e-3
+    assert abs(total - _paper_loss(preset, groups, policy)) > 1e-3
     assert config.trainer.loss_aggregation != "sum"
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import trainer
-from minds_core.checkpoint import RESUMES_FILE, read_jsonl
 from minds_core.cli import main
 from minds_core.config import load_config
+from minds_core.run_directory import RESUMES_FILE, read_jsonl
+from minds_core.training import train
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def finished_run(plugins, tmp_path_factory) -> Path:
     config = load_config(None, ["env.id=toy_char_share", "env.args.num_tasks=3", "trainer.steps=2",
                                 "trainer.group_size=2", "trainer.groups_per_batch=1", "sampling.max_tokens=4",
                                 "metrics.sinks=[jsonl]", f"runs_dir={runs}", "name=r", "backend=local"])
-    trainer.train(config, plugins=plugins)
+    train(config, plugins=plugins)
     return runs / "r"
 
 
@@ -55,7 +55,7 @@ def test_harmless_changes_are_allowed_and_recorded(plugins, finished_run):
     config = load_config(finished_run / "config.yaml", ["trainer.steps=3", "rollout.concurrency=2",
                                                         "metrics.rollouts_per_step=1", "tinker.api_key=tml-again"],
                          drop_redacted=True)
-    trainer.train(config, resume_dir=finished_run, plugins=plugins)
+    train(config, resume_dir=finished_run, plugins=plugins)
     assert [row["step"] for row in read_jsonl(finished_run / "metrics.jsonl")] == [0, 1, 2]
     (resume,) = read_jsonl(finished_run / RESUMES_FILE)
     assert resume["step"] == 2

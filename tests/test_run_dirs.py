@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import trainer
-from minds_core.checkpoint import RunDirectory, default_run_name
 from minds_core.cli import main
 from minds_core.config import load_config
 from minds_core.errors import UsageError
+from minds_core.run_directory import RunDirectory, default_run_name
+from minds_core.training import train
 
 # big enough that rewards differ within a group and steps train (a run that trains nothing exits 1)
 TINY = ["--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4", "--set", "sampling.max_tokens=32",
@@ -31,11 +31,11 @@ def _config(tmp_path: Path, *overrides: str):
 
 
 def test_a_second_run_with_the_same_name_is_refused_and_changes_nothing(plugins, tmp_path):
-    trainer.train(_config(tmp_path, "name=same", "trainer.learning_rate=1e-3"), plugins=plugins)
+    train(_config(tmp_path, "name=same", "trainer.learning_rate=1e-3"), plugins=plugins)
     run = tmp_path / "same"
     before = {p.name: p.read_bytes() for p in run.iterdir()}
     with pytest.raises(UsageError) as refused:
-        trainer.train(_config(tmp_path, "name=same", "trainer.learning_rate=5e-2"), plugins=plugins)
+        train(_config(tmp_path, "name=same", "trainer.learning_rate=5e-2"), plugins=plugins)
     assert f"run directory {run} already exists" in str(refused.value)
     assert f"--resume {run}" in str(refused.value)
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before

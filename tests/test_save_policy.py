@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from minds_core import logs, trainer
-from minds_core.checkpoint import RunDirectory
+from minds_core import logs
 from minds_core.config import RunConfig, load_config
 from minds_core.plugins import load_plugins
+from minds_core.run_directory import RunDirectory
+from minds_core.training import train
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
 import minds_toy_plugin  # noqa: E402
@@ -24,7 +25,7 @@ def test_rolling_saves_keep_the_last_two_states_and_the_final_checkpoint(tmp_pat
     config = load_config(None, ["env.id=toy_char_share", "trainer.steps=7", "trainer.save_every=2",
                                 "trainer.group_size=2", "trainer.groups_per_batch=1", "sampling.max_tokens=4",
                                 "metrics.sinks=[jsonl]", f"runs_dir={tmp_path}", "name=r"])
-    trainer.train(config, plugins=plugins)
+    train(config, plugins=plugins)
     saved = RunDirectory(tmp_path / "r").checkpoints()
     # rolling saves after steps 1, 3, 5: the one of step 1 was overwritten by step 5 and its line dropped
     assert [c.step for c in saved] == [3, 5, 6]

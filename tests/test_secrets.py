@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from minds_core.checkpoint import RunDirectory
 from minds_core.cli import main
-from minds_core.config import REDACTED, load_config, redact
+from minds_core.config import load_config
+from minds_core.config.secrets import REDACTED, redact
 from minds_core.envs.args import int_arg
 from minds_core.errors import ConfigError
+from minds_core.run_directory import RunDirectory
 
 SECRET_NUMBER = "12345678"
 

@@ -18,12 +18,13 @@ import httpx
 import pytest
 import tinker
 
-from minds_core import hookimpl, logs, trainer
+from minds_core import hookimpl, logs
 from minds_core.backends import create_local_service
 from minds_core.backends.retry import Backoff, ServiceCallError, call_service, is_transient
-from minds_core.checkpoint import resume_config_path
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
+from minds_core.run_directory import resume_config_path
+from minds_core.training import train
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
 import minds_toy_plugin
@@ -97,7 +98,7 @@ def _run(tmp_path: Path, fail_on: set[int], *overrides: str) -> FlakyPlugin:
     logs.configure("json", "warning")
     plugin = FlakyPlugin(fail_on)
     plugins = load_plugins(extra=[("toy", minds_toy_plugin), ("flaky", plugin)])
-    trainer.train(load_config(None, [*FAST, f"runs_dir={tmp_path}", *overrides]), plugins=plugins)
+    train(load_config(None, [*FAST, f"runs_dir={tmp_path}", *overrides]), plugins=plugins)
     return plugin
 
 
@@ -166,14 +167,14 @@ def test_a_failed_step_saves_the_state_it_left_intact_and_the_run_resumes_there(
     plugins = load_plugins(extra=[("toy", minds_toy_plugin), ("flaky", plugin)])
     config = load_config(None, [*FAST, f"runs_dir={tmp_path}", "trainer.steps=4", "trainer.save_every=0"])
     with pytest.raises(ServiceCallError) as caught:
-        trainer.train(config, plugins=plugins)
+        train(config, plugins=plugins)
     run_dir = tmp_path / "run"
     assert str(caught.value).startswith("step 2: the service rejected forward_backward (BadRequestError: Error code: 400")
     assert str(caught.value).endswith(f"the last checkpoint is step 1: minds run --resume {run_dir} continues from step 2")
     assert [c["step"] for c in _rows(run_dir / "checkpoints.jsonl")] == [1]  # saved after the failure
     plugin.fail_on.clear()
     resumed = load_config(resume_config_path(run_dir), [], drop_redacted=True)
-    trainer.train(resumed, resume_dir=run_dir, plugins=plugins)
+    train(resumed, resume_dir=run_dir, plugins=plugins)
     assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
 
 

@@ -11,7 +11,7 @@ import pytest
 import tinker
 from transformers import AutoTokenizer
 
-from minds_core import cli, hookimpl, logs, trainer
+from minds_core import cli, hookimpl, logs
 from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.config import load_config
 from minds_core.envs import Rubric, SingleTurnEnvironment, Task
@@ -19,6 +19,7 @@ from minds_core.errors import ConfigError
 from minds_core.plugins import load_plugins
 from minds_core.render import Renderer
 from minds_core.sft import build_datum, mean_nll, read_conversations, tokenize
+from minds_core.training import train
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
 import minds_toy_plugin  # noqa: E402
@@ -83,7 +84,7 @@ def test_sft_lowers_the_held_out_loss_by_a_clear_margin(tmp_path):
     config = load_config(None, ["trainer.mode=sft", f"sft.data={data}", "sft.batch_size=8", "sft.eval_fraction=0.25",
                                 "trainer.steps=8", "trainer.learning_rate=1e-2", "metrics.sinks=[jsonl]",
                                 f"runs_dir={tmp_path}", "name=sft"])
-    summary = trainer.train(config, plugins=load_plugins())
+    summary = train(config, plugins=load_plugins())
     before, after = summary["eval/loss_before"], summary["eval/loss_after"]
     assert math.isfinite(before) and after < 0.5 * before, (before, after)
     rows = [json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
@@ -120,7 +121,7 @@ def test_environment_tasks_without_answers_cannot_be_sft_data(tmp_path):
     plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
     config = load_config(None, ["trainer.mode=sft", "env.id=toy_char_share", f"runs_dir={tmp_path}"])
     with pytest.raises(ConfigError, match="toy_char_share has none"):
-        trainer.train(config, plugins=plugins)
+        train(config, plugins=plugins)
 
 
 class CapitalsPlugin:
@@ -137,5 +138,5 @@ def test_sft_on_an_environments_tasks_with_answers(tmp_path):
     plugins = load_plugins(extra=[("shout", CapitalsPlugin())])
     config = load_config(None, ["trainer.mode=sft", "env.id=shout", "sft.eval_fraction=0.25", "trainer.steps=6",
                                 "trainer.learning_rate=1e-2", "metrics.sinks=[jsonl]", f"runs_dir={tmp_path}", "name=shout"])
-    summary = trainer.train(config, plugins=plugins)
+    summary = train(config, plugins=plugins)
     assert summary["eval/loss_after"] < 0.7 * summary["eval/loss_before"], summary

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import logs, trainer
+from minds_core import logs
 from minds_core.config import load_config
 from minds_core.errors import UsageError
+from minds_core.evaluation import evaluate
+from minds_core.training import train
 
 FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[jsonl]"]
 
@@ -17,7 +19,7 @@ FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_ba
 
 def _train(plugins, tmp_path: Path, *overrides: str) -> list[dict]:
     config = load_config(None, [*FAST, f"runs_dir={tmp_path}", "name=run", *overrides])
-    summary = trainer.train(config, plugins=plugins)
+    summary = train(config, plugins=plugins)
     return [json.loads(line) for line in Path(summary["run_dir"], "metrics.jsonl").read_text().splitlines()]
 
 
@@ -81,7 +83,7 @@ def test_several_environments_with_weights_and_rubric_overrides(plugins, tmp_pat
         f"runs_dir: {tmp_path}\nname: mix\n"
         "trainer: {steps: 3, groups_per_batch: 4, group_size: 4}\nsampling: {max_tokens: 8}\nmetrics: {sinks: [jsonl]}\n"
     )
-    summary = trainer.train(load_config(config), plugins=plugins)
+    summary = train(load_config(config), plugins=plugins)
     rows = [json.loads(line) for line in Path(summary["run_dir"], "metrics.jsonl").read_text().splitlines()]
     groups = {env: sum(r.get(f"env/{env}/groups", 0) for r in rows) for env in ("toy_char_share", "toy_two_turn")}
     assert groups["toy_char_share"] + groups["toy_two_turn"] == 12 and groups["toy_char_share"] > groups["toy_two_turn"]
@@ -149,7 +151,7 @@ def test_eval_reports_rewards_without_training(plugins, tmp_path):
     from minds_core.evaluation import EvalPlan
 
     config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}"])
-    summary = trainer.evaluate(config, EvalPlan(tasks=2, samples=8), plugins=plugins).summary()
+    summary = evaluate(config, EvalPlan(tasks=2, samples=8), plugins=plugins).summary()
     assert summary["tasks"] == 2 and summary["rollouts/total"] == 16
     assert 0 <= summary["reward/mean"] < 0.05
     assert not list(tmp_path.rglob("metrics.jsonl"))
@@ -164,7 +166,7 @@ def test_a_failing_sink_is_disabled_and_training_goes_on(plugins, tmp_path, caps
 def test_wandb_sink_without_project_is_a_usage_error(plugins, tmp_path):
     config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}", "metrics.sinks=[jsonl, wandb]"])
     with pytest.raises(UsageError, match="wandb_project"):
-        trainer.train(config, plugins=plugins)
+        train(config, plugins=plugins)
 
 
 def test_a_seeded_run_repeats_exactly(plugins, tmp_path):

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import logs, trainer
+from minds_core import logs
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
+from minds_core.training import train
 
 wandb = pytest.importorskip("wandb", reason="the wandb sink's test needs wandb (the dev extra installs it)")
 
@@ -64,10 +65,10 @@ def test_resume_continues_the_same_wandb_run(tmp_path, monkeypatch):
     plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
     common = ["env.id=toy_char_share", "trainer.group_size=2", "trainer.groups_per_batch=1", "sampling.max_tokens=4",
               "metrics.sinks=[jsonl, wandb]", "metrics.wandb_project=minds-test", f"runs_dir={tmp_path / 'runs'}", "name=r"]
-    trainer.train(load_config(None, [*common, "trainer.steps=3"]), plugins=plugins)
+    train(load_config(None, [*common, "trainer.steps=3"]), plugins=plugins)
     run = tmp_path / "runs" / "r"
     resumed = load_config(run / "config.yaml", ["trainer.steps=5"], drop_redacted=True)
-    trainer.train(resumed, resume_dir=run, plugins=plugins)
+    train(resumed, resume_dir=run, plugins=plugins)
 
     (first_id, first_steps), (second_id, second_steps) = _offline_runs(tmp_path)
     assert first_id == second_id

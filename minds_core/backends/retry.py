@@ -28,6 +28,9 @@ log = get_logger("service")
 #: HTTP statuses that mean "try again" (as the SDK's own retries read them), besides 5xx.
 RETRY_STATUSES = frozenset({408, 409, 429})
 
+#: Service errors when a client is created that mean the request was wrong (bad model name, key, checkpoint).
+REJECTIONS = (tinker.BadRequestError, tinker.AuthenticationError, tinker.PermissionDeniedError, tinker.NotFoundError)
+
 
 def is_transient(error: BaseException) -> bool:
     """Whether sending the same request again may succeed."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from minds_core.config import shown_value
+from minds_core.config.secrets import shown_value
 from minds_core.errors import ConfigError
 
 

@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from minds_core.config import EnvConfig, RewardRef, is_secret_key
+from minds_core.config import EnvConfig, RewardRef
+from minds_core.config.secrets import is_secret_key
 from minds_core.envs.locate import MODULE_PREFIX, findable, is_path, normalized
 from minds_core.envs.rubric import Rubric
 from minds_core.errors import ConfigError

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from minds_core.checkpoint import ROLLOUTS_FILE, read_jsonl, resume_config_path
+from minds_core.run_directory import ROLLOUTS_FILE, read_jsonl, resume_config_path
 from minds_core.errors import UsageError
 from minds_core.report.page import RunData, render
 from minds_core.sinks.jsonl import METRICS_FILE

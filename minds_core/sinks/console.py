@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from minds_core import logs
-from minds_core.checkpoint import ROLLOUTS_FILE
+from minds_core.run_directory import ROLLOUTS_FILE
 from minds_core.config import RunConfig
 from minds_core.report.page import printable
 

@@ -13,7 +13,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from minds_core.config import RunConfig, redact, to_dict
+from minds_core.config import RunConfig, to_dict
+from minds_core.config.secrets import redact
 from minds_core.errors import UsageError
 
 ID_FILE = "wandb.json"

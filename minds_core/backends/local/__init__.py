@@ -14,10 +14,10 @@ Importing this package imports torch.
 """
 
 from .errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
-from .sampling import SamplingClient
+from .sampling_client import SamplingClient
 from .service import ServiceClient, create_service_client
 from .tiny_model import DEFAULT_BASE_MODEL
-from .training import TrainingClient
+from .training_client import TrainingClient
 
 __all__ = [
     "DEFAULT_BASE_MODEL",

@@ -34,9 +34,9 @@ from safetensors.torch import load_file, save_file
 
 from .errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
 from .lora import AdapterState, LoraSpec
-from .trainer import OptimizerState
+from .training_engine import OptimizerState
 
-__all__ = ["Checkpoint", "CheckpointKind", "CheckpointStore", "parse_path"]
+__all__ = ["CheckpointContents", "CheckpointKind", "CheckpointStore", "parse_path"]
 
 CheckpointKind = Literal["weights", "sampler_weights"]
 
@@ -49,7 +49,7 @@ _SCHEME = "tinker://"
 
 
 @dataclass(frozen=True)
-class Checkpoint:
+class CheckpointContents:
     """What a checkpoint holds: enough to rebuild the adapter (and its optimizer) on the base."""
 
     base_model: str
@@ -69,7 +69,7 @@ class CheckpointStore:
         run_id: str,
         kind: CheckpointKind,
         name: str,
-        checkpoint: Checkpoint,
+        checkpoint: CheckpointContents,
         adapter_config: PeftConfig,
         *,
         overwrite: bool,
@@ -107,7 +107,7 @@ class CheckpointStore:
             shutil.rmtree(staging, ignore_errors=True)
         return path
 
-    def load(self, path: str, *, with_optimizer: bool) -> Checkpoint:
+    def load(self, path: str, *, with_optimizer: bool) -> CheckpointContents:
         """The checkpoint at tinker ``path``; ``with_optimizer`` requires a ``weights`` checkpoint."""
         run_id, kind, name = parse_path(path)
         directory = self.root / run_id / kind / name
@@ -120,7 +120,7 @@ class CheckpointStore:
             raise LocalBadRequestError(
                 f"{path} has no optimizer state: pass a tinker://<run>/weights/<name> path from save_state"
             )
-        return Checkpoint(
+        return CheckpointContents(
             base_model=meta["base_model"],
             lora=LoraSpec.from_json(meta["lora"]),
             adapter=load_file(directory / _ADAPTER),

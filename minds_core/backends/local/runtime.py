@@ -9,8 +9,8 @@ from .checkpoints import CheckpointStore
 from .futures import RequestQueue
 from .models import BaseModelRegistry
 from .placement import Placement
-from .sampler import Sampler
-from .sampling import SamplingClient
+from .sampling_client import SamplingClient
+from .sampling_engine import Sampler
 
 __all__ = ["Runtime"]
 

@@ -30,10 +30,10 @@ from .lora import LoraSpec
 from .placement import resolve_placement
 from .rest import RestClient
 from .runtime import Runtime
-from .sampler import Sampler
-from .sampling import SamplingClient
-from .trainer import LoraTrainer
-from .training import TrainingClient
+from .sampling_client import SamplingClient
+from .sampling_engine import Sampler
+from .training_client import TrainingClient
+from .training_engine import LoraTrainer
 
 __all__ = ["ServiceClient", "create_service_client"]
 

@@ -7,10 +7,10 @@ import pytest
 
 from minds_core import hookimpl
 from minds_core.backends import create_local_service
-from minds_core.testing import run_minds
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
-from minds_core.trainer import train
+from minds_core.testing import run_minds
+from minds_core.training import train
 from minds_gradient_prophet.intuition import (
     GradientIntuitionEnvironment,
     GradientIntuitionEpisode,

@@ -19,8 +19,8 @@ from minds_core.backends.local.lora import LoraSpec
 from minds_core.backends.local.models import BaseModelRegistry
 from minds_core.backends.local.passes import LossPasses
 from minds_core.backends.local.placement import Placement, resolve_placement
-from minds_core.backends.local.sampler import Sampler
-from minds_core.backends.local.trainer import LoraTrainer
+from minds_core.backends.local.sampling_engine import Sampler
+from minds_core.backends.local.training_engine import LoraTrainer
 from minds_core.config import load_config
 from minds_core.errors import ConfigError, UsageError
 

@@ -12,7 +12,7 @@ from .errors import LocalBadRequestError
 from .futures import RequestQueue, failed_future
 from .inputs import model_input_tokens
 from .prompt_targets import check_target_tensor
-from .sampler import Sampler
+from .sampling_engine import Sampler
 
 __all__ = ["SamplingClient"]
 

@@ -23,16 +23,8 @@ from typing import Any
 
 import attrs
 
-from minds_core.config import (
-    RunConfig,
-    build_config,
-    dump_yaml,
-    is_secret_key,
-    read_config_file,
-    redact,
-    shown_value,
-    to_dict,
-)
+from minds_core.config import RunConfig, build_config, dump_yaml, read_config_file, to_dict
+from minds_core.config.secrets import is_secret_key, redact, shown_value
 from minds_core.errors import UsageError
 from minds_core.sinks.jsonl import METRICS_FILE, append_line
 
@@ -46,8 +38,8 @@ FIXED_ON_RESUME = ("env", "envs", "model", "backend", "tinker.base_url", "seed",
 
 
 @attrs.frozen
-class Checkpoint:
-    """A saved training state after ``step``: weights + optimizer, and sampler weights.
+class CheckpointRecord:
+    """One line of ``checkpoints.jsonl``: where the training state saved after ``step`` lives on the service.
 
     ``state_path`` resumes training; ``sampler_path`` is what
     ``create_sampling_client(model_path=...)`` takes to sample from the adapter.
@@ -166,14 +158,14 @@ class RunDirectory:
         tmp.write_text(dump_yaml(config), encoding="utf-8")
         os.replace(tmp, self.path / CONFIG_FILE)
 
-    def checkpoints(self) -> list[Checkpoint]:
-        return [Checkpoint(**row) for row in read_jsonl(self.path / CHECKPOINTS_FILE)]
+    def checkpoints(self) -> list[CheckpointRecord]:
+        return [CheckpointRecord(**row) for row in read_jsonl(self.path / CHECKPOINTS_FILE)]
 
-    def last_checkpoint(self) -> Checkpoint | None:
+    def last_checkpoint(self) -> CheckpointRecord | None:
         saved = self.checkpoints()
         return saved[-1] if saved else None
 
-    def record_checkpoint(self, checkpoint: Checkpoint) -> None:
+    def record_checkpoint(self, checkpoint: CheckpointRecord) -> None:
         """Append ``checkpoint``; earlier lines naming the same state (a rolling slot now overwritten) are dropped."""
         path = self.path / CHECKPOINTS_FILE
         rows = read_jsonl(path)

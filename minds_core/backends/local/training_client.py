@@ -13,14 +13,14 @@ from tinker.lib.public_interfaces.backcompat_sampling_client_future import (
 from tinker.types.optimizer import OptimParamsBase
 from transformers import PreTrainedTokenizerBase
 
-from .checkpoints import Checkpoint, CheckpointKind
+from .checkpoints import CheckpointContents, CheckpointKind
 from .errors import LocalBadRequestError
 from .futures import failed_future
 from .inputs import DatumTensors, submitted_datum
 from .runtime import Runtime
-from .sampler import Sampler
-from .sampling import SamplingClient
-from .trainer import CustomLossFn, LoraTrainer
+from .sampling_client import SamplingClient
+from .sampling_engine import Sampler
+from .training_engine import CustomLossFn, LoraTrainer
 
 __all__ = ["TrainingClient"]
 
@@ -280,7 +280,7 @@ class TrainingClient:
         ttl_seconds: int | None,
     ) -> str:
         trainer = self._trainer
-        checkpoint = Checkpoint(
+        checkpoint = CheckpointContents(
             base_model=trainer.base.name,
             lora=trainer.spec,
             adapter=trainer.adapter_state(),

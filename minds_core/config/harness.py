@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from minds_core.config.paths import get_path, set_path
+from minds_core.errors import ConfigError
+
 #: Harness key (dotted) -> the minds key that means the same.
 RENAMED: dict[str, str] = {
     "trainer.rollouts_per_example": "trainer.group_size",
@@ -42,9 +45,7 @@ def pop_no_effect(data: dict[str, Any]) -> list[tuple[str, Any, str]]:
     found = []
     for dotted, why in NO_EFFECT.items():
         *parents, leaf = dotted.split(".")
-        node: Any = data
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
+        node = get_path(data, parents)
         if isinstance(node, dict) and leaf in node:
             found.append((dotted, node.pop(leaf), why))
     return found
@@ -57,3 +58,22 @@ def warn_no_effect(found: Iterable[tuple[str, Any, str]], source: str) -> None:
     log = get_logger("config")
     for key, value, why in found:
         log.warning("seed-harness key has no effect in minds and is ignored", key=key, value=value, why=why, source=source)
+
+
+def apply_harness_keys(data: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """The seed harness's keys in ``data`` as minds keys, in place; those without effect are dropped with a warning."""
+    for old, new in RENAMED.items():
+        *parents, leaf = old.split(".")
+        node = get_path(data, parents)
+        if isinstance(node, dict) and leaf in node:
+            *new_parents, new_leaf = new.split(".")
+            target = get_path(data, new_parents)
+            if isinstance(target, dict) and new_leaf in target and target[new_leaf] != node[leaf]:
+                raise ConfigError(f"{source}: {old} and {new} mean the same setting and disagree ({node[leaf]!r} vs {target[new_leaf]!r}): keep one")
+            set_path(data, new.split("."), node.pop(leaf))
+    warn_no_effect(pop_no_effect(data), source)
+    trainer = data.get("trainer")
+    if isinstance(trainer, dict) and trainer.get("args") == {}:
+        del trainer["args"]
+    return data
+

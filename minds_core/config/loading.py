@@ -1,0 +1,97 @@
+"""From raw data to a validated ``RunConfig``: a config file, ``--set`` overrides, presets, every problem at once."""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from minds_core.config.converter import CONVERTER, structure_errors
+from minds_core.config.files import read_config_file
+from minds_core.config.harness import apply_harness_keys
+from minds_core.config.overrides import apply_override
+from minds_core.config.schema import RunConfig, schema_fields, unwrap_optional
+from minds_core.config.secrets import shown_value, without_redacted
+from minds_core.errors import ConfigError, did_you_mean
+from minds_core.presets import apply_preset
+
+
+def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
+    """Validate a raw mapping into a RunConfig; all problems are reported together."""
+    data = apply_preset(apply_harness_keys(dict(data), source))
+    problems = list(_unknown_keys(data, RunConfig, ""))
+    if not problems:
+        try:
+            config = CONVERTER.structure(data, RunConfig)
+        except Exception as exc:  # noqa: BLE001 - cattrs raises exception groups
+            problems = structure_errors(exc)
+        else:
+            problems = list(_checks(config, ""))
+            if (config.env is not None or config.envs) and not config.environments:
+                problems.append("every environment has weight 0 (switched off): give at least one a weight > 0")
+    if problems:
+        raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(f"  - {p}" for p in problems))
+    return config
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), drop_redacted: bool = False) -> RunConfig:
+    """Read an optional config file, apply ``--set`` overrides, and validate.
+
+    ``drop_redacted`` forgets values written as *** (a saved run's config), so
+    secrets come from the environment again.
+    """
+    data = read_config_file(path) if path else {}
+    if drop_redacted:
+        dropped: list[str] = []
+        data = without_redacted(data, "", dropped)
+        given = {assignment.partition("=")[0].strip() for assignment in overrides}
+        missing = [key for key in dropped if key not in given]
+        if missing:
+            from minds_core.logs import get_logger
+
+            get_logger("config").warning(
+                "secrets are not saved with a run; pass them again (--set KEY=...) or through the environment",
+                keys=missing,
+            )
+    data = apply_harness_keys(data, str(path) if path else "config")
+    for assignment in overrides:
+        apply_override(data, assignment)
+    return build_config(data, source=str(path) if path else "defaults and --set")
+
+
+def _unknown_keys(data: Mapping[str, Any], cls: type, path: str) -> Iterable[str]:
+    fields = schema_fields(cls)
+    for key, value in data.items():
+        where = f"{path}{key}"
+        if key not in fields:
+            yield f"{where}: unknown key{did_you_mean(str(key), fields)}; valid keys here: {', '.join(fields)}"
+            continue
+        tp = unwrap_optional(fields[key].type)
+        if attrs.has(tp) and isinstance(value, Mapping):
+            yield from _unknown_keys(value, tp, f"{where}.")
+        elif typing.get_origin(tp) is list and isinstance(value, list):
+            (item,) = typing.get_args(tp)
+            if attrs.has(item):
+                for i, element in enumerate(value):
+                    if isinstance(element, Mapping):
+                        yield from _unknown_keys(element, item, f"{where}[{i}].")
+
+
+def _checks(obj: Any, path: str) -> Iterable[str]:
+    for field in attrs.fields(type(obj)):
+        value = getattr(obj, field.name)
+        where = f"{path}{field.name}"
+        check = field.metadata.get("check")
+        if check is not None and value is not None:
+            problem = check(value)
+            if problem:
+                yield f"{where} = {shown_value(field.name, value)}: {problem}"
+        if attrs.has(type(value)):
+            yield from _checks(value, f"{where}.")
+        elif isinstance(value, list):
+            for i, element in enumerate(value):
+                if attrs.has(type(element)):
+                    yield from _checks(element, f"{where}[{i}].")

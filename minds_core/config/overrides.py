@@ -1,0 +1,73 @@
+"""``--set KEY=VALUE`` overrides: the value parsed to the type of the schema's field at KEY."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import yaml
+
+from minds_core.config.harness import NO_EFFECT, RENAMED, warn_no_effect
+from minds_core.config.paths import set_path
+from minds_core.config.schema import RunConfig, schema_fields, unwrap_optional
+from minds_core.config.secrets import shown_value
+from minds_core.errors import ConfigError, did_you_mean
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+def _parse_for_type(tp: Any, text: str) -> Any:
+    tp = unwrap_optional(tp)
+    if tp is bool:
+        return _parse_bool(text)
+    if tp is int:
+        return int(text)
+    if tp is float:
+        return float(text)
+    if tp is str:
+        return text
+    return yaml.safe_load(text)  # lists, dicts and free-form values
+
+
+def _type_at(parts: list[str]) -> Any:
+    """The schema type at a dotted path; free-form (Any) inside dict fields."""
+    cls: Any = RunConfig
+    for i, part in enumerate(parts):
+        cls = unwrap_optional(cls)
+        if not attrs.has(cls):
+            return Any  # inside a free-form table such as env.args
+        fields = schema_fields(cls)
+        if part not in fields:
+            where = ".".join(parts[: i + 1])
+            raise ConfigError(f"--set {where}: unknown key{did_you_mean(part, fields)}; valid keys here: {', '.join(fields)}")
+        cls = fields[part].type
+    return cls
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one ``a.b=value`` override, parsing the value to the field's type."""
+    key, sep, text = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, e.g. --set trainer.group_size=8")
+    if key in NO_EFFECT:
+        warn_no_effect([(key, text, NO_EFFECT[key])], "--set")
+        return
+    key = RENAMED.get(key, key)
+    parts = key.split(".")
+    tp = _type_at(parts)
+    try:
+        value = _parse_for_type(tp, text)
+    except (ValueError, yaml.YAMLError):
+        name = getattr(unwrap_optional(tp), "__name__", str(tp))
+        raise ConfigError(f"--set {key}={shown_value(parts[-1], text)}: expected a value of type {name}") from None
+    if parts[0] == "env" and not isinstance(data.get("env"), dict):
+        data["env"] = {}
+    set_path(data, parts, value)

@@ -1,0 +1,253 @@
+"""RL training, one step as a pipeline: collect -> score -> process -> train -> record -> save.
+
+- collect: roll out the step's groups with the newest policy (``rollout``);
+- score: with ``trainer.kl_penalty``, the KL reference's log-probs of every kept rollout (``kl_reference``);
+- process: advantages, length and KL shaping, datums (``data_processing``, no service calls);
+- train: ``forward_backward`` and ``optim_step`` submitted back to back before either is awaited
+  (``training_requests``); a fresh sampling client follows every update;
+- record: one metrics line (and a few rollouts) per step; ``trainer.eval_every`` adds ``eval/*``;
+- save: the last step, every ``trainer.save_every`` steps (two rolling slots), and on Ctrl-C/SIGTERM.
+
+With ``max_steps_off_policy = k`` the batches of the next k steps are sampled
+while this one trains, with samplers at most k updates old.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import tinker
+
+from minds_core.backends.retry import ServiceCallError
+from minds_core.config import RunConfig
+from minds_core.data_processing import ProcessedBatch, ProcessingSettings, process_batch
+from minds_core.evaluation import EVAL_DIR, EvalPlan, check_splits, evaluate_policy, save_evaluation
+from minds_core.interrupt import RunInterrupted, StopOnSignal
+from minds_core.kl_reference import ReferenceScorer
+from minds_core.logs import get_logger
+from minds_core.outcome import TrainingOutcome
+from minds_core.plugins import Plugins
+from minds_core.rollout import Group, run_group
+from minds_core.run_directory import CheckpointRecord, RunDirectory, check_resume_changes
+from minds_core.schedule import DataSchedule
+from minds_core.session import Policy, Session
+from minds_core.sinks import SinkSet
+from minds_core.stats import batch_metrics, rollout_records
+from minds_core.training_requests import save_checkpoint, train_step
+
+log = get_logger("trainer")
+
+
+@attrs.define
+class Batch:
+    """The rollout groups of one step."""
+
+    step: int  #: the step they train
+    groups: list[Group]  #: one group per scheduled (environment, task), in schedule order
+    policy_version: int  #: the version of the policy that sampled them
+    seconds: float  #: wall time the rollouts took
+
+
+class RLLoop:
+    """The steps of one run, from ``start`` to ``trainer.steps``, on an open session with a training client."""
+
+    def __init__(self, session: Session, reference: ReferenceScorer | None) -> None:
+        config = session.config
+        registry = session.plugins.registry
+        self.session = session
+        self.config = config
+        self.reference = reference
+        self.loss = registry.lookup("losses", config.trainer.loss_fn, "trainer.loss_fn").obj
+        estimator = registry.lookup("advantage_estimators", config.trainer.advantage, "trainer.advantage").obj
+        self.processing = ProcessingSettings.from_config(config, estimator, self.loss)
+        self.schedule = DataSchedule(
+            config.seed, [h.cfg.weight for h in session.envs], [len(h.tasks) for h in session.envs], config.trainer.groups_per_batch
+        )
+        self.outcome = TrainingOutcome()
+        self.rolling_saves = 0
+
+    # ------------------------------------------------------------ the stages of a step
+
+    async def collect(self, step: int, policy: Policy) -> Batch:
+        """Roll out every group of ``step`` with ``policy``."""
+        began = time.perf_counter()
+        session = self.session
+        jobs = []
+        for index, (env_index, task_index) in enumerate(self.schedule.batch(step)):
+            handle = session.envs[env_index]
+            seed = random.Random(f"{self.config.seed}:sample:{step}:{index}").randrange(2**30)
+            jobs.append(
+                run_group(
+                    handle.name,
+                    handle.env,
+                    handle.tasks[task_index],
+                    handle.group_size,
+                    lambda: session.context(policy, step),
+                    session.settings[env_index],
+                    session.limiter,
+                    handle.max_failing,
+                    seed,
+                )
+            )
+        groups = list(await asyncio.gather(*jobs))
+        return Batch(step, groups, policy.version, time.perf_counter() - began)
+
+    async def score(self, batch: Batch) -> None:
+        """The KL reference's log-probs on the batch's kept rollouts (nothing without a KL penalty)."""
+        if self.reference is None:
+            return
+        try:
+            await self.reference.score(batch.groups, f"step {batch.step}")
+        except ServiceCallError as exc:
+            exc.intact_after = batch.step - 1
+            raise
+
+    async def train(self, datums: list[tinker.Datum], step: int) -> dict[str, float]:
+        """One optimizer step on ``datums`` (none: the step is skipped); ``train/*`` metrics."""
+        if not datums:
+            return {"train/skipped": 1.0}
+        client, cfg = self.session.training_client, self.config.trainer
+        return await train_step(client, datums, self.loss, cfg, step, self.session.backoff)
+
+    def record(self, batch: Batch, processed: ProcessedBatch, train_metrics: dict[str, float], policy: Policy) -> dict[str, Any]:
+        """The step's metrics line, without its timings."""
+        record = batch_metrics(batch.groups, self.session.envs)
+        record.update(train_metrics)
+        record.update(processed.metrics)
+        record.update(
+            {
+                "step": batch.step,
+                "train/datums": len(processed.datums),
+                "sampler/staleness": policy.version - 1 - batch.policy_version,
+            }
+        )
+        return record
+
+    async def evaluate(self, policy: Policy, run: RunDirectory, step: int) -> dict[str, float]:
+        """The updated policy of ``step`` on the held-out split: ``eval/*`` metrics, rollouts in eval/step-NNNNNN.jsonl."""
+        plan = EvalPlan.from_config(self.config.trainer)
+        evaluation = await evaluate_policy(self.session, policy, plan, step=step, require_held_out=True)
+        save_evaluation(run.path / EVAL_DIR / f"step-{step:06d}.jsonl", evaluation, {"step": step})
+        return evaluation.metrics()
+
+    async def save(self, step: int, rolling: bool = False) -> CheckpointRecord:
+        """Save weights + optimizer (to resume) and sampler weights (to sample from); recorded by the caller.
+
+        ``rolling``: the state only, in one of two slots taken in turn, so periodic saves
+        replace the older one instead of piling up.
+        """
+        if rolling:
+            self.rolling_saves += 1
+            name = f"rolling-{self.rolling_saves % 2}"
+        else:
+            name = f"step-{step:06d}"
+        return await save_checkpoint(self.session.training_client, step, name, self.session.backoff, with_sampler=not rolling)
+
+    async def save_after_failure(self, run: RunDirectory, intact_after: int | None) -> int | None:
+        """Checkpoint the state a failed step left intact, unless already saved; the last checkpoint's step."""
+        last = run.last_checkpoint()
+        if intact_after is None or intact_after < 0 or (last is not None and last.step >= intact_after):
+            return last.step if last else None
+        try:
+            checkpoint = await self.save(intact_after)
+        except ServiceCallError as exc:
+            log.warning("could not save a checkpoint after the failure", step=intact_after, error=str(exc))
+            return last.step if last else None
+        run.record_checkpoint(checkpoint)
+        return checkpoint.step
+
+    # ------------------------------------------------------------ the steps
+
+    async def run(self, run: RunDirectory, sinks: SinkSet, start: int) -> dict[str, Any]:
+        """Steps ``start`` .. ``trainer.steps - 1``; the run's summary. A first SIGINT/SIGTERM stops after a saved step."""
+        cfg = self.config.trainer
+        steps, ahead = cfg.steps, cfg.max_steps_off_policy
+        policy = await self.session.policy(start)
+        pending: dict[int, asyncio.Task[Batch]] = {}
+        next_launch = start
+        rewards: list[float] = []
+        began = time.perf_counter()
+        stop = StopOnSignal(f"minds run --resume {run.path}")
+        stop.install()
+        try:
+            for step in range(start, steps):
+                step_began = time.perf_counter()
+                while next_launch < steps and next_launch <= step + ahead:
+                    pending[next_launch] = asyncio.create_task(self.collect(next_launch, policy))
+                    next_launch += 1
+                batch = await pending.pop(step)
+                waited = time.perf_counter() - step_began
+                await self.score(batch)
+                processed = process_batch(batch.groups, self.processing)
+                self.outcome.record(step, len(processed.datums), batch.groups)
+                train_began = time.perf_counter()
+                train_metrics = await self.train(processed.datums, step)
+                policy = await self.session.policy(policy.version + 1)
+                record = self.record(batch, processed, train_metrics, policy)
+                record.update({"time/sample": batch.seconds, "time/wait_for_batch": waited, "time/train": time.perf_counter() - train_began})
+                run.log_rollouts(rollout_records(step, batch.groups, self.config.metrics.rollouts_per_step))
+                if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step == steps - 1):
+                    record.update(await self.evaluate(policy, run, step))
+                save_began = time.perf_counter()
+                stopping = stop.requested
+                checkpoint = None
+                if step == steps - 1 or stopping:
+                    checkpoint = await self.save(step)
+                elif cfg.save_every and (step + 1) % cfg.save_every == 0:
+                    checkpoint = await self.save(step, rolling=True)
+                record["time/save"] = time.perf_counter() - save_began
+                record["time/step"] = time.perf_counter() - step_began
+                sinks.write(record)
+                if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics
+                    run.record_checkpoint(checkpoint)
+                if "reward/mean" in record:
+                    rewards.append(record["reward/mean"])
+                if stopping and step < steps - 1:
+                    raise RunInterrupted(
+                        f"stopped by {stop.signal_name} after step {step} ({step + 1} of {steps} done); checkpoint saved. "
+                        f"Continue with: minds run --resume {run.path}",
+                        stop.signum or 0,
+                    )
+        finally:
+            stop.restore()
+            for task in pending.values():
+                task.cancel()
+        return {
+            "steps": steps - start,
+            "reward/first": rewards[0] if rewards else None,
+            "reward/last": rewards[-1] if rewards else None,
+            "seconds": time.perf_counter() - began,
+            "run_dir": str(run.path),
+            **self.outcome.summary(),
+        }
+
+
+async def train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None) -> dict[str, Any]:
+    """Start (or resume, from ``resume_dir``'s last checkpoint) an RL run and train it to its last step; its summary."""
+    changed = sorted(check_resume_changes(resume_dir, config)) if resume_dir is not None else []
+    async with await Session.open(config, plugins, resume_dir) as session:
+        config = session.config
+        if config.trainer.eval_every:
+            check_splits(session.envs, EvalPlan.from_config(config.trainer), require_held_out=True)
+        if resume_dir is None:
+            RunDirectory.ensure_new(config)
+        last = RunDirectory(resume_dir).last_checkpoint() if resume_dir is not None else None
+        start = last.step + 1 if last else 0
+        if resume_dir is not None:
+            log.info("resuming", run=str(resume_dir), step=start, checkpoint=last.state_path if last else None, changed=changed)
+        await session.start_training(last.state_path if last else (config.trainer.resume_from or None), with_optimizer=last is not None)
+        loop = RLLoop(session, await ReferenceScorer.start(session.service, config, session.backoff))
+        run = RunDirectory.create(config) if resume_dir is None else RunDirectory.resume(resume_dir, config, start)
+        sinks = session.open_sinks(run.path)  # after the claim: sinks write into the folder
+        envs = [h.name for h in session.envs]
+        log.info("training", run=str(run.path), backend=session.backend, envs=envs, steps=config.trainer.steps, start=start)
+        try:
+            session.summary = await loop.run(run, sinks, start)
+        except ServiceCallError as exc:  # keep what the run trained, say how to continue it
+            raise exc.resumable(run.path, await loop.save_after_failure(run, exc.intact_after)) from exc.error
+    return session.summary

@@ -1,0 +1,247 @@
+"""A run's resources and their lifetime, shared by training and evaluation.
+
+``Session.open`` checks everything that can fail on bad input (names, the
+backend, the environments) and connects to the service, before any run
+directory exists. Used as ``async with``, the session closes what it opened
+when the run ends, however it ends: the metric sinks (with the run's summary),
+every environment, and the service session (told ``success``, ``errored`` or
+``interrupted``). In between it starts the policy (a training client, or a
+sampling client of fixed weights), snapshots it as samplers, and hands each
+episode its ``Context``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import attrs
+import tinker
+
+from minds_core.backends import choose_backend, sampler_tokenizer
+from minds_core.backends.retry import REJECTIONS, Backoff, call_service
+from minds_core.config import EnvConfig, RunConfig
+from minds_core.envs.loading import load_environment
+from minds_core.envs.rubric import maybe_await
+from minds_core.envs.types import Context, Task
+from minds_core.errors import ConfigError, MindsError, UsageError
+from minds_core.interrupt import RunInterrupted
+from minds_core.logs import get_logger
+from minds_core.names import check_names
+from minds_core.plugins import Plugins, load_plugins
+from minds_core.render import Renderer, TemplateError
+from minds_core.rollout import EpisodeSettings, close_quietly
+from minds_core.run_directory import default_run_name
+from minds_core.sinks import SinkSet
+
+log = get_logger("trainer")
+
+
+@attrs.define
+class EnvHandle:
+    """A loaded environment with its tasks and per-environment settings."""
+
+    name: str  #: what metrics and logs call it (its label, made unique with ``#<index>``)
+    env: Any  #: the environment object its loader returned
+    cfg: EnvConfig  #: its entry of the config
+    tasks: Sequence[Task]  #: the tasks of its configured split
+    group_size: int  #: rollouts per task (``env.group_size``, else ``trainer.group_size``)
+    max_failing: int  #: failed rollouts a group may have before it is dropped
+    needs_checkpoint: bool  #: whether its episodes read the policy's saved state (``Context.policy_checkpoint``)
+
+
+@attrs.define
+class Policy:
+    """One version of the policy: its sampler and (when an environment needs one) its saved state."""
+
+    version: int  #: updates applied since the run's start (a resumed run counts from its first step)
+    sampler: Any  #: the sampling client of these weights
+    checkpoint: str | None = None  #: a ``tinker://`` state path of these weights, when one was saved
+
+
+def load_environments(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
+    """Every configured environment (weight > 0) with its tasks; a ConfigError or MindsError naming the one that failed."""
+    if not config.environments:
+        raise ConfigError("no environment: pass --env NAME or set [env] id in the config (minds envs lists them)")
+    handles: list[EnvHandle] = []
+    for index, cfg in enumerate(config.environments):
+        try:
+            env = load_environment(cfg, plugins.registry)
+            tasks = list(env.tasks(cfg.split))
+        except MindsError:
+            raise
+        except KeyError as exc:
+            raise ConfigError(f"environment {cfg.id!r}, split {cfg.split!r} (env.split): {exc.args[0] if exc.args else exc}") from None
+        except Exception as exc:  # noqa: BLE001 - a plugin's failure, reported with its name
+            raise MindsError(f"environment {cfg.id!r} failed to load: {type(exc).__name__}: {exc}") from exc
+        if not tasks:
+            raise ConfigError(f"environment {cfg.id!r} has no tasks in split {cfg.split!r}")
+        name = cfg.label if all(c.label != cfg.label for c in config.environments[:index]) else f"{cfg.label}#{index}"
+        handles.append(
+            EnvHandle(
+                name=name,
+                env=env,
+                cfg=cfg,
+                tasks=tasks,
+                group_size=cfg.group_size or config.trainer.group_size,
+                max_failing=config.rollout.max_failing_rollouts if cfg.max_failing_rollouts is None else cfg.max_failing_rollouts,
+                needs_checkpoint=bool(getattr(env, "needs_policy_checkpoint", False)),
+            )
+        )
+    return handles
+
+
+def sampling_params(config: RunConfig, cfg: EnvConfig) -> tinker.types.SamplingParams:
+    """The sampling settings of one environment: ``[sampling]``, with the environment's own temperature and top_p."""
+    s = config.sampling
+    return tinker.types.SamplingParams(
+        max_tokens=s.max_tokens,
+        temperature=s.temperature if cfg.temperature is None else cfg.temperature,
+        top_p=s.top_p if cfg.top_p is None else cfg.top_p,
+        top_k=s.top_k,
+    )
+
+
+async def close_service(service: Any, status: str) -> None:
+    """End the service session (the hosted SDK records success, errored or interrupted); a failure is only logged."""
+    close = getattr(service, "close", None)
+    if callable(close):
+        try:
+            await maybe_await(close(status))
+        except Exception as exc:  # noqa: BLE001 - closing never hides the run's own outcome
+            log.warning("closing the service failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def exit_status(error: BaseException | None) -> str:
+    """How a run ended, as the service session records it."""
+    if error is None:
+        return "success"
+    if isinstance(error, (KeyboardInterrupt, asyncio.CancelledError, RunInterrupted)):
+        return "interrupted"
+    return "errored"
+
+
+class Session:
+    """One run's environments, service, policy clients and metric sinks; an async context manager that closes them."""
+
+    def __init__(self, config: RunConfig, plugins: Plugins, envs: list[EnvHandle], service: Any, backend: str) -> None:
+        self.config = config
+        self.plugins = plugins
+        self.envs = envs
+        self.service = service
+        self.backend = backend  #: the registered name of the backend serving the run
+        self.limiter = asyncio.Semaphore(config.rollout.concurrency)  #: rollouts in flight at once
+        self.backoff = Backoff()
+        self.training_client: Any = None
+        self.renderer: Renderer | None = None
+        self.settings: list[EpisodeSettings] = []  #: per environment, what its rollouts run with
+        self.sinks: SinkSet | None = None
+        #: What the sinks are closed with: the run's summary once it finished, else this placeholder.
+        self.summary: dict[str, Any] = {"stopped": "early"}
+
+    @classmethod
+    async def open(cls, config: RunConfig, plugins: Plugins | None = None, resume_dir: Path | None = None) -> Session:
+        """Check the config's names, load the environments and connect to the backend; no run directory is made.
+
+        The run is named after ``resume_dir`` when resuming, else given a default name when it has none.
+        """
+        plugins = plugins or load_plugins()
+        for broken in plugins.broken:
+            log.warning("plugin is broken and was skipped", plugin=broken.name, errors=broken.errors)
+        if resume_dir is not None:
+            config = attrs.evolve(config, name=resume_dir.name, runs_dir=str(resume_dir.parent))
+        elif not config.name:
+            config = attrs.evolve(config, name=default_run_name(config))
+        check_names(config, plugins.registry)
+        choice = choose_backend(config)
+        factory = plugins.registry.lookup("backends", choice.name, "backend").obj
+        if config.backend == "auto":
+            log.info("backend chosen", backend=choice.name, reason=choice.reason)
+        envs = load_environments(config, plugins)
+        service = await maybe_await(factory(config, Path(config.runs_dir) / config.name))  # a backend may check its connection
+        return cls(config, plugins, envs, service, choice.name)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        if self.sinks is not None:
+            self.sinks.close(self.summary)  # also on an error or Ctrl-C: the progress bar stops, files stay whole
+        for handle in self.envs:
+            await close_quietly(handle.env, f"environment {handle.name}")
+        await close_service(self.service, exit_status(error))
+
+    def open_sinks(self, run_dir: Path) -> SinkSet:
+        """The configured metric sinks, writing into ``run_dir``; closed with ``summary`` when the session ends."""
+        self.summary = {"run_dir": str(run_dir), "stopped": "early"}
+        self.sinks = SinkSet(self.config, self.plugins.registry, run_dir)
+        return self.sinks
+
+    async def start_training(self, state_path: str | None, with_optimizer: bool) -> None:
+        """Create the policy's training client: a new LoRA adapter, or one restored from ``state_path``."""
+        cfg = self.config
+        try:  # the hosted SDK starts its session (and may fail) when the first client is requested
+            if state_path and with_optimizer:
+                future = self.service.create_training_client_from_state_with_optimizer(state_path)
+            elif state_path:
+                future = self.service.create_training_client_from_state(state_path)
+            else:
+                future = self.service.create_lora_training_client(
+                    base_model=cfg.model.base_model,
+                    rank=cfg.model.lora_rank,
+                    seed=cfg.seed,
+                    train_unembed=cfg.model.train_unembed,
+                )
+            self.training_client = await future
+            self._use_tokenizer(self.training_client.get_tokenizer())
+        except (TemplateError, *REJECTIONS) as exc:
+            raise UsageError(f"cannot start training on {cfg.model.base_model!r}: {exc}") from None
+        except tinker.APIConnectionError as exc:
+            raise UsageError(f"cannot start training on {cfg.model.base_model!r}: the service stopped answering ({exc})") from None
+
+    async def start_sampling(self, model_path: str | None, state_path: str | None = None) -> Policy:
+        """A policy to evaluate without any training client: the weights at ``model_path``, else the base model."""
+        cfg = self.config
+        what = model_path or cfg.model.base_model
+        try:
+            if model_path:
+                sampler = await self.service.create_sampling_client(model_path=model_path)
+            else:
+                sampler = await self.service.create_sampling_client(base_model=cfg.model.base_model)
+            self._use_tokenizer(sampler_tokenizer(sampler, cfg.model.base_model))
+        except (TemplateError, *REJECTIONS) as exc:
+            raise UsageError(f"cannot sample from {what!r}: {exc}") from None
+        return Policy(0, sampler, state_path)
+
+    def _use_tokenizer(self, tokenizer: Any) -> None:
+        self.renderer = Renderer(tokenizer, self.config.model.chat_template_args)
+        self.settings = [EpisodeSettings(self.renderer, sampling_params(self.config, h.cfg), self.config.rollout) for h in self.envs]
+
+    async def policy(self, version: int) -> Policy:
+        """Snapshot the training client's current weights as a new sampler (and a state, when an env needs one)."""
+        checkpoint, where = None, f"policy v{version}"
+        if any(h.needs_checkpoint for h in self.envs):
+            # only this version's rollouts read it: let the service expire it (1 h is the minimum TTL)
+            name = f"policy-v{version:06d}"
+            save = lambda: self.training_client.save_state(name, ttl_seconds=3600, overwrite=True)
+            saved, _ = await call_service(where, "save_state", save, self.backoff)
+            checkpoint = saved.path
+        sample = self.training_client.save_weights_and_get_sampling_client
+        sampler, _ = await call_service(where, "save_weights_and_get_sampling_client", sample, self.backoff)
+        return Policy(version, sampler, checkpoint)
+
+    def context(self, policy: Policy, step: int) -> Context:
+        """What an episode of ``step`` receives: ``policy``'s sampler, the service and the renderer."""
+        return Context(
+            sampler=policy.sampler,
+            tokenizer=self.renderer.tokenizer if self.renderer else None,
+            service=self.service,
+            renderer=self.renderer,
+            base_model=self.config.model.base_model,
+            lora_rank=self.config.model.lora_rank,
+            step=step,
+            policy_checkpoint=policy.checkpoint,
+        )

@@ -1,0 +1,25 @@
+"""``train``: the entry point of every training run, RL (``rl_loop``) or supervised (``sft``) by ``trainer.mode``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from minds_core.config import RunConfig
+from minds_core.errors import UsageError
+from minds_core.plugins import Plugins
+
+
+def train(config: RunConfig, resume_dir: Path | None = None, plugins: Plugins | None = None) -> dict[str, Any]:
+    """Run (or resume) training; returns a summary of the run (``trained_steps``, and ``not_trained`` saying why
+    when steps ran but none trained). ``plugins`` defaults to the installed ones."""
+    if config.trainer.mode == "sft":
+        if resume_dir is not None:
+            raise UsageError("--resume continues RL runs; start SFT from saved weights with trainer.resume_from")
+        from minds_core.sft import train_sft
+
+        return train_sft(config, plugins)
+    from minds_core.rl_loop import train_rl
+
+    return asyncio.run(train_rl(config, resume_dir, plugins))

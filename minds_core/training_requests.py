@@ -1,0 +1,95 @@
+"""What the RL loop asks of the training client: one optimizer step, and checkpoints; transient failures retried.
+
+When a request fails for good, the ``ServiceCallError`` records in
+``intact_after`` the last step whose update the training state still holds
+exactly, so that the loop can checkpoint it before the run ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tinker
+
+from minds_core.backends.retry import Backoff, ServiceCallError, call_service, send_now, settle
+from minds_core.config import TrainerConfig
+from minds_core.logs import get_logger
+from minds_core.losses import CustomLoss
+from minds_core.lr_schedules import learning_rate
+from minds_core.run_directory import CheckpointRecord
+from minds_core.stats import sampler_train_kl
+
+log = get_logger("trainer")
+
+
+def adam_params(cfg: TrainerConfig, step: int) -> tinker.types.AdamParams:
+    """The optimizer settings of ``step``: its scheduled learning rate and the configured AdamW constants."""
+    return tinker.types.AdamParams(
+        learning_rate=learning_rate(step, cfg.steps, cfg.learning_rate, cfg.lr_schedule, cfg.lr_warmup_steps, cfg.lr_min_ratio),
+        beta1=cfg.beta1,
+        beta2=cfg.beta2,
+        eps=cfg.eps,
+        weight_decay=cfg.weight_decay,
+        grad_clip_norm=cfg.grad_clip_norm,
+    )
+
+
+async def train_step(
+    client: Any, datums: list[tinker.Datum], loss: Any, cfg: TrainerConfig, step: int, backoff: Backoff
+) -> dict[str, float]:
+    """Submit forward_backward and optim_step back to back, then await both; ``train/*`` and KL metrics.
+
+    ``loss`` is a registered loss: a service loss name or a ``CustomLoss``. When
+    forward_backward had to be sent again, the optim_step submitted with the
+    failed try is let finish and a fresh one follows the gradients that did arrive.
+    When either fails for good, the error's ``intact_after`` is ``step - 1``.
+    """
+    adam = adam_params(cfg, step)
+
+    def forward_backward() -> Any:
+        if isinstance(loss, CustomLoss):
+            return client.forward_backward_custom(datums, loss.fn)
+        return client.forward_backward(datums, loss, dict(cfg.loss_fn_config) or None)
+
+    def optim_step() -> Any:
+        return client.optim_step(adam)
+
+    where = f"step {step}"
+    first_backward = send_now(forward_backward)
+    first_optim = send_now(optim_step)
+    try:
+        result, tries = await call_service(where, "forward_backward", forward_backward, backoff, first_backward)
+    except ServiceCallError as exc:
+        await settle(first_optim)  # it had no gradients of this batch to apply
+        exc.intact_after = step - 1
+        raise
+    if tries > 1:
+        await settle(first_optim)
+        first_optim = None
+    try:
+        await call_service(where, "optim_step", optim_step, backoff, first_optim)
+    except ServiceCallError as exc:
+        exc.intact_after = step - 1
+        raise
+    metrics = {"train/learning_rate": adam.learning_rate, **{f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}}
+    metrics.update(sampler_train_kl(datums, result.loss_fn_outputs or []))
+    return metrics
+
+
+async def save_checkpoint(client: Any, step: int, name: str, backoff: Backoff, *, with_sampler: bool) -> CheckpointRecord:
+    """Save the state (weights + optimizer, to resume) as ``name``, and ``with_sampler`` the sampler weights too.
+
+    Both requests are in flight together; the caller records the checkpoint in the run directory.
+    """
+    where = f"step {step}"
+    save_state = lambda: client.save_state(name, overwrite=True)
+    state = send_now(save_state)
+    if with_sampler:
+        save_sampler = lambda: client.save_weights_for_sampler(name)
+        sampler = send_now(save_sampler)
+    state_path = (await call_service(where, "save_state", save_state, backoff, state))[0].path
+    sampler_path = None
+    if with_sampler:
+        sampler_path = (await call_service(where, "save_weights_for_sampler", save_sampler, backoff, sampler))[0].path
+    log.info("checkpoint saved", step=step, path=state_path, sampler_path=sampler_path)
+    return CheckpointRecord(step=step, state_path=state_path, sampler_path=sampler_path)
