@@ -226,7 +226,7 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
     """The system prompt of the config's (first) environment; a UsageError when it has none."""
     import asyncio
 
-    from minds_core.envs.loading import load_environment
+    from minds_core.envs.loading import build_environment
     from minds_core.errors import MindsError, UsageError
     from minds_core.rollout import close_quietly
 
@@ -234,7 +234,7 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
         raise UsageError("--env-system needs an environment: a run folder's, or --set env.id=NAME")
     cfg = config.environments[0]
     try:
-        env = load_environment(cfg, plugins.registry)
+        env = build_environment(cfg, plugins.registry)
     except MindsError:
         raise
     except Exception as exc:  # noqa: BLE001 - a plugin's failure, reported with its name

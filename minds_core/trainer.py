@@ -26,8 +26,8 @@ from minds_core.backends.retry import Backoff, ServiceCallError, call_service, s
 from minds_core.checkpoint import Checkpoint, RunDirectory, check_resume_changes, default_run_name
 from minds_core.config import EnvConfig, RunConfig
 from minds_core.datums import build_datum
-from minds_core.envs.loading import load_environment
-from minds_core.envs.types import Context, Task
+from minds_core.envs.loading import build_environment
+from minds_core.envs.types import Context, Task, needs_policy_checkpoint
 from minds_core.errors import ConfigError, MindsError, UsageError
 from minds_core.evaluation import EVAL_DIR, EvalPlan, Evaluation, check_splits, evaluate_policy, save_evaluation
 from minds_core.interrupt import RunInterrupted, StopOnSignal
@@ -87,7 +87,7 @@ def _load_envs(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
     handles: list[EnvHandle] = []
     for index, cfg in enumerate(config.environments):
         try:
-            env = load_environment(cfg, plugins.registry)
+            env = build_environment(cfg, plugins.registry)
             tasks = list(env.tasks(cfg.split))
         except MindsError:
             raise
@@ -106,7 +106,7 @@ def _load_envs(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
                 tasks=tasks,
                 group_size=cfg.group_size or config.trainer.group_size,
                 max_failing=config.rollout.max_failing_rollouts if cfg.max_failing_rollouts is None else cfg.max_failing_rollouts,
-                needs_checkpoint=bool(getattr(env, "needs_policy_checkpoint", False)),
+                needs_checkpoint=needs_policy_checkpoint(env),
             )
         )
     return handles

@@ -65,8 +65,8 @@ class ScriptedIntuition(GradientIntuitionEnvironment):
 class ScriptedPlugin:
     @hookimpl
     def minds_register_environments(self, register):
-        def load(**args):
-            env = load_gradient_intuition(**args)
+        def load(open_environment, **args):
+            env = load_gradient_intuition(open_environment, **args)
             return ScriptedIntuition(env.inner, env.rubric.weights[0], env.shadow.learning_rate, env.seed, env.shadow.max_shadows)
 
         register("scripted_intuition", load, "gradient_intuition with a fixed reply (tests)")

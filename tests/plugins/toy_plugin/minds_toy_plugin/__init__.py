@@ -6,7 +6,7 @@ import asyncio
 import math
 
 from minds_core import hookimpl
-from minds_core.envs import Rubric, SingleTurnEnvironment, StepResult, Task
+from minds_core import Rubric, SingleTurnEnvironment, StepResult, Task
 
 TARGET = "a"
 
