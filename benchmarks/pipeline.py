@@ -134,7 +134,7 @@ def seconds_per_step(sample: float, train: float, steps: int, off_policy: int) -
         config = load_config(None, [
             "env.id=noise", "backend=latency", f"runs_dir={runs}", "name=bench", f"trainer.steps={steps}",
             f"trainer.max_steps_off_policy={off_policy}", "trainer.group_size=4", "trainer.groups_per_batch=8",
-            "metrics.sinks=[jsonl]", "metrics.rollouts_per_step=0",
+            "metrics.sinks=[]", "metrics.rollouts_per_step=0",
         ])
         trainer.train(config, plugins=plugins)
         rows = [json.loads(line) for line in (Path(runs) / "bench" / "metrics.jsonl").read_text().splitlines()]

@@ -175,7 +175,7 @@ class SftConfig:
 
 @attrs.define
 class MetricsConfig:
-    sinks: list[str] = _field(["jsonl", "console", "report"])
+    sinks: list[str] = _field(["console", "report"])
     rollouts_per_step: int = _field(2, _non_negative, help="groups written to rollouts.jsonl per step")
     report_every: int = _field(5, _non_negative, help="steps between refreshes of report.html (0 = only at the end)")
     sample_table_every: int = _field(5, _non_negative, help="steps between tables of sampled replies on the console (0 = never)")

@@ -208,7 +208,7 @@ async def _train_sft(config: RunConfig, plugins: Plugins) -> dict[str, Any]:
         except (TemplateError, *_REJECTED) as exc:
             raise UsageError(f"cannot start SFT on {config.model.base_model!r}: {exc}") from None
         run = RunDirectory.create(config)
-        sinks = SinkSet(config, plugins.registry, run.path)
+        sinks = SinkSet(config, plugins.registry, run)
         summary: dict[str, Any] = {"run_dir": str(run.path), "stopped": "early"}
         try:
             log.info("sft", run=str(run.path), backend=backend, train=len(data.train), held_out=len(data.held_out), steps=config.trainer.steps)

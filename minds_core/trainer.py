@@ -407,7 +407,7 @@ async def _train(config: RunConfig, resume_dir: Path | None, plugins: Plugins | 
     try:
         await session.start(last.state_path if last else (config.trainer.resume_from or None), with_optimizer=last is not None)
         run = RunDirectory.create(config) if resume_dir is None else RunDirectory.resume(resume_dir, config, start)
-        sinks = SinkSet(config, plugins.registry, run.path)  # after the claim: sinks write into the folder
+        sinks = SinkSet(config, plugins.registry, run)  # after the claim: sinks write into the folder
         summary: dict[str, Any] = {"run_dir": str(run.path), "stopped": "early"}
         try:
             log.info("training", run=str(run.path), backend=backend, envs=[h.name for h in envs], steps=config.trainer.steps, start=start)

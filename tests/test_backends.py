@@ -45,7 +45,7 @@ def test_auto_with_a_key_exported_trains_minds_tiny_locally_and_says_why(run_min
     # (4 groups of 8 replies of 32 tokens, so that rewards differ and the step trains: a run that trains nothing exits 1)
     result = run_minds(
         ["--log-format", "json", "run", "--env", "toy_char_share", "--steps", "1", "--set", "sampling.max_tokens=32",
-         "--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4", "--set", "metrics.sinks=[jsonl]"],
+         "--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4", "--set", "metrics.sinks=[]"],
         plugins=["toy_plugin"],
         env={"TINKER_API_KEY": "tml-exported-key", "TINKER_BASE_URL": "http://127.0.0.1:9"},
     )

@@ -16,7 +16,7 @@ from minds_core.envs.types import Task
 from minds_core.rollout import Group, Rollout
 from minds_core.trainer import Batch, Session
 
-FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[jsonl]"]
+FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[]"]
 
 
 

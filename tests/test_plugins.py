@@ -22,7 +22,7 @@ def test_core_builtins_register_through_the_hooks(run_minds):
     assert {"importance_sampling", "ppo", "cispo", "dro", "gspo", "sequence_mean_reinforce"} <= set(core["registers"]["losses"])
     assert core["registers"]["reward_functions"] == ["minds.judge", "minds.length_penalty"]
     assert core["registers"]["backends"] == ["local", "tinker"]
-    assert core["registers"]["metric_sinks"] == ["jsonl", "console", "report", "wandb"]
+    assert core["registers"]["metric_sinks"] == ["console", "report", "wandb"]
 
 
 def test_installed_plugin_is_discovered_and_attributed(run_minds):

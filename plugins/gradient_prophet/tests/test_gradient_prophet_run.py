@@ -78,7 +78,7 @@ def test_gradient_intuition_measures_shadow_steps_from_the_trainers_checkpoints(
         [
             "env.id=scripted_intuition", f"runs_dir={tmp_path}", "name=gi", "trainer.steps=2",
             "env.args.inner_args={num_examples: 8}", "trainer.group_size=2", "trainer.groups_per_batch=2",
-            "sampling.max_tokens=8", 'metrics.sinks=["jsonl"]',
+            "sampling.max_tokens=8", "metrics.sinks=[]",
         ],
     )  # fmt: skip
     train(config, plugins=load_plugins(extra=[("scripted", ScriptedPlugin())]))
@@ -141,7 +141,7 @@ def test_a_run_creates_at_most_max_shadows_shadow_clients_in_all(tmp_path, max_s
         [
             "env.id=scripted_intuition", f"runs_dir={tmp_path}", "name=gi", "trainer.steps=3", "backend=counting_local",
             "env.args.inner_args={num_examples: 8}", f"env.args.max_shadows={max_shadows}", "trainer.group_size=2",
-            "trainer.groups_per_batch=2", "sampling.max_tokens=8", 'metrics.sinks=["jsonl"]',
+            "trainer.groups_per_batch=2", "sampling.max_tokens=8", "metrics.sinks=[]",
         ],
     )  # fmt: skip
     train(config, plugins=load_plugins(extra=[("scripted", ScriptedPlugin()), ("counting", counting)]))

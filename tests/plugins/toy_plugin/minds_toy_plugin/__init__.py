@@ -116,7 +116,7 @@ class ExplodingSink:
 
 @hookimpl
 def minds_register_metric_sinks(register):
-    register("toy_exploding", lambda run_dir, config: ExplodingSink(), "fails on its second record")
+    register("toy_exploding", lambda config, run_dir: ExplodingSink(), "fails on its second record")
 
 
 @hookimpl
