@@ -76,11 +76,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _resolve(args: argparse.Namespace, extra: list[str] | None = None) -> Any:
     from minds_core.checkpoint_ref import resolve_checkpoint
+    from minds_core.plugins import load_plugins
 
     overrides = [*args.overrides, *(extra or [])]
     if args.backend:
         overrides.append(f"backend={args.backend}")
-    return resolve_checkpoint(args.checkpoint, args.config, overrides, args.step)
+    return resolve_checkpoint(args.checkpoint, args.config, overrides, args.step, load_plugins().registry)
 
 
 # ---------------------------------------------------------------- eval

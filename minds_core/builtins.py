@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from minds_core import hookimpl
 from minds_core.advantages import ESTIMATORS
-from minds_core.backends import create_local_service
-from minds_core.backends.tinker import create_tinker_service
+from minds_core.backends import LocalBackend
+from minds_core.backends.tinker import TinkerBackend
 from minds_core.hookspecs import Register
 from minds_core.losses import BUILTIN_LOSSES, CUSTOM_LOSSES
 from minds_core.rewards import REWARD_FUNCTIONS
@@ -43,5 +43,5 @@ def minds_register_metric_sinks(register: Register) -> None:
 
 @hookimpl
 def minds_register_backends(register: Register) -> None:
-    register("local", create_local_service, "in-process Tinker-compatible service on torch + peft")
-    register("tinker", create_tinker_service, "the hosted Tinker service (needs an API key)")
+    register("local", LocalBackend(), "in-process Tinker-compatible service on torch + peft")
+    register("tinker", TinkerBackend(), "the hosted Tinker service (needs an API key)")

@@ -381,7 +381,7 @@ async def _prepare(
     elif not config.name:
         config = attrs.evolve(config, name=default_run_name(config))
     check_names(config, plugins.registry)
-    choice = choose_backend(config)
+    choice = choose_backend(config, plugins.registry)
     backend = choice.name
     factory = plugins.registry.lookup("backends", backend, "backend").obj
     if config.backend == "auto":

@@ -94,5 +94,5 @@ def test_registry_lookup_errors():
         registry.add("losses", "ppo", "ppo", "", "other")
     with pytest.raises(PluginError, match="several plugins"):
         registry.get("losses", "ppo")
-    with pytest.raises(UnknownNameError, match="pip install minds-plugin-ghost-trace"):
+    with pytest.raises(UnknownNameError, match="provided by minds-plugin-ghost-trace, installed but not loaded"):
         registry.get("environments", "ghost_trace")
