@@ -45,12 +45,13 @@ def call_loader(label: str, loader: Any, args: dict[str, Any], open_environment:
         signature = inspect.signature(loader)
     except (TypeError, ValueError):  # no signature (builtins): let the call decide
         return loader(**args)
+    given = args
     if open_environment is not None and OPEN_ENVIRONMENT in signature.parameters:
         args = {**args, OPEN_ENVIRONMENT: open_environment}
     try:
         signature.bind(**args)
     except TypeError as exc:
-        raise ConfigError(f"environment {label}: bad [env.args] {sorted(args)}: {exc}; {_accepted(signature)}") from None
+        raise ConfigError(f"environment {label}: bad [env.args] {sorted(given)}: {exc}; {_accepted(signature)}") from None
     return loader(**args)
 
 
