@@ -5,8 +5,8 @@ once per part you provide:
 
     register(name, obj, description="one line shown by `minds plugins`")
 
-What ``obj`` must be is a protocol of ``minds_core.contracts`` per hook, and
-names follow one rule (``contracts.NAME_RULE``).
+What ``obj`` must be is a typed protocol per hook (``minds_core.EnvironmentLoader``,
+``RewardFunction``, ...), and names follow one rule (``minds_core.NAME_RULE``).
 
 The registry records which plugin registered each name; two plugins registering
 the same name is an error that names both. Hooks run once per process, when the

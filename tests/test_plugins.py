@@ -83,6 +83,10 @@ def test_unknown_environment_lists_what_exists_and_the_providing_package(run_min
     result = run_minds(["run", "--env", "ghost_trace_x"], plugins=["example_plugin"])
     assert result.returncode == 2
     assert "echo_example" in result.stderr and "Traceback" not in result.stderr
+    assert "provided by" not in result.stderr
+    result = run_minds(["run", "--env", "ghost_trace"], plugins=["example_plugin"], env={"MINDS_DISABLE_PLUGINS": "ghost_trace"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "'ghost_trace' is provided by minds-plugin-ghost-trace, installed but not loaded" in result.stderr
 
 
 def test_registry_lookup_errors():
