@@ -23,10 +23,9 @@ import numpy as np
 import tinker
 from transformers import AutoTokenizer
 
-from minds_core import hookimpl, logs, trainer
+from minds_core import Rubric, SingleTurnEnvironment, Task, hookimpl, logs, trainer
 from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.config import load_config
-from minds_core import Rubric, SingleTurnEnvironment, Task
 from minds_core.plugins import load_plugins
 
 

@@ -13,7 +13,12 @@ from typing import Any
 
 import attrs
 
-from minds_core.checkpoint import CHECKPOINTS_FILE, METRICS_FILE, ROLLOUTS_FILE, read_jsonl
+from minds_core.checkpoint import (
+    CHECKPOINTS_FILE,
+    METRICS_FILE,
+    ROLLOUTS_FILE,
+    read_jsonl,
+)
 from minds_core.cli import main
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from minds_core.checkpoint import Checkpoint, RunDirectory, read_jsonl
+from minds_core.checkpoint import Checkpoint, RunDirectory, append_line, read_jsonl
 from minds_core.config import load_config
-from minds_core.checkpoint import append_line
 
 
 def test_a_torn_last_line_does_not_swallow_the_next_record(tmp_path):

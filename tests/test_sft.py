@@ -11,10 +11,9 @@ import pytest
 import tinker
 from transformers import AutoTokenizer
 
-from minds_core import cli, hookimpl, logs, trainer
+from minds_core import Rubric, SingleTurnEnvironment, Task, cli, hookimpl, logs, trainer
 from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.config import load_config
-from minds_core import Rubric, SingleTurnEnvironment, Task
 from minds_core.errors import ConfigError
 from minds_core.plugins import load_plugins
 from minds_core.render import Renderer

@@ -13,7 +13,12 @@ from pathlib import Path
 
 import yaml
 
-from minds_core.checkpoint import METRICS_FILE, ROLLOUTS_FILE, read_jsonl, resume_config_path
+from minds_core.checkpoint import (
+    METRICS_FILE,
+    ROLLOUTS_FILE,
+    read_jsonl,
+    resume_config_path,
+)
 from minds_core.errors import UsageError
 from minds_core.report.page import RunData, render
 

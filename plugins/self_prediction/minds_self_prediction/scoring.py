@@ -8,7 +8,6 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from minds_core import normalize_minus
-
 from minds_self_prediction.parsing import parse_response
 
 # A number with an optional sign, optional thousands separators and decimals.

@@ -18,7 +18,15 @@ from typing import Any
 
 import verifiers as vf
 
-from minds_core import ConfigError, Context, EpisodeConversation, PolicySampler, StepResult, Task, UsageError
+from minds_core import (
+    ConfigError,
+    Context,
+    EpisodeConversation,
+    PolicySampler,
+    StepResult,
+    Task,
+    UsageError,
+)
 from minds_verifiers.client import ConversationClient
 from minds_verifiers.scoring import SCORING, RolloutScoring, instrument
 

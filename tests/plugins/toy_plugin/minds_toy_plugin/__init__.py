@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 
-from minds_core import hookimpl
-from minds_core import Rubric, SingleTurnEnvironment, StepResult, Task
+from minds_core import Rubric, SingleTurnEnvironment, StepResult, Task, hookimpl
 
 TARGET = "a"
 
