@@ -74,14 +74,15 @@ def run(args: argparse.Namespace) -> int:
     return {"eval": _eval, "sample": _sample, "chat": _chat, "export": _export}[args.command](args)
 
 
-def _resolve(args: argparse.Namespace, extra: list[str] | None = None) -> Any:
+def _resolve(args: argparse.Namespace, registry: Any = None, extra: list[str] | None = None) -> Any:
+    """The checkpoint the arguments name; ``registry`` (default: the plugins, loaded here) picks ``backend = auto``."""
     from minds_core.checkpoint_ref import resolve_checkpoint
     from minds_core.plugins import load_plugins
 
     overrides = [*args.overrides, *(extra or [])]
     if args.backend:
         overrides.append(f"backend={args.backend}")
-    return resolve_checkpoint(args.checkpoint, args.config, overrides, args.step, load_plugins().registry)
+    return resolve_checkpoint(args.checkpoint, args.config, overrides, args.step, registry or load_plugins().registry)
 
 
 # ---------------------------------------------------------------- eval
@@ -97,7 +98,7 @@ def _eval(args: argparse.Namespace) -> int:
     if args.model:
         extra.append(f"model.base_model={args.model}")
     if args.checkpoint:
-        ref = _resolve(args, extra)
+        ref = _resolve(args, extra=extra)
         config, model_path, state_path, label = ref.config, ref.sampler_path, ref.state_path, ref.label
         run_dir = ref.run_dir
     else:
@@ -201,9 +202,9 @@ def _open_chat_model(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
         raise UsageError(f"--max-tokens {args.max_tokens}: must be >= 1")
     if args.temperature is not None and not args.temperature >= 0:
         raise UsageError(f"--temperature {args.temperature}: must be >= 0")
-    ref = _resolve(args)
-    config = ref.config
     plugins = load_plugins()
+    ref = _resolve(args, plugins.registry)
+    config = ref.config
     system = _env_system_prompt(config, plugins) if args.env_system else args.system
     factory = plugins.registry.lookup("backends", config.backend, "backend").obj
     service = factory(config, Path(config.runs_dir) / (config.name or "_adhoc"))
