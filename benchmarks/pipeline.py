@@ -23,10 +23,9 @@ import numpy as np
 import tinker
 from transformers import AutoTokenizer
 
-from minds_core import hookimpl, logs, training
+from minds_core import Rubric, SingleTurnEnvironment, Task, hookimpl, logs, training
 from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.config import load_config
-from minds_core.envs import Rubric, SingleTurnEnvironment, Task
 from minds_core.plugins import load_plugins
 
 
@@ -134,7 +133,7 @@ def seconds_per_step(sample: float, train: float, steps: int, off_policy: int) -
         config = load_config(None, [
             "env.id=noise", "backend=latency", f"runs_dir={runs}", "name=bench", f"trainer.steps={steps}",
             f"trainer.max_steps_off_policy={off_policy}", "trainer.group_size=4", "trainer.groups_per_batch=8",
-            "metrics.sinks=[jsonl]", "metrics.rollouts_per_step=0",
+            "metrics.sinks=[]", "metrics.rollouts_per_step=0",
         ])
         training.train(config, plugins=plugins)
         rows = [json.loads(line) for line in (Path(runs) / "bench" / "metrics.jsonl").read_text().splitlines()]

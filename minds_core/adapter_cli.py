@@ -74,13 +74,15 @@ def run(args: argparse.Namespace) -> int:
     return {"eval": _eval, "sample": _sample, "chat": _chat, "export": _export}[args.command](args)
 
 
-def _resolve(args: argparse.Namespace, extra: list[str] | None = None) -> Any:
+def _resolve(args: argparse.Namespace, registry: Any = None, extra: list[str] | None = None) -> Any:
+    """The checkpoint the arguments name; ``registry`` (default: the plugins, loaded here) picks ``backend = auto``."""
     from minds_core.checkpoint_ref import resolve_checkpoint
+    from minds_core.plugins import load_plugins
 
     overrides = [*args.overrides, *(extra or [])]
     if args.backend:
         overrides.append(f"backend={args.backend}")
-    return resolve_checkpoint(args.checkpoint, args.config, overrides, args.step)
+    return resolve_checkpoint(args.checkpoint, args.config, overrides, args.step, registry or load_plugins().registry)
 
 
 # ---------------------------------------------------------------- eval
@@ -95,7 +97,7 @@ def _eval(args: argparse.Namespace) -> int:
     if args.model:
         extra.append(f"model.base_model={args.model}")
     if args.checkpoint:
-        ref = _resolve(args, extra)
+        ref = _resolve(args, extra=extra)
         config, model_path, state_path, label = ref.config, ref.sampler_path, ref.state_path, ref.label
         run_dir = ref.run_dir
     else:
@@ -199,9 +201,9 @@ def _open_chat_model(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
         raise UsageError(f"--max-tokens {args.max_tokens}: must be >= 1")
     if args.temperature is not None and not args.temperature >= 0:
         raise UsageError(f"--temperature {args.temperature}: must be >= 0")
-    ref = _resolve(args)
-    config = ref.config
     plugins = load_plugins()
+    ref = _resolve(args, plugins.registry)
+    config = ref.config
     system = _env_system_prompt(config, plugins) if args.env_system else args.system
     factory = plugins.registry.lookup("backends", config.backend, "backend").obj
     service = factory(config, Path(config.runs_dir) / (config.name or "_adhoc"))
@@ -225,7 +227,7 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
     """The system prompt of the config's (first) environment; a UsageError when it has none."""
     import asyncio
 
-    from minds_core.envs.loading import load_environment
+    from minds_core.envs.loading import build_environment
     from minds_core.errors import MindsError, UsageError
     from minds_core.rollout import close_quietly
 
@@ -233,7 +235,7 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
         raise UsageError("--env-system needs an environment: a run folder's, or --set env.id=NAME")
     cfg = config.environments[0]
     try:
-        env = load_environment(cfg, plugins.registry)
+        env = build_environment(cfg, plugins.registry)
     except MindsError:
         raise
     except Exception as exc:  # noqa: BLE001 - a plugin's failure, reported with its name

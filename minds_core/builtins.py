@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from minds_core import hookimpl
 from minds_core.advantages import ESTIMATORS
-from minds_core.backends import create_local_service
-from minds_core.backends.tinker import create_tinker_service
+from minds_core.backends import LocalBackend
+from minds_core.backends.tinker import TinkerBackend
 from minds_core.hookspecs import Register
 from minds_core.losses import BUILTIN_LOSSES, CUSTOM_LOSSES
 from minds_core.rewards import REWARD_FUNCTIONS
 from minds_core.sinks.console import ConsoleSink
-from minds_core.sinks.jsonl import JsonlSink
 from minds_core.sinks.report import ReportSink
 from minds_core.sinks.wandb import WandbSink
 
@@ -37,13 +36,12 @@ def minds_register_losses(register: Register) -> None:
 
 @hookimpl
 def minds_register_metric_sinks(register: Register) -> None:
-    register("jsonl", lambda run_dir, config: JsonlSink(run_dir), "one JSON line per step in <run>/metrics.jsonl (always on)")
     register("console", ConsoleSink, "progress with reward and health (a bar on a terminal, JSON events otherwise), tables of samples, <run>/train.log")
-    register("report", lambda run_dir, config: ReportSink(run_dir, config.metrics.report_every), "<run>/report.html, refreshed every metrics.report_every steps")
+    register("report", lambda config, run_dir: ReportSink(run_dir, config.metrics.report_every), "<run>/report.html, refreshed every metrics.report_every steps")
     register("wandb", WandbSink, "Weights & Biases (needs the wandb extra and metrics.wandb_project)")
 
 
 @hookimpl
 def minds_register_backends(register: Register) -> None:
-    register("local", create_local_service, "in-process Tinker-compatible service on torch + peft")
-    register("tinker", create_tinker_service, "the hosted Tinker service (needs an API key)")
+    register("local", LocalBackend(), "in-process Tinker-compatible service on torch + peft")
+    register("tinker", TinkerBackend(), "the hosted Tinker service (needs an API key)")

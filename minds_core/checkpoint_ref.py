@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -17,6 +18,9 @@ from minds_core.backends import choose_backend, local_checkpoint_root
 from minds_core.run_directory import CHECKPOINTS_FILE, CONFIG_FILE, RunDirectory
 from minds_core.config import RunConfig, load_config
 from minds_core.errors import UsageError
+
+if TYPE_CHECKING:
+    from minds_core.plugins import Registry
 
 SCHEME = "tinker://"
 
@@ -47,15 +51,22 @@ class CheckpointRef:
 
 
 def resolve_checkpoint(
-    text: str, config_file: str | None = None, overrides: Sequence[str] = (), step: int | None = None
+    text: str,
+    config_file: str | None = None,
+    overrides: Sequence[str] = (),
+    step: int | None = None,
+    registry: Registry | None = None,
 ) -> CheckpointRef:
-    """A run folder or a tinker:// path as a CheckpointRef; a UsageError saying what is wrong otherwise."""
+    """A run folder or a tinker:// path as a CheckpointRef; a UsageError saying what is wrong otherwise.
+
+    ``registry`` (the loaded plugins') picks the backend when the config's is ``auto``.
+    """
     if text.startswith(SCHEME):
         if step is not None:
             raise UsageError("--step picks a checkpoint of a run folder; a tinker:// path already names one")
         config = load_config(config_file, overrides)
         state = text if _kind(text) in ("weights", "external_weights") else None
-        return CheckpointRef(_with_backend(config, text), text, state)
+        return CheckpointRef(_with_backend(config, text, registry), text, state)
     run_dir = Path(text)
     if not (run_dir / CONFIG_FILE).is_file():
         hint = "no such folder" if not run_dir.exists() else f"no {CONFIG_FILE} in it"
@@ -78,7 +89,7 @@ def resolve_checkpoint(
     else:
         checkpoint = saved[-1]
     sampler = checkpoint.sampler_path or checkpoint.state_path
-    return CheckpointRef(_with_backend(config, sampler), sampler, checkpoint.state_path, run_dir, checkpoint.step)
+    return CheckpointRef(_with_backend(config, sampler, registry), sampler, checkpoint.state_path, run_dir, checkpoint.step)
 
 
 def _kind(path: str) -> str:
@@ -86,8 +97,12 @@ def _kind(path: str) -> str:
     return parts[1] if len(parts) >= 3 else ""
 
 
-def _with_backend(config: RunConfig, path: str) -> RunConfig:
+def _with_backend(config: RunConfig, path: str, registry: Registry | None) -> RunConfig:
     """The config with the backend that holds ``path`` (auto: local when the local store has it)."""
-    if config.backend == "auto" and (local_checkpoint_root(config) / path[len(SCHEME) :]).is_dir():
+    if config.backend != "auto":
+        return config
+    if (local_checkpoint_root(config) / path[len(SCHEME) :]).is_dir():
         return attrs.evolve(config, backend="local")
-    return attrs.evolve(config, backend=choose_backend(config).name)
+    if registry is None:
+        raise UsageError(f"{path}: set backend (the plugins are not loaded, so backend = auto cannot choose)")
+    return attrs.evolve(config, backend=choose_backend(config, registry).name)

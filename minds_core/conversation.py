@@ -13,17 +13,13 @@ from typing import Any
 import attrs
 import tinker
 
-from minds_core.envs.types import Message
+from minds_core.envs.types import Message, TokenBudgetExhausted
 from minds_core.render import Renderer
-
-
-class TokenBudgetExhausted(Exception):
-    """The conversation reached max_total_tokens or max_turns; the episode ends truncated."""
 
 
 @attrs.define
 class Conversation:
-    """Messages and the exact token sequence of one rollout.
+    """Messages and the exact token sequence of one rollout (an ``EpisodeConversation``).
 
     ``tokens[i]`` was sampled when ``sampled[i]``; then ``logprobs[i]`` is the
     sampler's log-probability of it and ``turn_ids[i]`` numbers the sampled turn.

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric
-from minds_core.envs.types import Context, Task
+from minds_core.envs.types import Context, Task, environment_rubric
 from minds_core.logs import get_logger
 
 if TYPE_CHECKING:
@@ -34,8 +34,8 @@ log = get_logger("rollout")
 
 def group_rubric(env: Any) -> Rubric | None:
     """The environment's rubric when it has group reward functions, else None."""
-    rubric = getattr(env, "rubric", None)
-    return rubric if isinstance(rubric, Rubric) and rubric.has_group_rewards else None
+    rubric = environment_rubric(env)
+    return rubric if rubric is not None and rubric.has_group_rewards else None
 
 
 async def score_group(rubric: Rubric, task: Task, rollouts: Sequence[Rollout], ctx: Context, cfg: RolloutConfig) -> None:

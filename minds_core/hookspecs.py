@@ -1,8 +1,12 @@
 """The plugin contract: one hook per extension point of minds.
 
-Every hook receives a ``register`` callback. Call it once per part you provide:
+Every hook receives a ``register`` callback (``minds_core.Register``). Call it
+once per part you provide:
 
     register(name, obj, description="one line shown by `minds plugins`")
+
+What ``obj`` must be is a typed protocol per hook (``minds_core.EnvironmentLoader``,
+``RewardFunction``, ...), and names follow one rule (``minds_core.NAME_RULE``).
 
 The registry records which plugin registered each name; two plugins registering
 the same name is an error that names both. Hooks run once per process, when the
@@ -12,31 +16,26 @@ the objects you register, not at module level).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
 import pluggy
+
+from minds_core.contracts import Register
 
 PROJECT = "minds"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 
 
-class Register(Protocol):
-    """The callback each hook receives."""
-
-    def __call__(self, name: str, obj: Any, description: str = "") -> None: ...
-
-
 @hookspec
 def minds_register_environments(register: Register) -> None:
     """Provide environments: tasks to train on and the episodes that score them.
 
-    Receives: ``register(name, loader, description)``.
-    Must: register a ``loader(**args) -> Environment`` per environment name. The
-    loader receives the ``[env.args]`` table of the config as keyword arguments
-    and returns an object with ``tasks(split) -> Sequence[Task]`` and
-    ``episode(task, ctx) -> Episode`` (see ``minds_core.envs``). Use a plain name
-    (``ghost_trace``); it is what ``minds run --env NAME`` takes.
+    :param register: takes ``(name, loader: EnvironmentLoader, description)``,
+        one ``loader(**args) -> Environment`` per environment. The loader receives
+        the ``[env.args]`` table of the config as keyword arguments and returns an
+        ``Environment`` (``tasks(split)``, ``episode(task, ctx)``; see
+        ``minds_core.Environment``). A loader wrapping another environment
+        declares ``open_environment`` (``minds_core.OpenEnvironment``) to build
+        it. The name (``ghost_trace``) is what ``minds run --env NAME`` takes.
 
     Example::
 
@@ -50,17 +49,19 @@ def minds_register_environments(register: Register) -> None:
 def minds_register_reward_functions(register: Register) -> None:
     """Provide named reward functions that configs can put in a rubric.
 
-    Receives: ``register(name, fn, description)``.
-    Must: register each function as ``"<plugin>.<name>"``. ``fn`` may be sync or
-    async and receives, by parameter name, any of ``completion`` (text),
-    ``prompt``, ``task``, ``answer``, ``info``, ``state`` and ``ctx``; it returns
-    a number. A function naming a plural (``completions``, ``prompts``,
-    ``tasks``, ``answers``, ``infos``) scores a whole group instead: it is
-    called once per group with one list entry per rollout and returns one
-    reward per rollout. A registered class is built once per rubric entry
-    with the entry's ``args`` (a function gets them bound as keywords), and
-    the instance is the reward function. A config re-weights or adds them
-    without code::
+    :param register: takes ``(name, fn: RewardFunction, description)``, each
+        function named ``"<plugin>.<name>"``. ``fn`` may be sync or async and
+        receives, by parameter name, any of ``REWARD_INPUTS`` (``completion``,
+        ``prompt``, ``task``, ``answer``, ``info``, ``state``, ``ctx``,
+        ``messages``); it returns a number. A function naming one of
+        ``GROUP_REWARD_INPUTS`` (``completions``, ``prompts``, ...) scores a whole
+        group: it is called once per group with one list entry per rollout and
+        returns one reward per rollout. Asking for any other name is a
+        ConfigError when the rubric is built. A registered class is built once
+        per rubric entry with the entry's ``args`` (a function gets them bound
+        as keywords), and the instance is the reward function.
+
+    A config re-weights or adds reward functions without code::
 
         [[env.rewards]]
         name = "mytools.brevity"
@@ -78,10 +79,10 @@ def minds_register_reward_functions(register: Register) -> None:
 def minds_register_advantage_estimators(register: Register) -> None:
     """Provide ways to turn a group's rewards into advantages.
 
-    Receives: ``register(name, fn, description)``.
-    Must: register ``fn(rewards: Sequence[float]) -> list[float]``, called once
-    per group (the rollouts of one task), returning one advantage per reward.
-    ``trainer.advantage = "NAME"`` selects it.
+    :param register: takes ``(name, fn: AdvantageEstimator, description)``;
+        ``fn(rewards) -> list[float]`` is called once per group (the rollouts of
+        one task) and returns one advantage per reward. ``trainer.advantage =
+        "NAME"`` selects it.
 
     Example::
 
@@ -95,13 +96,12 @@ def minds_register_advantage_estimators(register: Register) -> None:
 def minds_register_losses(register: Register) -> None:
     """Provide policy losses the trainer can select with ``trainer.loss_fn``.
 
-    Receives: ``register(name, loss, description)``.
-    Must: register either the name of a loss the service computes itself (a
-    Tinker built-in: ``"ppo"``; ``trainer.loss_fn_config`` is passed along), or
-    a ``minds_core.losses.CustomLoss`` whose function receives
-    ``(data: list[tinker.Datum], logprobs: list[torch.Tensor])`` and returns
-    ``(loss_tensor, metrics_dict)``; it runs through
-    ``TrainingClient.forward_backward_custom``.
+    :param register: takes ``(name, loss: str | CustomLoss, description)``:
+        either the name of a loss the service computes itself (a Tinker
+        built-in: ``"ppo"``; ``trainer.loss_fn_config`` is passed along), or a
+        ``minds_core.CustomLoss`` around a ``LossFunction`` (``(data, logprobs)
+        -> (loss_tensor, metrics)``), run through
+        ``TrainingClient.forward_backward_custom``.
 
     Example::
 
@@ -115,18 +115,19 @@ def minds_register_losses(register: Register) -> None:
 def minds_register_metric_sinks(register: Register) -> None:
     """Provide destinations for per-step metrics.
 
-    Receives: ``register(name, factory, description)``.
-    Must: register ``factory(run_dir: pathlib.Path, config: RunConfig) -> sink``;
-    the sink has ``write(record: dict) -> None`` (one call per training step,
-    flat keys such as ``reward/mean``) and ``close(summary: dict) -> None``.
-    ``metrics.sinks = ["jsonl", "NAME"]`` selects sinks. A sink that raises is
-    reported and disabled; it never stops training.
+    :param register: takes ``(name, factory: SinkFactory, description)``;
+        ``factory(config, run_dir) -> MetricSink``, whose ``write(record)`` is
+        called once per training step (flat keys such as ``reward/mean``) and
+        ``close(summary)`` at the end. ``metrics.sinks = ["console", "NAME"]``
+        selects sinks (``<run>/metrics.jsonl`` is always written by the run
+        directory itself). A sink that raises is reported and disabled; it
+        never stops training.
 
     Example::
 
         @hookimpl
         def minds_register_metric_sinks(register):
-            register("stdout", lambda run_dir, config: PrintSink())
+            register("stdout", lambda config, run_dir: PrintSink())
     """
 
 
@@ -134,14 +135,15 @@ def minds_register_metric_sinks(register: Register) -> None:
 def minds_register_backends(register: Register) -> None:
     """Provide a training/sampling service speaking the Tinker client API.
 
-    Receives: ``register(name, factory, description)``.
-    Must: register ``factory(config: RunConfig, run_dir: pathlib.Path)`` returning
-    an object with the ``tinker.ServiceClient`` methods
-    (``create_lora_training_client``, ``create_sampling_client``, ...) that use
-    ``tinker.types``, or an awaitable of that object (to check a connection on
-    the run's event loop, where Ctrl-C stops it). Raise
-    ``minds_core.errors.UsageError`` for a missing package, credential or an
-    unreachable service, before any work starts. ``backend = "NAME"`` selects it.
+    :param register: takes ``(name, factory: BackendFactory, description)``;
+        ``factory(config, run_dir)`` returns an object with the
+        ``tinker.ServiceClient`` methods (``create_lora_training_client``,
+        ``create_sampling_client``, ...) that use ``tinker.types``, or an
+        awaitable of that object (to check a connection on the run's event
+        loop, where Ctrl-C stops it). Raise ``minds_core.UsageError`` for a
+        missing package, credential or an unreachable service, before any work
+        starts. ``backend = "NAME"`` selects it; a factory with
+        ``can_serve(config) -> BackendFit`` also takes part in ``backend = "auto"``.
 
     Example::
 
@@ -155,13 +157,13 @@ def minds_register_backends(register: Register) -> None:
 def minds_register_environment_adapters(register: Register) -> None:
     """Provide adapters that train objects of another framework returned by a loose ``load_environment()``.
 
-    Receives: ``register(name, adapter, description)``.
-    Must: register ``adapter(obj, env_id: str) -> Environment | None``. When a
-    config's ``[env] id`` is a folder, file or module path, minds calls its
-    ``load_environment(**args)`` and offers the result to every adapter; the
-    first that returns an Environment wins, None means "not mine" (then minds
-    reads the object's seed-style shape itself). Check the object's type
-    cheaply: adapters see every loose environment.
+    :param register: takes ``(name, adapter: EnvironmentAdapter, description)``;
+        ``adapter(obj, env_id) -> Environment | None``. When a config's ``[env]
+        id`` is a folder, file or module path, minds calls its
+        ``load_environment(**args)`` and offers the result to every adapter; the
+        first that returns an Environment wins, None means "not mine" (then
+        minds reads the object's seed-style shape itself). Check the object's
+        type cheaply: adapters see every loose environment.
 
     Example::
 

@@ -28,16 +28,9 @@ HOOK_KINDS: dict[str, str] = {
     "minds_register_environment_adapters": "environment_adapters",
 }
 
-#: first-party environments and the distribution that provides each, for "not installed" hints.
-KNOWN_ENVIRONMENT_PACKAGES: dict[str, str] = {
-    "ghost_trace": "minds-plugin-ghost-trace",
-    "self_prediction": "minds-plugin-self-prediction",
-    "gradient_prophet": "minds-plugin-gradient-prophet",
-    "gradient_intuition": "minds-plugin-gradient-prophet",
-    "entropy_intuition": "minds-plugin-gradient-prophet",
-    "openreward": "minds-plugin-openreward",
-    "verifiers": "minds-plugin-verifiers",
-}
+#: Entry-point group in which a plugin distribution names the environments it registers
+#: (``NAME = "its_module"``), so that an environment whose plugin did not load names its distribution.
+ENVIRONMENTS_GROUP = "minds.environments"
 
 
 def singular(kind: str) -> str:
@@ -126,10 +119,19 @@ class Registry:
         known = self.names(kind)
         message = f"unknown {label} {name!r}{did_you_mean(name, known)}."
         message += f" Available: {', '.join(known) if known else '(none)'}."
-        package = KNOWN_ENVIRONMENT_PACKAGES.get(name) if kind == "environments" else None
-        if package:
-            message += f" {name!r} is provided by {package}: pip install {package}"
+        providers = declared_providers(name) if kind == "environments" else []
+        if providers:
+            message += (
+                f" {name!r} is provided by {', '.join(providers)}, installed but not loaded "
+                "(`minds plugins` says why; MINDS_DISABLE_PLUGINS may skip it)"
+            )
         return message
+
+
+def declared_providers(env_name: str) -> list[str]:
+    """The installed distributions that declare the environment ``env_name`` (entry-point group ENVIRONMENTS_GROUP)."""
+    found = importlib.metadata.entry_points(group=ENVIRONMENTS_GROUP, name=env_name)
+    return sorted({ep.dist.name for ep in found if ep.dist is not None})
 
 
 @attrs.define

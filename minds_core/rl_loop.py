@@ -243,7 +243,7 @@ async def train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins 
         await session.start_training(last.state_path if last else (config.trainer.resume_from or None), with_optimizer=last is not None)
         loop = RLLoop(session, await ReferenceScorer.start(session.service, config, session.backoff))
         run = RunDirectory.create(config) if resume_dir is None else RunDirectory.resume(resume_dir, config, start)
-        sinks = session.open_sinks(run.path)  # after the claim: sinks write into the folder
+        sinks = session.open_sinks(run)  # after the claim: sinks write into the folder
         envs = [h.name for h in session.envs]
         log.info("training", run=str(run.path), backend=session.backend, envs=envs, steps=config.trainer.steps, start=start)
         try:

@@ -12,10 +12,17 @@ import tinker
 
 from minds_core.coalesce import GroupSampler
 from minds_core.config import RolloutConfig
-from minds_core.conversation import Conversation, TokenBudgetExhausted
+from minds_core.conversation import Conversation
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, as_reward, maybe_await
-from minds_core.envs.single_turn import prompt_messages
-from minds_core.envs.types import Context, Environment, StepResult, Task, as_step_result
+from minds_core.envs.turns import take_turns
+from minds_core.envs.types import (
+    Context,
+    Environment,
+    Episode,
+    SelfDrivingEpisode,
+    Task,
+    as_step_result,
+)
 from minds_core.group_rewards import group_rubric, score_group
 from minds_core.logs import get_logger
 from minds_core.render import Renderer
@@ -73,43 +80,22 @@ class EpisodeSettings:
     rollout: RolloutConfig
 
 
-def _observation_messages(observation: Any) -> list[dict]:
-    if isinstance(observation, (str, list)):
-        return prompt_messages(observation)
-    raise TypeError(f"initial_observation() must return a string or a list of messages, got {type(observation).__name__}")
-
-
-async def play_episode(episode: Any, conversation: Conversation) -> tuple[list[Any], dict[str, float]]:
+async def play_episode(episode: Episode | SelfDrivingEpisode, conversation: Conversation) -> tuple[list[Any], dict[str, float]]:
     """Drive an episode to its end; returns the raw step rewards and summed step metrics.
 
-    Episodes with ``run(conversation)`` drive the conversation themselves and
-    return one final StepResult (used by bridges to other frameworks). The
+    A SelfDrivingEpisode drives the conversation itself and returns one final
+    StepResult; a stepwise Episode is played by ``take_turns``. The
     conversation enforces max_total_tokens and max_turns for both kinds.
     """
-    rewards: list[Any] = []
+    if isinstance(episode, SelfDrivingEpisode):
+        results = [as_step_result(await maybe_await(episode.run(conversation)))]
+    else:
+        results = await take_turns(episode, conversation)
+    rewards = [result.reward for result in results if result.reward is not None]
     metrics: dict[str, float] = {}
-
-    def record(result: StepResult) -> None:
-        if result.reward is not None:
-            rewards.append(result.reward)
+    for result in results:
         for key, value in result.metrics.items():
             metrics[key] = metrics.get(key, 0.0) + float(value)
-
-    if hasattr(episode, "run"):
-        record(as_step_result(await maybe_await(episode.run(conversation))))
-        return rewards, metrics
-    conversation.tools = getattr(episode, "tools", None)
-    conversation.start(_observation_messages(await maybe_await(episode.initial_observation())))
-    while True:
-        try:
-            action = await conversation.sample_turn()
-        except TokenBudgetExhausted:
-            break
-        result = as_step_result(await maybe_await(episode.step(action)))
-        record(result)
-        if result.done:
-            break
-        conversation.observe(result.messages)
     return rewards, metrics
 
 

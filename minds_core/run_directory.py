@@ -26,9 +26,9 @@ import attrs
 from minds_core.config import RunConfig, build_config, dump_yaml, read_config_file, to_dict
 from minds_core.config.secrets import is_secret_key, redact, shown_value
 from minds_core.errors import UsageError
-from minds_core.sinks.jsonl import METRICS_FILE, append_line
 
 CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
 ROLLOUTS_FILE = "rollouts.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 RESUMES_FILE = "resumes.jsonl"
@@ -174,6 +174,10 @@ class RunDirectory:
             _rewrite_jsonl(path, kept)
         append_line(path, attrs.asdict(checkpoint))
 
+    def log_metrics(self, record: dict[str, Any]) -> None:
+        """Append one step's metrics to metrics.jsonl, durable when this returns."""
+        append_line(self.path / METRICS_FILE, record)
+
     def log_rollouts(self, records: list[dict[str, Any]]) -> None:
         for record in records:
             append_line(self.path / ROLLOUTS_FILE, record)
@@ -185,6 +189,26 @@ class RunDirectory:
             if not path.exists():
                 continue
             _rewrite_jsonl(path, [row for row in read_jsonl(path) if int(row.get("step", -1)) < next_step])
+
+
+def append_line(path: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line with a single write, flushed to disk (after a torn last line, on a new line)."""
+    line = json.dumps(record, sort_keys=True, default=float) + "\n"
+    if _ends_torn(path):
+        line = "\n" + line
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _ends_torn(path: Path) -> bool:
+    """Whether the file's last line lacks its newline (a write cut short by a kill)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    with path.open("rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) != b"\n"
 
 
 def _rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -24,9 +24,9 @@ import tinker
 from minds_core.backends import choose_backend, sampler_tokenizer
 from minds_core.backends.retry import REJECTIONS, Backoff, call_service
 from minds_core.config import EnvConfig, RunConfig
-from minds_core.envs.loading import load_environment
+from minds_core.envs.loading import build_environment
 from minds_core.envs.rubric import maybe_await
-from minds_core.envs.types import Context, Task
+from minds_core.envs.types import Context, Task, needs_policy_checkpoint
 from minds_core.errors import ConfigError, MindsError, UsageError
 from minds_core.interrupt import RunInterrupted
 from minds_core.logs import get_logger
@@ -34,7 +34,7 @@ from minds_core.names import check_names
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
 from minds_core.rollout import EpisodeSettings, close_quietly
-from minds_core.run_directory import default_run_name
+from minds_core.run_directory import RunDirectory, default_run_name
 from minds_core.sinks import SinkSet
 
 log = get_logger("trainer")
@@ -69,7 +69,7 @@ def load_environments(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
     handles: list[EnvHandle] = []
     for index, cfg in enumerate(config.environments):
         try:
-            env = load_environment(cfg, plugins.registry)
+            env = build_environment(cfg, plugins.registry)
             tasks = list(env.tasks(cfg.split))
         except MindsError:
             raise
@@ -88,7 +88,7 @@ def load_environments(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
                 tasks=tasks,
                 group_size=cfg.group_size or config.trainer.group_size,
                 max_failing=config.rollout.max_failing_rollouts if cfg.max_failing_rollouts is None else cfg.max_failing_rollouts,
-                needs_checkpoint=bool(getattr(env, "needs_policy_checkpoint", False)),
+                needs_checkpoint=needs_policy_checkpoint(env),
             )
         )
     return handles
@@ -156,7 +156,7 @@ class Session:
         elif not config.name:
             config = attrs.evolve(config, name=default_run_name(config))
         check_names(config, plugins.registry)
-        choice = choose_backend(config)
+        choice = choose_backend(config, plugins.registry)
         factory = plugins.registry.lookup("backends", choice.name, "backend").obj
         if config.backend == "auto":
             log.info("backend chosen", backend=choice.name, reason=choice.reason)
@@ -174,10 +174,10 @@ class Session:
             await close_quietly(handle.env, f"environment {handle.name}")
         await close_service(self.service, exit_status(error))
 
-    def open_sinks(self, run_dir: Path) -> SinkSet:
-        """The configured metric sinks, writing into ``run_dir``; closed with ``summary`` when the session ends."""
-        self.summary = {"run_dir": str(run_dir), "stopped": "early"}
-        self.sinks = SinkSet(self.config, self.plugins.registry, run_dir)
+    def open_sinks(self, run: RunDirectory) -> SinkSet:
+        """The configured metric sinks, writing into ``run``'s folder; closed with ``summary`` when the session ends."""
+        self.summary = {"run_dir": str(run.path), "stopped": "early"}
+        self.sinks = SinkSet(self.config, self.plugins.registry, run)
         return self.sinks
 
     async def start_training(self, state_path: str | None, with_optimizer: bool) -> None:

@@ -182,7 +182,7 @@ async def _train_sft(config: RunConfig, plugins: Plugins) -> dict[str, Any]:
     train_conversations, held_conversations = _split(conversations, config)
     if not train_conversations:
         raise ConfigError(f"nothing left to train on after holding out sft.eval_fraction = {config.sft.eval_fraction}")
-    backend = choose_backend(config).name
+    backend = choose_backend(config, plugins.registry).name
     factory = plugins.registry.lookup("backends", backend, "backend").obj
     for sink in config.metrics.sinks:
         plugins.registry.lookup("metric_sinks", sink, "metrics.sinks")
@@ -206,7 +206,7 @@ async def _train_sft(config: RunConfig, plugins: Plugins) -> dict[str, Any]:
         except (TemplateError, *REJECTIONS) as exc:
             raise UsageError(f"cannot start SFT on {config.model.base_model!r}: {exc}") from None
         run = RunDirectory.create(config)
-        sinks = SinkSet(config, plugins.registry, run.path)
+        sinks = SinkSet(config, plugins.registry, run)
         summary: dict[str, Any] = {"run_dir": str(run.path), "stopped": "early"}
         try:
             log.info("sft", run=str(run.path), backend=backend, train=len(data.train), held_out=len(data.held_out), steps=config.trainer.steps)

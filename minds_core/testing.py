@@ -13,9 +13,8 @@ from typing import Any
 
 import attrs
 
-from minds_core.run_directory import CHECKPOINTS_FILE, ROLLOUTS_FILE, read_jsonl
+from minds_core.run_directory import CHECKPOINTS_FILE, METRICS_FILE, ROLLOUTS_FILE, read_jsonl
 from minds_core.cli import main
-from minds_core.sinks.jsonl import METRICS_FILE
 
 
 @attrs.frozen
@@ -49,9 +48,9 @@ def run_minds(
 ) -> RunResult:
     """Run ``minds run ARGS --name NAME --set runs_dir=... --set OVERRIDE ...`` in this process.
 
-    ``quiet`` keeps only the jsonl sink (no progress bar) unless an override says otherwise.
+    ``quiet`` selects no metric sink (metrics.jsonl only, no progress bar) unless an override says otherwise.
     """
-    sets = ["metrics.sinks=[jsonl]"] if quiet else []
+    sets = ["metrics.sinks=[]"] if quiet else []
     argv = ["run", *args, "--name", name, "--set", f"runs_dir={runs_dir}"]
     for assignment in [*sets, *overrides]:
         argv += ["--set", assignment]

@@ -8,22 +8,29 @@ import sys
 
 import pytest
 
-from minds_core.backends import choose_backend
+from minds_core import BackendFit
+from minds_core.backends import BackendChoice, LocalBackend, choose_backend
 from minds_core.backends.tinker import create_tinker_service, resolve_api_key
 from minds_core.config import load_config
 from minds_core.errors import UsageError
+from minds_core.plugins import Registry, load_plugins
 
 
-def test_auto_picks_tinker_only_when_a_key_is_configured(monkeypatch):
+@pytest.fixture(scope="module")
+def registry():
+    return load_plugins().registry
+
+
+def test_auto_picks_tinker_only_when_a_key_is_configured(monkeypatch, registry):
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
-    assert choose_backend(load_config(None, ["env.id=x", "model.base_model=Qwen/Qwen3-8B"])).name == "local"
+    assert choose_backend(load_config(None, ["env.id=x", "model.base_model=Qwen/Qwen3-8B"]), registry).name == "local"
     monkeypatch.setenv("TINKER_API_KEY", "tml-abc")
-    chosen = choose_backend(load_config(None, ["env.id=x", "model.base_model=Qwen/Qwen3-8B"]))
+    chosen = choose_backend(load_config(None, ["env.id=x", "model.base_model=Qwen/Qwen3-8B"]), registry)
     assert chosen.name == "tinker" and "$TINKER_API_KEY" in chosen.reason and "tml-abc" not in chosen.reason
-    assert choose_backend(load_config(None, ["env.id=x", "backend=local"])).name == "local"
+    assert choose_backend(load_config(None, ["env.id=x", "backend=local"]), registry).name == "local"
 
 
-def test_auto_never_sends_a_local_only_model_to_the_hosted_service(monkeypatch, tmp_path):
+def test_auto_never_sends_a_local_only_model_to_the_hosted_service(monkeypatch, tmp_path, registry):
     monkeypatch.setenv("TINKER_API_KEY", "tml-abc")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "checkpoints" / "my-model").mkdir(parents=True)
@@ -34,10 +41,37 @@ def test_auto_never_sends_a_local_only_model_to_the_hosted_service(monkeypatch, 
         ("./not-made-yet", "is a local directory"),
         ("~/models/qwen", "is a local directory"),
     ]:
-        chosen = choose_backend(load_config(None, ["env.id=x", f"model.base_model={model}"]))
+        chosen = choose_backend(load_config(None, ["env.id=x", f"model.base_model={model}"]), registry)
         assert chosen.name == "local", model
         assert why in chosen.reason and "cannot serve" in chosen.reason and "tml-abc" not in chosen.reason
-    assert choose_backend(load_config(None, ["env.id=x", "model.base_model=meta-llama/Llama-3.2-1B"])).name == "tinker"
+    assert choose_backend(load_config(None, ["env.id=x", "model.base_model=meta-llama/Llama-3.2-1B"]), registry).name == "tinker"
+
+
+def test_auto_asks_every_registered_backend_and_names_none_in_the_core(monkeypatch):
+    class Cluster:
+        def __init__(self, serves: bool) -> None:
+            self.serves = serves
+
+        def __call__(self, config, run_dir):
+            return None
+
+        def can_serve(self, config):
+            return BackendFit(self.serves, "the cluster " + ("is up" if self.serves else "is down"), preference=5)
+
+    config = load_config(None, ["env.id=x"])
+    plugins = Registry()
+    plugins.add("backends", "local", LocalBackend(), "", "minds_core")
+    plugins.add("backends", "cluster", Cluster(serves=True), "", "mine")
+    assert choose_backend(config, plugins) == BackendChoice("cluster", "the cluster is up")
+    plugins = Registry()
+    plugins.add("backends", "local", LocalBackend(), "", "minds_core")
+    plugins.add("backends", "cluster", Cluster(serves=False), "", "mine")
+    chosen = choose_backend(config, plugins)
+    assert chosen.name == "local" and chosen.reason.startswith("the cluster is down; ")
+    plugins = Registry()
+    plugins.add("backends", "cluster", Cluster(serves=False), "", "mine")
+    with pytest.raises(UsageError, match="no registered backend can serve this run \\(cluster: the cluster is down\\)"):
+        choose_backend(config, plugins)
 
 
 def test_auto_with_a_key_exported_trains_minds_tiny_locally_and_says_why(run_minds, tmp_path):
@@ -45,7 +79,7 @@ def test_auto_with_a_key_exported_trains_minds_tiny_locally_and_says_why(run_min
     # (4 groups of 8 replies of 32 tokens, so that rewards differ and the step trains: a run that trains nothing exits 1)
     result = run_minds(
         ["--log-format", "json", "run", "--env", "toy_char_share", "--steps", "1", "--set", "sampling.max_tokens=32",
-         "--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4", "--set", "metrics.sinks=[jsonl]"],
+         "--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4", "--set", "metrics.sinks=[]"],
         plugins=["toy_plugin"],
         env={"TINKER_API_KEY": "tml-exported-key", "TINKER_BASE_URL": "http://127.0.0.1:9"},
     )

@@ -21,7 +21,7 @@ CORPUS = {
     "wrong_type_int.toml": "trainer.group_size: expected an integer, got 'eight'",
     "wrong_type_float.toml": "trainer.learning_rate: expected a number, got 'fast'",
     "wrong_type_bool.toml": "rollout.drop_constant_reward_groups: expected true or false, got 'yes'",
-    "wrong_type_list.toml": "metrics.sinks: expected a list, got 'jsonl'",
+    "wrong_type_list.toml": "metrics.sinks: expected a list, got 'console'",
     "bad_enum.toml": "rollout.invalid_reward = 'ignore': must be one of zero, fail",
     "negative_rate.toml": "trainer.learning_rate = -0.001: must be > 0",
     "zero_steps.toml": "trainer.steps = 0: must be >= 1",
@@ -65,12 +65,12 @@ def test_defaults_need_no_file():
 def test_overrides_are_parsed_to_the_field_type():
     config = load_config(None, [
         "trainer.group_size=3", "trainer.learning_rate=2e-4", "rollout.drop_constant_reward_groups=true",
-        "metrics.sinks=[jsonl]", "env.id=x", "env.args.words=[a, b]", "env.args.n=5", "name=007",
+        "metrics.sinks=[console]", "env.id=x", "env.args.words=[a, b]", "env.args.n=5", "name=007",
     ])
     assert config.trainer.group_size == 3
     assert config.trainer.learning_rate == pytest.approx(2e-4)
     assert config.rollout.drop_constant_reward_groups is True
-    assert config.metrics.sinks == ["jsonl"]
+    assert config.metrics.sinks == ["console"]
     assert config.env.args == {"words": ["a", "b"], "n": 5}
     assert config.name == "007"
 

@@ -104,7 +104,7 @@ def test_kl_to_the_sampler_grows_off_policy(tmp_path: Path) -> None:
     logs.configure("json", "warning")
     plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
     overrides = [f"runs_dir={tmp_path}", "name=off", "env.id=toy_char_share", "trainer.steps=3", "trainer.learning_rate=0.05",
-                 "trainer.max_steps_off_policy=1", "sampling.max_tokens=8", "metrics.sinks=[jsonl]"]  # fmt: skip
+                 "trainer.max_steps_off_policy=1", "sampling.max_tokens=8", "metrics.sinks=[]"]  # fmt: skip
     summary = train(load_config(None, overrides), plugins=plugins)
     rows = _jsonl(Path(summary["run_dir"]) / "metrics.jsonl")
     stale = [r for r in rows if r["sampler/staleness"] == 1 and "kl/sampler_train" in r]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import tinker
 
+from minds_core import Context
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
 from minds_core.config import RolloutConfig
 from minds_core.datums import build_datum
-from minds_core.envs import Context
 from minds_core.render import Renderer
 from minds_core.rollout import EpisodeSettings, run_group
 

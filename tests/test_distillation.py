@@ -18,7 +18,7 @@ from minds_core.kl_reference import ReferenceScorer
 from minds_core.rollout import Group, Rollout
 from minds_core.training import train
 
-FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[jsonl]"]
+FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[]"]
 
 
 

@@ -13,7 +13,7 @@ from minds_core.errors import ConfigError
 from minds_core.evaluation import EvalPlan, evaluate
 from minds_core.training import train
 
-FAST = ["sampling.max_tokens=6", "trainer.group_size=4", "trainer.groups_per_batch=2", "metrics.sinks=[jsonl]"]
+FAST = ["sampling.max_tokens=6", "trainer.group_size=4", "trainer.groups_per_batch=2", "metrics.sinks=[]"]
 
 
 

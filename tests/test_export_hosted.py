@@ -16,7 +16,6 @@ import http.server
 import inspect
 import json
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest

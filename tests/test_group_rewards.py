@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from minds_core import hookimpl, logs
+from minds_core import Context, Rubric, SingleTurnEnvironment, Task, hookimpl, logs
 from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.config import load_config
-from minds_core.envs import Context, Rubric, SingleTurnEnvironment, Task
 from minds_core.envs.rubric import is_group_reward
 from minds_core.plugins import load_plugins
 from minds_core.rewards import length_penalty
@@ -66,7 +65,7 @@ def plugins():
 
 def _run(plugins, tmp_path: Path, *overrides: str) -> list[list[dict]]:
     config = load_config(None, ["sampling.max_tokens=8", "trainer.group_size=4", "trainer.groups_per_batch=3",
-                                "trainer.steps=2", "metrics.sinks=[jsonl]", "metrics.rollouts_per_step=3",
+                                "trainer.steps=2", "metrics.sinks=[]", "metrics.rollouts_per_step=3",
                                 f"runs_dir={tmp_path}", "name=run", *overrides])
     run = Path(train(config, plugins=plugins)["run_dir"])
     return [[json.loads(line) for line in (run / name).read_text().splitlines()] for name in ("metrics.jsonl", "rollouts.jsonl")]
@@ -125,7 +124,7 @@ def test_length_penalty_is_usable_from_config(plugins, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("env:\n  id: grp_tournament\n  extra_rewards: [{name: minds.length_penalty, weight: 0.5}]\n")
     config_obj = load_config(config, ["sampling.max_tokens=8", "trainer.group_size=4", "trainer.groups_per_batch=3",
-                                      "trainer.steps=1", "metrics.sinks=[jsonl]", f"runs_dir={tmp_path}", "name=run"])
+                                      "trainer.steps=1", "metrics.sinks=[]", f"runs_dir={tmp_path}", "name=run"])
     run = Path(train(config_obj, plugins=plugins)["run_dir"])
     (row,) = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert "env/grp_tournament/reward/minds.length_penalty" in row

@@ -51,7 +51,7 @@ def judge_model(tmp_path_factory):
         rows.append({"messages": [*judge.messages(f"Write a's ({i})", reply), {"role": "assistant", "content": "Score: 7"}]})
     (root / "judge.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = load_config(None, ["trainer.mode=sft", f"sft.data={root / 'judge.jsonl'}", "trainer.steps=60", "trainer.learning_rate=1e-2",
-                                "metrics.sinks=[jsonl]", f"runs_dir={root}", "name=judge"])
+                                "metrics.sinks=[]", f"runs_dir={root}", "name=judge"])
     train(config, plugins=load_plugins())
     path = json.loads((root / "judge" / "checkpoints.jsonl").read_text().splitlines()[-1])["sampler_path"]
     return config, root, path
@@ -153,7 +153,7 @@ def test_a_judge_from_config_rewards_a_run_and_keeps_its_key_out(endpoint, monke
         f"      args: {{question: '{QUESTION}', model: local-judge, base_url: '{endpoint}', api_key_env: JUDGE_KEY, max_concurrency: 4}}\n"
     )
     config = load_config(path, ["sampling.max_tokens=6", "trainer.group_size=2", "trainer.groups_per_batch=2", "trainer.steps=1",
-                                "metrics.sinks=[jsonl]", f"runs_dir={tmp_path}", "name=run"])
+                                "metrics.sinks=[]", f"runs_dir={tmp_path}", "name=run"])
     train(config, plugins=load_plugins(extra=[("toy", minds_toy_plugin)]))
     (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert row["reward/mean"] == pytest.approx(0.7) and row["env/toy_char_share/reward/minds.judge"] == pytest.approx(0.7)

@@ -50,7 +50,7 @@ def test_a_run_uses_the_scheduled_rate_each_step(tmp_path):
     plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
     config = load_config(None, ["env.id=toy_char_share", "sampling.max_tokens=8", "trainer.group_size=4",
                                 "trainer.groups_per_batch=2", "trainer.steps=4", "trainer.learning_rate=1e-2",
-                                "trainer.lr_schedule=cosine", "trainer.lr_warmup_steps=1", "metrics.sinks=[jsonl]",
+                                "trainer.lr_schedule=cosine", "trainer.lr_warmup_steps=1", "metrics.sinks=[]",
                                 f"runs_dir={tmp_path}", "name=run"])
     summary = train(config, plugins=plugins)
     rows = [json.loads(line) for line in Path(summary["run_dir"], "metrics.jsonl").read_text().splitlines()]

@@ -15,7 +15,7 @@ from minds_core.plugins import load_plugins
         (["--backend", "tinkr"], "backend: unknown backend 'tinkr' (did you mean tinker?)"),
         (["--set", "trainer.loss_fn=pp"], "trainer.loss_fn: unknown loss 'pp' (did you mean ppo?)"),
         (["--set", "trainer.advantage=group_nrom"], "trainer.advantage: unknown advantage estimator 'group_nrom'"),
-        (["--set", "metrics.sinks=[jsonl, wandbb]"], "metrics.sinks: unknown metric sink 'wandbb' (did you mean wandb?)"),
+        (["--set", "metrics.sinks=[wandbb]"], "metrics.sinks: unknown metric sink 'wandbb' (did you mean wandb?)"),
         (["--set", "env.extra_rewards=[{name: ghost_trace.latent}]"], "env.extra_rewards[0].name: unknown reward function 'ghost_trace.latent'"),
         (["--set", "env.rewards=[{name: nope}]"], "env.rewards[0].name: unknown reward function 'nope'"),
         (["--env", "./environments/missing_task"], "environments/missing_task does not exist"),

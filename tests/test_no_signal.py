@@ -54,7 +54,7 @@ def _env(tmp_path: Path, name: str, source: str) -> str:
 @pytest.mark.parametrize("reward", ["1 / 3", "0.1"])
 def test_a_run_whose_rewards_are_all_equal_ends_with_exit_1_and_the_reason(tmp_path: Path, capfd, reward: str) -> None:
     env = _env(tmp_path, "constant_env", CONSTANT_ENV.replace("REWARD", reward))
-    run = run_minds("--env", env, *TINY, runs_dir=tmp_path / "runs", overrides=[*SMALL, "metrics.sinks=[jsonl, console]"], quiet=False)
+    run = run_minds("--env", env, *TINY, runs_dir=tmp_path / "runs", overrides=[*SMALL, "metrics.sinks=[console]"], quiet=False)
     captured = capfd.readouterr()
     assert run.exit_code == 1
     assert run.steps == [0, 1]  # every step ran and was recorded

@@ -22,7 +22,7 @@ def test_core_builtins_register_through_the_hooks(run_minds):
     assert {"importance_sampling", "ppo", "cispo", "dro", "gspo", "sequence_mean_reinforce"} <= set(core["registers"]["losses"])
     assert core["registers"]["reward_functions"] == ["minds.judge", "minds.length_penalty"]
     assert core["registers"]["backends"] == ["local", "tinker"]
-    assert core["registers"]["metric_sinks"] == ["jsonl", "console", "report", "wandb"]
+    assert core["registers"]["metric_sinks"] == ["console", "report", "wandb"]
 
 
 def test_installed_plugin_is_discovered_and_attributed(run_minds):
@@ -83,6 +83,10 @@ def test_unknown_environment_lists_what_exists_and_the_providing_package(run_min
     result = run_minds(["run", "--env", "ghost_trace_x"], plugins=["example_plugin"])
     assert result.returncode == 2
     assert "echo_example" in result.stderr and "Traceback" not in result.stderr
+    assert "provided by" not in result.stderr
+    result = run_minds(["run", "--env", "ghost_trace"], plugins=["example_plugin"], env={"MINDS_DISABLE_PLUGINS": "ghost_trace"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "'ghost_trace' is provided by minds-plugin-ghost-trace, installed but not loaded" in result.stderr
 
 
 def test_registry_lookup_errors():
@@ -94,5 +98,5 @@ def test_registry_lookup_errors():
         registry.add("losses", "ppo", "ppo", "", "other")
     with pytest.raises(PluginError, match="several plugins"):
         registry.get("losses", "ppo")
-    with pytest.raises(UnknownNameError, match="pip install minds-plugin-ghost-trace"):
+    with pytest.raises(UnknownNameError, match="provided by minds-plugin-ghost-trace, installed but not loaded"):
         registry.get("environments", "ghost_trace")

@@ -36,7 +36,7 @@ envs:
     group_size: 2
 trainer: {steps: 4, groups_per_batch: 2, group_size: 4, learning_rate: 0.01}
 sampling: {max_tokens: 8}
-metrics: {sinks: [jsonl, report], report_every: 2, rollouts_per_step: 2}
+metrics: {sinks: [report], report_every: 2, rollouts_per_step: 2}
 """
 
 
@@ -308,7 +308,7 @@ def test_a_report_of_a_run_while_it_trains_and_after_kill_9(installed_plugin, tm
     environ["PYTHONPATH"] = str(installed_plugin("toy_plugin"))
     argv = [sys.executable, "-m", "minds_core.cli", "run", "--env", "toy_char_share", "--steps", "500", "--name", "live",
             "--set", f"runs_dir={tmp_path}", "--set", "sampling.max_tokens=4", "--set", "trainer.group_size=2",
-            "--set", "trainer.groups_per_batch=1", "--set", "metrics.sinks=[jsonl]"]  # fmt: skip
+            "--set", "trainer.groups_per_batch=1", "--set", "metrics.sinks=[]"]  # fmt: skip
     process = subprocess.Popen(argv, env=environ, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = tmp_path / "live" / "metrics.jsonl"
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 ARGS = [
     "--env", "toy_char_share", "--steps", "8",
     "--set", "trainer.save_every=2", "--set", "trainer.group_size=4", "--set", "trainer.groups_per_batch=3",
-    "--set", "sampling.max_tokens=8", "--set", "metrics.sinks=[jsonl]", "--set", "metrics.rollouts_per_step=3",
+    "--set", "sampling.max_tokens=8", "--set", "metrics.sinks=[]", "--set", "metrics.rollouts_per_step=3",
     "--set", "seed=11",
 ]
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from minds_core.envs import Rubric, SingleTurnEnvironment, Task, report_metric
+from minds_core import Rubric, SingleTurnEnvironment, Task, report_metric
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, as_reward, call_with_available
 
 

@@ -20,13 +20,13 @@ from minds_core.training import train
 
 # big enough that rewards differ within a group and steps train (a run that trains nothing exits 1)
 TINY = ["--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4", "--set", "sampling.max_tokens=32",
-        "--set", "metrics.sinks=[jsonl]"]
+        "--set", "metrics.sinks=[]"]
 
 
 
 def _config(tmp_path: Path, *overrides: str):
     return load_config(None, ["env.id=toy_char_share", "trainer.steps=1", "trainer.group_size=2",
-                              "trainer.groups_per_batch=1", "sampling.max_tokens=4", "metrics.sinks=[jsonl]",
+                              "trainer.groups_per_batch=1", "sampling.max_tokens=4", "metrics.sinks=[]",
                               f"runs_dir={tmp_path}", *overrides])
 
 

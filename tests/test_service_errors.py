@@ -29,7 +29,7 @@ from minds_core.training import train
 sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
 import minds_toy_plugin
 
-FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[jsonl]",
+FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[]",
         "env.id=toy_char_share", "backend=flaky", "trainer.save_every=1", "name=run"]  # fmt: skip
 
 
@@ -184,7 +184,7 @@ def test_a_request_the_service_rejects_ends_the_run_with_one_message_and_exit_1(
         ["run", "--env", "toy_char_share", "--backend", "local", "--steps", "2", "--name", "rejected",
          "--set", "trainer.loss_fn=ppo", "--set", "trainer.loss_fn_config.clip_ratio=0.2",
          "--set", "sampling.max_tokens=12", "--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4",
-         "--set", "metrics.sinks=[jsonl]"],
+         "--set", "metrics.sinks=[]"],
         plugins=["toy_plugin"],
     )  # fmt: skip
     assert result.returncode == 1, result.stderr

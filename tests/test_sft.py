@@ -11,10 +11,9 @@ import pytest
 import tinker
 from transformers import AutoTokenizer
 
-from minds_core import cli, hookimpl, logs
+from minds_core import Rubric, SingleTurnEnvironment, Task, cli, hookimpl, logs
 from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.config import load_config
-from minds_core.envs import Rubric, SingleTurnEnvironment, Task
 from minds_core.errors import ConfigError
 from minds_core.plugins import load_plugins
 from minds_core.render import Renderer
@@ -82,7 +81,7 @@ def test_sft_lowers_the_held_out_loss_by_a_clear_margin(tmp_path):
     logs.configure("json", "warning")
     data = _write(tmp_path / "chats.jsonl", _chats())
     config = load_config(None, ["trainer.mode=sft", f"sft.data={data}", "sft.batch_size=8", "sft.eval_fraction=0.25",
-                                "trainer.steps=8", "trainer.learning_rate=1e-2", "metrics.sinks=[jsonl]",
+                                "trainer.steps=8", "trainer.learning_rate=1e-2", "metrics.sinks=[]",
                                 f"runs_dir={tmp_path}", "name=sft"])
     summary = train(config, plugins=load_plugins())
     before, after = summary["eval/loss_before"], summary["eval/loss_after"]
@@ -137,6 +136,6 @@ class CapitalsPlugin:
 def test_sft_on_an_environments_tasks_with_answers(tmp_path):
     plugins = load_plugins(extra=[("shout", CapitalsPlugin())])
     config = load_config(None, ["trainer.mode=sft", "env.id=shout", "sft.eval_fraction=0.25", "trainer.steps=6",
-                                "trainer.learning_rate=1e-2", "metrics.sinks=[jsonl]", f"runs_dir={tmp_path}", "name=shout"])
+                                "trainer.learning_rate=1e-2", "metrics.sinks=[]", f"runs_dir={tmp_path}", "name=shout"])
     summary = train(config, plugins=plugins)
     assert summary["eval/loss_after"] < 0.7 * summary["eval/loss_before"], summary

@@ -13,7 +13,7 @@ from minds_core.errors import UsageError
 from minds_core.evaluation import evaluate
 from minds_core.training import train
 
-FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[jsonl]"]
+FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[]"]
 
 
 
@@ -81,7 +81,7 @@ def test_several_environments_with_weights_and_rubric_overrides(plugins, tmp_pat
         "    rewards: [{name: toy.share, weight: 2.0}]\n    extra_rewards: [{name: toy.length, weight: 0.0}]\n"
         "  - id: toy_two_turn\n    weight: 1\n    group_size: 2\n"
         f"runs_dir: {tmp_path}\nname: mix\n"
-        "trainer: {steps: 3, groups_per_batch: 4, group_size: 4}\nsampling: {max_tokens: 8}\nmetrics: {sinks: [jsonl]}\n"
+        "trainer: {steps: 3, groups_per_batch: 4, group_size: 4}\nsampling: {max_tokens: 8}\nmetrics: {sinks: []}\n"
     )
     summary = train(load_config(config), plugins=plugins)
     rows = [json.loads(line) for line in Path(summary["run_dir"], "metrics.jsonl").read_text().splitlines()]
@@ -158,13 +158,13 @@ def test_eval_reports_rewards_without_training(plugins, tmp_path):
 
 
 def test_a_failing_sink_is_disabled_and_training_goes_on(plugins, tmp_path, capsys):
-    rows = _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=3", "metrics.sinks=[jsonl, toy_exploding]")
+    rows = _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=3", "metrics.sinks=[toy_exploding]")
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert "disk on fire" in capsys.readouterr().err
 
 
 def test_wandb_sink_without_project_is_a_usage_error(plugins, tmp_path):
-    config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}", "metrics.sinks=[jsonl, wandb]"])
+    config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}", "metrics.sinks=[wandb]"])
     with pytest.raises(UsageError, match="wandb_project"):
         train(config, plugins=plugins)
 

@@ -64,7 +64,7 @@ def test_resume_continues_the_same_wandb_run(tmp_path, monkeypatch):
     logs.configure("json", "warning")
     plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
     common = ["env.id=toy_char_share", "trainer.group_size=2", "trainer.groups_per_batch=1", "sampling.max_tokens=4",
-              "metrics.sinks=[jsonl, wandb]", "metrics.wandb_project=minds-test", f"runs_dir={tmp_path / 'runs'}", "name=r"]
+              "metrics.sinks=[wandb]", "metrics.wandb_project=minds-test", f"runs_dir={tmp_path / 'runs'}", "name=r"]
     train(load_config(None, [*common, "trainer.steps=3"]), plugins=plugins)
     run = tmp_path / "runs" / "r"
     resumed = load_config(run / "config.yaml", ["trainer.steps=5"], drop_redacted=True)

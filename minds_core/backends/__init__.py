@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from minds_core.backends.tinker import resolve_api_key
 from minds_core.config import DEFAULT_BASE_MODEL, RunConfig
+from minds_core.contracts import BackendFit
 from minds_core.errors import UsageError
+
+if TYPE_CHECKING:
+    from minds_core.plugins import Registry
 
 
 @attrs.frozen
@@ -19,15 +21,6 @@ class BackendChoice:
 
     name: str  #: a registered backend name (``local``, ``tinker``, a plugin's)
     reason: str  #: one sentence: what made ``auto`` pick it, or that the config named it
-
-
-def local_only_model(model: str) -> str | None:
-    """Why the hosted service cannot serve ``model`` (a model only this machine has), else None."""
-    if model == DEFAULT_BASE_MODEL:
-        return f"model {model!r} is built by the local backend"
-    if model.startswith(("/", "./", "../", "~")) or os.path.isdir(os.path.expanduser(model)):
-        return f"model {model!r} is a local directory"
-    return None
 
 
 def sampler_tokenizer(sampler: Any, base_model: str) -> Any:
@@ -49,22 +42,41 @@ def sampler_tokenizer(sampler: Any, base_model: str) -> Any:
     return AutoTokenizer.from_pretrained(str(tiny_model_path()))
 
 
-def choose_backend(config: RunConfig) -> BackendChoice:
-    """``auto``: the hosted service when an API key is configured and it can serve the model, else local."""
+def choose_backend(config: RunConfig, registry: Registry) -> BackendChoice:
+    """The backend the config names, or for ``auto`` the registered backend that serves the run and is preferred most.
+
+    ``auto`` asks every registered backend with ``can_serve(config)``; the reason says why the
+    chosen one serves and why each backend preferred over it does not. Ties go to the first name.
+    """
     if config.backend != "auto":
         return BackendChoice(config.backend, "set by backend")
-    where = "[tinker] api_key" if config.tinker.api_key else f"${config.tinker.api_key_env}"
-    if not resolve_api_key(config.tinker):
-        return BackendChoice("local", f"no Tinker API key ({where} is not set)")
-    local_only = local_only_model(config.model.base_model)
-    if local_only:
-        return BackendChoice("local", f"{local_only}, which the hosted service cannot serve; the key in {where} is not used")
-    return BackendChoice("tinker", f"a Tinker API key is configured ({where}) and model {config.model.base_model!r} is not local")
+    fits: dict[str, BackendFit] = {
+        entry.name: entry.obj.can_serve(config)
+        for entry in registry.entries("backends")
+        if callable(getattr(entry.obj, "can_serve", None))
+    }
+    serving = sorted((name for name, fit in fits.items() if fit.serves), key=lambda name: (-fits[name].preference, name))
+    if not serving:
+        why = "; ".join(f"{name}: {fit.reason}" for name, fit in fits.items()) or "no backend takes part in auto"
+        raise UsageError(f"backend = auto: no registered backend can serve this run ({why}); set backend to one")
+    chosen = serving[0]
+    passed = [fit.reason for fit in fits.values() if not fit.serves and fit.preference > fits[chosen].preference]
+    return BackendChoice(chosen, "; ".join([*passed, fits[chosen].reason]))
 
 
 def local_checkpoint_root(config: RunConfig) -> Path:
     """Where the local backend keeps checkpoints: ``<runs_dir>/_checkpoints``."""
     return Path(config.runs_dir) / "_checkpoints"
+
+
+class LocalBackend:
+    """The ``local`` BackendFactory: the in-process torch + peft service; under ``auto``, the fallback."""
+
+    def __call__(self, config: RunConfig, run_dir: Path) -> Any:
+        return create_local_service(config, run_dir)
+
+    def can_serve(self, config: RunConfig) -> BackendFit:
+        return BackendFit(True, "the local backend trains on this machine", preference=0)
 
 
 def create_local_service(config: RunConfig, run_dir: Path) -> Any:

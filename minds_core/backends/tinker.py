@@ -7,7 +7,8 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from minds_core.config import RunConfig, TinkerConfig
+from minds_core.config import DEFAULT_BASE_MODEL, RunConfig, TinkerConfig
+from minds_core.contracts import BackendFit
 from minds_core.errors import UsageError
 
 
@@ -19,6 +20,31 @@ def resolve_api_key(settings: TinkerConfig) -> str | None:
 def _key_source(settings: TinkerConfig) -> str:
     """Where the key was read from, for messages (never the key itself)."""
     return "[tinker] api_key" if settings.api_key else f"${settings.api_key_env}"
+
+
+def local_only_model(model: str) -> str | None:
+    """Why the hosted service cannot serve ``model`` (a model only this machine has), else None."""
+    if model == DEFAULT_BASE_MODEL:
+        return f"model {model!r} is built by the local backend"
+    if model.startswith(("/", "./", "../", "~")) or os.path.isdir(os.path.expanduser(model)):
+        return f"model {model!r} is a local directory"
+    return None
+
+
+class TinkerBackend:
+    """The ``tinker`` BackendFactory: the hosted service; under ``auto``, preferred when a key is configured."""
+
+    def __call__(self, config: RunConfig, run_dir: Path) -> Coroutine[Any, Any, Any]:
+        return create_tinker_service(config, run_dir)
+
+    def can_serve(self, config: RunConfig) -> BackendFit:
+        where = _key_source(config.tinker)
+        if not resolve_api_key(config.tinker):
+            return BackendFit(False, f"no Tinker API key ({where} is not set)", preference=1)
+        local_only = local_only_model(config.model.base_model)
+        if local_only:
+            return BackendFit(False, f"{local_only}, which the hosted service cannot serve; the key in {where} is not used", 1)
+        return BackendFit(True, f"a Tinker API key is configured ({where}) and model {config.model.base_model!r} is not local", 1)
 
 
 def create_tinker_service(config: RunConfig, run_dir: Path) -> Coroutine[Any, Any, Any]:

@@ -251,7 +251,7 @@ class MetricsConfig:
     """Where per-step metrics go, and what else a run writes as it goes."""
 
     #: registered metric sinks (jsonl is always on)
-    sinks: list[str] = _field(["jsonl", "console", "report"])
+    sinks: list[str] = _field(["console", "report"])
     #: groups written to rollouts.jsonl per step
     rollouts_per_step: int = _field(2, _non_negative)
     #: steps between refreshes of report.html (0 = only at the end)

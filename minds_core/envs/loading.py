@@ -7,13 +7,15 @@ import importlib.metadata
 import importlib.util
 import inspect
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from minds_core.config import EnvConfig, RewardRef
 from minds_core.config.secrets import is_secret_key
+from minds_core.contracts import OpenEnvironment
 from minds_core.envs.locate import MODULE_PREFIX, findable, is_path, normalized
-from minds_core.envs.rubric import Rubric
+from minds_core.envs.types import environment_rubric
 from minds_core.errors import ConfigError
 from minds_core.logs import get_logger
 from minds_core.plugins import Entry, Registry
@@ -29,22 +31,38 @@ def is_path_like(env_id: str) -> bool:
     return env_id.startswith(MODULE_PREFIX) or is_path(env_id) or "." in env_id
 
 
-def call_loader(label: str, loader: Any, args: dict[str, Any]) -> Any:
-    """Call an environment loader with [env.args]; a signature mismatch is a ConfigError listing the accepted arguments."""
+#: The loader parameter through which an environment receives a way to build another (``OpenEnvironment``).
+OPEN_ENVIRONMENT = "open_environment"
+
+
+def call_loader(label: str, loader: Any, args: dict[str, Any], open_environment: OpenEnvironment | None = None) -> Any:
+    """Call an environment loader with [env.args]; a signature mismatch is a ConfigError listing the accepted arguments.
+
+    A loader declaring an ``open_environment`` parameter receives ``open_environment`` through it.
+    """
+    if OPEN_ENVIRONMENT in args:
+        raise ConfigError(f"environment {label}: env.args.{OPEN_ENVIRONMENT} is reserved (minds passes it to the loader)")
     try:
         signature = inspect.signature(loader)
     except (TypeError, ValueError):  # no signature (builtins): let the call decide
         return loader(**args)
+    given = args
+    if open_environment is not None and OPEN_ENVIRONMENT in signature.parameters:
+        args = {**args, OPEN_ENVIRONMENT: open_environment}
     try:
         signature.bind(**args)
     except TypeError as exc:
-        raise ConfigError(f"environment {label}: bad [env.args] {sorted(args)}: {exc}; {_accepted(signature)}") from None
+        raise ConfigError(f"environment {label}: bad [env.args] {sorted(given)}: {exc}; {_accepted(signature)}") from None
     return loader(**args)
 
 
 def _accepted(signature: inspect.Signature) -> str:
     """The keyword arguments a loader takes, with defaults, as a message fragment."""
-    params = [p for p in signature.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    params = [
+        p
+        for p in signature.parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != OPEN_ENVIRONMENT
+    ]
     shown = [p.name if p.default is p.empty or is_secret_key(p.name) else f"{p.name} (default {p.default!r})" for p in params]
     required = [p.name for p in params if p.default is p.empty]
     text = f"accepted arguments: {', '.join(shown) or 'none'}"
@@ -53,6 +71,8 @@ def _accepted(signature: inspect.Signature) -> str:
     if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
         text += "; any other keyword is passed on"
     return text
+
+
 def _reward_function(ref: RewardRef, registry: Registry, where: str) -> Any:
     """The registered function with the entry's args bound; a registered class is built with them (one instance per entry)."""
     obj = registry.lookup("reward_functions", ref.name, where).obj
@@ -77,27 +97,35 @@ def _rubric(refs: list[RewardRef], registry: Registry, where: str) -> list[tuple
     return [(ref.name, _reward_function(ref, registry, where), ref.weight) for ref in refs]
 
 
-def load_environment(cfg: EnvConfig, registry: Registry) -> Any:
-    """Build the environment named by ``cfg.id`` and apply rubric overrides."""
+def build_environment(cfg: EnvConfig, registry: Registry) -> Any:
+    """Build the environment named by ``cfg.id`` and apply rubric overrides.
+
+    A registered loader that declares ``open_environment`` can build other environments the same way.
+    """
     if not cfg.id:
         raise ConfigError("no environment: pass --env NAME or set [env] id in the config (minds envs lists them)")
     if cfg.id in registry.names("environments") or not (is_path_like(cfg.id) or findable(cfg.id)):
         entry = registry.lookup("environments", cfg.id, "env.id")
         warn_if_shadowing(entry)
-        env = call_loader(repr(cfg.id), entry.obj, cfg.args)
+        env = call_loader(repr(cfg.id), entry.obj, cfg.args, functools.partial(_open_environment, registry))
     else:
         from minds_core.envs.loose import load_loose_environment
 
         env = load_loose_environment(cfg.id, cfg.args, [e.obj for e in registry.entries("environment_adapters")])
     if cfg.rewards or cfg.extra_rewards:
-        rubric = getattr(env, "rubric", None)
-        if not isinstance(rubric, Rubric):
+        rubric = environment_rubric(env)
+        if rubric is None:
             raise ConfigError(f"environment {cfg.id!r} has no minds Rubric, so env.rewards / env.extra_rewards cannot apply")
         if cfg.rewards:
             rubric.funcs, rubric.weights, rubric.names = [], [], []
         for name, fn, weight in _rubric([*cfg.rewards, *cfg.extra_rewards], registry, f"env {cfg.id!r} rewards"):
             rubric.add(fn, weight, name)
     return env
+
+
+def _open_environment(registry: Registry, env_id: str, args: Mapping[str, Any]) -> Any:
+    """``OpenEnvironment`` over ``registry``: what ``[env] id = env_id`` with ``args`` builds."""
+    return build_environment(EnvConfig(id=env_id, args=dict(args)), registry)
 
 
 def warn_if_shadowing(entry: Entry) -> None:

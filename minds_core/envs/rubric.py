@@ -9,22 +9,46 @@ from typing import Any
 
 import attrs
 
-#: Names a reward function may ask for.
-REWARD_ARGUMENTS = ("completion", "prompt", "task", "answer", "info", "state", "ctx", "messages")
+from minds_core.errors import ConfigError
 
-#: Names a GROUP reward function asks for: one list entry per member of the group (verifiers' plural names).
-GROUP_ARGUMENTS = ("completions", "prompts", "tasks", "answers", "infos")
+#: Names a reward function may ask for (see ``reward_inputs`` for what each holds).
+REWARD_INPUTS = ("completion", "prompt", "task", "answer", "info", "state", "ctx", "messages")
+
+#: Names a GROUP reward function may ask for: one list entry per member of the group (verifiers' plural
+#: names), and ``ctx``. Naming any of them but ``ctx`` makes a function a group reward function.
+GROUP_REWARD_INPUTS = ("completions", "prompts", "tasks", "answers", "infos", "ctx")
 
 RewardFn = Callable[..., Any]
 
 
 def is_group_reward(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` scores a whole group: it names one of GROUP_ARGUMENTS."""
+    """Whether ``fn`` scores a whole group: it names one of GROUP_REWARD_INPUTS other than ``ctx``."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
-    return any(name in params for name in GROUP_ARGUMENTS)
+    return any(name in params for name in GROUP_REWARD_INPUTS if name != "ctx")
+
+
+def check_reward_inputs(fn: Callable[..., Any], name: str) -> None:
+    """A ConfigError naming ``fn``, the input it asks for that no rollout provides, and the accepted names.
+
+    Parameters with a default, ``*args`` and ``**kwargs`` ask for nothing; a callable without a
+    signature is not checked.
+    """
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return
+    accepted = GROUP_REWARD_INPUTS if is_group_reward(fn) else REWARD_INPUTS
+    for param in params:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or param.default is not param.empty:
+            continue
+        if param.name not in accepted:
+            kind = "group reward function" if accepted is GROUP_REWARD_INPUTS else "reward function"
+            raise ConfigError(
+                f"{kind} {name!r} asks for {param.name!r}, which no rollout provides; it may ask for: {', '.join(accepted)}"
+            )
 
 
 async def maybe_await(value: Any) -> Any:
@@ -75,11 +99,21 @@ class Rubric:
             self.names = [getattr(f, "__name__", f"reward_{i}") for i, f in enumerate(self.funcs)]
         if not len(self.funcs) == len(self.weights) == len(self.names):
             raise ValueError(f"rubric has {len(self.funcs)} functions but {len(self.weights)} weights")
+        for fn, name in zip(self.funcs, self.names):
+            check_reward_inputs(fn, name)
 
     def add(self, fn: RewardFn, weight: float = 1.0, name: str | None = None) -> None:
+        """Append ``fn``; a ConfigError when it asks for an input no rollout provides."""
+        name = name or getattr(fn, "__name__", f"reward_{len(self.funcs) + 1}")
+        check_reward_inputs(fn, name)
         self.funcs.append(fn)
         self.weights.append(weight)
-        self.names.append(name or getattr(fn, "__name__", f"reward_{len(self.funcs)}"))
+        self.names.append(name)
+
+    @classmethod
+    def from_entries(cls, entries: Sequence[tuple[str, RewardFn, float]]) -> Rubric:
+        """A rubric from (name, function, weight) triples."""
+        return cls([f for _, f, _ in entries], [w for _, _, w in entries], [n for n, _, _ in entries])
 
     @property
     def has_group_rewards(self) -> bool:
@@ -130,11 +164,6 @@ class RubricScore:
             return
         self.parts[name] = value
         self.total += weight * value
-
-
-def rubric_from(pairs: Sequence[tuple[str, RewardFn, float]]) -> Rubric:
-    """A rubric from (name, function, weight) triples."""
-    return Rubric([f for _, f, _ in pairs], [w for _, _, w in pairs], [n for n, _, _ in pairs])
 
 #: StepResult metric counting rubric parts that were not finite numbers (counted as 0).
 INVALID_PARTS_METRIC = "invalid_reward_parts"

@@ -1,4 +1,11 @@
-"""The environment protocol: tasks, episodes, step results and the context episodes receive."""
+"""The environment contract: tasks, episodes, step results and the context episodes receive.
+
+An environment (``Environment``) gives tasks and starts one episode per
+rollout. An episode is either stepwise (``Episode``: the core samples each turn
+and hands its text to ``step``) or self-driving (``SelfDrivingEpisode``: it
+drives an ``EpisodeConversation`` itself, as bridges to other frameworks do).
+Optional members are read only through this module's accessors.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
+
+from minds_core.envs.rubric import Rubric
 
 #: A chat message: {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}.
 Message = dict[str, Any]
@@ -15,25 +24,20 @@ Message = dict[str, Any]
 class Task:
     """One item of an environment's dataset; the answer travels with the task."""
 
-    prompt: str | list[Message]
-    answer: Any = None
-    info: dict[str, Any] = attrs.field(factory=dict)
-    id: str = ""
+    prompt: str | list[Message]  #: the user's text, or the chat messages that open the episode
+    answer: Any = None  #: the reference answer reward functions compare with (None: none)
+    info: dict[str, Any] = attrs.field(factory=dict)  #: anything else the episode or rewards need
+    id: str = ""  #: a stable identifier, shown in logs and rollout records
 
 
 @attrs.define
 class StepResult:
-    """What an episode returns for one action.
+    """What an episode returns for one action."""
 
-    ``reward`` is added to the rollout's return (None = no reward this step);
-    ``messages`` are the environment's reply, shown to the model next turn when
-    ``done`` is false; ``metrics`` are averaged per environment in metrics.jsonl.
-    """
-
-    reward: float | None = None
-    done: bool = True
-    messages: list[Message] = attrs.field(factory=list)
-    metrics: dict[str, float] = attrs.field(factory=dict)
+    reward: float | None = None  #: added to the rollout's return; None: no reward this step
+    done: bool = True  #: whether the episode ended
+    messages: list[Message] = attrs.field(factory=list)  #: the environment's reply, shown next turn when not done
+    metrics: dict[str, float] = attrs.field(factory=dict)  #: summed per rollout, averaged per environment
 
 
 def as_step_result(value: Any) -> StepResult:
@@ -61,48 +65,113 @@ def as_step_result(value: Any) -> StepResult:
 
 @attrs.define
 class Context:
-    """What the trainer hands to every episode: the CURRENT policy and the service.
+    """What the trainer hands to every episode: the CURRENT policy and the service."""
 
-    ``sampler`` samples from and scores with the policy that produced this
-    rollout (``compute_logprobs``); ``service`` creates shadow training clients;
-    ``policy_checkpoint`` is a ``tinker://`` state of that same policy, present
-    when the environment sets ``needs_policy_checkpoint = True``.
-    """
+    sampler: Any  #: a tinker SamplingClient of the policy that produces this rollout (sample, compute_logprobs)
+    tokenizer: Any  #: the policy's tokenizer (a transformers tokenizer)
+    service: Any  #: the tinker ServiceClient, e.g. to create shadow training clients
+    renderer: Any  #: the chat template: prompt_tokens(messages), encode(text), decode(tokens), supports_tools
+    base_model: str  #: the model being trained
+    lora_rank: int = 8  #: the LoRA rank of the policy
+    step: int = 0  #: the training step this rollout belongs to
+    policy_checkpoint: str | None = None  #: a tinker:// state of the policy, when the env needs_policy_checkpoint
 
-    sampler: Any
-    tokenizer: Any
-    service: Any
-    renderer: Any
-    base_model: str
-    lora_rank: int = 8
-    step: int = 0
-    policy_checkpoint: str | None = None
+
+class TokenBudgetExhausted(Exception):
+    """The conversation reached max_total_tokens or max_turns; the episode ends truncated."""
 
 
 @runtime_checkable
 class Episode(Protocol):
-    """One rollout. Methods may be sync or async.
+    """One rollout, step by step. Methods may be sync or async; raising fails the rollout (counted).
 
-    ``initial_observation()`` returns the prompt (a string or chat messages);
-    ``step(action)`` receives the decoded text of the model's turn and returns a
-    StepResult. An episode may set ``tools`` (JSON-schema tool specs) to have
-    them rendered by the chat template. Raising fails the rollout (counted).
+    Optional members: ``tools`` (a list of JSON-schema tool specs the chat
+    template renders; read once, right after ``initial_observation()``) and ``close()`` (sync
+    or async, called when the rollout ends, also after a failure).
     """
 
-    def initial_observation(self) -> Any: ...
+    def initial_observation(self) -> str | list[Message]:
+        """The prompt: a user's text or chat messages."""
+        ...
 
-    def step(self, action: str) -> Any: ...
+    def step(self, action: str) -> StepResult:
+        """:param action: the decoded text of the model's turn. Returns what it earned and whether the episode ended.
+
+        A mapping or object with ``reward`` (and ``done``, ``messages``, ``metrics``) is read as a StepResult.
+        """
+        ...
+
+
+class EpisodeConversation(Protocol):
+    """The rollout's conversation, as a self-driving episode drives it.
+
+    It holds the exact token sequence the trainer trains on: observations
+    (never trained on) and sampled turns (trained on). The conversation enforces
+    the run's max_total_tokens and max_turns.
+    """
+
+    tools: list[dict[str, Any]] | None  #: tool specs for the chat template; set before ``start``
+    messages: list[Message]  #: every message so far (prompt, replies, observations); read only
+    tokens: list[int]  #: the token sequence so far; read only
+    logprobs: list[float]  #: per token, the sampler's log-probability (0 for observation tokens); read only
+    turns: int  #: how many turns were sampled
+    last_stopped: bool  #: whether the last sampled turn ended on a stop token (not on its length limit)
+    params: Any  #: the run's tinker SamplingParams (max_tokens, temperature, top_p, ...); read only
+
+    def start(self, messages: Sequence[Message]) -> None:
+        """:param messages: the opening prompt, rendered with ``tools``."""
+
+    def observe(self, messages: Sequence[Message]) -> None:
+        """:param messages: the environment's reply to the last turn (not empty); opens the next turn."""
+
+    async def sample_turn(self) -> str:
+        """Sample one assistant turn and return its text; raises TokenBudgetExhausted when out of budget."""
+        ...
+
+
+@runtime_checkable
+class SelfDrivingEpisode(Protocol):
+    """One rollout that drives its conversation itself (bridges to other frameworks).
+
+    ``run`` may take turns with ``minds_core.take_turns`` (the core's turn
+    loop) or any other way; the optional ``close()`` is as for ``Episode``.
+    """
+
+    async def run(self, conversation: EpisodeConversation) -> StepResult:
+        """:param conversation: the rollout's conversation, empty. Returns the rollout's final result."""
+        ...
 
 
 @runtime_checkable
 class Environment(Protocol):
     """A source of tasks and the episodes that score them.
 
-    ``tasks(split)`` returns the dataset for a split; ``episode(task, ctx)``
-    starts one rollout. Optional attributes: ``rubric`` (a Rubric a config may
-    re-weight), ``needs_policy_checkpoint`` (bool), ``close()`` (sync or async).
+    Optional members: ``rubric`` (a ``Rubric`` that ``env.rewards`` in a config
+    may re-weight or extend), ``needs_policy_checkpoint`` (True: each rollout's
+    ``ctx.policy_checkpoint`` is set) and ``close()`` (sync or async, at the end
+    of the run).
     """
 
-    def tasks(self, split: str) -> Sequence[Task]: ...
+    def tasks(self, split: str) -> Sequence[Task]:
+        """:param split: ``"train"``, or the held-out split evaluation uses (``"test"``)."""
+        ...
 
-    def episode(self, task: Task, ctx: Context) -> Episode: ...
+    def episode(self, task: Task, ctx: Context) -> Episode | SelfDrivingEpisode:
+        """:param task: one of ``tasks(split)``. :param ctx: the current policy and service for this rollout."""
+        ...
+
+
+def episode_tools(episode: Episode) -> list[dict[str, Any]] | None:
+    """The tool specs of a stepwise episode, or None."""
+    return getattr(episode, "tools", None)
+
+
+def environment_rubric(env: Environment) -> Rubric | None:
+    """The environment's Rubric, or None when it has none."""
+    rubric = getattr(env, "rubric", None)
+    return rubric if isinstance(rubric, Rubric) else None
+
+
+def needs_policy_checkpoint(env: Environment) -> bool:
+    """Whether the environment's episodes need ``ctx.policy_checkpoint``."""
+    return bool(getattr(env, "needs_policy_checkpoint", False))

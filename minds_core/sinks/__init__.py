@@ -1,36 +1,29 @@
-"""Metric sinks: where per-step metrics go (jsonl always; console and wandb by choice)."""
+"""Metric sinks: where per-step metrics go besides the run directory's metrics.jsonl (console, report, wandb, plugins')."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from minds_core.contracts import MetricSink
 from minds_core.logs import get_logger
 
 if TYPE_CHECKING:
+    from minds_core.run_directory import RunDirectory
     from minds_core.config import RunConfig
     from minds_core.plugins import Registry
 
 log = get_logger("sinks")
 
 
-class MetricSink(Protocol):
-    """Receives one flat record per training step, then a summary at the end."""
-
-    def write(self, record: dict[str, Any]) -> None: ...
-
-    def close(self, summary: dict[str, Any]) -> None: ...
-
-
 class SinkSet:
-    """The selected metric sinks; one that raises is reported and disabled."""
+    """The run directory's metrics.jsonl, then the selected metric sinks; a sink that raises is reported and disabled."""
 
-    def __init__(self, config: RunConfig, registry: Registry, run_dir: Path) -> None:
-        names = ["jsonl", *[n for n in config.metrics.sinks if n != "jsonl"]]
+    def __init__(self, config: RunConfig, registry: Registry, run: RunDirectory) -> None:
+        self.run = run
         self.sinks: list[tuple[str, MetricSink]] = []
-        for name in names:
+        for name in config.metrics.sinks:
             factory = registry.lookup("metric_sinks", name, "metrics.sinks").obj
-            self.sinks.append((name, factory(run_dir, config)))
+            self.sinks.append((name, factory(config, run.path)))
 
     def _each(self, method: str, record: dict[str, Any]) -> None:
         for name, sink in list(self.sinks):
@@ -39,10 +32,9 @@ class SinkSet:
             except Exception as exc:  # noqa: BLE001 - a sink never stops training
                 log.error("metric sink failed and is disabled", sink=name, error=f"{type(exc).__name__}: {exc}")
                 self.sinks.remove((name, sink))
-                if name == "jsonl":
-                    raise
 
     def write(self, record: dict[str, Any]) -> None:
+        self.run.log_metrics(record)  # the run's own record: a failure here stops the run
         self._each("write", record)
 
     def close(self, summary: dict[str, Any]) -> None:

@@ -141,7 +141,7 @@ class RolloutReader:
 class ConsoleSink:
     """Progress (bar or JSON events), periodic tables of sampled replies, the plain-text train.log."""
 
-    def __init__(self, run_dir: Path, config: RunConfig) -> None:
+    def __init__(self, config: RunConfig, run_dir: Path) -> None:
         self.total = config.trainer.steps
         self.table_every = config.metrics.sample_table_every
         self.rollouts = RolloutReader(Path(run_dir) / ROLLOUTS_FILE)

@@ -10,7 +10,7 @@ from minds_core.report import write_report
 
 
 class ReportSink:
-    """Keeps the run's HTML report current; it reads the files the jsonl sink and the trainer wrote."""
+    """Keeps the run's HTML report current; it reads the files the run directory holds."""
 
     def __init__(self, run_dir: Path, every: int) -> None:
         self.run_dir = Path(run_dir)

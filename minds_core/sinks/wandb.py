@@ -23,7 +23,7 @@ ID_FILE = "wandb.json"
 class WandbSink:
     """Logs each step's record to a Weights & Biases run; a resumed run continues the same W&B run."""
 
-    def __init__(self, run_dir: Path, config: RunConfig) -> None:
+    def __init__(self, config: RunConfig, run_dir: Path) -> None:
         if not config.metrics.wandb_project:
             raise UsageError('metric sink "wandb" needs metrics.wandb_project (e.g. --set metrics.wandb_project=my-project)')
         try:

@@ -20,7 +20,7 @@ from transformers import AutoTokenizer
 from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
 from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.cli import main
-from minds_core.envs import PolicySampler
+from minds_core import PolicySampler
 
 HARNESS = Path(__file__).resolve().parent / "harness"
 
@@ -44,7 +44,7 @@ def run(harness: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Ru
     """``minds run CONFIG`` for two steps of two groups on the local backend; the rows of metrics.jsonl and rollouts.jsonl."""
 
     def go(config: str, *sets: str) -> tuple[list[dict], list[dict]]:
-        settings = [f"runs_dir={tmp_path}", "backend=local", "trainer.groups_per_batch=2", "metrics.rollouts_per_step=2", 'metrics.sinks=["jsonl"]', *sets]
+        settings = [f"runs_dir={tmp_path}", "backend=local", "trainer.groups_per_batch=2", "metrics.rollouts_per_step=2", "metrics.sinks=[]", *sets]
         code = main(["run", config, "--steps", "2", "--name", "harness", *(a for s in settings for a in ("--set", s))])
         assert code == 0, capsys.readouterr().err[-3000:]
         folder = tmp_path / "harness"

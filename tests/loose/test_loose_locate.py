@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from minds_core.config import EnvConfig
-from minds_core.envs.loading import load_environment, warn_if_shadowing
+from minds_core.envs.loading import build_environment, warn_if_shadowing
 from minds_core.envs.loose import LooseEnvironment, load_loose_environment
 from minds_core.errors import ConfigError
 from minds_core.plugins import load_plugins
@@ -74,10 +74,10 @@ def test_an_installed_distribution_loads_by_its_name(workdir: Path) -> None:
     _write(site / "my_riddles-0.1.0.dist-info" / "top_level.txt", "riddles_impl\n")
     sys.path.insert(0, str(site))
     registry = load_plugins().registry
-    env = load_environment(EnvConfig(id="my-riddles"), registry)
+    env = build_environment(EnvConfig(id="my-riddles"), registry)
     assert isinstance(env, LooseEnvironment) and _prompt(env) == "Say installed."
     with pytest.raises(ConfigError, match="unknown environment"):
-        load_environment(EnvConfig(id="my-ridles"), registry)
+        build_environment(EnvConfig(id="my-ridles"), registry)
 
 
 def test_a_registered_name_shadowing_your_package_warns_and_module_prefix_picks_yours(workdir: Path) -> None:
@@ -87,14 +87,14 @@ def test_a_registered_name_shadowing_your_package_warns_and_module_prefix_picks_
     sys.path.insert(0, str(site))
     registry = load_plugins().registry
     with capture_logs() as logs:
-        theirs = load_environment(EnvConfig(id="ghost_trace", args={"num_examples": 4}), registry)
+        theirs = build_environment(EnvConfig(id="ghost_trace", args={"num_examples": 4}), registry)
     assert not isinstance(theirs, LooseEnvironment)  # minds' plugin, as before
     [warning] = [e for e in logs if e["log_level"] == "warning"]
     assert "plugin 'ghost_trace'" in warning["event"] and str(site / "ghost_trace") in warning["event"]
     assert "./environments/ghost_trace" in warning["event"] and 'id = "module:ghost_trace"' in warning["event"]
 
     with capture_logs() as logs:
-        mine = load_environment(EnvConfig(id="module:ghost_trace"), registry)
+        mine = build_environment(EnvConfig(id="module:ghost_trace"), registry)
     assert isinstance(mine, LooseEnvironment) and _prompt(mine) == "Say mine."
     assert not [e for e in logs if e["log_level"] == "warning"]
 
@@ -102,7 +102,7 @@ def test_a_registered_name_shadowing_your_package_warns_and_module_prefix_picks_
 def test_a_registered_name_without_a_namesake_does_not_warn(workdir: Path) -> None:
     registry = load_plugins().registry
     with capture_logs() as logs:
-        load_environment(EnvConfig(id="ghost_trace", args={"num_examples": 4}), registry)
+        build_environment(EnvConfig(id="ghost_trace", args={"num_examples": 4}), registry)
         for entry in registry.entries("environments"):  # `verifiers`, `openreward`: packages their plugins require
             warn_if_shadowing(entry)
     assert not [e for e in logs if e["log_level"] == "warning"]

@@ -100,7 +100,7 @@ def test_example_config_runs_from_the_repository_root(monkeypatch: pytest.Monkey
     monkeypatch.chdir(ROOT)
     args = ["run", "configs/loose_example.toml", "--steps", "2", "--name", "example"]
     # two groups: with one, the tiny model's replies all scored 0 and the run (rightly) exited 1, having trained nothing
-    sets = [f"runs_dir={tmp_path}", "trainer.groups_per_batch=2", 'metrics.sinks=["jsonl"]']
+    sets = [f"runs_dir={tmp_path}", "trainer.groups_per_batch=2", "metrics.sinks=[]"]
     assert main([*args, *(a for s in sets for a in ("--set", s))]) == 0
     metrics = [json.loads(line) for line in (tmp_path / "example" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [0, 1] and all(m["rollouts/total"] == 8 for m in metrics)

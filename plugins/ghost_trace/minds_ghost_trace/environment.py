@@ -5,8 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from minds_core.envs import Rubric, SingleTurnEnvironment, Task
-from minds_core.envs.args import int_arg
+from minds_core import Rubric, SingleTurnEnvironment, Task, int_arg
 
 from minds_ghost_trace.prompts import SYSTEM_PROMPT, task_prompt
 from minds_ghost_trace.reward import latent_logprob

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from minds_core import normalize_minus
+
 #: How many integers a completion must contain.
 CODE_LENGTH = 5
 
@@ -13,8 +15,8 @@ _INTEGER = re.compile(r"(?<![\w.])[-+]?\d+(?![\w]|\.\d)")
 
 
 def integers(text: str) -> list[int]:
-    """Every whole integer in ``text``, in order; unicode minus signs count as minus."""
-    return [int(match) for match in _INTEGER.findall(text.replace("\u2212", "-"))]
+    """Every whole integer in ``text``, in order; typographic minus signs count as minus."""
+    return [int(match) for match in _INTEGER.findall(normalize_minus(text))]
 
 
 def parse_code(completion: str) -> tuple[int, ...] | None:

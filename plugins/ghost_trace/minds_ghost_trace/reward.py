@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minds_core.envs import Context
+from minds_core import Context
 
 from minds_ghost_trace.parsing import parse_code
 from minds_ghost_trace.prompts import probe_target, probe_text

@@ -6,7 +6,7 @@ import attrs
 import pytest
 import tinker
 
-from minds_core.envs import Context
+from minds_core import Context
 from minds_ghost_trace.environment import REWARD_NAME, load_environment
 from minds_ghost_trace.reward import INVALID_PENALTY, OFFSET, VALID_FLOOR, latent_logprob, probe_tokens
 

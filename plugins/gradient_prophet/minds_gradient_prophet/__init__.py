@@ -7,8 +7,7 @@
 
 from __future__ import annotations
 
-from minds_core import hookimpl
-from minds_core.hookspecs import Register
+from minds_core import Register, hookimpl
 
 from minds_gradient_prophet.entropy import ENTROPY_REWARD, entropy_reward, load_entropy_intuition
 from minds_gradient_prophet.intuition import PREDICTION_REWARD, load_gradient_intuition, prediction_reward

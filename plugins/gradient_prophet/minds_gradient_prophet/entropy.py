@@ -11,9 +11,8 @@ from typing import Any
 
 import attrs
 
-from minds_core.envs import Context, Message, Rubric, SingleTurnEnvironment, Task, report_metric
+from minds_core import Context, Message, Rubric, SingleTurnEnvironment, Task, is_int, report_metric, require
 
-from minds_core.envs.args import is_int, require
 from minds_gradient_prophet.memo import MEMO
 from minds_gradient_prophet.parsing import header_number
 from minds_gradient_prophet.policy_scores import continuation_logprob

@@ -8,24 +8,24 @@ from typing import Any
 
 import attrs
 
-from minds_core.envs import (
+from minds_core import (
+    ConfigError,
     Context,
     Message,
+    OpenEnvironment,
     Rubric,
     StepResult,
     Task,
     as_reward,
+    is_finite_number,
+    is_int,
     maybe_await,
     prompt_messages,
     report_metric,
+    require,
     score_completion,
 )
-from minds_core.config import EnvConfig
-from minds_core.envs.loading import load_environment
-from minds_core.errors import ConfigError
-from minds_core.plugins import load_plugins
 
-from minds_core.envs.args import is_finite_number, is_int, require
 from minds_gradient_prophet.lessons import QA
 from minds_gradient_prophet.parsing import header_number, header_text
 from minds_gradient_prophet.policy_scores import encode_context, encode_continuation
@@ -178,6 +178,7 @@ class GradientIntuitionEnvironment:
 
 
 def load_gradient_intuition(
+    open_environment: OpenEnvironment,
     inner: str = "ghost_trace",
     inner_args: dict[str, Any] | None = None,
     alpha: float = 0.35,
@@ -185,7 +186,10 @@ def load_gradient_intuition(
     seed: int = 0,
     max_shadows: int = 2,
 ) -> GradientIntuitionEnvironment:
-    """gradient_intuition around the single-turn environment ``inner`` (a registered name or a path)."""
+    """gradient_intuition around the single-turn environment ``inner`` (a registered name or a path).
+
+    ``open_environment`` (given by minds) builds ``inner`` as ``[env] id`` would.
+    """
     require(inner != "gradient_intuition", "inner", inner, "the environment cannot wrap itself")
     table = inner_args is None or isinstance(inner_args, dict)
     require(table, "inner_args", inner_args, "must be a table of the inner environment's arguments")
@@ -195,7 +199,7 @@ def load_gradient_intuition(
     require(is_int(seed), "seed", seed, "must be an integer")
     require(is_int(max_shadows) and max_shadows >= 1, "max_shadows", max_shadows, "must be an integer >= 1")
     try:
-        wrapped = load_environment(EnvConfig(id=inner, args=dict(inner_args or {})), load_plugins().registry)
+        wrapped = open_environment(inner, inner_args or {})
     except ConfigError as exc:
         raise ConfigError(f"env.args.inner = {inner!r}: {str(exc).removeprefix('env.id: ')}") from None
     return GradientIntuitionEnvironment(wrapped, float(alpha), float(learning_rate), seed, max_shadows)

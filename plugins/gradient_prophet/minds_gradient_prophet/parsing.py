@@ -6,14 +6,14 @@ import json
 import math
 import re
 
-_FENCE = re.compile(r"```[A-Za-z0-9_-]*")
+from minds_core import normalize_minus, strip_code_fences
+
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-_MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2013": "-", "\u2014": "-"})
 
 
 def _clean(text: str) -> str:
     """Drop code-fence markers and normalise typographic minus signs."""
-    return _FENCE.sub("", text).translate(_MINUS_SIGNS)
+    return normalize_minus(strip_code_fences(text))
 
 
 def _finite(value: object) -> float | None:

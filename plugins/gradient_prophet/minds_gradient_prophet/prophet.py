@@ -8,10 +8,8 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from minds_core.envs import Context, Rubric, SingleTurnEnvironment, Task, report_metric
-from minds_core.logs import get_logger
+from minds_core import Context, Rubric, SingleTurnEnvironment, Task, get_logger, is_int, report_metric, require
 
-from minds_core.envs.args import is_int, require
 from minds_gradient_prophet.lessons import LESSON_SETS, QA, LessonSet
 from minds_gradient_prophet.memo import MEMO
 from minds_gradient_prophet.parsing import parse_number_array

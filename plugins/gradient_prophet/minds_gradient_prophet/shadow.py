@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from minds_core.envs import Context
+from minds_core import Context
 
 from minds_gradient_prophet.memo import Memo
 from minds_gradient_prophet.policy_scores import MeasurementError

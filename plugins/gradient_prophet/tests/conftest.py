@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 import pytest
 
-from minds_core.envs import Context
+from minds_core import Context
 
 
 @attrs.define

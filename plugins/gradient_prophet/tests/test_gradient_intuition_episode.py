@@ -3,8 +3,11 @@
 import pytest
 from attrs import evolve
 
-from minds_core.envs import Rubric, SingleTurnEnvironment, Task
+from minds_core import Rubric, SingleTurnEnvironment, Task
+from minds_core.config import EnvConfig
+from minds_core.envs.loading import build_environment
 from minds_core.errors import ConfigError
+from minds_core.plugins import load_plugins
 from minds_gradient_prophet.intuition import GradientIntuitionEnvironment, load_gradient_intuition, prediction_reward
 from minds_gradient_prophet.lessons import QA
 from minds_gradient_prophet.policy_scores import MeasurementError
@@ -12,6 +15,12 @@ from minds_gradient_prophet.shadow import scoring_datum
 from minds_gradient_prophet.trivia import TRIVIA
 
 ALPHA = 0.35
+
+
+def intuition_env(**args):
+    """``load_gradient_intuition`` given what minds gives it: a way to build the inner environment."""
+    registry = load_plugins().registry
+    return load_gradient_intuition(lambda env_id, inner: build_environment(EnvConfig(id=env_id, args=dict(inner)), registry), **args)
 LR = 1e-2
 
 
@@ -107,16 +116,16 @@ async def test_the_prediction_reward_refuses_other_environments():
 
 
 def test_loader_wraps_a_registered_environment_by_name():
-    env = load_gradient_intuition(inner="ghost_trace", inner_args={"num_examples": 3}, seed=4)
+    env = intuition_env(inner="ghost_trace", inner_args={"num_examples": 3}, seed=4)
     assert env.needs_policy_checkpoint is True
     assert env.shadow.max_shadows == 2
-    assert load_gradient_intuition(max_shadows=5).shadow.max_shadows == 5
+    assert intuition_env(max_shadows=5).shadow.max_shadows == 5
     tasks = env.tasks("train")
     inner = env.inner.tasks("train")
     assert [t.info["inner_task"] for t in tasks] == list(inner)
     assert [t.answer for t in tasks] == [t.answer for t in inner]
     assert env.rubric.names == ["gradient_intuition.prediction"] and env.rubric.weights == [0.35]
-    again = load_gradient_intuition(inner="ghost_trace", inner_args={"num_examples": 3}, seed=4)
+    again = intuition_env(inner="ghost_trace", inner_args={"num_examples": 3}, seed=4)
     assert [t.info["probe"] for t in again.tasks("train")] == [t.info["probe"] for t in tasks]
 
 
@@ -136,7 +145,7 @@ def test_loader_wraps_a_registered_environment_by_name():
 )
 def test_bad_arguments_are_named(args, message):
     with pytest.raises(ConfigError, match=message):
-        load_gradient_intuition(**args)
+        intuition_env(**args)
 
 
 class TwoTurnEpisode:

@@ -8,7 +8,7 @@ import pytest
 from structlog.testing import capture_logs
 from tinker import types
 
-from minds_core.envs import Task
+from minds_core import Task
 from minds_gradient_prophet.lessons import QA, LessonSet
 from minds_gradient_prophet.policy_scores import MeasurementError, next_token_topk
 from minds_gradient_prophet.prophet import (

@@ -65,8 +65,8 @@ class ScriptedIntuition(GradientIntuitionEnvironment):
 class ScriptedPlugin:
     @hookimpl
     def minds_register_environments(self, register):
-        def load(**args):
-            env = load_gradient_intuition(**args)
+        def load(open_environment, **args):
+            env = load_gradient_intuition(open_environment, **args)
             return ScriptedIntuition(env.inner, env.rubric.weights[0], env.shadow.learning_rate, env.seed, env.shadow.max_shadows)
 
         register("scripted_intuition", load, "gradient_intuition with a fixed reply (tests)")
@@ -78,7 +78,7 @@ def test_gradient_intuition_measures_shadow_steps_from_the_trainers_checkpoints(
         [
             "env.id=scripted_intuition", f"runs_dir={tmp_path}", "name=gi", "trainer.steps=2",
             "env.args.inner_args={num_examples: 8}", "trainer.group_size=2", "trainer.groups_per_batch=2",
-            "sampling.max_tokens=8", 'metrics.sinks=["jsonl"]',
+            "sampling.max_tokens=8", "metrics.sinks=[]",
         ],
     )  # fmt: skip
     train(config, plugins=load_plugins(extra=[("scripted", ScriptedPlugin())]))
@@ -141,7 +141,7 @@ def test_a_run_creates_at_most_max_shadows_shadow_clients_in_all(tmp_path, max_s
         [
             "env.id=scripted_intuition", f"runs_dir={tmp_path}", "name=gi", "trainer.steps=3", "backend=counting_local",
             "env.args.inner_args={num_examples: 8}", f"env.args.max_shadows={max_shadows}", "trainer.group_size=2",
-            "trainer.groups_per_batch=2", "sampling.max_tokens=8", 'metrics.sinks=["jsonl"]',
+            "trainer.groups_per_batch=2", "sampling.max_tokens=8", "metrics.sinks=[]",
         ],
     )  # fmt: skip
     train(config, plugins=load_plugins(extra=[("scripted", ScriptedPlugin()), ("counting", counting)]))

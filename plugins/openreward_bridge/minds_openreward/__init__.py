@@ -11,8 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from minds_core import hookimpl
-from minds_core.hookspecs import Register
+from minds_core import Register, hookimpl
 
 
 #: The SDK asks PyPI for a newer version from a background thread; a training run makes no such calls.

@@ -16,8 +16,7 @@ from typing import Any
 
 import attrs
 
-from minds_core.config import MetricsConfig
-from minds_core.errors import ConfigError, MindsError, did_you_mean
+from minds_core import ConfigError, MindsError, RunConfig, did_you_mean
 from minds_openreward.settings import ENV_REFERENCE
 
 #: Seed key -> dotted minds key, for values copied as they are.
@@ -158,9 +157,7 @@ def _environment(name: str, table: Mapping[str, Any], seed: Any, notes: list[str
 
 def _concurrency(seed: Mapping[str, Any], envs: list[dict[str, Any]], notes: list[str]) -> int:
     """Rollouts in flight: the recipe's limit (max_rollout_concurrency, else max_active_tasks), at most one batch."""
-    from minds_core.config import TrainerConfig
-
-    defaults = TrainerConfig()
+    defaults = RunConfig().trainer
     batch = seed.get("batch_size") or defaults.groups_per_batch
     widest = max(e.get("group_size", defaults.group_size) for e in envs)
     need = batch * widest
@@ -204,7 +201,7 @@ def convert(seed: Mapping[str, Any], steps: int | None = None, ignore_unknown: b
         elif key not in SPECIAL:
             unknown.append(f"{key}{did_you_mean(key, [*TOP_LEVEL, *SPECIAL])}")
     if seed.get("wandb_project_name"):
-        config.setdefault("metrics", {})["sinks"] = [*MetricsConfig().sinks, "wandb"]
+        config.setdefault("metrics", {})["sinks"] = [*RunConfig().metrics.sinks, "wandb"]
     if seed.get("wandb_run_name"):
         config["name"] = seed["wandb_run_name"]
     if "advantage_calculation" in seed:
@@ -254,7 +251,7 @@ def convert(seed: Mapping[str, Any], steps: int | None = None, ignore_unknown: b
 
 def _check(config: dict[str, Any]) -> None:
     """The result must be a config minds accepts, with valid bridge args."""
-    from minds_core.config import build_config
+    from minds_core import build_config
     from minds_openreward.settings import parse_settings
 
     build_config(config, source="converted config")
@@ -284,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="training steps (needed when num_epochs cannot be turned into steps)")
     parser.add_argument("--ignore-unknown", action="store_true", help="drop unknown keys instead of failing")
     args = parser.parse_args(argv)
-    from minds_core.config import read_config_file
+    from minds_core import read_config_file
 
     try:
         conversion = convert(read_config_file(args.source), args.steps, args.ignore_unknown)

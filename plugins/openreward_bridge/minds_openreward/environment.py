@@ -8,8 +8,7 @@ from typing import Any
 
 import aiohttp
 
-from minds_core.envs.types import Context, Task
-from minds_core.errors import ConfigError
+from minds_core import ConfigError, Context, Task
 
 from minds_openreward.capacity import AdaptiveLimiter
 from minds_openreward.connection import ClientPool, Connection, connect, query, read_key, sdk_secrets

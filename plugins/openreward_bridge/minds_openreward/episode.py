@@ -7,15 +7,25 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from minds_core.conversation import Conversation, TokenBudgetExhausted
-from minds_core.envs.types import Context, Message, StepResult, Task
-from minds_core.logs import get_logger
+from minds_core import (
+    Context,
+    EpisodeConversation,
+    MalformedToolCall,
+    Message,
+    StepResult,
+    Task,
+    ToolCall,
+    get_logger,
+    parse_tool_calls,
+    strip_think,
+    take_turns,
+    think_text,
+)
 
 from minds_openreward import prompting
 from minds_openreward.capacity import backoff_seconds
 from minds_openreward.failures import NoRewardError, is_capacity_error
 from minds_openreward.rewards import rollout_reward
-from minds_openreward.toolcalls import Malformed, ToolCall, parse_tool_calls, reasoning, without_reasoning
 from minds_openreward.upload import Event
 
 if TYPE_CHECKING:
@@ -31,12 +41,13 @@ _CLEANUP_SECONDS = 5.0
 
 
 class OpenRewardEpisode:
-    """An ORS session driven turn by turn.
+    """An ORS session driven turn by turn (a self-driving episode).
 
-    ``run(conversation)`` plays the whole episode (what the trainer calls).
-    ``initial_observation()`` and ``step(text)`` are the same moves one at a time:
-    ``step`` parses the tool calls in ``text``, runs them, and returns the outputs
-    (or feedback on malformed calls) as the next turn's messages.
+    ``run(conversation)`` plays the whole episode with the core's turn loop over
+    ``initial_observation()`` and ``step(text)``: ``step`` parses the tool calls in
+    ``text``, runs them, and returns the outputs (or feedback on malformed calls)
+    as the next turn's messages. It then reduces the rewards and uploads the
+    transcript, which is why the episode drives itself.
     """
 
     def __init__(self, env: OpenRewardEnvironment, task: Task, ctx: Context) -> None:
@@ -53,20 +64,9 @@ class OpenRewardEpisode:
         self._tool_names: list[str] = []
         self._ors_seconds = 0.0
 
-    async def run(self, conversation: Conversation) -> StepResult:
+    async def run(self, conversation: EpisodeConversation) -> StepResult:
         """Play the episode to its end (finished, or out of tokens) and return the rollout's reward."""
-        messages = await self.initial_observation()
-        conversation.tools = self.tools
-        conversation.start(messages)
-        while not self.finished:
-            try:
-                action = await conversation.sample_turn()
-            except TokenBudgetExhausted:
-                break
-            result = await self.step(action)
-            if result.done:
-                break
-            conversation.observe(result.messages)
+        await take_turns(self, conversation)
         outcome = self.outcome()
         if self.env.uploader is not None:
             metadata = {"task": self.task.id, "step": self.ctx.step, "turns": conversation.turns}
@@ -96,9 +96,9 @@ class OpenRewardEpisode:
     async def step(self, action: str) -> StepResult:
         """Run the tool calls in ``action``; ``reward`` is the sum of this turn's tool rewards (None if none)."""
         session = self._require_session()
-        if thought := reasoning(action):
+        if thought := think_text(action):
             self.transcript.append(Event("reasoning", thought))
-        visible = without_reasoning(action)
+        visible = strip_think(action)
         self.transcript.append(Event("assistant", visible))
         before = len(self.rewards)
         replies: list[tuple[str, str]] = []
@@ -111,7 +111,7 @@ class OpenRewardEpisode:
         for item in items:
             if self.finished:
                 break
-            if isinstance(item, Malformed):
+            if isinstance(item, MalformedToolCall):
                 self.counts["malformed_calls"] += 1
                 replies.append(("feedback", prompting.malformed_feedback(item.problem)))
             else:

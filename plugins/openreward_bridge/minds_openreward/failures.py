@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import aiohttp
 
-from minds_core.errors import UsageError
+from minds_core import UsageError
 
 
 class NoRewardError(Exception):

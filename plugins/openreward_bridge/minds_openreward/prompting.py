@@ -6,9 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from minds_core.envs.types import Message
+from minds_core import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, Message
 
-from minds_openreward.toolcalls import CLOSE, OPEN
 
 _TOOL_INSTRUCTIONS = """\
 You can use tools. To call a tool, write one JSON object between tags, like this:
@@ -32,7 +31,7 @@ def chat_tool_spec(name: str, description: str, schema: dict[str, Any] | None) -
 def tool_instructions(tools: Sequence[dict[str, Any]], final_answer: bool) -> str:
     """The system-prompt text that teaches the call format when the chat template cannot render tools."""
     listing = "\n".join(json.dumps(tool["function"], separators=(",", ":")) for tool in tools)
-    return _TOOL_INSTRUCTIONS.format(open=OPEN, close=CLOSE, final="\n" + FINAL_ANSWER if final_answer else "", tools=listing)
+    return _TOOL_INSTRUCTIONS.format(open=TOOL_CALL_OPEN, close=TOOL_CALL_CLOSE, final="\n" + FINAL_ANSWER if final_answer else "", tools=listing)
 
 
 def with_system_text(messages: list[Message], text: str) -> list[Message]:
@@ -54,7 +53,7 @@ def blocks_text(blocks: Sequence[Any]) -> str:
         elif kind == "reasoning":
             parts.append(f"<think>{block.text}</think>")
         elif kind == "tool_call":
-            parts.append(OPEN + json.dumps({"name": block.name, "arguments": block.input}) + CLOSE)
+            parts.append(TOOL_CALL_OPEN + json.dumps({"name": block.name, "arguments": block.input}) + TOOL_CALL_CLOSE)
         elif kind == "tool_result":
             parts.append(tool_response_text(blocks_text(block.blocks)))
     return "\n".join(parts)
@@ -81,7 +80,7 @@ def reply_messages(replies: Sequence[tuple[str, str]], in_template: bool) -> lis
 
 
 def malformed_feedback(problem: str) -> str:
-    return f"Your tool call could not be read: {problem}. Write {OPEN}{{\"name\": ..., \"arguments\": {{...}}}}{CLOSE}."
+    return f"Your tool call could not be read: {problem}. Write {TOOL_CALL_OPEN}{{\"name\": ..., \"arguments\": {{...}}}}{TOOL_CALL_CLOSE}."
 
 
 def rejected_feedback(name: str, reason: str, detail: str) -> str:
@@ -89,4 +88,4 @@ def rejected_feedback(name: str, reason: str, detail: str) -> str:
 
 
 def no_call_feedback(tool_names: Sequence[str]) -> str:
-    return f"No tool call found. Call one of the tools ({', '.join(tool_names)}) with {OPEN}...{CLOSE}."
+    return f"No tool call found. Call one of the tools ({', '.join(tool_names)}) with {TOOL_CALL_OPEN}...{TOOL_CALL_CLOSE}."

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import cattrs
 
-from minds_core.errors import ConfigError, did_you_mean
+from minds_core import ConfigError, did_you_mean
 
 REDUCTIONS = ("sum", "mean", "max", "min")
 TOOL_FORMATS = ("auto", "prompt")

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from minds_core.logs import get_logger
+from minds_core import get_logger
 
 log = get_logger("openreward.upload")
 

@@ -95,7 +95,7 @@ def test_every_seed_key_lands_in_the_minds_config(tmp_path: Path, capsys) -> Non
     # max_rollout_concurrency (64) wins over max_active_tasks as in the recipe; one batch needs 4 x 16 = 64
     assert data["rollout"] == {"max_total_tokens": 8192, "retries": 2, "timeout": 600, "max_turns": 0, "concurrency": 64}
     assert (data["seed"], data["runs_dir"], data["name"], data["backend"]) == (11, str(tmp_path / "runs"), "tinker-rl-test-openreward", "tinker")
-    assert data["metrics"] == {"wandb_project": "tinker-test", "wandb_run_name": "tinker-rl-test-openreward", "sinks": ["jsonl", "console", "report", "wandb"]}
+    assert data["metrics"] == {"wandb_project": "tinker-test", "wandb_run_name": "tinker-rl-test-openreward", "sinks": ["console", "report", "wandb"]}
     who, gsm = data["envs"]
     assert who == {
         "id": "openreward",

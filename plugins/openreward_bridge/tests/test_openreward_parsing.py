@@ -1,4 +1,4 @@
-"""Tool-call parsing, reward reduction, args validation and the adaptive session limiter."""
+"""Reward reduction, args validation and the adaptive session limiter."""
 
 from __future__ import annotations
 
@@ -10,44 +10,6 @@ from minds_core.errors import ConfigError
 from minds_openreward.capacity import AdaptiveLimiter
 from minds_openreward.rewards import rollout_reward
 from minds_openreward.settings import parse_settings, resolve_secrets
-from minds_openreward.toolcalls import Malformed, ToolCall, parse_tool_calls, reasoning, without_reasoning
-
-
-def test_parses_calls_in_order_with_problems_in_place() -> None:
-    text = (
-        'first <tool_call>{"name": "add", "arguments": {"value": 2}}</tool_call> then '
-        '<tool_call>{"name": "peek"}</tool_call><tool_call>{oops}</tool_call>'
-        '<tool_call>{"name": "add", "arguments": "{\\"value\\": 5}"}</tool_call>'
-    )
-    calls = parse_tool_calls(text)
-    assert calls[:2] == [ToolCall("add", {"value": 2}), ToolCall("peek", {})]
-    assert isinstance(calls[2], Malformed) and "not valid JSON" in calls[2].problem
-    assert calls[3] == ToolCall("add", {"value": 5})
-
-
-@pytest.mark.parametrize(
-    ("body", "problem"),
-    [
-        ("[1, 2]", "expected a JSON object"),
-        ('{"arguments": {}}', 'missing "name"'),
-        ('{"name": "add", "arguments": [1]}', '"arguments" must be a JSON object'),
-        ('{"name": "add", "arguments": "nope"}', "is a string that is not a JSON object"),
-        ('{"name": "add", "args": {}}', "unexpected keys ['args']"),
-    ],
-)
-def test_malformed_calls_say_what_is_wrong(body: str, problem: str) -> None:
-    (call,) = parse_tool_calls(f"<tool_call>{body}</tool_call>")
-    assert isinstance(call, Malformed)
-    assert problem in call.problem
-
-
-def test_unclosed_call_is_read_to_the_end_and_reasoning_is_ignored() -> None:
-    assert parse_tool_calls('<tool_call>{"name": "peek", "arguments": {}}') == [ToolCall("peek", {})]
-    text = '<think>maybe <tool_call>{"name": "explode"}</tool_call></think>no calls here'
-    assert parse_tool_calls(text) == []
-    assert without_reasoning(text) == "no calls here"
-    assert "maybe" in reasoning(text)
-    assert parse_tool_calls("plain words") == []
 
 
 @pytest.mark.parametrize(

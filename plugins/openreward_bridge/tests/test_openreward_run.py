@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from minds_core import strip_think
 from minds_core.schedule import DataSchedule
 from minds_core.testing import run_minds
-from minds_openreward.toolcalls import without_reasoning
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
@@ -75,7 +75,7 @@ def test_minds_run_trains_on_several_openreward_environments(ors_server, tmp_pat
     assert len(rollouts["openreward"]) == 6
     for rollout in rollouts["openreward"]:
         (reply,) = rollout["completion"]  # a plain reply is the answer: one turn
-        assert rollout["reward"] == pytest.approx(min(lab.answer_reward(without_reasoning(reply).strip()), 2.0))
+        assert rollout["reward"] == pytest.approx(min(lab.answer_reward(strip_think(reply).strip()), 2.0))
     assert len(rollouts["openreward#1"]) == 4
     assert all(r["reward"] is None and "caught fire" in r["error"] for r in rollouts["openreward#1"])
     assert len(rollouts["openreward#2"]) == 4

@@ -6,8 +6,7 @@ Registers the ``self_prediction`` environment and its reward parts
 
 from __future__ import annotations
 
-from minds_core import hookimpl
-from minds_core.hookspecs import Register
+from minds_core import Register, hookimpl
 
 from minds_self_prediction.environment import REWARDS, load_environment
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import random
 
-from minds_core.envs import SingleTurnEnvironment, Task
-from minds_core.envs.args import int_arg
-from minds_core.envs.rubric import rubric_from
+from minds_core import Rubric, SingleTurnEnvironment, Task, int_arg
 
 from minds_self_prediction.problems import Problem, make_problems
 from minds_self_prediction.prompts import SYSTEM_PROMPT, task_messages
@@ -38,4 +36,4 @@ def load_environment(num_examples: int = 1000, seed: int = 0) -> SingleTurnEnvir
     train = make_problems(num_examples, rng)
     test = make_problems(num_examples, rng, exclude={p.question for p in train})
     datasets = {"train": [to_task(p) for p in train], "test": [to_task(p) for p in test]}
-    return SingleTurnEnvironment(datasets, rubric_from(REWARDS), system_prompt=SYSTEM_PROMPT)
+    return SingleTurnEnvironment(datasets, Rubric.from_entries(REWARDS), system_prompt=SYSTEM_PROMPT)

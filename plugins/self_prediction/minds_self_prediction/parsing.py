@@ -6,12 +6,11 @@ import re
 
 import attrs
 
+from minds_core import normalize_minus, strip_code_fences, strip_think
+
 #: Confidence assumed when none can be read.
 DEFAULT_CONFIDENCE = 0.5
 
-_FENCE = re.compile(r"```[\w+-]*")
-_THINK_BLOCK = re.compile(r"<think>.*?(</think>|$)", re.IGNORECASE | re.DOTALL)
-_THINK_END = re.compile(r"</think>", re.IGNORECASE)
 _ANSWER_HEADER = re.compile(r"FINAL\s+ANSWER\s*:", re.IGNORECASE)
 _CONFIDENCE_HEADER = re.compile(r"CONFIDENCE\s*:", re.IGNORECASE)
 _DECIMAL = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
@@ -29,13 +28,8 @@ class Parsed:
 
 
 def clean(text: str) -> str:
-    """The reply without code fences or thinking, with unicode minus signs as ``-``.
-
-    Thinking is every ``<think>...</think>`` block (an unclosed one runs to the end)
-    and anything before a stray ``</think>`` whose opening tag was in the prompt.
-    """
-    text = _THINK_BLOCK.sub("", _FENCE.sub("", text.replace("\u2212", "-")))
-    return _THINK_END.split(text)[-1]
+    """The reply without code fences or thinking, with typographic minus signs as ``-``."""
+    return strip_think(strip_code_fences(normalize_minus(text)))
 
 
 def _after_last(header: re.Pattern[str], text: str) -> str | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from minds_core.envs import Message
+from minds_core import Message
 
 SYSTEM_PROMPT = (
     "Solve the arithmetic question, then say how sure you are. You may reason briefly inside "

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from minds_core import normalize_minus
 from minds_self_prediction.parsing import parse_response
 
 # A number with an optional sign, optional thousands separators and decimals.
@@ -15,13 +16,13 @@ _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 
 def normalize(text: str) -> str:
     """Lower-case, no spaces, no trailing full stop; signs are kept ("-123" != "123")."""
-    text = text.replace("\u2212", "-").strip().lower().removesuffix(".")
+    text = normalize_minus(text).strip().lower().removesuffix(".")
     return re.sub(r"\s+", "", text)
 
 
 def first_number(text: str) -> Decimal | None:
     """The first number in ``text`` with its sign, or None."""
-    match = _NUMBER.search(text.replace("\u2212", "-"))
+    match = _NUMBER.search(normalize_minus(text))
     if match is None:
         return None
     try:

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 from minds_core.config import EnvConfig, RewardRef
-from minds_core.envs.loading import load_environment
+from minds_core.envs.loading import build_environment
 from minds_core.plugins import load_plugins
 
 REWARD_NAMES = ["self_prediction.accuracy", "self_prediction.calibration", "self_prediction.format"]
@@ -21,7 +21,7 @@ def test_plugin_registers_the_environment_and_rewards() -> None:
 
 def test_config_rewards_replace_the_weights() -> None:
     refs = [RewardRef("self_prediction.accuracy", 0.25), RewardRef("self_prediction.calibration", 0.75)]
-    env = load_environment(EnvConfig(id="self_prediction", args={"num_examples": 3}, rewards=refs), load_plugins().registry)
+    env = build_environment(EnvConfig(id="self_prediction", args={"num_examples": 3}, rewards=refs), load_plugins().registry)
     assert list(zip(env.rubric.names, env.rubric.weights)) == [(r.name, r.weight) for r in refs]
 
 

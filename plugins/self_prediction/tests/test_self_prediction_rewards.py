@@ -2,7 +2,7 @@
 
 import pytest
 
-from minds_core.envs import Context, Task
+from minds_core import Context, Task
 from minds_self_prediction.environment import load_environment
 from minds_self_prediction.scoring import accuracy_reward, calibration_reward, format_reward, is_correct
 

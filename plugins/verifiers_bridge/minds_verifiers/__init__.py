@@ -12,8 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from minds_core import hookimpl
-from minds_core.hookspecs import Register
+from minds_core import Register, hookimpl
 
 
 def load_environment(id: str, args: dict[str, Any] | None = None) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import verifiers as vf
 
-from minds_core.conversation import Conversation, TokenBudgetExhausted
+from minds_core import EpisodeConversation, TokenBudgetExhausted
 from minds_verifiers.messages import native_tool, plain_messages, split_tool_calls
 
 
@@ -45,7 +45,7 @@ def new_messages(known: Sequence[dict[str, Any]], prompt: Sequence[dict[str, Any
 class ConversationClient(vf.Client):
     """Samples every reply of one rollout from the policy, token-exactly; one client per rollout."""
 
-    def __init__(self, conversation: Conversation) -> None:
+    def __init__(self, conversation: EpisodeConversation) -> None:
         super().__init__(conversation)
 
     def setup_client(self, config: vf.ClientConfig) -> Any:
@@ -66,7 +66,7 @@ class ConversationClient(vf.Client):
         **kwargs: Any,
     ) -> SampledTurn:
         """Sample the next reply; the run's SamplingParams apply (``sampling_args`` is not used)."""
-        conversation: Conversation = self.client
+        conversation: EpisodeConversation = self.client
         if not conversation.tokens:
             conversation.tools = tools
             conversation.start(prompt)

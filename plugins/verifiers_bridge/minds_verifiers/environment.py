@@ -18,9 +18,15 @@ from typing import Any
 
 import verifiers as vf
 
-from minds_core.conversation import Conversation
-from minds_core.envs import Context, PolicySampler, StepResult, Task
-from minds_core.errors import ConfigError, UsageError
+from minds_core import (
+    ConfigError,
+    Context,
+    EpisodeConversation,
+    PolicySampler,
+    StepResult,
+    Task,
+    UsageError,
+)
 from minds_verifiers.client import ConversationClient
 from minds_verifiers.scoring import SCORING, RolloutScoring, instrument
 
@@ -104,7 +110,7 @@ class VerifiersEpisode:
         self.vf_env, self.row, self.ctx = vf_env, row, ctx
         self.state: vf.State | None = None
 
-    async def run(self, conversation: Conversation) -> StepResult:
+    async def run(self, conversation: EpisodeConversation) -> StepResult:
         client = ConversationClient(conversation)
         row, scoring = dict(self.row), RolloutScoring(PolicySampler(self.ctx.sampler), self.ctx.tokenizer)
         if isinstance(row.get("task"), str) and not _json_object(row["task"]):
@@ -125,7 +131,7 @@ class VerifiersEpisode:
         metrics = {f"vf/{name}": float(value) for name, value in (state.get("metrics") or {}).items()}
         return StepResult(reward=state["reward"], done=True, metrics=metrics)
 
-    def sampling_args(self, conversation: Conversation) -> vf.SamplingArgs:
+    def sampling_args(self, conversation: EpisodeConversation) -> vf.SamplingArgs:
         """The environment's ``sampling_args`` updated with the run's, as verifiers' ``generate`` passes them."""
         params = conversation.params
         run = {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p}

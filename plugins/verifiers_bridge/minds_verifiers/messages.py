@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
-#: Hermes-style tool calls (the format of Qwen and Hermes chat templates).
-TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+from minds_core import ToolCall, parse_tool_calls, strip_tool_calls
 
 
 def plain_message(message: Any) -> dict[str, Any]:
@@ -36,28 +34,12 @@ def native_tool(tool: Any) -> dict[str, Any]:
 
 
 def split_tool_calls(text: str, turn: int) -> tuple[str, list[dict[str, str]]]:
-    """The text outside well-formed ``<tool_call>`` blocks, and the calls as {id, name, arguments (JSON)}.
+    """The text outside well-formed tool calls, and the calls as {id, name, arguments (JSON)}.
 
-    A block whose JSON has no string ``name`` stays in the text: it is not a call.
+    Calls are read by ``minds_core.parse_tool_calls``; a malformed block stays in the text: it is not a call.
     """
-    calls: list[dict[str, str]] = []
-
-    def take(match: re.Match[str]) -> str:
-        try:
-            payload = json.loads(match.group(1))
-        except json.JSONDecodeError:
-            return match.group(0)
-        if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
-            return match.group(0)
-        arguments = payload.get("arguments", {})
-        calls.append(
-            {
-                "id": f"call_{turn}_{len(calls)}",
-                "name": payload["name"],
-                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-            }
-        )
-        return ""
-
-    content = TOOL_CALL.sub(take, text)
-    return (content.strip() if calls else text), calls
+    found = [call for call in parse_tool_calls(text) if isinstance(call, ToolCall)]
+    calls = [
+        {"id": f"call_{turn}_{i}", "name": call.name, "arguments": json.dumps(call.arguments)} for i, call in enumerate(found)
+    ]
+    return (strip_tool_calls(text).strip() if calls else text), calls

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from minds_core.envs import PolicySampler, as_reward, lenient
+from minds_core import PolicySampler, as_reward, lenient
 
 #: Marks a function already wrapped (an environment object may be loaded twice).
 _WRAPPED = "__minds_counted__"

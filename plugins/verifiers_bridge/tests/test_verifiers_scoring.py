@@ -11,7 +11,7 @@ import pytest
 import tinker
 
 from minds_core.config import RolloutConfig
-from minds_core.envs import Context
+from minds_core import Context
 from minds_core.render import Renderer
 from minds_core.rollout import EpisodeSettings, run_rollout
 from minds_verifiers import load_environment

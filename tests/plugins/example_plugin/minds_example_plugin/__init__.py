@@ -1,7 +1,6 @@
 """Example minds plugin (test fixture): an echo environment and a length reward."""
 
-from minds_core import hookimpl
-from minds_core.envs import Rubric, SingleTurnEnvironment, Task
+from minds_core import Rubric, SingleTurnEnvironment, Task, hookimpl
 
 
 def shortness(completion: str) -> float:

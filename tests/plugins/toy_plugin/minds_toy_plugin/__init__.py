@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 
-from minds_core import hookimpl
-from minds_core.envs import Rubric, SingleTurnEnvironment, StepResult, Task
+from minds_core import Rubric, SingleTurnEnvironment, StepResult, Task, hookimpl
 
 TARGET = "a"
 
@@ -116,7 +115,7 @@ class ExplodingSink:
 
 @hookimpl
 def minds_register_metric_sinks(register):
-    register("toy_exploding", lambda run_dir, config: ExplodingSink(), "fails on its second record")
+    register("toy_exploding", lambda config, run_dir: ExplodingSink(), "fails on its second record")
 
 
 @hookimpl

@@ -1,0 +1,179 @@
+"""The plugin contract itself: plugins use only minds_core's public face, every hook is documented and tested,
+registered names follow one rule, and reward functions asking for unknown inputs fail when the rubric is built."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import minds_core
+from minds_core import NAME_RULE, REWARD_NAME_RULE, ConfigError, Rubric, hookspecs
+from minds_core.plugins import HOOK_KINDS, load_plugins
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN_PACKAGES = sorted(p for p in ROOT.glob("plugins/*/minds_*") if p.is_dir() and (p / "__init__.py").is_file())
+
+#: Every hook and the test that exercises it (registers through it and uses what was registered).
+HOOK_TESTS = {
+    "minds_register_environments": "tests/test_plugins.py::test_installed_plugin_is_discovered_and_attributed",
+    "minds_register_reward_functions": "tests/test_training.py::test_several_environments_with_weights_and_rubric_overrides",
+    "minds_register_advantage_estimators": "tests/test_training.py::test_reward_rises_far_above_its_start",
+    "minds_register_losses": "tests/test_training.py::test_reward_rises_far_above_its_start",
+    "minds_register_metric_sinks": "tests/test_training.py::test_a_failing_sink_is_disabled_and_training_goes_on",
+    "minds_register_backends": "tests/test_backends.py::test_auto_asks_every_registered_backend_and_names_none_in_the_core",
+    "minds_register_environment_adapters": (
+        "tests/loose/test_loose_harness.py::test_verifiers_single_turn_env_with_a_rubric_group_and_monitors_trains"
+    ),
+}
+
+
+def _hookspecs() -> dict[str, object]:
+    return {name: fn for name, fn in vars(hookspecs).items() if hasattr(fn, f"{hookspecs.PROJECT}_spec")}
+
+
+def _core_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import of a minds_core module in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found += [(node.lineno, name) for name in names if name.split(".")[0] == "minds_core"]
+    return found
+
+
+def test_every_first_party_plugin_package_is_checked() -> None:
+    assert {p.name for p in PLUGIN_PACKAGES} == {
+        "minds_ghost_trace", "minds_gradient_prophet", "minds_openreward", "minds_self_prediction", "minds_verifiers",
+    }
+
+
+@pytest.mark.parametrize("package", PLUGIN_PACKAGES, ids=lambda p: p.name)
+def test_plugin_packages_import_only_the_public_face(package: Path) -> None:
+    private = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in sorted(package.rglob("*.py"))
+        for line, module in _core_imports(path)
+        if module != "minds_core"
+    ]
+    assert not private, "plugins import only from minds_core:\n" + "\n".join(private)
+
+
+def test_the_import_check_sees_a_private_import(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("import minds_core\nfrom minds_core import Task\nfrom minds_core.config import RunConfig\n"
+                      "def f():\n    import minds_core.envs.types\n")
+    assert [m for _, m in _core_imports(module) if m != "minds_core"] == ["minds_core.config", "minds_core.envs.types"]
+
+
+def test_the_public_face_exports_what_it_lists() -> None:
+    missing = [name for name in minds_core.__all__ if not hasattr(minds_core, name)]
+    assert not missing and len(set(minds_core.__all__)) == len(minds_core.__all__)
+
+
+def test_every_hook_has_a_kind_a_documented_parameter_per_argument_an_example_a_guide_section_and_a_test() -> None:
+    guide = (ROOT / "docs" / "plugins.md").read_text()
+    specs = _hookspecs()
+    assert set(specs) == set(HOOK_KINDS) == set(HOOK_TESTS)
+    for name, fn in specs.items():
+        doc = inspect.getdoc(fn) or ""
+        params = list(inspect.signature(fn).parameters)
+        assert doc and params, f"{name} has no docstring or no arguments"
+        assert "Example::" in doc, f"{name}: no example in its docstring"
+        assert f"### `{name}`" in guide, f"{name} missing from docs/plugins.md"
+        for param in params:
+            assert f":param {param}:" in doc, f"{name}: no ':param {param}:' in its docstring"
+
+
+@pytest.mark.parametrize(("hook", "test"), sorted(HOOK_TESTS.items()))
+def test_the_test_named_for_each_hook_exists(hook: str, test: str) -> None:
+    path, function = test.split("::")
+    tree = ast.parse((ROOT / path).read_text())
+    defined = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    assert function in defined, f"{hook}: {test} does not exist"
+
+
+def test_hook_object_protocols_document_every_field_and_parameter() -> None:
+    from minds_core import contracts
+
+    for name in ("Register", "OpenEnvironment", "EnvironmentLoader", "RewardFunction", "AdvantageEstimator",
+                 "LossFunction", "MetricSink", "SinkFactory", "BackendFactory", "EnvironmentAdapter"):
+        protocol = getattr(contracts, name)
+        assert inspect.getdoc(protocol), name
+        for method in ("__call__", "write", "close"):
+            fn = protocol.__dict__.get(method)
+            if fn is None:
+                continue
+            doc = inspect.getdoc(fn) or ""
+            for param in list(inspect.signature(fn).parameters)[1:]:
+                assert f":param {param.lstrip('*')}:" in doc, f"{name}.{method}: {param} is not documented"
+
+
+def test_registered_names_follow_the_naming_rule() -> None:
+    loaded = load_plugins()
+    assert not loaded.broken, [p.errors for p in loaded.broken]
+    wrong = []
+    for kind in HOOK_KINDS.values():
+        rule = REWARD_NAME_RULE if kind == "reward_functions" else NAME_RULE
+        wrong += [f"{kind}: {e.name} ({e.plugin})" for e in loaded.registry.entries(kind) if not rule.fullmatch(e.name)]
+    assert not wrong
+
+
+def test_plugin_distributions_declare_exactly_the_environments_they_register() -> None:
+    registry = load_plugins().registry
+    for pyproject in sorted(ROOT.glob("plugins/*/pyproject.toml")):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        (plugin,) = project["entry-points"]["minds"]
+        declared = set(project["entry-points"]["minds.environments"])
+        registered = {e.name for e in registry.entries("environments") if e.plugin == plugin}
+        assert declared == registered, pyproject
+
+
+def test_a_reward_function_asking_for_an_unknown_input_fails_when_the_rubric_is_built() -> None:
+    def wants_score(completion, score):
+        return 1.0
+
+    with pytest.raises(ConfigError, match=re.escape("reward function 'mine.score' asks for 'score'")) as info:
+        Rubric([wants_score], [1.0], ["mine.score"])
+    assert "completion, prompt, task, answer, info, state, ctx, messages" in str(info.value)
+    rubric = Rubric([lambda completion: 1.0])
+    with pytest.raises(ConfigError, match="group reward function 'tally' asks for 'answer'"):
+        rubric.add(lambda completions, answer: [1.0], name="tally")
+    assert rubric.names == ["<lambda>"]
+    Rubric([lambda completion, bonus=1.0, **rest: bonus, lambda completions, ctx: [0.0]])  # defaults and ** ask nothing
+
+
+def test_an_unknown_reward_input_in_a_config_fails_at_load() -> None:
+    from minds_core.config import EnvConfig, RewardRef
+    from minds_core.envs.loading import build_environment
+    from minds_core.plugins import Registry
+
+    registry = Registry()
+    registry.add("environments", "echo", lambda: minds_core.SingleTurnEnvironment({"train": []}, Rubric()), "", "t")
+    registry.add("reward_functions", "t.bad", lambda completion, grade: 0.0, "", "t")
+    with pytest.raises(ConfigError, match="reward function 't.bad' asks for 'grade'"):
+        build_environment(EnvConfig(id="echo", extra_rewards=[RewardRef("t.bad")]), registry)
+
+
+def test_a_loader_gets_open_environment_only_when_it_asks_and_configs_cannot_set_it() -> None:
+    from minds_core.config import EnvConfig
+    from minds_core.envs.loading import build_environment
+    from minds_core.plugins import Registry
+
+    inner = minds_core.SingleTurnEnvironment({"train": []}, Rubric())
+    registry = Registry()
+    registry.add("environments", "inner", lambda size=1: inner, "", "t")
+    registry.add("environments", "outer", lambda open_environment, of: open_environment(of, {"size": 2}), "", "t")
+    assert build_environment(EnvConfig(id="outer", args={"of": "inner"}), registry) is inner
+    with pytest.raises(ConfigError, match="env.args.open_environment is reserved"):
+        build_environment(EnvConfig(id="inner", args={"open_environment": 1}), registry)
+    with pytest.raises(ConfigError, match=re.escape("bad [env.args] ['off']: missing a required argument: 'of'; accepted arguments: of;")):
+        build_environment(EnvConfig(id="outer", args={"off": "inner"}), registry)
