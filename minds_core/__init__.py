@@ -16,3 +16,8 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
 
 __all__ = ["__version__", "hookimpl"]
+
+# ---------------------------------------------------------------- environment arguments ([env.args])
+from minds_core.envs.args import Rule, above, arg, at_least, env_args, non_empty_subset_of, one_of, within  # noqa: E402
+
+__all__ += ["Rule", "above", "arg", "at_least", "env_args", "non_empty_subset_of", "one_of", "within"]

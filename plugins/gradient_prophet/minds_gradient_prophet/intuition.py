@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 
+from minds_core import Rule, above, arg, at_least, env_args
 from minds_core.envs import (
     Context,
     Message,
@@ -25,7 +26,6 @@ from minds_core.envs.loading import load_environment
 from minds_core.errors import ConfigError
 from minds_core.plugins import load_plugins
 
-from minds_core.envs.args import is_finite_number, is_int, require
 from minds_gradient_prophet.lessons import QA
 from minds_gradient_prophet.parsing import header_number, header_text
 from minds_gradient_prophet.policy_scores import encode_context, encode_continuation
@@ -177,25 +177,28 @@ class GradientIntuitionEnvironment:
             await maybe_await(closer())
 
 
-def load_gradient_intuition(
-    inner: str = "ghost_trace",
-    inner_args: dict[str, Any] | None = None,
-    alpha: float = 0.35,
-    learning_rate: float = 1e-4,
-    seed: int = 0,
-    max_shadows: int = 2,
-) -> GradientIntuitionEnvironment:
-    """gradient_intuition around the single-turn environment ``inner`` (a registered name or a path)."""
-    require(inner != "gradient_intuition", "inner", inner, "the environment cannot wrap itself")
-    table = inner_args is None or isinstance(inner_args, dict)
-    require(table, "inner_args", inner_args, "must be a table of the inner environment's arguments")
-    require(is_finite_number(alpha) and alpha >= 0, "alpha", alpha, "must be a finite number >= 0")
-    positive = is_finite_number(learning_rate) and learning_rate > 0
-    require(positive, "learning_rate", learning_rate, "must be a finite number > 0")
-    require(is_int(seed), "seed", seed, "must be an integer")
-    require(is_int(max_shadows) and max_shadows >= 1, "max_shadows", max_shadows, "must be an integer >= 1")
+@attrs.frozen
+class GradientIntuitionArgs:
+    """The ``[env.args]`` of gradient_intuition."""
+
+    inner: str = arg(
+        "ghost_trace",
+        Rule("another environment (gradient_intuition cannot wrap itself)", lambda v: v != "gradient_intuition"),
+        doc="the single-turn environment wrapped: a registered name or a path",
+    )
+    inner_args: dict[str, Any] | None = arg(None, doc="the inner environment's own [env.args]")
+    alpha: float = arg(0.35, at_least(0), doc="weight of the prediction reward beside the inner environment's rubric")
+    learning_rate: float = arg(1e-4, above(0), doc="learning rate of the shadow step whose effect is predicted")
+    seed: int = arg(0, doc="seed of the probes drawn")
+    max_shadows: int = arg(2, at_least(1), doc="shadow copies of the policy kept at once")
+
+
+def load_gradient_intuition(**args: Any) -> GradientIntuitionEnvironment:
+    """gradient_intuition around the single-turn environment ``inner`` (arguments: GradientIntuitionArgs)."""
+    chosen = env_args(GradientIntuitionArgs, args, env="gradient_intuition")
     try:
-        wrapped = load_environment(EnvConfig(id=inner, args=dict(inner_args or {})), load_plugins().registry)
+        inner = EnvConfig(id=chosen.inner, args=dict(chosen.inner_args or {}))
+        wrapped = load_environment(inner, load_plugins().registry)
     except ConfigError as exc:
-        raise ConfigError(f"env.args.inner = {inner!r}: {str(exc).removeprefix('env.id: ')}") from None
-    return GradientIntuitionEnvironment(wrapped, float(alpha), float(learning_rate), seed, max_shadows)
+        raise ConfigError(f"env.args.inner = {chosen.inner!r}: {str(exc).removeprefix('env.id: ')}") from None
+    return GradientIntuitionEnvironment(wrapped, chosen.alpha, chosen.learning_rate, chosen.seed, chosen.max_shadows)
