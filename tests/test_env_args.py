@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import attrs
 import pytest
@@ -121,3 +123,21 @@ def test_a_loose_environment_lists_its_required_and_optional_arguments(capsys, t
     err = capsys.readouterr().err
     assert code == 2
     assert "accepted arguments: dataset_path, difficulty (default 'easy'), api_key; required: dataset_path" in err
+
+
+def test_the_guide_example_checks_what_it_says():
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", guide, re.S) if "class CapitalsArgs" in b]
+    namespace: dict = {}
+    exec(compile(code.replace("    ...\n", "    return chosen\n"), "docs/plugins.md", "exec"), namespace)  # noqa: S102
+    load = namespace["load_capitals"]
+    assert load(region="europe", num_tasks=10).num_tasks == 10
+    with pytest.raises(ConfigError) as raised:
+        load(region="europe", num_tasks=60, hint="x" * 41, regoin="asia")
+    message = str(raised.value)
+    assert "env.args.regoin: unknown key (did you mean region?)" in message
+    with pytest.raises(ConfigError) as raised:
+        load(region="europe", num_tasks=60, hint="x" * 41)
+    message = str(raised.value)
+    assert "env.args.hint = 'xxxx" in message and "must be at most 40 characters" in message
+    assert "env.args.num_tasks = 60: europe has 50 capitals" in message
