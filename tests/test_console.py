@@ -47,6 +47,7 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_off_a_terminal_each_step_is_one_json_event(piped) -> None:
     lines, run = piped
     events = [json.loads(line) for line in lines]  # every stderr line is JSON: no bar, no table art
@@ -67,6 +68,7 @@ def test_off_a_terminal_each_step_is_one_json_event(piped) -> None:
     assert (run / "report.html").is_file()
 
 
+@pytest.mark.slow
 def test_the_run_folder_gets_a_plain_text_log(piped) -> None:
     _, run = piped
     text = (run / "train.log").read_text()
@@ -78,6 +80,7 @@ def test_the_run_folder_gets_a_plain_text_log(piped) -> None:
     assert "zero-var" in text and "eta 0:00:00" in text
 
 
+@pytest.mark.slow
 def test_health_metrics_agree_with_the_recorded_rollouts(piped) -> None:
     _, run = piped
     rows = _jsonl(run / "metrics.jsonl")
@@ -121,6 +124,7 @@ def test_sample_rows_take_from_each_group_in_turn() -> None:
     assert rows[0]["turns"] == 2 and len(rows[0]["reply"]) == 100 and rows[0]["reply"].endswith("…")
 
 
+@pytest.mark.slow
 def test_on_a_terminal_a_bar_with_the_health_figures_and_a_table(installed_plugin, tmp_path: Path) -> None:
     import pty
     import re

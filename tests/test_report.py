@@ -224,6 +224,7 @@ def test_a_live_run_before_its_first_step_and_the_periodic_refresh(tmp_path: Pat
     assert "status: stopped early" in (live / REPORT_FILE).read_text()
 
 
+@pytest.mark.slow
 def test_minds_report_command(run_minds, tmp_path: Path, run_dir: Path) -> None:
     out = tmp_path / "elsewhere.html"
     done = run_minds(["report", str(run_dir), "-o", str(out)])
@@ -296,6 +297,7 @@ def test_health_notes_say_when_a_run_cannot_learn(tmp_path: Path, run_dir: Path)
     assert "50% of rollouts failed" in text and "nearly deterministic" in text
 
 
+@pytest.mark.slow
 def test_a_report_of_a_run_while_it_trains_and_after_kill_9(installed_plugin, tmp_path: Path) -> None:
     import os
     import re
