@@ -12,11 +12,8 @@ import pytest
 
 from minds_core import logs, trainer
 from minds_core.config import load_config
-from minds_core.plugins import load_plugins
 from minds_core.sinks.console import FIGURES, sample_rows
 
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin  # noqa: E402
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
@@ -102,9 +99,8 @@ def test_health_metrics_agree_with_the_recorded_rollouts(piped) -> None:
             assert 0 <= row["kl/sampler_train"] < 1e-4  # on-policy: sampler and trainer hold the same weights
 
 
-def test_kl_to_the_sampler_grows_off_policy(tmp_path: Path) -> None:
+def test_kl_to_the_sampler_grows_off_policy(plugins, tmp_path: Path) -> None:
     logs.configure("json", "warning")
-    plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
     overrides = [f"runs_dir={tmp_path}", "name=off", "env.id=toy_char_share", "trainer.steps=3", "trainer.learning_rate=0.05",
                  "trainer.max_steps_off_policy=1", "sampling.max_tokens=8", "metrics.sinks=[jsonl]"]  # fmt: skip
     summary = trainer.train(load_config(None, overrides), plugins=plugins)

@@ -13,14 +13,11 @@ import pytest
 from minds_core import logs, trainer
 from minds_core.checkpoint import read_jsonl
 from minds_core.config import load_config
-from minds_core.plugins import load_plugins
 from minds_core.report import REPORT_FILE, write_report
 from minds_core.report.charts import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, TOP, WIDTH
 from minds_core.sinks.report import ReportSink
 from minds_core.testing import chromium, view_in_chromium
 
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
@@ -70,11 +67,10 @@ class Page(HTMLParser):
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run_dir(plugins, tmp_path_factory: pytest.TempPathFactory) -> Path:
     logs.configure("json", "warning")
     root = tmp_path_factory.mktemp("report")
     (root / "mix.yaml").write_text(MIX + f"runs_dir: {root}\nname: mix\n")
-    plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
     summary = trainer.train(load_config(root / "mix.yaml", []), plugins=plugins)
     return Path(summary["run_dir"])
 
