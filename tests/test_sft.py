@@ -74,6 +74,7 @@ def test_mean_nll_is_the_weighted_negative_log_likelihood_in_float64():
     assert tokens == 2.0 and loss == pytest.approx((0.5 + 1.5) / 2, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_sft_lowers_the_held_out_loss_by_a_clear_margin(tmp_path):
     logs.configure("json", "warning")
     data = _write(tmp_path / "chats.jsonl", _chats())

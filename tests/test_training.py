@@ -21,6 +21,7 @@ def _train(plugins, tmp_path: Path, *overrides: str) -> list[dict]:
     return [json.loads(line) for line in Path(summary["run_dir"], "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "recipe",
     [*([f"trainer.loss_fn={loss}"] for loss in ("importance_sampling", "ppo", "sequence_mean_reinforce")),
