@@ -18,7 +18,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 # Every name below is public; __all__ lists them. The imports stay light (no torch, transformers
 # or tinker at import time). RunConfig, build_config and read_config_file are for tools that write
-# or check configs; int_arg, is_int, is_finite_number and require check [env.args] values.
+# or check configs; env_args, arg and the rules (at_least, within, ...) declare and check [env.args].
 from minds_core.config import RunConfig, build_config, read_config_file
 from minds_core.contracts import (
     NAME_RULE,
@@ -35,7 +35,16 @@ from minds_core.contracts import (
     RewardFunction,
     SinkFactory,
 )
-from minds_core.envs.args import int_arg, is_finite_number, is_int, require
+from minds_core.envs.args import (
+    Rule,
+    above,
+    arg,
+    at_least,
+    env_args,
+    non_empty_subset_of,
+    one_of,
+    within,
+)
 from minds_core.envs.calling import lenient
 from minds_core.envs.rubric import (
     GROUP_REWARD_INPUTS,
@@ -110,6 +119,7 @@ __all__ = [
     "RewardFunction",
     "Rubric",
     "RubricScore",
+    "Rule",
     "RunConfig",
     "SelfDrivingEpisode",
     "SingleTurnEnvironment",
@@ -120,27 +130,30 @@ __all__ = [
     "ToolCall",
     "UsageError",
     "__version__",
+    "above",
+    "arg",
     "as_reward",
+    "at_least",
     "build_config",
     "call_with_available",
     "did_you_mean",
+    "env_args",
     "get_logger",
     "hookimpl",
-    "int_arg",
-    "is_finite_number",
-    "is_int",
     "lenient",
     "maybe_await",
+    "non_empty_subset_of",
     "normalize_minus",
+    "one_of",
     "parse_tool_calls",
     "prompt_messages",
     "read_config_file",
     "report_metric",
-    "require",
     "score_completion",
     "strip_code_fences",
     "strip_think",
     "strip_tool_calls",
     "take_turns",
     "think_text",
+    "within",
 ]

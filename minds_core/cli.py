@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     envs = commands.add_parser("envs", parents=[shared], help="list the environments that can be trained on")
     envs.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    new_plugin = commands.add_parser("new-plugin", parents=[shared], help="write a plugin distribution to start from")
+    new_plugin.add_argument("plugin_name", metavar="NAME", help="lower case: the environment NAME, package minds_NAME")
+    new_plugin.add_argument("--dir", metavar="PATH", default=".", help="where to create the folder NAME (default: .)")
     from minds_core.serve.command import add_serve_arguments
 
     add_serve_arguments(commands.add_parser("serve", parents=[shared], help="serve the local backend as a Tinker API over HTTP (point any Tinker SDK program at it)"))
@@ -220,6 +223,14 @@ def _run_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _new_plugin_command(args: argparse.Namespace) -> int:
+    from minds_core.new_plugin import write_plugin
+
+    folder = write_plugin(args.plugin_name, Path(args.dir))
+    print(f"wrote {folder}: pip install -e {folder} && pytest {folder}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``minds`` console script; returns the exit code."""
     parser = build_parser()
@@ -242,6 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _envs_command(args)
         if args.command == "report":
             return _report_command(args)
+        if args.command == "new-plugin":
+            return _new_plugin_command(args)
         if args.command == "serve":
             from minds_core.serve.command import serve_command
 

@@ -1,20 +1,31 @@
-"""Helpers for testing environments and plugins: a short ``minds run`` and what it wrote; pages in headless Chromium."""
+"""Helpers for testing environments and plugins, and a pytest plugin (entry point ``pytest11``) with fixtures.
+
+Fixtures, available in any pytest session where minds-core is installed:
+
+- ``minds_plugin``: register a plugin (a module or an object with ``@hookimpl``
+  methods) for one test; every plugin discovery in that test sees it as installed.
+- ``minds_env_run``: train an environment for a few steps on the local backend
+  (the tiny model) and get back what the run wrote (a RunResult).
+
+Also ``run_minds`` (a short ``minds run`` in this process) and pages in headless Chromium.
+"""
 
 from __future__ import annotations
 
 import html
+import importlib.metadata
 import json
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
+import sys
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
-
-from minds_core.run_directory import CHECKPOINTS_FILE, METRICS_FILE, ROLLOUTS_FILE, read_jsonl
-from minds_core.cli import main
+import pytest
 
 
 @attrs.frozen
@@ -50,6 +61,9 @@ def run_minds(
 
     ``quiet`` selects no metric sink (metrics.jsonl only, no progress bar) unless an override says otherwise.
     """
+    from minds_core.cli import main
+    from minds_core.run_directory import CHECKPOINTS_FILE, METRICS_FILE, ROLLOUTS_FILE, read_jsonl
+
     sets = ["metrics.sinks=[]"] if quiet else []
     argv = ["run", *args, "--name", name, "--set", f"runs_dir={runs_dir}"]
     for assignment in [*sets, *overrides]:
@@ -63,6 +77,61 @@ def run_minds(
         read_jsonl(run_dir / ROLLOUTS_FILE),
         read_jsonl(run_dir / CHECKPOINTS_FILE),
     )
+
+
+#: Settings that keep a test run short: small groups, short replies.
+QUICK_RUN = ("trainer.group_size=2", "trainer.groups_per_batch=2", "sampling.max_tokens=16")
+
+
+@pytest.fixture
+def minds_env_run(tmp_path: Path) -> Callable[..., RunResult]:
+    """Train an environment for a few steps on the local backend (the tiny model); returns what the run wrote.
+
+    ``minds_env_run("my_env", args={"num_tasks": 4}, steps=2, overrides=["sampling.max_tokens=8"])``:
+    ``args`` become ``[env.args]``; ``overrides`` are ``--set`` assignments applied after QUICK_RUN.
+    Each call is a new run under the test's ``tmp_path``.
+    """
+    runs: list[str] = []
+
+    def run(
+        env: str, *, args: Mapping[str, Any] | None = None, steps: int = 2, overrides: Sequence[str] = ()
+    ) -> RunResult:
+        runs.append(f"run{len(runs)}")
+        sets = [*QUICK_RUN, *(f"env.args.{key}={json.dumps(value)}" for key, value in (args or {}).items()), *overrides]
+        return run_minds(
+            "--env", env, "--steps", str(steps), "--backend", "local",
+            runs_dir=tmp_path / "runs", name=runs[-1], overrides=sets,
+        )  # fmt: skip
+
+    return run
+
+
+@pytest.fixture
+def minds_plugin(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """Register a plugin for this test only: ``minds_plugin(obj, name="my_plugin")``.
+
+    ``obj`` is a module or an object whose methods carry ``@hookimpl``. It is offered
+    as one more entry point of the ``minds`` group, so every discovery during the test
+    (``load_plugins()``, ``minds run``, ``minds envs``) finds it as if a distribution
+    installed it; nothing is installed and nothing remains after the test.
+    """
+    from minds_core.plugins import ENTRY_POINT_GROUP
+
+    added: list[importlib.metadata.EntryPoint] = []
+    discover = importlib.metadata.entry_points
+
+    def entry_points(**params: Any) -> Any:
+        found = discover(**params)
+        return importlib.metadata.EntryPoints([*found, *added]) if params.get("group") == ENTRY_POINT_GROUP else found
+
+    def register(obj: object, name: str = "test_plugin") -> None:
+        holder = types.ModuleType(f"_minds_test_plugin_{name}")
+        holder.plugin = obj  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, holder.__name__, holder)
+        added.append(importlib.metadata.EntryPoint(name, f"{holder.__name__}:plugin", ENTRY_POINT_GROUP))
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    yield register
 
 
 #: Headless Chromium without a sandbox, a GPU, network services or a profile of its own.

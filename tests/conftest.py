@@ -12,6 +12,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_PLUGINS = Path(__file__).parent / "plugins"
+#: The toy fixture plugin is importable by every test module (its environment classes are used directly);
+#: tests in this process register it through the ``plugins`` fixture, tests of real processes install it
+#: with ``installed_plugin``.
+sys.path.insert(0, str(FIXTURE_PLUGINS / "toy_plugin"))
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +62,6 @@ def run_minds(installed_plugin: Callable[[str], Path], tmp_path: Path) -> Callab
 @pytest.fixture(scope="module")
 def plugins():
     """The installed plugins plus the toy fixture plugin (tests/plugins/toy_plugin), registered in-process."""
-    sys.path.insert(0, str(FIXTURE_PLUGINS / "toy_plugin"))
     import minds_toy_plugin
 
     from minds_core import logs

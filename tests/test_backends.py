@@ -74,6 +74,7 @@ def test_auto_asks_every_registered_backend_and_names_none_in_the_core(monkeypat
         choose_backend(config, plugins)
 
 
+@pytest.mark.slow
 def test_auto_with_a_key_exported_trains_minds_tiny_locally_and_says_why(run_minds, tmp_path):
     # `make demo` with TINKER_API_KEY exported: the default model stays on this machine
     # (4 groups of 8 replies of 32 tokens, so that rewards differ and the step trains: a run that trains nothing exits 1)
@@ -101,6 +102,7 @@ def test_missing_key_is_a_clear_usage_error(monkeypatch):
         create_tinker_service(load_config(None, ["env.id=x", "backend=tinker"]), None)
 
 
+@pytest.mark.slow
 def test_tinker_backend_without_key_fails_before_any_work(run_minds, tmp_path):
     result = run_minds(["run", "--env", "toy_char_share", "--backend", "tinker"], plugins=["toy_plugin"])
     assert result.returncode == 2
@@ -128,6 +130,7 @@ def test_a_key_without_the_tinker_prefix_is_a_usage_error_naming_where_it_came_f
     assert "not-a-key" not in str(caught.value)
 
 
+@pytest.mark.slow
 def test_bad_model_fails_before_any_run_directory(run_minds, tmp_path):
     result = run_minds(["run", "--env", "toy_char_share", "--model", "no/such-model", "--backend", "local"],
                        plugins=["toy_plugin"], env={"HF_HUB_OFFLINE": "1"})  # no hub here: fail at once

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from minds_core import __version__
 from minds_core.cli import main
 
@@ -36,6 +38,7 @@ def test_no_command_prints_help_and_exits_2(capsys):
     assert "usage: minds" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_unknown_environment_is_a_usage_error_without_traceback(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "minds_core.cli", "--log-format", "json", "run", "--env", "nope", "--set", "trainer.loss_fn=ppo"],

@@ -12,12 +12,9 @@ import pytest
 
 from minds_core import logs
 from minds_core.config import load_config
-from minds_core.plugins import load_plugins
 from minds_core.sinks.console import FIGURES, sample_rows
 from minds_core.training import train
 
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin  # noqa: E402
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
@@ -48,6 +45,7 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_off_a_terminal_each_step_is_one_json_event(piped) -> None:
     lines, run = piped
     events = [json.loads(line) for line in lines]  # every stderr line is JSON: no bar, no table art
@@ -68,6 +66,7 @@ def test_off_a_terminal_each_step_is_one_json_event(piped) -> None:
     assert (run / "report.html").is_file()
 
 
+@pytest.mark.slow
 def test_the_run_folder_gets_a_plain_text_log(piped) -> None:
     _, run = piped
     text = (run / "train.log").read_text()
@@ -79,6 +78,7 @@ def test_the_run_folder_gets_a_plain_text_log(piped) -> None:
     assert "zero-var" in text and "eta 0:00:00" in text
 
 
+@pytest.mark.slow
 def test_health_metrics_agree_with_the_recorded_rollouts(piped) -> None:
     _, run = piped
     rows = _jsonl(run / "metrics.jsonl")
@@ -100,9 +100,8 @@ def test_health_metrics_agree_with_the_recorded_rollouts(piped) -> None:
             assert 0 <= row["kl/sampler_train"] < 1e-4  # on-policy: sampler and trainer hold the same weights
 
 
-def test_kl_to_the_sampler_grows_off_policy(tmp_path: Path) -> None:
+def test_kl_to_the_sampler_grows_off_policy(plugins, tmp_path: Path) -> None:
     logs.configure("json", "warning")
-    plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
     overrides = [f"runs_dir={tmp_path}", "name=off", "env.id=toy_char_share", "trainer.steps=3", "trainer.learning_rate=0.05",
                  "trainer.max_steps_off_policy=1", "sampling.max_tokens=8", "metrics.sinks=[]"]  # fmt: skip
     summary = train(load_config(None, overrides), plugins=plugins)
@@ -122,6 +121,7 @@ def test_sample_rows_take_from_each_group_in_turn() -> None:
     assert rows[0]["turns"] == 2 and len(rows[0]["reply"]) == 100 and rows[0]["reply"].endswith("…")
 
 
+@pytest.mark.slow
 def test_on_a_terminal_a_bar_with_the_health_figures_and_a_table(installed_plugin, tmp_path: Path) -> None:
     import pty
     import re

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import tinker
 
@@ -15,8 +13,7 @@ from minds_core.datums import build_datum
 from minds_core.render import Renderer
 from minds_core.rollout import EpisodeSettings, run_group
 
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-from minds_toy_plugin import TwoTurnEnvironment  # noqa: E402
+from minds_toy_plugin import TwoTurnEnvironment
 
 
 class RecordingSampler:

@@ -60,6 +60,7 @@ def _train(plugins, tmp_path: Path, *overrides: str) -> list[dict]:
     return [json.loads(line) for line in Path(summary["run_dir"], "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_distillation_lowers_the_kl_to_a_teacher_checkpoint(plugins, tmp_path):
     # the teacher: the tiny model trained to write the letter a
     _train(plugins, tmp_path, "name=teacher", "env.id=toy_char_share", "trainer.steps=8", "trainer.learning_rate=1e-2")

@@ -106,6 +106,7 @@ async def test_a_service_that_answers_gives_the_real_sdk_client_with_its_session
         await service.close("success")
 
 
+@pytest.mark.slow
 def test_an_unreachable_service_fails_within_seconds_with_one_clear_message(run_minds, tmp_path: Path):
     url = f"http://127.0.0.1:{_closed_port()}"
     began = time.monotonic()
@@ -120,6 +121,7 @@ def test_an_unreachable_service_fails_within_seconds_with_one_clear_message(run_
     assert not (tmp_path / "runs").exists()  # nothing was started
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fake_service", [(401, 401), (403, 403)], indirect=True)
 def test_a_rejected_key_is_exit_2_with_a_message(run_minds, fake_service: FakeTinkerService, tmp_path: Path):
     result = run_minds([*RUN, "--set", f"tinker.base_url={fake_service.url}"], plugins=["toy_plugin"], env=_environ())
@@ -131,6 +133,7 @@ def test_a_rejected_key_is_exit_2_with_a_message(run_minds, fake_service: FakeTi
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fake_service", [(200, 401)], indirect=True)
 def test_a_key_rejected_once_the_sdk_starts_its_session_is_exit_2_with_a_message(run_minds, fake_service, tmp_path):
     result = run_minds([*RUN, "--set", f"tinker.base_url={fake_service.url}"], plugins=["toy_plugin"], env=_environ())
@@ -141,6 +144,7 @@ def test_a_key_rejected_once_the_sdk_starts_its_session_is_exit_2_with_a_message
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fake_service", [(404, 404)], indirect=True)
 def test_a_url_that_is_not_the_tinker_api_says_so(run_minds, fake_service: FakeTinkerService):
     result = run_minds([*RUN], plugins=["toy_plugin"], env={"TINKER_API_KEY": KEY, "TINKER_BASE_URL": fake_service.url})
@@ -149,6 +153,7 @@ def test_a_url_that_is_not_the_tinker_api_says_so(run_minds, fake_service: FakeT
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_service_does_not_answer_stops_at_once(installed_plugin, tmp_path: Path):
     silent = socket.socket()  # accepts connections (the kernel's backlog) and never answers
     silent.bind(("127.0.0.1", 0))

@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -23,8 +21,6 @@ from minds_core.plugins import load_plugins
 from minds_core.render import Renderer
 from minds_core.training import train
 
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin  # noqa: E402
 
 QUESTION = "Does the reply contain the letter a?"
 KEY = "judge-key-do-not-leak"
@@ -145,7 +141,7 @@ def test_an_openai_compatible_judge_is_bounded_and_counts_failures(endpoint, mon
     assert asyncio.run(judge("Write a's", "new reply", {}, ctx)) is None  # HTTP 401: a failure, not a 0
 
 
-def test_a_judge_from_config_rewards_a_run_and_keeps_its_key_out(endpoint, monkeypatch, tmp_path, capsys):
+def test_a_judge_from_config_rewards_a_run_and_keeps_its_key_out(endpoint, plugins, monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("JUDGE_KEY", KEY)
     path = tmp_path / "run.yaml"
     path.write_text(
@@ -154,7 +150,7 @@ def test_a_judge_from_config_rewards_a_run_and_keeps_its_key_out(endpoint, monke
     )
     config = load_config(path, ["sampling.max_tokens=6", "trainer.group_size=2", "trainer.groups_per_batch=2", "trainer.steps=1",
                                 "metrics.sinks=[]", f"runs_dir={tmp_path}", "name=run"])
-    train(config, plugins=load_plugins(extra=[("toy", minds_toy_plugin)]))
+    train(config, plugins=plugins)
     (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert row["reward/mean"] == pytest.approx(0.7) and row["env/toy_char_share/reward/minds.judge"] == pytest.approx(0.7)
     assert row["env/toy_char_share/judge/calls"] + row.get("env/toy_char_share/judge/cached", 0) == 1.0
@@ -162,9 +158,8 @@ def test_a_judge_from_config_rewards_a_run_and_keeps_its_key_out(endpoint, monke
     assert KEY not in written + capsys.readouterr().err
 
 
-def test_bad_judge_args_are_config_errors(tmp_path, monkeypatch):
+def test_bad_judge_args_are_config_errors(plugins, tmp_path, monkeypatch):
     monkeypatch.delenv("NO_SUCH_JUDGE_KEY", raising=False)
-    plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
     for args, message in (("{model: x}", r"reward 'minds.judge': bad args \['model'\]"),
                           ("{question: q, base_url: 'http://127.0.0.1:9'}", "base_url needs args.model"),
                           ("{question: q, model: m, base_url: 'http://127.0.0.1:9', api_key_env: NO_SUCH_JUDGE_KEY}", "'NO_SUCH_JUDGE_KEY', which is not set")):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,11 +12,7 @@ from minds_core import logs
 from minds_core.config import load_config
 from minds_core.errors import ConfigError
 from minds_core.lr_schedules import learning_rate
-from minds_core.plugins import load_plugins
 from minds_core.training import train
-
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin  # noqa: E402
 
 
 def test_warmup_rises_linearly_to_the_base_rate():
@@ -45,9 +40,8 @@ def test_an_unknown_schedule_is_a_config_error():
         load_config(None, ["trainer.lr_min_ratio=1.5"])
 
 
-def test_a_run_uses_the_scheduled_rate_each_step(tmp_path):
+def test_a_run_uses_the_scheduled_rate_each_step(plugins, tmp_path):
     logs.configure("json", "warning")
-    plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
     config = load_config(None, ["env.id=toy_char_share", "sampling.max_tokens=8", "trainer.group_size=4",
                                 "trainer.groups_per_batch=2", "trainer.steps=4", "trainer.learning_rate=1e-2",
                                 "trainer.lr_schedule=cosine", "trainer.lr_warmup_steps=1", "metrics.sinks=[]",

@@ -25,6 +25,7 @@ def test_core_builtins_register_through_the_hooks(run_minds):
     assert core["registers"]["metric_sinks"] == ["console", "report", "wandb"]
 
 
+@pytest.mark.slow
 def test_installed_plugin_is_discovered_and_attributed(run_minds):
     rows = _plugins(run_minds(["plugins", "--json"], plugins=["example_plugin"]))
     example = rows["example"]
@@ -40,6 +41,7 @@ def test_installed_plugin_is_discovered_and_attributed(run_minds):
             "description": "say a word back (test fixture)"} in envs
 
 
+@pytest.mark.slow
 def test_broken_plugin_is_reported_and_others_keep_working(run_minds):
     result = run_minds(["plugins", "--json"], plugins=["example_plugin", "broken_plugin"])
     rows = _plugins(result)
@@ -70,6 +72,7 @@ def test_disabled_plugins_are_skipped(run_minds):
     assert "broken" not in rows and "example" not in rows
 
 
+@pytest.mark.slow
 def test_duplicate_names_are_an_error_naming_both_plugins(run_minds):
     plugins = ["example_plugin", "clashing_plugin"]
     rows = _plugins(run_minds(["plugins", "--json"], plugins=plugins))
@@ -79,6 +82,7 @@ def test_duplicate_names_are_an_error_naming_both_plugins(run_minds):
     assert "example" in result.stderr and "clashing" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_unknown_environment_lists_what_exists_and_the_providing_package(run_minds):
     result = run_minds(["run", "--env", "ghost_trace_x"], plugins=["example_plugin"])
     assert result.returncode == 2

@@ -12,7 +12,6 @@ import pytest
 
 from minds_core import logs
 from minds_core.config import load_config
-from minds_core.plugins import load_plugins
 from minds_core.report import REPORT_FILE, write_report
 from minds_core.report.charts import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, TOP, WIDTH
 from minds_core.run_directory import read_jsonl
@@ -20,8 +19,6 @@ from minds_core.sinks.report import ReportSink
 from minds_core.testing import chromium, view_in_chromium
 from minds_core.training import train
 
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
@@ -71,11 +68,10 @@ class Page(HTMLParser):
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run_dir(plugins, tmp_path_factory: pytest.TempPathFactory) -> Path:
     logs.configure("json", "warning")
     root = tmp_path_factory.mktemp("report")
     (root / "mix.yaml").write_text(MIX + f"runs_dir: {root}\nname: mix\n")
-    plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
     summary = train(load_config(root / "mix.yaml", []), plugins=plugins)
     return Path(summary["run_dir"])
 
@@ -225,6 +221,7 @@ def test_a_live_run_before_its_first_step_and_the_periodic_refresh(tmp_path: Pat
     assert "status: stopped early" in (live / REPORT_FILE).read_text()
 
 
+@pytest.mark.slow
 def test_minds_report_command(run_minds, tmp_path: Path, run_dir: Path) -> None:
     out = tmp_path / "elsewhere.html"
     done = run_minds(["report", str(run_dir), "-o", str(out)])
@@ -297,6 +294,7 @@ def test_health_notes_say_when_a_run_cannot_learn(tmp_path: Path, run_dir: Path)
     assert "50% of rollouts failed" in text and "nearly deterministic" in text
 
 
+@pytest.mark.slow
 def test_a_report_of_a_run_while_it_trains_and_after_kill_9(installed_plugin, tmp_path: Path) -> None:
     import os
     import re

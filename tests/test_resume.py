@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ARGS = [
     "--env", "toy_char_share", "--steps", "8",
     "--set", "trainer.save_every=2", "--set", "trainer.group_size=4", "--set", "trainer.groups_per_batch=3",
@@ -29,6 +31,7 @@ def _tasks_by_step(run: Path) -> dict[int, list[str]]:
     return out
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_resume(run_minds, installed_plugin, tmp_path):
     site = installed_plugin("toy_plugin")
     env = {**os.environ, "PYTHONPATH": str(site)}

@@ -45,15 +45,3 @@ def test_single_turn_episode_weights_parts_counts_invalid_ones_and_reports_metri
     assert result.metrics == {"reward/exact": 1.0, "reward/len": 1.0, "checked": 1.0, INVALID_PARTS_METRIC: 1.0}
     with pytest.raises(KeyError, match="no split 'test'"):
         env.tasks("test")
-
-
-@pytest.mark.parametrize(("value", "ok"), [(3, True), (0, False), (11, False), (True, False), (2.0, False), ("4", False)])
-def test_int_arg_names_the_key_and_its_bounds(value, ok):
-    from minds_core.envs.args import int_arg
-    from minds_core.errors import ConfigError
-
-    if ok:
-        assert int_arg("num_examples", value, 1, 10) == value
-    else:
-        with pytest.raises(ConfigError, match=r"env\.args\.num_examples = .*: must be an integer in 1\.\.10"):
-            int_arg("num_examples", value, 1, 10)

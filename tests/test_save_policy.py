@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from minds_core import logs
 from minds_core.config import RunConfig, load_config
-from minds_core.plugins import load_plugins
 from minds_core.run_directory import RunDirectory
 from minds_core.training import train
-
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin  # noqa: E402
 
 
 def test_runs_save_periodically_by_default():
     assert RunConfig().trainer.save_every == 5
 
 
-def test_rolling_saves_keep_the_last_two_states_and_the_final_checkpoint(tmp_path):
+def test_rolling_saves_keep_the_last_two_states_and_the_final_checkpoint(plugins, tmp_path):
     logs.configure("json", "warning")
-    plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
     config = load_config(None, ["env.id=toy_char_share", "trainer.steps=7", "trainer.save_every=2",
                                 "trainer.group_size=2", "trainer.groups_per_batch=1", "sampling.max_tokens=4",
                                 "metrics.sinks=[]", f"runs_dir={tmp_path}", "name=r"])

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
+from minds_core import arg, at_least, env_args
 from minds_core.cli import main
 from minds_core.config import load_config
 from minds_core.config.secrets import REDACTED, redact
-from minds_core.envs.args import int_arg
 from minds_core.errors import ConfigError
 from minds_core.run_directory import RunDirectory
 
@@ -57,9 +58,18 @@ def test_a_type_error_elsewhere_still_shows_the_value(tmp_path):
         load_config(path)
 
 
+@attrs.frozen
+class _TokenArgs:
+    auth_token: int = arg(0, at_least(0), doc="a secret number")
+    num_examples: int = arg(1, at_least(1), doc="how many")
+
+
 def test_environment_argument_checks_do_not_echo_secret_values():
     with pytest.raises(ConfigError) as raised:
-        int_arg("auth_token", -int(SECRET_NUMBER), 0)
+        env_args(_TokenArgs, {"auth_token": -int(SECRET_NUMBER)}, env="demo")
+    assert "env.args.auth_token" in str(raised.value) and SECRET_NUMBER not in str(raised.value)
+    with pytest.raises(ConfigError) as raised:
+        env_args(_TokenArgs, {"auth_token": f"x{SECRET_NUMBER}"}, env="demo")
     assert "env.args.auth_token" in str(raised.value) and SECRET_NUMBER not in str(raised.value)
     with pytest.raises(ConfigError, match="env.args.num_examples = -3: must be an integer >= 1"):
-        int_arg("num_examples", -3, 1)
+        env_args(_TokenArgs, {"num_examples": -3}, env="demo")

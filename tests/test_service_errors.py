@@ -178,6 +178,7 @@ def test_a_failed_step_saves_the_state_it_left_intact_and_the_run_resumes_there(
     assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
 
 
+@pytest.mark.slow
 def test_a_request_the_service_rejects_ends_the_run_with_one_message_and_exit_1(run_minds, tmp_path):
     # the real local service refuses a loss_fn_config key that ppo does not take
     result = run_minds(

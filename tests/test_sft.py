@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,6 @@ from minds_core.render import Renderer
 from minds_core.sft import build_datum, mean_nll, read_conversations, tokenize
 from minds_core.training import train
 
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin  # noqa: E402
 
 WORDS = ["cat", "dog", "sun", "map", "cup", "pen", "box", "hat", "bus", "egg", "fig", "jar"]
 
@@ -77,6 +74,7 @@ def test_mean_nll_is_the_weighted_negative_log_likelihood_in_float64():
     assert tokens == 2.0 and loss == pytest.approx((0.5 + 1.5) / 2, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_sft_lowers_the_held_out_loss_by_a_clear_margin(tmp_path):
     logs.configure("json", "warning")
     data = _write(tmp_path / "chats.jsonl", _chats())
@@ -116,8 +114,7 @@ def test_the_sft_command_reports_bad_input_with_exit_code_2(tmp_path, capsys):
     assert not list(tmp_path.glob("*/config.yaml"))
 
 
-def test_environment_tasks_without_answers_cannot_be_sft_data(tmp_path):
-    plugins = load_plugins(extra=[("toy", minds_toy_plugin)])
+def test_environment_tasks_without_answers_cannot_be_sft_data(plugins, tmp_path):
     config = load_config(None, ["trainer.mode=sft", "env.id=toy_char_share", f"runs_dir={tmp_path}"])
     with pytest.raises(ConfigError, match="toy_char_share has none"):
         train(config, plugins=plugins)

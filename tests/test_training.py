@@ -23,6 +23,7 @@ def _train(plugins, tmp_path: Path, *overrides: str) -> list[dict]:
     return [json.loads(line) for line in Path(summary["run_dir"], "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "recipe",
     [*([f"trainer.loss_fn={loss}"] for loss in ("importance_sampling", "ppo", "sequence_mean_reinforce")),
@@ -179,6 +180,7 @@ def test_a_seeded_run_repeats_exactly(plugins, tmp_path):
     assert [[r.get(k) for k in keys] for r in runs[0]] == [[r.get(k) for k in keys] for r in runs[1]]
 
 
+@pytest.mark.slow
 def test_eval_command_prints_statistics_as_json(run_minds):
     result = run_minds(["eval", "--env", "toy_char_share", "--tasks", "2", "--samples", "3", "--json",
                         "--set", "sampling.max_tokens=6"], plugins=["toy_plugin"])
@@ -198,14 +200,23 @@ def test_an_episode_without_any_reward_is_a_failed_rollout(plugins, tmp_path):
 
 
 def test_checkpoints_can_be_sampled_from(plugins, tmp_path):
+    """A saved sampler checkpoint loads the weights trained up to its step and samples from them."""
     import tinker
 
     from minds_core.backends.local import ServiceClient
 
-    _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=2", "trainer.save_every=1")
+    metrics = _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=2", "trainer.save_every=1",
+                     "trainer.learning_rate=1e-2")  # fmt: skip
+    assert all(row["train/datums"] > 0 for row in metrics)  # both steps changed the weights
     rows = [json.loads(line) for line in (tmp_path / "run" / "checkpoints.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1]
     service = ServiceClient(checkpoint_root=tmp_path / "_checkpoints")
+    prompt = tinker.types.ModelInput.from_ints([257, 117, 104, 101])
+    greedy = tinker.types.SamplingParams(max_tokens=3, temperature=0.0)
     sampler = service.create_sampling_client(model_path=rows[-1]["sampler_path"]).result()
-    response = sampler.sample(tinker.types.ModelInput.from_ints([257, 117]), 1, tinker.types.SamplingParams(max_tokens=3)).result()
-    assert len(response.sequences[0].tokens) >= 1
+    base = service.create_sampling_client(base_model="minds-tiny").result()
+    first, again = (sampler.sample(prompt, 1, greedy).result().sequences[0] for _ in range(2))
+    assert 1 <= len(first.tokens) <= 3 and first.tokens == again.tokens  # greedy: the same reply twice
+    assert all(lp is not None and lp <= 0 for lp in first.logprobs)
+    trained, untrained = (s.compute_logprobs(prompt).result()[1:] for s in (sampler, base))
+    assert trained != untrained  # the checkpoint holds the trained weights, not the base model's

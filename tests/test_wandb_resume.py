@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import struct
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,7 @@ from minds_core.training import train
 
 wandb = pytest.importorskip("wandb", reason="the wandb sink's test needs wandb (the dev extra installs it)")
 
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin  # noqa: E402
+import minds_toy_plugin  # noqa: E402 - after the importorskip
 
 BLOCK = 32768  # the .wandb file is a LevelDB-style log of protobuf records, after a 7-byte W&B header
 

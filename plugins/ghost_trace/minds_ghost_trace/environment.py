@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any
 
-from minds_core import Rubric, SingleTurnEnvironment, Task, int_arg
+import attrs
+
+from minds_core import Rubric, SingleTurnEnvironment, Task, arg, at_least, env_args, within
 
 from minds_ghost_trace.prompts import SYSTEM_PROMPT, task_prompt
 from minds_ghost_trace.reward import latent_logprob
@@ -19,6 +22,13 @@ TEST_FRACTION = 0.2
 SPLITS = ("train", "test")
 MAX_EXAMPLES = 1_000_000
 
+
+@attrs.frozen
+class GhostTraceArgs:
+    """The ``[env.args]`` of ghost_trace."""
+
+    num_examples: int = arg(256, within(1, MAX_EXAMPLES), doc="tasks per split (words repeat past the bank)")
+    seed: int = arg(0, at_least(0), doc="seed of the train/test cut of the word bank and of the task order")
 
 
 def split_words(seed: int) -> dict[str, tuple[str, ...]]:
@@ -41,11 +51,10 @@ def make_tasks(words: Sequence[str], num_examples: int, seed: int) -> list[Task]
     return tasks
 
 
-def load_environment(num_examples: int = 256, seed: int = 0) -> SingleTurnEnvironment:
-    """The ghost_trace environment: ``num_examples`` tasks per split, drawn with ``seed``."""
-    num_examples = int_arg("num_examples", num_examples, 1, MAX_EXAMPLES)
-    seed = int_arg("seed", seed, 0)
-    words = split_words(seed)
-    datasets = {split: make_tasks(words[split], num_examples, seed + i) for i, split in enumerate(SPLITS)}
+def load_environment(**args: Any) -> SingleTurnEnvironment:
+    """The ghost_trace environment: ``num_examples`` tasks per split, drawn with ``seed`` (see GhostTraceArgs)."""
+    chosen = env_args(GhostTraceArgs, args, env="ghost_trace")
+    words = split_words(chosen.seed)
+    datasets = {split: make_tasks(words[split], chosen.num_examples, chosen.seed + i) for i, split in enumerate(SPLITS)}
     rubric = Rubric([latent_logprob], [1.0], [REWARD_NAME])
     return SingleTurnEnvironment(datasets, rubric, system_prompt=SYSTEM_PROMPT)

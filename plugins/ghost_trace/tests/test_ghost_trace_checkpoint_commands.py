@@ -140,6 +140,7 @@ def _cli(args: list[str], stdin: str = "") -> subprocess.CompletedProcess:
                           text=True, encoding="utf-8", timeout=300, env=env)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_chat_reads_stdin_and_matches_minds_sample(trained):
     settings = ["--seed", "5", "--max-tokens", "8", "--system", "Answer briefly."]
     chat = _cli(["chat", str(trained.run_dir), *settings], "hello\n/reset\nhello\n/exit\nnever read\n")

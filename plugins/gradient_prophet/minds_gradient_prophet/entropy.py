@@ -11,7 +11,18 @@ from typing import Any
 
 import attrs
 
-from minds_core import Context, Message, Rubric, SingleTurnEnvironment, Task, is_int, report_metric, require
+from minds_core import (
+    Context,
+    Message,
+    Rubric,
+    SingleTurnEnvironment,
+    Task,
+    arg,
+    at_least,
+    env_args,
+    non_empty_subset_of,
+    report_metric,
+)
 
 from minds_gradient_prophet.memo import MEMO
 from minds_gradient_prophet.parsing import header_number
@@ -130,17 +141,21 @@ def make_tasks(kinds: Sequence[str], count: int, seed: int, split: str) -> list[
     return tasks
 
 
-def load_entropy_intuition(
-    kinds: Sequence[str] = tuple(GENERATORS), num_examples: int = 500, num_eval: int = 50, seed: int = 0
-) -> SingleTurnEnvironment:
-    """The entropy_intuition environment."""
-    kinds_ok = isinstance(kinds, (list, tuple)) and bool(kinds) and all(k in GENERATORS for k in kinds)
-    require(kinds_ok, "kinds", kinds, f"must be a non-empty list drawn from {list(GENERATORS)}")
-    require(is_int(num_examples) and num_examples >= 1, "num_examples", num_examples, "must be an integer >= 1")
-    require(is_int(num_eval) and num_eval >= 0, "num_eval", num_eval, "must be an integer >= 0")
-    require(is_int(seed), "seed", seed, "must be an integer")
+@attrs.frozen
+class EntropyIntuitionArgs:
+    """The ``[env.args]`` of entropy_intuition."""
+
+    kinds: list[str] = arg(list(GENERATORS), non_empty_subset_of(GENERATORS), doc="the kinds of choice drawn")
+    num_examples: int = arg(500, at_least(1), doc="tasks in the train split")
+    num_eval: int = arg(50, at_least(0), doc="tasks in the eval split")
+    seed: int = arg(0, doc="seed of the tasks drawn")
+
+
+def load_entropy_intuition(**args: Any) -> SingleTurnEnvironment:
+    """The entropy_intuition environment (arguments: EntropyIntuitionArgs)."""
+    chosen = env_args(EntropyIntuitionArgs, args, env="entropy_intuition")
     tasks = {
-        "train": make_tasks(kinds, num_examples, seed, "train"),
-        "eval": make_tasks(kinds, num_eval, seed, "eval"),
+        "train": make_tasks(chosen.kinds, chosen.num_examples, chosen.seed, "train"),
+        "eval": make_tasks(chosen.kinds, chosen.num_eval, chosen.seed, "eval"),
     }
     return SingleTurnEnvironment(tasks, Rubric([entropy_reward], [1.0], [ENTROPY_REWARD]))

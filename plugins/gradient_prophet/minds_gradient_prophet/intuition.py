@@ -14,15 +14,17 @@ from minds_core import (
     Message,
     OpenEnvironment,
     Rubric,
+    Rule,
     StepResult,
     Task,
+    above,
+    arg,
     as_reward,
-    is_finite_number,
-    is_int,
+    at_least,
+    env_args,
     maybe_await,
     prompt_messages,
     report_metric,
-    require,
     score_completion,
 )
 
@@ -177,29 +179,30 @@ class GradientIntuitionEnvironment:
             await maybe_await(closer())
 
 
-def load_gradient_intuition(
-    open_environment: OpenEnvironment,
-    inner: str = "ghost_trace",
-    inner_args: dict[str, Any] | None = None,
-    alpha: float = 0.35,
-    learning_rate: float = 1e-4,
-    seed: int = 0,
-    max_shadows: int = 2,
-) -> GradientIntuitionEnvironment:
-    """gradient_intuition around the single-turn environment ``inner`` (a registered name or a path).
+@attrs.frozen
+class GradientIntuitionArgs:
+    """The ``[env.args]`` of gradient_intuition."""
+
+    inner: str = arg(
+        "ghost_trace",
+        Rule("another environment (gradient_intuition cannot wrap itself)", lambda v: v != "gradient_intuition"),
+        doc="the single-turn environment wrapped: a registered name or a path",
+    )
+    inner_args: dict[str, Any] | None = arg(None, doc="the inner environment's own [env.args]")
+    alpha: float = arg(0.35, at_least(0), doc="weight of the prediction reward beside the inner environment's rubric")
+    learning_rate: float = arg(1e-4, above(0), doc="learning rate of the shadow step whose effect is predicted")
+    seed: int = arg(0, doc="seed of the probes drawn")
+    max_shadows: int = arg(2, at_least(1), doc="shadow copies of the policy kept at once")
+
+
+def load_gradient_intuition(open_environment: OpenEnvironment, **args: Any) -> GradientIntuitionEnvironment:
+    """gradient_intuition around the single-turn environment ``inner`` (arguments: GradientIntuitionArgs).
 
     ``open_environment`` (given by minds) builds ``inner`` as ``[env] id`` would.
     """
-    require(inner != "gradient_intuition", "inner", inner, "the environment cannot wrap itself")
-    table = inner_args is None or isinstance(inner_args, dict)
-    require(table, "inner_args", inner_args, "must be a table of the inner environment's arguments")
-    require(is_finite_number(alpha) and alpha >= 0, "alpha", alpha, "must be a finite number >= 0")
-    positive = is_finite_number(learning_rate) and learning_rate > 0
-    require(positive, "learning_rate", learning_rate, "must be a finite number > 0")
-    require(is_int(seed), "seed", seed, "must be an integer")
-    require(is_int(max_shadows) and max_shadows >= 1, "max_shadows", max_shadows, "must be an integer >= 1")
+    chosen = env_args(GradientIntuitionArgs, args, env="gradient_intuition")
     try:
-        wrapped = open_environment(inner, inner_args or {})
+        wrapped = open_environment(chosen.inner, dict(chosen.inner_args or {}))
     except ConfigError as exc:
-        raise ConfigError(f"env.args.inner = {inner!r}: {str(exc).removeprefix('env.id: ')}") from None
-    return GradientIntuitionEnvironment(wrapped, float(alpha), float(learning_rate), seed, max_shadows)
+        raise ConfigError(f"env.args.inner = {chosen.inner!r}: {str(exc).removeprefix('env.id: ')}") from None
+    return GradientIntuitionEnvironment(wrapped, chosen.alpha, chosen.learning_rate, chosen.seed, chosen.max_shadows)

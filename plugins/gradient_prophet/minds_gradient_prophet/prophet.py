@@ -8,7 +8,21 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from minds_core import Context, Rubric, SingleTurnEnvironment, Task, get_logger, is_int, report_metric, require
+import attrs
+
+from minds_core import (
+    Context,
+    Rubric,
+    SingleTurnEnvironment,
+    Task,
+    arg,
+    at_least,
+    env_args,
+    get_logger,
+    non_empty_subset_of,
+    report_metric,
+    within,
+)
 
 from minds_gradient_prophet.lessons import LESSON_SETS, QA, LessonSet
 from minds_gradient_prophet.memo import MEMO
@@ -186,17 +200,21 @@ def split_sets(sets: Sequence[LessonSet], eval_sets: int, seed: int) -> dict[str
     return {"train": order[eval_sets:], "eval": order[:eval_sets]}
 
 
-def load_gradient_prophet(
-    kinds: Sequence[str] = KINDS, eval_sets: int = 4, seed: int = 0, topk: int = DEFAULT_TOPK
-) -> SingleTurnEnvironment:
-    """The gradient_prophet environment: one task per lesson set and kind."""
-    kinds_ok = isinstance(kinds, (list, tuple)) and bool(kinds) and all(k in KINDS for k in kinds)
-    require(kinds_ok, "kinds", kinds, f"must be a non-empty list drawn from {list(KINDS)}")
-    last = len(LESSON_SETS) - 1
-    require(is_int(eval_sets) and 0 <= eval_sets <= last, "eval_sets", eval_sets, f"must be an integer in 0..{last}")
-    require(is_int(topk) and topk >= 2, "topk", topk, "must be an integer >= 2")
-    require(is_int(seed), "seed", seed, "must be an integer")
-    splits = split_sets(LESSON_SETS, eval_sets, seed)
+@attrs.frozen
+class GradientProphetArgs:
+    """The ``[env.args]`` of gradient_prophet."""
+
+    kinds: list[str] = arg(list(KINDS), non_empty_subset_of(KINDS), doc="the task kinds made for every lesson set")
+    eval_sets: int = arg(4, within(0, len(LESSON_SETS) - 1), doc="lesson sets held out for the eval split")
+    seed: int = arg(0, doc="seed of the shuffle that picks the eval sets")
+    topk: int = arg(DEFAULT_TOPK, at_least(2), doc="top-k tokens over which the surprise (KL) is measured")
+
+
+def load_gradient_prophet(**args: Any) -> SingleTurnEnvironment:
+    """The gradient_prophet environment: one task per lesson set and kind (arguments: GradientProphetArgs)."""
+    chosen = env_args(GradientProphetArgs, args, env="gradient_prophet")
+    kinds, topk = chosen.kinds, chosen.topk
+    splits = split_sets(LESSON_SETS, chosen.eval_sets, chosen.seed)
     builders = {IN_CONTEXT: in_context_prompt, SURPRISE: surprise_prompt}
     tasks = {
         split: [

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
-import cattrs
 
-from minds_core import ConfigError, did_you_mean
+from minds_core import ConfigError, Rule, arg, at_least, env_args, one_of
 
 REDUCTIONS = ("sum", "mean", "max", "min")
 TOOL_FORMATS = ("auto", "prompt")
@@ -23,31 +21,40 @@ ENV_REFERENCE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
 class SplitSettings:
     """How the tasks of one split are drawn: shuffled (by ``seed``) and/or cut to ``num_samples``."""
 
-    shuffle: bool = False
-    num_samples: int | None = None
+    shuffle: bool = arg(False, doc="shuffle the split's tasks (by the environment's seed)")
+    num_samples: int | None = arg(
+        None, Rule("{type} >= 1, or null for all tasks", lambda v: v >= 1), doc="tasks kept (null: all)"
+    )
 
 
 @attrs.frozen
 class BridgeSettings:
-    """Everything one ``openreward`` environment entry configures (see the README for each key)."""
+    """Everything one ``openreward`` environment entry configures (the README's table says more)."""
 
-    name: str
-    base_url: str = ""
-    variant: str = ""
-    api_key_env: str = ""
-    splits: dict[str, SplitSettings] = attrs.field(factory=dict)
-    seed: int = 0
-    reward_reduction: str = "sum"
-    nonterminal_reward: float | None = None
-    min_reward: float | None = None
-    max_reward: float | None = None
-    secrets: dict[str, str] = attrs.field(factory=dict)
-    tool_format: str = "auto"
-    max_sessions: int = 0
-    capacity_retries: int = 30
-    capacity_backoff: float = 0.5
-    upload_run_name: str = ""
-    upload_api_key_env: str = ""
+    name: str = arg(
+        rule=Rule("a name, e.g. 'Org/Name' (hosted) or 'myenv' (with base_url)", lambda v: bool(v.strip())),
+        doc="'Org/Name' on OpenReward, or the environment's name on your own ORS server",
+    )
+    base_url: str = arg(
+        "",
+        Rule("a URL starting with http:// or https:// (or empty)", lambda v: not v or v.startswith(("http://", "https://"))),
+        doc="an ORS server; empty = the hosted service",
+    )
+    variant: str = arg("", doc="an ORS variant")
+    api_key_env: str = arg("", doc="the variable holding the key sent to the server (hosted: OPENREWARD_API_KEY)")
+    splits: dict[str, SplitSettings] = arg({}, doc="per split: { shuffle = false, num_samples = <all> }")
+    seed: int = arg(0, doc="the shuffle seed")
+    reward_reduction: str = arg("sum", one_of(*REDUCTIONS), doc="how the tool rewards of a rollout are reduced")
+    nonterminal_reward: float | None = arg(None, doc="added to the rewards of an episode that did not finish")
+    min_reward: float | None = arg(None, doc="lower clamp on the reduced reward")
+    max_reward: float | None = arg(None, doc="upper clamp on the reduced reward")
+    secrets: dict[str, str] = arg({}, doc="sent to the environment: variable names, or a table name = value / '$VAR'")
+    tool_format: str = arg("auto", one_of(*TOOL_FORMATS), doc="auto: tools in the chat template; prompt: in the prompt")
+    max_sessions: int = arg(0, at_least(0), doc="a cap on open sessions (0: rollout.concurrency is the cap)")
+    capacity_retries: int = arg(30, at_least(0), doc="HTTP 429 refusals in a row before the rollout fails")
+    capacity_backoff: float = arg(0.5, doc="seconds before the first retry after a 429 (doubles, up to 30 s)")
+    upload_run_name: str = arg("", doc="upload each finished rollout under this run name (empty: off)")
+    upload_api_key_env: str = arg("", doc="the variable holding the key for uploads; only with upload_run_name")
 
     @property
     def hosted(self) -> bool:
@@ -71,66 +78,19 @@ class BridgeSettings:
     def split(self, name: str) -> SplitSettings:
         return self.splits.get(name, SplitSettings())
 
-
-def _problems(settings: BridgeSettings) -> list[str]:
-    problems = []
-    if not settings.name.strip():
-        problems.append("name: must name the environment, e.g. 'Org/Name' (hosted) or 'myenv' (with base_url)")
-    if settings.hosted and "/" not in settings.name:
-        problems.append(f"name = {settings.name!r}: a hosted environment is named 'Org/Name'; for your own ORS server set base_url")
-    if settings.base_url and not settings.base_url.startswith(("http://", "https://")):
-        problems.append(f"base_url = {settings.base_url!r}: must start with http:// or https://")
-    if settings.reward_reduction not in REDUCTIONS:
-        problems.append(f"reward_reduction = {settings.reward_reduction!r}: must be one of {', '.join(REDUCTIONS)}")
-    if settings.tool_format not in TOOL_FORMATS:
-        problems.append(f"tool_format = {settings.tool_format!r}: must be one of {', '.join(TOOL_FORMATS)}")
-    for key in ("nonterminal_reward", "min_reward", "max_reward", "capacity_backoff"):
-        value = getattr(settings, key)
-        if value is not None and not math.isfinite(value):
-            problems.append(f"{key} = {value!r}: must be a finite number")
-    if settings.min_reward is not None and settings.max_reward is not None and settings.min_reward > settings.max_reward:
-        problems.append(f"min_reward = {settings.min_reward} is above max_reward = {settings.max_reward}")
-    for key in ("max_sessions", "capacity_retries"):
-        if getattr(settings, key) < 0:
-            problems.append(f"{key} = {getattr(settings, key)}: must be >= 0")
-    if settings.upload_api_key_env and not settings.upload_run_name:
-        problems.append(f"upload_api_key_env = {settings.upload_api_key_env!r}: only used with upload_run_name, which is not set")
-    for split, chosen in settings.splits.items():
-        if chosen.num_samples is not None and chosen.num_samples < 1:
-            problems.append(f"splits.{split}.num_samples = {chosen.num_samples}: must be >= 1 (or null for all tasks)")
-    return problems
+    def problems(self) -> Iterator[str]:
+        """What is wrong across keys (env_args reports it with the rest)."""
+        if self.hosted and self.name.strip() and "/" not in self.name:
+            yield f"name = {self.name!r}: a hosted environment is named 'Org/Name' (your own ORS server: set base_url)"
+        if self.min_reward is not None and self.max_reward is not None and self.min_reward > self.max_reward:
+            yield f"min_reward = {self.min_reward} is above max_reward = {self.max_reward}"
+        if self.upload_api_key_env and not self.upload_run_name:
+            yield f"upload_api_key_env = {self.upload_api_key_env!r}: only used with upload_run_name, which is not set"
 
 
-def _converter() -> cattrs.Converter:
-    converter = cattrs.Converter(forbid_extra_keys=True)
-
-    def strict(kind: type, label: str) -> None:
-        def structure(value: Any, _type: Any) -> Any:
-            if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-                if kind is float and isinstance(value, int) and not isinstance(value, bool):
-                    return float(value)
-                raise ValueError(f"expected {label}, got {value!r}")
-            return value
-
-        converter.register_structure_hook(kind, structure)
-
-    strict(str, "a string")
-    strict(int, "an integer")
-    strict(float, "a number")
-    strict(bool, "true or false")
-    return converter
-
-
-_CONVERTER = _converter()
-
-
-def _secrets_table(value: Any) -> dict[str, str]:
-    """A list of variable names, or a mapping name -> value / "$VAR" (read from the environment)."""
-    if isinstance(value, list):
-        return {str(name): f"${name}" for name in value}
-    if isinstance(value, Mapping):
-        return {str(k): v for k, v in value.items()}
-    raise ConfigError(f"secrets: expected a list of variable names or a table name = value, got {type(value).__name__}")
+def _secrets_table(value: Any) -> Any:
+    """A list of variable names as the table ``name -> "$name"``; anything else as given."""
+    return {str(name): f"${name}" for name in value} if isinstance(value, list) else value
 
 
 def parse_settings(args: Mapping[str, Any]) -> BridgeSettings:
@@ -138,40 +98,7 @@ def parse_settings(args: Mapping[str, Any]) -> BridgeSettings:
     data = dict(args)
     if "secrets" in data:
         data["secrets"] = _secrets_table(data["secrets"])
-    if isinstance(data.get("splits"), Mapping):
-        data["splits"] = {name: ({} if value is None else value) for name, value in data["splits"].items()}
-    known = [f.name for f in attrs.fields(BridgeSettings)]
-    unknown = [f"{key}: unknown key{did_you_mean(key, known)}" for key in data if key not in known]
-    if "name" not in data:
-        unknown.append("name: required (the environment, e.g. 'Org/Name')")
-    if unknown:
-        raise _error(unknown, known)
-    try:
-        settings = _CONVERTER.structure(data, BridgeSettings)
-    except Exception as exc:  # noqa: BLE001 - cattrs raises exception groups
-        raise _error(_structure_problems(exc), known) from None
-    problems = _problems(settings)
-    if problems:
-        raise _error(problems, known)
-    return settings
-
-
-def _structure_problems(exc: BaseException) -> list[str]:
-    def describe(error: BaseException, type_: Any) -> str:
-        if isinstance(error, cattrs.ForbiddenExtraKeysError):
-            return f"unknown keys {sorted(error.extra_fields)}"
-        return str(error) if isinstance(error, ValueError) else cattrs.v.format_exception(error, type_)
-
-    problems = []
-    for message in cattrs.transform_error(exc, path="args", format_exception=describe):
-        text, _, where = message.rpartition(" @ ")
-        problems.append(f"{where.removeprefix('args.')}: {text}")
-    return problems
-
-
-def _error(problems: list[str], known: list[str]) -> ConfigError:
-    lines = "\n".join(f"  - {p}" for p in problems)
-    return ConfigError(f"invalid openreward environment args:\n{lines}\n  (valid keys: {', '.join(known)})")
+    return env_args(BridgeSettings, data, env="openreward")
 
 
 def resolve_secrets(secrets: Mapping[str, str]) -> dict[str, str]:

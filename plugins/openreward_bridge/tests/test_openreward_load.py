@@ -18,6 +18,7 @@ def load_benchmark() -> ModuleType:
     return module
 
 
+@pytest.mark.slow
 def test_concurrent_episodes_respect_the_limit_and_are_counted_once() -> None:
     pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
     benchmark = load_benchmark()

@@ -6,7 +6,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_the_loader_disables_the_sdk_update_check():
     code = (
         "import os\n"

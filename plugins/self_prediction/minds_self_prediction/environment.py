@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
-from minds_core import Rubric, SingleTurnEnvironment, Task, int_arg
+import attrs
+
+from minds_core import Rubric, SingleTurnEnvironment, Task, arg, at_least, env_args, within
 
 from minds_self_prediction.problems import Problem, make_problems
 from minds_self_prediction.prompts import SYSTEM_PROMPT, task_messages
@@ -21,6 +24,13 @@ SPLITS = ("train", "test")
 MAX_EXAMPLES = 1_000_000
 
 
+@attrs.frozen
+class SelfPredictionArgs:
+    """The ``[env.args]`` of self_prediction."""
+
+    num_examples: int = arg(1000, within(1, MAX_EXAMPLES), doc="distinct problems per split")
+    seed: int = arg(0, at_least(0), doc="seed of the problems drawn")
+
 
 def to_task(problem: Problem) -> Task:
     """A problem as a task: the worked example and the question; the answer and metadata travel with it."""
@@ -28,12 +38,11 @@ def to_task(problem: Problem) -> Task:
     return Task(prompt=task_messages(problem.question), answer=str(problem.answer), info=info, id=problem.question)
 
 
-def load_environment(num_examples: int = 1000, seed: int = 0) -> SingleTurnEnvironment:
-    """``num_examples`` distinct problems per split; no test question appears in train."""
-    num_examples = int_arg("num_examples", num_examples, 1, MAX_EXAMPLES)
-    seed = int_arg("seed", seed, 0)
-    rng = random.Random(seed)
-    train = make_problems(num_examples, rng)
-    test = make_problems(num_examples, rng, exclude={p.question for p in train})
+def load_environment(**args: Any) -> SingleTurnEnvironment:
+    """``num_examples`` distinct problems per split; no test question appears in train (see SelfPredictionArgs)."""
+    chosen = env_args(SelfPredictionArgs, args, env="self_prediction")
+    rng = random.Random(chosen.seed)
+    train = make_problems(chosen.num_examples, rng)
+    test = make_problems(chosen.num_examples, rng, exclude={p.question for p in train})
     datasets = {"train": [to_task(p) for p in train], "test": [to_task(p) for p in test]}
     return SingleTurnEnvironment(datasets, Rubric.from_entries(REWARDS), system_prompt=SYSTEM_PROMPT)

@@ -12,14 +12,25 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from minds_core import Register, hookimpl
+import attrs
+
+from minds_core import Register, arg, env_args, hookimpl
 
 
-def load_environment(id: str, args: dict[str, Any] | None = None) -> Any:
-    """``vf.load_environment(id, **args)``, adapted to the minds Environment protocol."""
+@attrs.frozen
+class VerifiersArgs:
+    """The ``[env.args]`` of the verifiers environment."""
+
+    id: str = arg(doc="the verifiers environment id (an installed verifiers environment package)")
+    args: dict[str, Any] = arg({}, doc="keyword arguments of that environment's load_environment()")
+
+
+def load_environment(**args: Any) -> Any:
+    """``vf.load_environment(id, **args)``, adapted to the minds Environment protocol (arguments: VerifiersArgs)."""
     from minds_verifiers.environment import load_verifiers_environment
 
-    return load_verifiers_environment(id, args or {})
+    chosen = env_args(VerifiersArgs, args, env="verifiers")
+    return load_verifiers_environment(chosen.id, chosen.args)
 
 
 def adapt(obj: Any, env_id: str) -> Any:

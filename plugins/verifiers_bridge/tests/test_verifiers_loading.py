@@ -28,7 +28,7 @@ def test_the_installed_distribution_registers_verifiers_without_importing_it() -
 
 
 def test_tasks_come_from_the_train_and_eval_datasets(vf_environments: Path) -> None:
-    env = load_environment("minds_vf_capitals", {"num_rows": 4})
+    env = load_environment(id="minds_vf_capitals", args={"num_rows": 4})
     train, evaluation = env.tasks("train"), env.tasks("eval")
     assert [t.id for t in train] == ["train-0", "train-1", "train-2", "train-3"]
     assert [t.answer for t in evaluation] == ["Paris", "Tokyo"]
@@ -47,7 +47,7 @@ def test_tasks_come_from_the_train_and_eval_datasets(vf_environments: Path) -> N
 )
 def test_unusable_environments_are_refused(vf_environments: Path, env_id: str, expected: str) -> None:
     with pytest.raises(ConfigError, match=expected) as raised:
-        load_environment(env_id)
+        load_environment(id=env_id)
     assert repr(env_id) in str(raised.value)
 
 
@@ -56,7 +56,7 @@ def test_loading_off_the_main_thread_is_refused(vf_environments: Path) -> None:
 
     def load() -> None:
         try:
-            load_environment("minds_vf_capitals")
+            load_environment(id="minds_vf_capitals")
         except BaseException as exc:  # noqa: BLE001 - handed to the test thread
             errors.append(exc)
 
@@ -65,3 +65,18 @@ def test_loading_off_the_main_thread_is_refused(vf_environments: Path) -> None:
     worker.join()
     assert len(errors) == 1 and isinstance(errors[0], UsageError)
     assert "main thread" in str(errors[0])
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ({"id": "minds_vf_capitals", "arsg": {}}, r"env\.args\.arsg: unknown key \(did you mean args\?\)"),
+        ({"args": {"num_rows": 4}}, r"env\.args\.id: required, not given"),
+        ({"id": 7}, r"env\.args\.id = 7: must be a string"),
+        ({"id": "minds_vf_capitals", "args": [1]}, r"env\.args\.args = \[1\]: must be a table"),
+    ],
+)
+def test_bad_arguments_are_named_before_verifiers_is_asked(args: dict, expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected) as raised:
+        load_environment(**args)
+    assert "accepted arguments: id, args (default {}); required: id" in str(raised.value)

@@ -22,7 +22,7 @@ pytest.importorskip("minds_core.backends.local", reason="the local backend (torc
 async def _rollout(vf_environments: Path, service: Any, **args: Any) -> tuple[Any, Any]:
     from minds_core.backends.local import DEFAULT_BASE_MODEL
 
-    env = load_environment("minds_vf_tagged", args)
+    env = load_environment(id="minds_vf_tagged", args=args)
     sampler = await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL)
     renderer = Renderer(sampler.get_tokenizer())
     ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)

@@ -41,7 +41,7 @@ class RecordingSampler:
 async def _rollout(
     env_id: str, sampler: Any, service: Any, params: tinker.types.SamplingParams, max_total_tokens: int = 2048
 ) -> tuple[Conversation, Any, RecordingSampler, float]:
-    env = load_environment(env_id)
+    env = load_environment(id=env_id)
     recorder = RecordingSampler(sampler)
     renderer = Renderer(sampler.get_tokenizer())
     ctx = Context(sampler=recorder, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model="minds-tiny")
@@ -107,7 +107,7 @@ async def test_token_budget_ends_the_rollout_and_verifiers_still_scores_it(vf_en
 
 async def _tool_calling_sampler(service: Any, renderer: Renderer) -> Any:
     """The tiny policy after supervised steps on calling ``add(2, 3)`` for the calculator's first question."""
-    env = load_environment("minds_vf_calculator")
+    env = load_environment(id="minds_vf_calculator")
     prompt = renderer.prompt_tokens(plain_messages(env.tasks("train")[0].prompt), [native_tool(t) for t in env.vf_env.tool_defs])
     target = renderer.encode(TOOL_CALL) + [renderer.tokenizer.eos_token_id]
     sequence, n = prompt + target, len(prompt) + len(target) - 1

@@ -83,6 +83,7 @@ def test_checkpoints_remember_the_lora_settings(service: ServiceClient, new_trai
     assert loaded.model_id != original.model_id
 
 
+@pytest.mark.slow
 def test_another_process_resolves_the_paths(
     service: ServiceClient, trainer: TrainingClient, sft_datum, encode
 ) -> None:

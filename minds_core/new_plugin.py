@@ -1,0 +1,200 @@
+"""``minds new-plugin NAME``: a plugin distribution that installs, registers an environment and passes its tests."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from minds_core.errors import UsageError
+
+#: A plugin name: lower case, starting with a letter; it names the environment and the package ``minds_NAME``.
+PLUGIN_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "minds-plugin-{dist}"
+version = "0.1.0"
+description = "The {name} environment for minds"
+readme = "README.md"
+requires-python = ">=3.11"
+dependencies = ["minds-core"]
+
+[project.entry-points.minds]
+{name} = "minds_{name}"
+
+[tool.setuptools.packages.find]
+include = ["minds_{name}*"]
+
+[tool.pytest.ini_options]
+testpaths = ["tests"]
+"""
+
+INIT = '''\
+"""minds-plugin-{dist}: registers the ``{name}`` environment and its reward function."""
+
+from minds_core import hookimpl
+
+from minds_{name}.environment import REWARD_NAME, load_environment
+from minds_{name}.rewards import exact_sum
+
+
+@hookimpl
+def minds_register_environments(register):
+    register("{name}", load_environment, "say the sum of two small numbers")
+
+
+@hookimpl
+def minds_register_reward_functions(register):
+    register(REWARD_NAME, exact_sum, "1 when the reply is the sum, else 0")
+'''
+
+ENVIRONMENT = '''\
+"""The {name} environment: what is A + B? One reply per task, scored by exact_sum."""
+
+import random
+from typing import Any
+
+import attrs
+
+from minds_core import Rubric, SingleTurnEnvironment, Task, arg, env_args, within
+
+from minds_{name}.rewards import exact_sum
+
+REWARD_NAME = "{name}.exact_sum"
+
+
+@attrs.frozen
+class Args:
+    """The environment's [env.args]: each field's type, default, rule and meaning."""
+
+    num_tasks: int = arg(64, within(1, 10_000), doc="tasks per split")
+    seed: int = arg(0, doc="seed of the numbers drawn")
+
+
+def make_tasks(count: int, rng: random.Random, split: str) -> list[Task]:
+    """``count`` sums of two numbers below 10."""
+    tasks = []
+    for i in range(count):
+        a, b = rng.randrange(10), rng.randrange(10)
+        prompt = f"What is {{a}} + {{b}}? Reply with the number only."
+        tasks.append(Task(prompt=prompt, answer=str(a + b), id=f"{{split}}/{{i}}"))
+    return tasks
+
+
+def load_environment(**args: Any) -> SingleTurnEnvironment:
+    """The environment from its [env.args] (see Args); a wrong argument is a config error naming it."""
+    chosen = env_args(Args, args, env="{name}")
+    rng = random.Random(chosen.seed)
+    tasks = {{split: make_tasks(chosen.num_tasks, rng, split) for split in ("train", "test")}}
+    return SingleTurnEnvironment(tasks, Rubric([exact_sum], [1.0], [REWARD_NAME]))
+'''
+
+REWARDS = '''\
+"""Reward functions: they receive, by parameter name, what they ask for (completion, answer, task, ...)."""
+
+
+def exact_sum(completion: str, answer: str) -> float:
+    """1.0 when the reply, stripped, is the answer."""
+    return float(completion.strip() == answer)
+'''
+
+TEST = '''\
+"""The {name} plugin: its tasks and reward, its argument checks, and a short training run."""
+
+import pytest
+
+from minds_core import ConfigError, hookimpl
+
+from minds_{name}.environment import load_environment
+from minds_{name}.rewards import exact_sum
+
+
+def test_tasks_have_answers_the_reward_accepts():
+    env = load_environment(num_tasks=3, seed=1)
+    tasks = env.tasks("train")
+    assert len(tasks) == 3 and len(env.tasks("test")) == 3
+    assert all(exact_sum(f" {{task.answer}} ", task.answer) == 1.0 for task in tasks)
+    assert exact_sum("twelve", "12") == 0.0
+
+
+def test_a_wrong_argument_names_the_key():
+    with pytest.raises(ConfigError, match="env.args.num_tasks = 0: must be an integer in 1..10000"):
+        load_environment(num_tasks=0)
+
+
+def test_trains_a_few_steps(minds_env_run):
+    run = minds_env_run("{name}", args={{"num_tasks": 4}}, steps=2)
+    assert run.exit_code == run.expected_exit_code
+    assert run.steps == [0, 1]
+    rewards = [rollout["reward"] for group in run.rollouts for rollout in group["rollouts"]]
+    assert rewards and set(rewards) <= {{0.0, 1.0}}
+
+
+class ShortReplies:
+    """A plugin made for one test: a reward function rewarding short replies."""
+
+    @hookimpl
+    def minds_register_reward_functions(self, register):
+        register("short.reply", lambda completion: float(len(completion) <= 3), "1 for a reply of 3 characters or less")
+
+
+def test_a_reward_from_another_plugin_can_score_the_environment(minds_env_run, minds_plugin):
+    minds_plugin(ShortReplies(), name="short")
+    run = minds_env_run("{name}", args={{"num_tasks": 4}}, steps=1, overrides=["env.rewards=[{{name: short.reply}}]"])
+    assert run.exit_code == run.expected_exit_code
+    rollouts = [rollout for group in run.rollouts for rollout in group["rollouts"]]
+    assert rollouts and all(r["reward"] == float(len(r["completion"][-1]) <= 3) for r in rollouts)
+'''
+
+README = """\
+# minds-plugin-{dist}
+
+The `{name}` environment for minds: what is A + B? One reply per task, scored
+by the `{name}.exact_sum` reward function.
+
+```bash
+pip install -e .              # registers the plugin with minds
+minds plugins                 # lists it and what it registers
+minds run --env {name} --steps 2 --backend local
+pytest                        # its tests, with the minds_core.testing fixtures
+```
+
+## Arguments (`[env.args]`)
+
+| key | default | meaning |
+|---|---|---|
+| `num_tasks` | 64 | tasks per split (1..10000) |
+| `seed` | 0 | seed of the numbers drawn |
+"""
+
+
+def plugin_files(name: str) -> dict[str, str]:
+    """The files of the plugin distribution ``minds-plugin-NAME``, by path relative to its folder."""
+    fields = {"name": name, "dist": name.replace("_", "-")}
+    package = f"minds_{name}"
+    return {
+        "pyproject.toml": PYPROJECT.format(**fields),
+        "README.md": README.format(**fields),
+        f"{package}/__init__.py": INIT.format(**fields),
+        f"{package}/environment.py": ENVIRONMENT.format(**fields),
+        f"{package}/rewards.py": REWARDS,
+        f"tests/test_{name}.py": TEST.format(**fields),
+    }
+
+
+def write_plugin(name: str, parent: Path = Path(".")) -> Path:
+    """Write the plugin ``name`` into the new folder ``PARENT/NAME`` and return that folder."""
+    if not PLUGIN_NAME.match(name):
+        raise UsageError(f"plugin name {name!r}: use lower-case letters, digits and _, starting with a letter")
+    folder = Path(parent) / name
+    if folder.exists():
+        raise UsageError(f"{folder} already exists; choose another name or --dir")
+    for relative, text in plugin_files(name).items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return folder

@@ -1,0 +1,78 @@
+"""`minds new-plugin NAME` writes a plugin distribution that installs, registers its parts and passes its own tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from minds_core.cli import main
+from minds_core.plugins import load_plugins
+
+FILES = [
+    "README.md", "minds_demo/__init__.py", "minds_demo/environment.py", "minds_demo/rewards.py", "pyproject.toml",
+    "tests/test_demo.py",
+]  # fmt: skip
+
+
+def test_the_plugin_is_written_where_asked(tmp_path, capsys):
+    assert main(["new-plugin", "demo", "--dir", str(tmp_path)]) == 0
+    folder = tmp_path / "demo"
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()) == FILES
+    assert f"pip install -e {folder}" in capsys.readouterr().out
+    pyproject = (folder / "pyproject.toml").read_text()
+    assert 'name = "minds-plugin-demo"' in pyproject
+    assert '[project.entry-points.minds]\ndemo = "minds_demo"' in pyproject
+
+
+def test_the_written_package_registers_through_minds(tmp_path, monkeypatch, minds_plugin):
+    main(["new-plugin", "demo", "--dir", str(tmp_path)])
+    monkeypatch.syspath_prepend(str(tmp_path / "demo"))
+    import minds_demo
+    from minds_demo.environment import load_environment
+
+    minds_plugin(minds_demo, name="demo")
+    registry = load_plugins().registry
+    assert registry.get("environments", "demo").obj is load_environment
+    assert registry.get("reward_functions", "demo.exact_sum").obj(" 7", "7") == 1.0
+    env = load_environment(num_tasks=2)
+    assert [t.id for t in env.tasks("test")] == ["test/0", "test/1"]
+
+
+@pytest.mark.parametrize(("name", "message"), [("Demo", "lower-case"), ("2x", "lower-case"), ("my-env", "lower-case")])
+def test_a_bad_name_is_refused(tmp_path, capsys, name, message):
+    assert main(["new-plugin", name, "--dir", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_existing_folder_is_left_alone(tmp_path, capsys):
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "mine.txt").write_text("keep")
+    assert main(["new-plugin", "demo", "--dir", str(tmp_path)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert [p.name for p in (tmp_path / "demo").iterdir()] == ["mine.txt"]
+
+
+@pytest.mark.slow
+def test_new_plugin_then_install_then_pytest_passes(tmp_path):
+    """`minds new-plugin demo && pip install demo && pytest demo`, installed into a private folder (not the venv)."""
+    bin_dir = Path(sys.executable).parent
+    site = tmp_path / "site"
+    subprocess.run([str(bin_dir / "minds"), "new-plugin", "demo"], cwd=tmp_path, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(site),
+         str(tmp_path / "demo")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
+    environ["PYTHONPATH"] = str(site)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "demo"],
+        cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "4 passed" in result.stdout
