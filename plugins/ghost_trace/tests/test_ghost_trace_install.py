@@ -41,7 +41,8 @@ def test_without_the_distribution_the_environment_is_unknown_and_named(
         assert "Available:" in message
         for other in others:
             assert other in message
-        assert DISTRIBUTION not in message  # an uninstalled distribution declares nothing: no hint
+        # installed but skipped: its own metadata names what it provides, so the message says why it is missing
+        assert f"provided by {DISTRIBUTION}, installed but not loaded" in message
         assert "Traceback" not in message
         assert not (tmp_path / "ghost_trace").exists()
 
