@@ -53,6 +53,7 @@ def judge_model(tmp_path_factory):
     return config, root, path
 
 
+@pytest.mark.slow
 def test_a_judge_on_the_service_scores_and_caches(judge_model):
     config, root, path = judge_model
     service = create_local_service(config, root)
@@ -123,6 +124,7 @@ def endpoint(judge_model):
     server.server_close()
 
 
+@pytest.mark.slow
 def test_an_openai_compatible_judge_is_bounded_and_counts_failures(endpoint, monkeypatch):
     monkeypatch.setenv("JUDGE_KEY", KEY)
     judge = LLMJudge(question=QUESTION, model="local-judge", base_url=endpoint, api_key_env="JUDGE_KEY", max_concurrency=3)
@@ -141,6 +143,7 @@ def test_an_openai_compatible_judge_is_bounded_and_counts_failures(endpoint, mon
     assert asyncio.run(judge("Write a's", "new reply", {}, ctx)) is None  # HTTP 401: a failure, not a 0
 
 
+@pytest.mark.slow
 def test_a_judge_from_config_rewards_a_run_and_keeps_its_key_out(endpoint, plugins, monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("JUDGE_KEY", KEY)
     path = tmp_path / "run.yaml"

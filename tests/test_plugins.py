@@ -54,6 +54,7 @@ def test_broken_plugin_is_reported_and_others_keep_working(run_minds):
     assert "broken" in envs.stderr and "missing_dependency" in envs.stderr
 
 
+@pytest.mark.slow
 def test_broken_plugin_shows_as_broken_in_the_table(run_minds):
     result = run_minds(["plugins"], plugins=["broken_plugin"], env={"COLUMNS": "200"})
     assert result.returncode == 0
@@ -66,6 +67,7 @@ def test_strict_mode_makes_a_broken_plugin_fatal(run_minds):
     assert "plugin 'broken'" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_disabled_plugins_are_skipped(run_minds):
     rows = _plugins(run_minds(["plugins", "--json"], plugins=["example_plugin", "broken_plugin"],
                               env={"MINDS_DISABLE_PLUGINS": "broken, minds-example-plugin"}))

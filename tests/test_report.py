@@ -238,6 +238,7 @@ def test_minds_report_command(run_minds, tmp_path: Path, run_dir: Path) -> None:
     assert bad.returncode == 2 and f"{broken / 'config.yaml'}: not valid YAML" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(chromium() is None, reason="needs Chromium: apt-get install chromium (.ci/run installs it)")
 def test_chromium_draws_the_reward_curve_and_the_rollout_table(tmp_path: Path, run_dir: Path) -> None:
     view = view_in_chromium(run_dir / REPORT_FILE, tmp_path)

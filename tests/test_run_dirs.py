@@ -66,6 +66,7 @@ def _claim(runs_dir: str, start: float, results) -> None:
         results.put(("lost", os.getpid()))
 
 
+@pytest.mark.slow
 def test_racing_claims_of_one_folder_have_exactly_one_winner(tmp_path):
     context = multiprocessing.get_context("fork")
     results = context.Queue()

@@ -131,6 +131,7 @@ async def test_a_request_is_retried_until_it_succeeds_and_gives_up_after_the_las
     assert caught.value.exit_code == 1
 
 
+@pytest.mark.slow
 def test_a_transient_failure_during_a_step_is_retried_and_the_run_goes_on(tmp_path, capsys):
     plugin = _run(tmp_path, {2}, "trainer.steps=3")  # the second forward_backward (step 1) fails once
     rows = _rows(tmp_path / "run" / "metrics.jsonl")
@@ -155,6 +156,7 @@ def test_a_step_still_failing_after_the_retries_ends_the_run_naming_step_request
     assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1]
 
 
+@pytest.mark.slow
 def test_a_failed_step_saves_the_state_it_left_intact_and_the_run_resumes_there(tmp_path):
     # no periodic checkpoints: the state after step 1 is saved when step 2 is rejected, and the run resumes at step 2
     def rejected() -> tinker.BadRequestError:

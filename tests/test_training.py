@@ -47,6 +47,7 @@ def test_overlong_filtering_gives_truncated_replies_no_gradient(plugins, tmp_pat
     assert row["length/overlong_penalty"] == -1.0  # every reply used the whole budget
 
 
+@pytest.mark.slow
 def test_failures_are_counted_and_do_not_stop_the_run(plugins, tmp_path):
     rows = _train(
         plugins, tmp_path, "env.id=toy_flaky", "env.args.modes=[raise, hang, nan, text, ok]",
@@ -93,6 +94,7 @@ def test_several_environments_with_weights_and_rubric_overrides(plugins, tmp_pat
     assert two_turn and all(r["env/toy_two_turn/turns"] == 2.0 for r in two_turn)
 
 
+@pytest.mark.slow
 def test_off_policy_staleness_is_bounded(plugins, tmp_path):
     rows = _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=4", "trainer.max_steps_off_policy=1")
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
@@ -101,6 +103,7 @@ def test_off_policy_staleness_is_bounded(plugins, tmp_path):
     assert all(r["sampler/staleness"] == 0 for r in strict)
 
 
+@pytest.mark.slow
 def test_kl_penalty_against_the_base_model(plugins, tmp_path):
     rows = _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=3", "trainer.kl_penalty=0.1",
                   "trainer.learning_rate=1e-2")
@@ -108,6 +111,7 @@ def test_kl_penalty_against_the_base_model(plugins, tmp_path):
     assert rows[-1]["kl/sampler_base"] > rows[0]["kl/sampler_base"]
 
 
+@pytest.mark.slow
 def test_kl_penalty_against_a_reference_checkpoint(plugins, tmp_path):
     _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=4", "trainer.learning_rate=1e-2")
     saved = json.loads((tmp_path / "run" / "checkpoints.jsonl").read_text().splitlines()[-1])
@@ -125,6 +129,7 @@ def test_a_missing_kl_reference_is_a_usage_error(plugins, tmp_path):
                "trainer.kl_reference=tinker://nope/sampler_weights/x")
 
 
+@pytest.mark.slow
 def test_resume_from_saved_weights_starts_where_they_left(plugins, tmp_path):
     first = _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=8", "trainer.learning_rate=1e-2")
     saved = json.loads((tmp_path / "run" / "checkpoints.jsonl").read_text().splitlines()[-1])["state_path"]
@@ -170,6 +175,7 @@ def test_wandb_sink_without_project_is_a_usage_error(plugins, tmp_path):
         train(config, plugins=plugins)
 
 
+@pytest.mark.slow
 def test_a_seeded_run_repeats_exactly(plugins, tmp_path):
     runs = [
         _train(plugins, tmp_path / str(i), "env.id=toy_two_turn", "trainer.steps=2", "trainer.group_size=4",

@@ -55,6 +55,7 @@ def _offline_runs(wandb_dir: Path) -> list[tuple[str, list[int]]]:
     return out
 
 
+@pytest.mark.slow
 def test_resume_continues_the_same_wandb_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))

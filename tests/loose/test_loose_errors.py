@@ -68,6 +68,7 @@ def test_minds_run_reports_a_missing_folder_without_traceback(
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_a_verifiers_environment_without_the_bridge_says_what_to_install() -> None:
     import verifiers as vf
     from datasets import Dataset

@@ -99,6 +99,7 @@ def test_a_registered_name_shadowing_your_package_warns_and_module_prefix_picks_
     assert not [e for e in logs if e["log_level"] == "warning"]
 
 
+@pytest.mark.slow
 def test_a_registered_name_without_a_namesake_does_not_warn(workdir: Path) -> None:
     registry = load_plugins().registry
     with capture_logs() as logs:

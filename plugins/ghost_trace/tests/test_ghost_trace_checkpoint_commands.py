@@ -53,6 +53,7 @@ def _probe_tokens() -> list[int]:
     return tokenizer.encode(tokenizer.apply_chat_template(messages, tokenize=False), add_special_tokens=False)
 
 
+@pytest.mark.slow
 def test_minds_eval_on_the_run_reports_and_keeps_every_rollout(trained, capsys):
     assert main(["eval", str(trained.run_dir), "--tasks", "3", "--samples", "2", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)

@@ -55,6 +55,7 @@ def test_bad_arguments_are_named(args, message):
         load_entropy_intuition(**args)
 
 
+@pytest.mark.slow
 async def test_h_norm_is_the_current_policys_spread_over_the_allowed_numbers(policy):
     env = load_entropy_intuition(kinds=["evens"], num_examples=1)
     (task,) = env.tasks("train")

@@ -110,6 +110,7 @@ async def test_delta_is_one_step_from_the_policy_weights(policy):
     assert (service.created, service.restored) == (1, 1)
 
 
+@pytest.mark.slow
 async def test_measurements_do_not_carry_over_and_at_most_max_shadows_run_at_once(policy):
     ctx = await policy.snapshot()
     example, probe = _data(ctx)
@@ -128,6 +129,7 @@ async def test_measurements_do_not_carry_over_and_at_most_max_shadows_run_at_onc
         assert service.restored == 4 - limit
 
 
+@pytest.mark.slow
 async def test_the_before_score_is_measured_once_per_checkpoint_and_probe(policy):
     ctx, service = counting(await policy.snapshot())
     example, probe = _data(ctx)

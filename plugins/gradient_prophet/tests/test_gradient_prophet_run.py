@@ -72,6 +72,7 @@ class ScriptedPlugin:
         register("scripted_intuition", load, "gradient_intuition with a fixed reply (tests)")
 
 
+@pytest.mark.slow
 def test_gradient_intuition_measures_shadow_steps_from_the_trainers_checkpoints(tmp_path):
     config = load_config(
         CONFIGS / "gradient_intuition.toml",
@@ -133,6 +134,7 @@ class CountingBackend:
         register("counting_local", create, "the local backend, counting created training clients (tests)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_shadows", [1, 2])
 def test_a_run_creates_at_most_max_shadows_shadow_clients_in_all(tmp_path, max_shadows):
     counting = CountingBackend()

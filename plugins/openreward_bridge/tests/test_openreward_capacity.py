@@ -25,6 +25,7 @@ async def answer_once(env: OpenRewardEnvironment, task: Task) -> float:
         await episode.close()
 
 
+@pytest.mark.slow
 async def test_capacity_errors_back_off_and_lower_the_limit(ors_server) -> None:
     census = ors_server.lab.census
     census.reset(capacity=2)
@@ -39,6 +40,7 @@ async def test_capacity_errors_back_off_and_lower_the_limit(ors_server) -> None:
     assert (limiter.in_flight, limiter.open) == (0, 0)
 
 
+@pytest.mark.slow
 async def test_a_configured_session_cap_is_never_exceeded(ors_server) -> None:
     env = load_environment(name="toollab", base_url=ors_server.url, max_sessions=3)
     await asyncio.gather(*(answer_once(env, task) for task in env.tasks("train") * 3))
@@ -47,6 +49,7 @@ async def test_a_configured_session_cap_is_never_exceeded(ors_server) -> None:
     assert ors_server.lab.census.refused == 0
 
 
+@pytest.mark.slow
 async def test_capacity_that_never_frees_up_fails_the_rollout_after_the_retries(ors_server) -> None:
     ors_server.lab.census.reset(capacity=0)
     env = load_environment(name="toollab", base_url=ors_server.url, capacity_retries=2, capacity_backoff=0.01)

@@ -165,6 +165,7 @@ def test_the_console_script_is_installed(tmp_path: Path) -> None:
     assert tomllib.loads(result.stdout)["envs"][0]["args"]["name"] == "GeneralReasoning/WhoDunIt"
 
 
+@pytest.mark.slow
 def test_a_converted_seed_config_runs(hosted_env, tmp_path: Path, capfd) -> None:
     pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
     seed = {
@@ -249,6 +250,7 @@ def recipe(tmp_path: Path, **fields: object) -> Path:
     return write(tmp_path, RECIPE_CONFIG.format(**values))
 
 
+@pytest.mark.slow
 def test_recipe_secrets_become_references_and_never_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in SECRET_VALUES.items():
         monkeypatch.setenv(name, value)
@@ -300,6 +302,7 @@ def test_bad_secret_tables_are_named(tmp_path: Path) -> None:
         convert(seed)
 
 
+@pytest.mark.slow
 def test_a_converted_recipe_runs_with_its_secrets(hosted_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd) -> None:
     pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
     for name, value in SECRET_VALUES.items():

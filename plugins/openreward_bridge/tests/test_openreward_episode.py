@@ -25,6 +25,7 @@ async def opened(env: OpenRewardEnvironment, split: str = "train", renderer: Any
     return episode, await episode.initial_observation()
 
 
+@pytest.mark.slow
 async def test_tool_calls_run_and_come_back_as_the_next_turn(ors_server) -> None:
     env = load_environment(name="toollab", base_url=ors_server.url)
     episode, messages = await opened(env)
@@ -76,6 +77,7 @@ async def test_tool_calls_run_and_come_back_as_the_next_turn(ors_server) -> None
 
 
 # The SDK builds the request coroutine before it checks that the session is dead, and drops it.
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:coroutine 'resumable_sse' was never awaited:RuntimeWarning")
 async def test_a_failing_tool_fails_the_rollout_and_kills_the_session(ors_server) -> None:
     env = load_environment(name="toollab", base_url=ors_server.url)
@@ -91,6 +93,7 @@ async def test_a_failing_tool_fails_the_rollout_and_kills_the_session(ors_server
     gc.collect()  # let the dropped coroutine warn here, where the filter applies
 
 
+@pytest.mark.slow
 async def test_a_timed_out_episode_still_ends_its_session(ors_server) -> None:
     env = load_environment(name="toollab", base_url=ors_server.url)
     episode, _ = await opened(env)
@@ -102,6 +105,7 @@ async def test_a_timed_out_episode_still_ends_its_session(ors_server) -> None:
     await env.close()
 
 
+@pytest.mark.slow
 async def test_without_a_terminal_tool_plain_text_gets_feedback(ors_server) -> None:
     env = load_environment(name="maze", base_url=ors_server.url, reward_reduction="max")
     assert env.terminal is None and [t.info["spec"] for t in env.tasks("train")] == [{"exit": "north"}, {"exit": "east"}]
@@ -125,6 +129,7 @@ async def test_without_a_terminal_tool_plain_text_gets_feedback(ors_server) -> N
     await env.close()
 
 
+@pytest.mark.slow
 async def test_tool_aware_templates_get_the_tools_and_tool_messages(ors_server) -> None:
     from transformers import AutoTokenizer
 
@@ -157,6 +162,7 @@ async def test_tool_aware_templates_get_the_tools_and_tool_messages(ors_server) 
     await forced.close()
 
 
+@pytest.mark.slow
 async def test_the_openreward_key_is_not_sent_to_a_server_nobody_configured_it_for(ors_server, monkeypatch) -> None:
     monkeypatch.setenv("OPENREWARD_API_KEY", "sk-or-must-not-leak")
     monkeypatch.setenv("LAB_JUDGE", "judge-secret")
@@ -173,6 +179,7 @@ async def test_the_openreward_key_is_not_sent_to_a_server_nobody_configured_it_f
     assert "sk-or-must-not-leak" not in repr(secrets)
 
 
+@pytest.mark.slow
 async def test_a_key_configured_for_a_server_is_sent_there(ors_server, monkeypatch) -> None:
     monkeypatch.setenv("LAB_KEY", "lab-key-123")
     start = len(ors_server.log.keys)

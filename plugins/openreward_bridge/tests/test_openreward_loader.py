@@ -44,6 +44,7 @@ def test_a_server_that_wants_a_key_nobody_configured_says_so(hosted_server) -> N
         load_environment(name="toollab", base_url=hosted_server.url)
 
 
+@pytest.mark.slow
 def test_unknown_environment_and_split_are_reported(ors_server) -> None:
     with pytest.raises(UsageError, match="'nosuchenv' at http://127.0.0.1:\\d+: not found"):
         load_environment(name="nosuchenv", base_url=ors_server.url)
@@ -95,6 +96,7 @@ def test_bad_args_stop_minds_run_with_every_problem(ors_server, tmp_path: Path, 
     assert "num_rollouts: unknown key" in err
 
 
+@pytest.mark.slow
 async def test_tasks_served_only_by_index_open_by_split_and_index(ors_server) -> None:
     env = load_environment(name="catalog", base_url=ors_server.url, seed=5, splits={"train": {"shuffle": True, "num_samples": 3}})
     tasks = env.tasks("train")
@@ -109,6 +111,7 @@ async def test_tasks_served_only_by_index_open_by_split_and_index(ors_server) ->
     assert ors_server.catalog.census.created == 1
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_is_a_clear_error() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

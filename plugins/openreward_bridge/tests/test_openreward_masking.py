@@ -78,6 +78,7 @@ async def teach(training: Any, prompt: list[int], target: list[int]) -> Any:
     raise AssertionError("the tiny model did not learn the tool call in 200 steps")
 
 
+@pytest.mark.slow
 async def test_tool_outputs_are_masked_and_sampled_turns_are_exact(ors_server, tmp_path: Path) -> None:
     service = local.ServiceClient(checkpoint_root=tmp_path)
     training = await service.create_lora_training_client(base_model=local.DEFAULT_BASE_MODEL, rank=8)

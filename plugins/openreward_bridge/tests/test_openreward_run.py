@@ -51,6 +51,7 @@ args = {{ name = "maze", base_url = "{url}", nonterminal_reward = -0.5, reward_r
 """
 
 
+@pytest.mark.slow
 def test_minds_run_trains_on_several_openreward_environments(ors_server, tmp_path: Path) -> None:
     config = tmp_path / "openreward.toml"
     config.write_text(CONFIG.format(seed=SEED, url=ors_server.url))

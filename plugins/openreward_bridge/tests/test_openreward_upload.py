@@ -64,6 +64,7 @@ async def play(env: OpenRewardEnvironment, tmp_path: Path, group_size: int) -> G
     return group
 
 
+@pytest.mark.slow
 async def test_trajectories_are_uploaded_only_when_a_run_name_is_set(ors_server, fake_api, tmp_path: Path) -> None:
     quiet = load_environment(name="toollab", base_url=ors_server.url)
     assert quiet.uploader is None
@@ -88,6 +89,7 @@ async def test_trajectories_are_uploaded_only_when_a_run_name_is_set(ors_server,
     assert rewards == []
 
 
+@pytest.mark.slow
 async def test_an_unreachable_service_turns_uploading_off_without_failing_rollouts(ors_server, monkeypatch, tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -100,6 +102,7 @@ async def test_an_unreachable_service_turns_uploading_off_without_failing_rollou
     assert env.uploader.enabled is False and env.uploader.uploaded == 0
 
 
+@pytest.mark.slow
 async def test_a_self_hosted_servers_key_never_reaches_the_hosted_upload(ors_server, fake_api, monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("MY_SELFHOSTED_TOKEN", SELF_HOSTED_KEY)
     start = len(ors_server.log.keys)
@@ -110,6 +113,7 @@ async def test_a_self_hosted_servers_key_never_reaches_the_hosted_upload(ors_ser
     assert fake_api.keys and set(fake_api.keys) == {UPLOAD_KEY}  # the hosted upload gets OPENREWARD_API_KEY's
 
 
+@pytest.mark.slow
 async def test_upload_api_key_env_names_the_upload_key(ors_server, fake_api, monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("MY_UPLOAD_KEY", "sk-or-dedicated-42")
     env = load_environment(name="toollab", base_url=ors_server.url, upload_run_name="nightly", upload_api_key_env="MY_UPLOAD_KEY")

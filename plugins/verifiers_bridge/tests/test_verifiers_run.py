@@ -28,6 +28,7 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[list[dict], list[dict]]:
     return metrics, rollouts
 
 
+@pytest.mark.slow
 def test_single_turn_env_trains(vf_environments: Path, tmp_path: Path) -> None:
     metrics, rollouts = _train(tmp_path, "env.args.id=minds_vf_capitals", "env.args.args.num_rows=3")
     for m in metrics:
@@ -37,12 +38,14 @@ def test_single_turn_env_trains(vf_environments: Path, tmp_path: Path) -> None:
     assert questions <= {f"What is the capital of {c}?" for c in ("France", "Japan", "Peru")}
 
 
+@pytest.mark.slow
 def test_multi_turn_env_trains(vf_environments: Path, tmp_path: Path) -> None:
     metrics, rollouts = _train(tmp_path, "env.args.id=minds_vf_interview", "env.args.args.turns=3")
     assert all(m["tokens/turns"] == 3 * 6 and m["env/verifiers/vf/num_turns"] == 3 for m in metrics)
     assert all(len(r["completion"]) == 3 for g in rollouts for r in g["rollouts"])
 
 
+@pytest.mark.slow
 def test_tool_env_trains(vf_environments: Path, tmp_path: Path) -> None:
     metrics, rollouts = _train(tmp_path, "env.args.id=minds_vf_calculator")
     assert all("env/verifiers/vf/add_calls" in m and "env/verifiers/vf/states_sum" in m for m in metrics)

@@ -127,6 +127,7 @@ async def _tool_calling_sampler(service: Any, renderer: Renderer) -> Any:
     return await trainer.save_weights_and_get_sampling_client()
 
 
+@pytest.mark.slow
 async def test_tool_env_runs_the_called_tool_and_trains_on_every_turn(vf_environments: Path, service: Any) -> None:
     base = await service.create_sampling_client(base_model="minds-tiny")
     sampler = await _tool_calling_sampler(service, Renderer(base.get_tokenizer()))

@@ -34,6 +34,7 @@ def train(client: TrainingClient, data: list[types.Datum], steps: int) -> None:
     step.result()
 
 
+@pytest.mark.slow
 def test_resume_with_optimizer_equals_uninterrupted_training(
     service: ServiceClient,
     trainer: TrainingClient,

@@ -296,6 +296,7 @@ def test_the_rest_client_lists_reads_downloads_and_deletes_checkpoints(
             missing.result()
 
 
+@pytest.mark.slow
 def test_ttl_seconds_expires_local_checkpoints(service: ServiceClient, trainer: TrainingClient) -> None:
     state = trainer.save_state("short", ttl_seconds=1).result().path
     kept = trainer.save_weights_for_sampler("kept").result().path
