@@ -3,9 +3,15 @@
 This module is the public face of minds: plugin authors import from here
 only (tests also from ``minds_core.testing``). Every other module is internal
 and may change. docs/plugins.md describes the contract these names make up.
+
+Names are imported on first use (``from minds_core import Task`` loads only
+what ``Task`` needs), so importing minds_core, as ``minds --help`` does, costs
+no more than pluggy.
 """
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 import pluggy
 
@@ -16,144 +22,87 @@ try:
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
 
-# Every name below is public; __all__ lists them. The imports stay light (no torch, transformers
-# or tinker at import time). RunConfig, build_config and read_config_file are for tools that write
-# or check configs; env_args, arg and the rules (at_least, within, ...) declare and check [env.args].
-from minds_core.config import RunConfig, build_config, read_config_file
-from minds_core.contracts import (
-    NAME_RULE,
-    REWARD_NAME_RULE,
-    AdvantageEstimator,
-    BackendFactory,
-    BackendFit,
-    EnvironmentAdapter,
-    EnvironmentLoader,
-    LossFunction,
-    MetricSink,
-    OpenEnvironment,
-    Register,
-    RewardFunction,
-    SinkFactory,
-)
-from minds_core.envs.args import (
-    Rule,
-    above,
-    arg,
-    at_least,
-    env_args,
-    non_empty_subset_of,
-    one_of,
-    within,
-)
-from minds_core.envs.calling import lenient
-from minds_core.envs.rubric import (
-    GROUP_REWARD_INPUTS,
-    REWARD_INPUTS,
-    Rubric,
-    RubricScore,
-    as_reward,
-    call_with_available,
-    maybe_await,
-)
-from minds_core.envs.sampler import PolicySampler
-from minds_core.envs.single_turn import (
-    SingleTurnEnvironment,
-    prompt_messages,
-    report_metric,
-    score_completion,
-)
-from minds_core.envs.turns import take_turns
-from minds_core.envs.types import (
-    Context,
-    Environment,
-    Episode,
-    EpisodeConversation,
-    Message,
-    SelfDrivingEpisode,
-    StepResult,
-    Task,
-    TokenBudgetExhausted,
-)
-from minds_core.errors import ConfigError, MindsError, UsageError, did_you_mean
-from minds_core.logs import get_logger
-from minds_core.losses import CustomLoss
-from minds_core.text import (
-    TOOL_CALL_CLOSE,
-    TOOL_CALL_OPEN,
-    MalformedToolCall,
-    ToolCall,
-    normalize_minus,
-    parse_tool_calls,
-    strip_code_fences,
-    strip_think,
-    strip_tool_calls,
-    think_text,
-)
+#: Every public name -> the internal module that defines it. RunConfig, build_config and
+#: read_config_file are for tools that write or check configs; env_args, arg and the rules
+#: (at_least, within, ...) declare and check [env.args].
+_PUBLIC: dict[str, str] = {
+    "RunConfig": "minds_core.config",
+    "build_config": "minds_core.config",
+    "read_config_file": "minds_core.config",
+    "NAME_RULE": "minds_core.contracts",
+    "REWARD_NAME_RULE": "minds_core.contracts",
+    "AdvantageEstimator": "minds_core.contracts",
+    "BackendFactory": "minds_core.contracts",
+    "BackendFit": "minds_core.contracts",
+    "EnvironmentAdapter": "minds_core.contracts",
+    "EnvironmentLoader": "minds_core.contracts",
+    "LossFunction": "minds_core.contracts",
+    "MetricSink": "minds_core.contracts",
+    "OpenEnvironment": "minds_core.contracts",
+    "Register": "minds_core.contracts",
+    "RewardFunction": "minds_core.contracts",
+    "SinkFactory": "minds_core.contracts",
+    "Rule": "minds_core.envs.args",
+    "above": "minds_core.envs.args",
+    "arg": "minds_core.envs.args",
+    "at_least": "minds_core.envs.args",
+    "env_args": "minds_core.envs.args",
+    "non_empty_subset_of": "minds_core.envs.args",
+    "one_of": "minds_core.envs.args",
+    "within": "minds_core.envs.args",
+    "lenient": "minds_core.envs.calling",
+    "GROUP_REWARD_INPUTS": "minds_core.envs.rubric",
+    "REWARD_INPUTS": "minds_core.envs.rubric",
+    "Rubric": "minds_core.envs.rubric",
+    "RubricScore": "minds_core.envs.rubric",
+    "as_reward": "minds_core.envs.rubric",
+    "call_with_available": "minds_core.envs.rubric",
+    "maybe_await": "minds_core.envs.rubric",
+    "PolicySampler": "minds_core.envs.sampler",
+    "SingleTurnEnvironment": "minds_core.envs.single_turn",
+    "prompt_messages": "minds_core.envs.single_turn",
+    "report_metric": "minds_core.envs.single_turn",
+    "score_completion": "minds_core.envs.single_turn",
+    "take_turns": "minds_core.envs.turns",
+    "Context": "minds_core.envs.types",
+    "Environment": "minds_core.envs.types",
+    "Episode": "minds_core.envs.types",
+    "EpisodeConversation": "minds_core.envs.types",
+    "Message": "minds_core.envs.types",
+    "SelfDrivingEpisode": "minds_core.envs.types",
+    "StepResult": "minds_core.envs.types",
+    "Task": "minds_core.envs.types",
+    "TokenBudgetExhausted": "minds_core.envs.types",
+    "ConfigError": "minds_core.errors",
+    "MindsError": "minds_core.errors",
+    "UsageError": "minds_core.errors",
+    "did_you_mean": "minds_core.errors",
+    "get_logger": "minds_core.logs",
+    "CustomLoss": "minds_core.losses",
+    "TOOL_CALL_CLOSE": "minds_core.text",
+    "TOOL_CALL_OPEN": "minds_core.text",
+    "MalformedToolCall": "minds_core.text",
+    "ToolCall": "minds_core.text",
+    "normalize_minus": "minds_core.text",
+    "parse_tool_calls": "minds_core.text",
+    "strip_code_fences": "minds_core.text",
+    "strip_think": "minds_core.text",
+    "strip_tool_calls": "minds_core.text",
+    "think_text": "minds_core.text",
+}
 
-__all__ = [
-    "GROUP_REWARD_INPUTS",
-    "NAME_RULE",
-    "REWARD_INPUTS",
-    "REWARD_NAME_RULE",
-    "TOOL_CALL_CLOSE",
-    "TOOL_CALL_OPEN",
-    "AdvantageEstimator",
-    "BackendFactory",
-    "BackendFit",
-    "ConfigError",
-    "Context",
-    "CustomLoss",
-    "Environment",
-    "EnvironmentAdapter",
-    "EnvironmentLoader",
-    "Episode",
-    "EpisodeConversation",
-    "LossFunction",
-    "MalformedToolCall",
-    "Message",
-    "MetricSink",
-    "MindsError",
-    "OpenEnvironment",
-    "PolicySampler",
-    "Register",
-    "RewardFunction",
-    "Rubric",
-    "RubricScore",
-    "Rule",
-    "RunConfig",
-    "SelfDrivingEpisode",
-    "SingleTurnEnvironment",
-    "SinkFactory",
-    "StepResult",
-    "Task",
-    "TokenBudgetExhausted",
-    "ToolCall",
-    "UsageError",
-    "__version__",
-    "above",
-    "arg",
-    "as_reward",
-    "at_least",
-    "build_config",
-    "call_with_available",
-    "did_you_mean",
-    "env_args",
-    "get_logger",
-    "hookimpl",
-    "lenient",
-    "maybe_await",
-    "non_empty_subset_of",
-    "normalize_minus",
-    "one_of",
-    "parse_tool_calls",
-    "prompt_messages",
-    "read_config_file",
-    "report_metric",
-    "score_completion",
-    "strip_code_fences",
-    "strip_think",
-    "strip_tool_calls",
-    "take_turns",
-    "think_text",
-    "within",
-]
+__all__ = ["__version__", "hookimpl"]
+__all__ += list(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module the first time the name is used, and keep the name here."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'minds_core' has no attribute {name!r}")
+    value = getattr(import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -77,6 +79,20 @@ def test_the_import_check_sees_a_private_import(tmp_path: Path) -> None:
 def test_the_public_face_exports_what_it_lists() -> None:
     missing = [name for name in minds_core.__all__ if not hasattr(minds_core, name)]
     assert not missing and len(set(minds_core.__all__)) == len(minds_core.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'not_public'"):
+        minds_core.not_public  # noqa: B018
+
+
+def test_importing_the_public_face_loads_a_name_s_module_only_when_it_is_used() -> None:
+    # a fresh process: this one has long imported everything
+    code = (
+        "import sys, minds_core\n"
+        "before = sorted(m for m in sys.modules if m.startswith('minds_core.'))\n"
+        "from minds_core import Task\n"
+        "print(before, 'minds_core.envs.types' in sys.modules, 'minds_core.config' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["[]", "True", "False"], done.stdout + done.stderr
 
 
 def test_every_hook_has_a_kind_a_documented_parameter_per_argument_an_example_a_guide_section_and_a_test() -> None:
