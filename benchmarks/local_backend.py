@@ -13,6 +13,10 @@ seconds, no targets checked). Every figure is a ratio measured in this run:
 * 32 concurrent one-sample requests against one 32-sample request. Target: >= 70%.
 * Peak RSS of a training step of the ~25M model at the default batch, in a child
   process (``--rss-child``). Target: <= 4 GB.
+
+``--device cuda`` runs the same figures on a GPU (bf16 base weights, float32 LoRA): the
+floor is then the GPU's own bf16 matmul rate, measured in this run, and a ~300M-parameter
+model joins the RL step. The targets above are the CPU's; on a GPU the figures are reported.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from transformers import (
 )
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local.placement import resolve_placement
 from minds_core.backends.local.tiny_model import _tokenizer, tiny_model_path
 
 
@@ -67,8 +72,18 @@ def median_seconds(run: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def matmul_flops_per_second(smoke: bool) -> float:
-    """One-thread float32 matmul rate (the floor's unit), measured now."""
+def matmul_flops_per_second(smoke: bool, device: str) -> float:
+    """One-thread float32 matmul rate (the floor's unit), measured now; on a GPU, its bf16 rate."""
+    if device == "cuda":
+        n = 1024 if smoke else 8192
+        a, b = torch.randn(n, n, device=device, dtype=torch.bfloat16), torch.randn(n, n, device=device, dtype=torch.bfloat16)
+
+        def products() -> None:
+            for _ in range(10):
+                a @ b
+            torch.cuda.synchronize()
+
+        return 10 * 2 * n**3 / median_seconds(products, 3)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -82,12 +97,13 @@ def matmul_flops_per_second(smoke: bool) -> float:
         torch.set_num_threads(threads)
 
 
-def build_25m_model(directory: Path) -> Path:
-    """A ~25M-parameter Qwen3-style model with the tiny model's byte tokenizer, random weights."""
+def build_model(directory: Path, hidden: int = 512, layers: int = 8) -> Path:
+    """A Qwen3-style model with the tiny model's byte tokenizer, random weights: ~25M parameters by default,
+    ~300M at ``hidden=1024, layers=24``."""
     tokenizer = _tokenizer()
     config = Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
-        num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=4096,
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=layers,
+        num_attention_heads=hidden // 64, num_key_value_heads=hidden // 128, head_dim=64, max_position_embeddings=4096,
         tie_word_embeddings=False, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
@@ -168,7 +184,7 @@ def rl_step(service: ServiceClient, model_name: str, shape: Shape) -> dict[str, 
     }
 
 
-def sampler_vs_generate(service: ServiceClient, shape: Shape) -> dict[str, float]:
+def sampler_vs_generate(service: ServiceClient, shape: Shape, device: str) -> dict[str, float]:
     """Tokens/s of a G-sample request (rank-8 adapter) against batched ``generate`` (base model, no adapter),
     and 32 one-sample requests vs one 32-sample request."""
     trainer = service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=8, seed=0).result()
@@ -179,12 +195,13 @@ def sampler_vs_generate(service: ServiceClient, shape: Shape) -> dict[str, float
     params = types.SamplingParams(max_tokens=shape.max_tokens, temperature=1.0, seed=0, stop=[])
     ours = median_seconds(lambda: sampler.sample(model_input, shape.group_size, params).result(), shape.repeats)
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.float32).eval()
+    placement = resolve_placement(device)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=placement.dtype).to(placement.device).eval()
     config = GenerationConfig(
         do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=shape.max_tokens,
         min_new_tokens=shape.max_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
     )
-    batch = torch.tensor([prompt]).repeat(shape.group_size, 1)
+    batch = torch.tensor([prompt], device=placement.device).repeat(shape.group_size, 1)
 
     def generate() -> None:
         with torch.inference_mode():
@@ -203,46 +220,55 @@ def sampler_vs_generate(service: ServiceClient, shape: Shape) -> dict[str, float
     return {"ours": ours, "generate": batched, "one_request": one, "many_requests": many, "rows": rows}
 
 
-def rss_child(model_dir: str, smoke: bool) -> None:
-    """(Child process) one RL step of the model in ``model_dir``; print peak RSS in bytes as JSON."""
-    with ServiceClient() as service:
+def rss_child(model_dir: str, smoke: bool, device: str) -> None:
+    """(Child process) one RL step of the model in ``model_dir``; print peak RSS (and GPU memory) in bytes as JSON."""
+    with ServiceClient(device=device) as service:
         rl_step(service, model_dir, SMOKE if smoke else Shape(repeats=1))
-    print(json.dumps({"peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+    gpu = torch.cuda.max_memory_allocated() if device == "cuda" else 0
+    print(json.dumps({"peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "peak_gpu": gpu}))
 
 
-def peak_rss(model_dir: Path, smoke: bool) -> int:
-    args = [sys.executable, __file__, "--rss-child", str(model_dir), *(["--smoke"] if smoke else [])]
+def peak_memory(model_dir: Path, smoke: bool, device: str) -> dict[str, int]:
+    args = [sys.executable, __file__, "--rss-child", str(model_dir), "--device", device, *(["--smoke"] if smoke else [])]
     done = subprocess.run(args, capture_output=True, text=True, check=True, timeout=1800)
-    return int(json.loads(done.stdout.strip().splitlines()[-1])["peak_rss"])
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, seconds, no targets checked")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the local backend computes")
     parser.add_argument("--rss-child", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
-        rss_child(args.rss_child, args.smoke)
+        rss_child(args.rss_child, args.smoke, args.device)
         return
     shape = SMOKE if args.smoke else FULL
-    rate = matmul_flops_per_second(args.smoke)
-    with tempfile.TemporaryDirectory() as tmp, ServiceClient() as service:
-        print(f"torch threads: {torch.get_num_threads()}; one-thread matmul rate: {rate / 1e9:.1f} GFLOP/s")
-        big = build_25m_model(Path(tmp) / "m25")
+    gpu = args.device == "cuda"
+    rate = matmul_flops_per_second(args.smoke, args.device)
+    with tempfile.TemporaryDirectory() as tmp, ServiceClient(device=args.device) as service:
+        if gpu:
+            print(f"device: {torch.cuda.get_device_name()}; bf16 matmul rate: {rate / 1e12:.0f} TFLOP/s")
+        else:
+            print(f"torch threads: {torch.get_num_threads()}; one-thread matmul rate: {rate / 1e9:.1f} GFLOP/s")
+        big = build_model(Path(tmp) / "m25")
         results = {"minds-tiny": rl_step(service, DEFAULT_BASE_MODEL, shape)}
         if not args.smoke:
             results["25M"] = rl_step(service, str(big), shape)
-        sampling = sampler_vs_generate(service, shape)
-        rss = peak_rss(big, args.smoke)
+        if gpu and not args.smoke:
+            results["300M"] = rl_step(service, str(build_model(Path(tmp) / "m300", hidden=1024, layers=24)), shape)
+        sampling = sampler_vs_generate(service, shape, args.device)
+        memory = peak_memory(big, args.smoke, args.device)
+    floor_name = "GPU bf16 floor" if gpu else "1-core floor"
     print(f"RL step: {shape.groups} prompts x {shape.group_size} samples, ~{shape.prompt_tokens}-token prompts, "
           f"{shape.max_tokens} tokens, every rollout trained (importance_sampling, rank 8)")
     for name, r in results.items():
         floor = r["flops"] / rate
-        target = 0.3 if name == "minds-tiny" else 0.6
+        target = "" if gpu else f" (target >= {0.3 if name == 'minds-tiny' else 0.6:.0%})"
         shared_floor = r["shared_flops"] / rate
-        print(f"  {name:10s} ({r['matmul_params'] / 1e6:5.2f}M matmul params): step {r['seconds']:.2f} s, "
-              f"1-core floor {floor:.2f} s -> {floor / r['seconds']:.0%} of the floor (target >= {target:.0%}); "
-              f"floor of the FLOPs left after prompt sharing {shared_floor:.2f} s -> {shared_floor / r['seconds']:.0%}")
+        print(f"  {name:10s} ({r['matmul_params'] / 1e6:6.2f}M matmul params): step {r['seconds']:.3f} s, "
+              f"{floor_name} {floor:.3f} s -> {floor / r['seconds']:.1%} of the floor{target}; floor of the FLOPs "
+              f"left after prompt sharing {shared_floor:.3f} s -> {shared_floor / r['seconds']:.1%}")
     tokens = shape.group_size * shape.max_tokens
     print(f"sampling, {shape.prompt_tokens}-token prompt, G={shape.group_size}, {shape.max_tokens} tokens:")
     print(f"  local sampler (rank-8 adapter) {tokens / sampling['ours']:8.0f} tokens/s; batched generate (base) "
@@ -250,7 +276,8 @@ def main() -> None:
     print(f"  {sampling['rows']} concurrent one-sample requests reach "
           f"{sampling['one_request'] / sampling['many_requests']:.0%} of one {sampling['rows']}-sample request's "
           "throughput (target >= 70%)")
-    print(f"peak RSS, one RL step of the 25M model (child process): {rss / 2**30:.2f} GiB (target <= 4)")
+    print(f"peak RSS, one RL step of the 25M model (child process): {memory['peak_rss'] / 2**30:.2f} GiB (target <= 4)"
+          + (f"; peak GPU memory allocated {memory['peak_gpu'] / 2**30:.2f} GiB" if gpu else ""))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ architectures whose layers are exactly RMSNorm -> attention (q/k/v/o
 projections, optional per-head q/k RMSNorm as in Qwen3, rotary positions) ->
 RMSNorm -> SiLU-gated MLP (Llama, Mistral, Qwen2, Qwen3), ``FastDecoder``
 runs that step straight off the module's weights (the same tensors, no copy).
-Any other model decodes through its own ``forward``. Prefill always does.
+A peft model with unmerged LoRA layers (a sampler on a bf16 base) decodes the
+same way, each adapted layer adding its LoRA term as peft computes it: in the
+adapter's dtype, cast back to the layer's. Any other model decodes through its
+own ``forward``. Prefill always does.
 """
 
 from __future__ import annotations
@@ -25,8 +28,15 @@ _ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForC
 _ROPE_TYPES = frozenset({"default", "linear", "llama3"})  # inverse frequencies fixed at load time
 
 
-_Linear = tuple[torch.Tensor, torch.Tensor | None]
-"""A linear layer's weight and bias (the module's own tensors)."""
+@dataclass(frozen=True)
+class _Linear:
+    """A linear layer's weight and bias (the module's own tensors), and its unmerged LoRA factors if any."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    lora_a: torch.Tensor | None = None
+    lora_b: torch.Tensor | None = None
+    scaling: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -44,12 +54,28 @@ class _Layer:
     scaling: float
 
 
-def _linear(module: nn.Linear) -> _Linear:
-    return module.weight, module.bias
+def _linear(module: nn.Module) -> _Linear:
+    base = getattr(module, "base_layer", None)
+    if base is None:
+        return _Linear(module.weight, module.bias)
+    if module.merged:
+        return _Linear(base.weight, base.bias)
+    (adapter,) = module.active_adapters  # a peft LoRA layer: one adapter per sampler
+    return _Linear(
+        base.weight,
+        base.bias,
+        module.lora_A[adapter].weight,
+        module.lora_B[adapter].weight,
+        float(module.scaling[adapter]),
+    )
 
 
 def _apply(layer: _Linear, x: torch.Tensor) -> torch.Tensor:
-    return F.linear(x, layer[0], layer[1])
+    y = F.linear(x, layer.weight, layer.bias)
+    if layer.lora_a is None or layer.lora_b is None:
+        return y
+    lora = F.linear(F.linear(x.to(layer.lora_a.dtype), layer.lora_a), layer.lora_b)
+    return (y + lora * layer.scaling).to(x.dtype)
 
 
 class FastDecoder:
@@ -94,6 +120,8 @@ class FastDecoder:
     @classmethod
     def for_model(cls, model: nn.Module) -> FastDecoder | None:
         """A fast decoder for ``model``, or None when its architecture is not one this module reproduces."""
+        if hasattr(model, "get_base_model"):  # a peft model (``attach_lora``'s: LoRA without DoRA, in eval mode)
+            model = model.get_base_model()
         config = getattr(model, "config", None)
         if type(model).__name__ not in _ARCHITECTURES or config is None:
             return None
@@ -129,7 +157,7 @@ class FastDecoder:
             # One query per row: plain matmuls over each key/value head's group of query heads.
             q = qk[:, : self.query_heads].reshape(rows, self.kv_heads, groups, self.head_dim)
             scores = torch.matmul(q, keys.transpose(-1, -2)).mul_(layer.scaling).add_(mask)
-            attended = torch.matmul(scores.softmax(dim=-1), values)
+            attended = torch.matmul(scores.softmax(dim=-1, dtype=torch.float32).to(values.dtype), values)
             x = x + _apply(layer.o, attended.reshape(rows, -1))
             h = self._norm(x, layer.post_norm)
             x = x + _apply(layer.down, F.silu(_apply(layer.gate, h)) * _apply(layer.up, h))

@@ -66,11 +66,13 @@ def attach_lora(base: PreTrainedModel, spec: LoraSpec, seed: int) -> PeftModel:
     with warnings.catch_warnings():  # peft reads a deprecated transformers property: noise for our users
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         model = get_peft_model(tree, config)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)  # drawn on the CPU: the same start on every device
     with torch.no_grad():
         for name, param in model.named_parameters():
             if ".lora_A." in name:
-                nn.init.kaiming_uniform_(param, a=math.sqrt(5), generator=generator)
+                drawn = torch.empty(param.shape, dtype=param.dtype)
+                nn.init.kaiming_uniform_(drawn, a=math.sqrt(5), generator=generator)
+                param.copy_(drawn)
     model.eval()
     return model
 

@@ -1,11 +1,14 @@
-"""Samplers' models: a base model with a LoRA adapter merged into private copies of the adapted weights.
+"""Samplers' models: a base model with a LoRA adapter, in module trees pooled for reuse.
 
 A sampler of a float32 base decodes with ``W + (alpha / rank) * B @ A`` in
-place of each adapted ``W`` (no extra LoRA matmuls per step). Every other tensor is the base model's
-own, shared. The module trees holding the merged weights are pooled per set
-of adapted layers: when a sampler is garbage-collected its tree returns to the
-pool, and the next sampler merges its snapshot into the same weight buffers,
-so a training step neither copies the module tree nor allocates weights anew.
+place of each adapted ``W`` (no extra LoRA matmuls per step). On a base in a
+low-precision dtype (bf16 on CUDA) the adapter stays unmerged, in float32, as
+the trainer runs it: merged into bf16 weights, small updates would round away.
+Every other tensor is the base model's own, shared. The module trees are
+pooled per set of adapted layers: when a sampler is garbage-collected its
+tree returns to the pool, and the next sampler writes its snapshot into the
+same buffers, so a training step neither copies the module tree nor
+allocates weights anew.
 """
 
 from __future__ import annotations
@@ -18,36 +21,45 @@ import torch
 from torch import nn
 
 from .errors import LocalBadRequestError
-from .lora import AdapterState, LoraSpec, target_modules
+from .lora import AdapterState, LoraSpec, attach_lora, load_adapter_state, target_modules
 
 __all__ = ["MergedModels"]
 
 _ADAPTER_PREFIX = "base_model.model."
 
 
+PoolKey = tuple[tuple[str, ...], LoraSpec | None]
+"""The adapted layers' names, and the LoRA settings where the adapter stays unmerged."""
+
+
 class MergedModels:
-    """A pool of module trees over one frozen base model, each with private, merged adapted weights."""
+    """A pool of module trees over one frozen base model, each holding one adapter snapshot; see the module doc."""
 
     def __init__(self, base: nn.Module) -> None:
         self._base = base
-        self._free: dict[tuple[str, ...], list[nn.Module]] = {}
+        self._merges = base.dtype == torch.float32
+        self._free: dict[PoolKey, list[nn.Module]] = {}
         self._lock = threading.Lock()
 
-    def acquire(self, spec: LoraSpec, adapter: AdapterState) -> tuple[nn.Module, tuple[str, ...]]:
-        """A tree holding ``base + adapter`` merged, and the pool key to ``release`` it with when done."""
+    def acquire(self, spec: LoraSpec, adapter: AdapterState) -> tuple[nn.Module, PoolKey]:
+        """A tree computing ``base + adapter``, and the pool key to ``release`` it with when done."""
         names = tuple(target_modules(self._base, spec))
+        key = (names, None if self._merges else spec)
         with self._lock:
-            free = self._free.get(names)
+            free = self._free.get(key)
             tree = free.pop() if free else None
-        if tree is None:
-            tree = self._new_tree(names)
+        if not self._merges:
+            tree = tree or attach_lora(self._base, spec, seed=0)
+            load_adapter_state(tree, adapter)
+            return tree, key
+        tree = tree or self._new_tree(names)
         _merge(self._base, tree, names, spec, adapter)
-        return tree, names
+        return tree, key
 
-    def release(self, names: tuple[str, ...], tree: nn.Module) -> None:
+    def release(self, key: PoolKey, tree: nn.Module) -> None:
         """Return ``tree`` to the pool (its sampler is gone)."""
         with self._lock:
-            self._free.setdefault(names, []).append(tree)
+            self._free.setdefault(key, []).append(tree)
 
     def _new_tree(self, names: tuple[str, ...]) -> nn.Module:
         """A copy of the module tree sharing every base tensor; the layers ``names`` get weights of their own."""

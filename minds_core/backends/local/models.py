@@ -26,6 +26,7 @@ class BaseModel:
     name: str
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
+    placement: Placement
 
     @cached_property
     def vocab_size(self) -> int:
@@ -88,7 +89,7 @@ def _load(name: str, placement: Placement) -> BaseModel:
         ) from exc
     model.requires_grad_(False)
     model.eval()
-    return BaseModel(name=name, model=model, tokenizer=tokenizer)
+    return BaseModel(name=name, model=model, tokenizer=tokenizer, placement=placement)
 
 
 def _from_pretrained(

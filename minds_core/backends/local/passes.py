@@ -29,9 +29,6 @@ __all__ = ["ItemLoss", "LossPasses", "padded_logits", "shared_prefix_groups"]
 ItemLoss = Callable[[int, torch.Tensor], torch.Tensor]
 """``loss(index, logprobs) -> scalar``: the loss of datum ``index`` from its target log-probs."""
 
-TOKENS_PER_MICRO_BATCH = 2048
-"""Padded input tokens per forward pass (rows x longest row)."""
-
 LOGITS_PER_MICRO_BATCH = 1 << 26
 """Float logits held at once per forward pass (256 MiB; binds before the token bound at vocabularies over 32k)."""
 
@@ -88,9 +85,12 @@ def _common_prefix(rows: Sequence[torch.Tensor]) -> int:
 class LossPasses:
     """Runs a request's datums through ``model`` in micro-batches, sharing prefixes; see the module doc."""
 
-    def __init__(self, model: nn.Module, vocab_size: int, *, share_prefixes: bool = True) -> None:
+    def __init__(
+        self, model: nn.Module, vocab_size: int, *, tokens_per_micro_batch: int = 2048, share_prefixes: bool = True
+    ) -> None:
         self.model = model
         self.vocab_size = vocab_size
+        self.tokens_per_micro_batch = tokens_per_micro_batch  # padded input tokens per pass (rows x longest row)
         self.share_prefixes = share_prefixes
 
     def run(
@@ -177,7 +177,7 @@ class LossPasses:
             longest_with = max(longest, length)
             rows = len(batch) + 1
             if batch and (
-                rows * longest_with > TOKENS_PER_MICRO_BATCH
+                rows * longest_with > self.tokens_per_micro_batch
                 or rows * longest_with * self.vocab_size > LOGITS_PER_MICRO_BATCH
             ):
                 yield batch

@@ -19,7 +19,7 @@ from torch import nn
 from .decoding import DecodeBatch, SampleRequest, StopRule, prompt_scores
 from .errors import LocalBadRequestError
 from .inputs import check_length, check_tokens
-from .lora import AdapterState, LoraSpec, attach_lora, load_adapter_state
+from .lora import AdapterState, LoraSpec
 from .models import BaseModel
 from .prompt_targets import PromptTargets
 
@@ -41,16 +41,11 @@ class Sampler:
 
     @classmethod
     def for_adapter(cls, base: BaseModel, spec: LoraSpec, adapter: AdapterState) -> Sampler:
-        """A sampler of ``base`` with ``adapter`` merged into its own copy of the adapted weights.
+        """A sampler of ``base`` with ``adapter``, merged into its own copy of the adapted weights
+        (unmerged, in float32, on a bf16 base; see ``merged``).
 
-        The copy comes from (and, once the sampler is garbage-collected, returns to) ``base.merged``.
-        A base in a low-precision dtype (bf16 on CUDA) keeps the adapter unmerged, in float32,
-        as the trainer runs it: merged into bf16 weights, small updates would round away.
+        The model comes from (and, once the sampler is garbage-collected, returns to) ``base.merged``.
         """
-        if base.model.dtype != torch.float32:
-            model = attach_lora(base.model, spec, seed=0)
-            load_adapter_state(model, adapter)
-            return cls(base, model)
         model, key = base.merged.acquire(spec, adapter)
         sampler = cls(base, model)
         weakref.finalize(sampler, base.merged.release, key, model)

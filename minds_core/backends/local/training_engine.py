@@ -38,7 +38,9 @@ class LoraTrainer:
         self.model = attach_lora(base.model, spec, seed)
         self._params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
         self._optimizer = torch.optim.AdamW(list(self._params.values()))
-        self._passes = LossPasses(self.model, base.vocab_size)
+        self._passes = LossPasses(
+            self.model, base.vocab_size, tokens_per_micro_batch=base.placement.tokens_per_micro_batch
+        )
 
     def forward_backward(
         self,

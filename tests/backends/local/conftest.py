@@ -17,8 +17,12 @@ SEQUENCES = ("The cat sat on the mat.", "1+1=2, 2+2=4", "Hello, world!")
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[ServiceClient]:
-    """A local service keeping checkpoints under a temporary root."""
-    with ServiceClient(checkpoint_root=tmp_path / "checkpoints") as client:
+    """A local service keeping checkpoints under a temporary root, on the CPU in float32 on every machine.
+
+    The tolerances of these tests are float32's; ``test_cuda.py`` runs the same checks on a GPU
+    (bf16 base weights) at bf16's.
+    """
+    with ServiceClient(checkpoint_root=tmp_path / "checkpoints", device="cpu") as client:
         yield client
 
 

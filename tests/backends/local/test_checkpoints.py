@@ -100,7 +100,7 @@ def test_another_process_resolves_the_paths(
         from tinker import types
         from minds_core.backends.local import ServiceClient
         prompt = types.ModelInput.from_ints({prompt!r})
-        with ServiceClient(checkpoint_root={str(service.checkpoint_root)!r}) as service:
+        with ServiceClient(checkpoint_root={str(service.checkpoint_root)!r}, device="cpu") as service:
             sampler = service.create_sampling_client(model_path={sampler_path!r}).result()
             trainer = service.create_training_client_from_state_with_optimizer({state!r}).result()
             resumed = trainer.save_weights_and_get_sampling_client().result()

@@ -17,6 +17,7 @@ from transformers import (
 from minds_core.backends.local.fast_decode import FastDecoder
 from minds_core.backends.local.kv_buffer import KVBuffer
 from minds_core.backends.local.kv_cache import cache_argument, returned_cache
+from minds_core.backends.local.lora import LoraSpec, attach_lora
 
 SIZES = {
     "vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
@@ -68,6 +69,35 @@ def test_fast_steps_equal_the_models_forward(name: str) -> None:
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
         tokens = expected.argmax(dim=-1)
     assert torch.equal(ours.lengths, theirs.lengths)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@torch.inference_mode()
+def test_unmerged_lora_steps_equal_the_peft_models_forward(dtype: torch.dtype) -> None:
+    """A sampler on a bf16 base keeps its float32 LoRA unmerged: the fast step adds it as peft does."""
+    base = models()["qwen3"].to(dtype).eval()
+    model = attach_lora(base, LoraSpec(rank=4, train_unembed=True), seed=0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".lora_B." in name:
+                param.normal_(0, 0.1)  # lora_B starts at zero: make the adapter count
+    assert {p.dtype for n, p in model.named_parameters() if ".lora_" in n} == {torch.float32}
+    fast = FastDecoder.for_model(model)
+    assert fast is not None and fast.unembed.lora_a is not None
+    prompts = [[1, 5, 9, 200, 7], list(range(10, 31))]
+    theirs, ours = filled(model, prompts), filled(model, prompts)
+    tokens = torch.tensor([3, 4, 5, 6])
+    for _ in range(3):
+        positions, mask = theirs.step_inputs(dtype)
+        expected = model(
+            input_ids=tokens[:, None], position_ids=positions, attention_mask=mask, **cache_argument(theirs)
+        ).logits[:, -1]
+        theirs.advance()
+        got = fast.step(ours, tokens)
+        scale = float(expected.abs().max())  # bf16 rounds to 2^-8 of a value: compare relative to the largest
+        tolerance = 1e-5 if dtype == torch.float32 else 2e-2 * scale
+        torch.testing.assert_close(got.float(), expected.float(), rtol=0, atol=tolerance)
+        tokens = expected.argmax(dim=-1)
 
 
 def test_other_architectures_fall_back_to_their_forward() -> None:

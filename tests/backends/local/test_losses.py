@@ -62,19 +62,23 @@ def random_inputs(n: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:
     }
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("weighted", [True, False], ids=["weights", "no-weights"])
 @pytest.mark.parametrize("name", list(LOSSES))
-def test_token_loss_and_gradient_match_float64_reference(name: str, weighted: bool) -> None:
+def test_token_loss_and_gradient_match_float64_reference(name: str, weighted: bool, device: str) -> None:
     data = random_inputs()
-    inputs = {k: v.float() for k, v in data.items() if k != "logp" and (weighted or k != "weights")}
-    logp = data["logp"].float().requires_grad_(True)
-    loss = token_losses(name, logp, inputs)
+    inputs = {k: v.float().to(device) for k, v in data.items() if k != "logp" and (weighted or k != "weights")}
+    logp = data["logp"].float().to(device).requires_grad_(True)
+    loss = token_losses(name, logp, inputs).cpu()
     loss.sum().backward()
 
     w = data["weights"] if weighted else torch.ones_like(data["logp"])
     ref_loss, ref_grad = reference(name, data["logp"], data["logprobs"], data["advantages"], w, CONFIGS[name], weighted)
     torch.testing.assert_close(loss.double(), ref_loss, rtol=0, atol=1e-5)
-    torch.testing.assert_close(logp.grad.double(), ref_grad, rtol=0, atol=1e-5)
+    torch.testing.assert_close(logp.grad.cpu().double(), ref_grad, rtol=0, atol=1e-5)
 
 
 def test_importance_sampling_is_reinforce_when_sampler_and_policy_agree() -> None:

@@ -1,7 +1,7 @@
-"""Device selection (``local.device``) and the CUDA code path's dtypes, exercised on the CPU.
+"""Device selection (``local.device``) and the CUDA code path's dtypes.
 
-No GPU here: the bf16-weights / fp32-LoRA path runs on the CPU with a bf16 base,
-at a looser tolerance, as it would on CUDA.
+The bf16-weights / fp32-LoRA path runs on the CPU with a bf16 base everywhere, and on
+the GPU where there is one, at a looser tolerance than float32's.
 """
 
 from __future__ import annotations
@@ -51,14 +51,21 @@ def test_the_config_key_takes_only_known_devices(tmp_path) -> None:
     service.close()
 
 
-@pytest.fixture(scope="module")
-def bf16_base():
-    return BaseModelRegistry(BF16_ON_CPU).get("minds-tiny")
+CUDA = pytest.param(
+    "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU: the CPU runs the bf16 path")
+)
+
+
+@pytest.fixture(scope="module", params=["cpu", CUDA])
+def bf16_base(request: pytest.FixtureRequest):
+    """The tiny model with bf16 weights: on the CPU everywhere, and on the GPU where there is one."""
+    placement = BF16_ON_CPU if request.param == "cpu" else resolve_placement("cuda")
+    return BaseModelRegistry(placement).get("minds-tiny")
 
 
 def test_bf16_base_trains_float32_lora_and_optimizer_state(bf16_base, encode: Callable[[str], list[int]]) -> None:
     trainer = LoraTrainer(bf16_base, LoraSpec(rank=4), seed=0)
-    assert bf16_base.model.get_input_embeddings().weight.dtype == torch.bfloat16
+    assert bf16_base.model.get_input_embeddings().weight.dtype in (torch.bfloat16, torch.float16)
     trainable = [p for p in trainer.model.parameters() if p.requires_grad]
     assert trainable and all(p.dtype == torch.float32 for p in trainable)
     seq = encode("The cat sat on the mat.")
@@ -95,7 +102,7 @@ def test_bf16_shared_prefix_matches_unshared_at_a_looser_tolerance(
     for i, completion in enumerate(("46", "It is 46.", "Forty-six")):
         seq = prompt + encode(completion)
         datum = types.Datum(model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs={"target_tokens": seq[1:]})
-        items.append(submitted_datum(datum, i))
+        items.append(submitted_datum(datum, i).to(bf16_base.model.device))
 
     def grads(share: bool) -> dict[str, torch.Tensor]:
         trainer.model.zero_grad(set_to_none=True)

@@ -105,7 +105,13 @@ def test_suffixes_split_over_micro_batches_still_match(
     group_data: list[types.Datum],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(passes, "TOKENS_PER_MICRO_BATCH", 24)  # one or two suffixes per pass
+    made = passes.LossPasses.__init__
+
+    def small_micro_batches(self: passes.LossPasses, *args: object, **kwargs: object) -> None:
+        made(self, *args, **kwargs)
+        self.tokens_per_micro_batch = 24  # one or two suffixes per pass
+
+    monkeypatch.setattr(passes.LossPasses, "__init__", small_micro_batches)
     assert_same(*alone_and_together(new_trainer, grads_of, group_data, "ppo"))
 
 

@@ -1,0 +1,168 @@
+"""The local backend on a CUDA GPU: bf16 base weights, float32 LoRA weights and AdamW state.
+
+The numerics checks of the CPU tests (sampler vs trainer log-probs, built-in losses vs a
+float64 custom loss, snapshots, saved state) run here on ``device="cuda"`` at bf16's
+tolerance. Skipped where torch sees no GPU; ``test_placement.py`` runs the bf16 code path
+on the CPU everywhere, and ``test_losses.py`` the loss formulas on every device there is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tinker import types
+
+from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient, TrainingClient
+from minds_core.backends.local.placement import resolve_placement
+from minds_core.testing import QUICK_RUN, run_minds
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+LOGPROB_MAX_ERROR, LOGPROB_MEAN_ERROR = 0.2, 0.03
+"""Sampler vs trainer log-probs, the same bf16 weights: a decode step and a full pass sum in other orders,
+and bf16 rounds logits to 2^-8 of their size (0.03 at 8), so single tokens differ by up to ~0.13."""
+
+ADAM = types.AdamParams(learning_rate=2e-2)
+TEXTS = ("The cat sat on the mat.", "1+1=2, 2+2=4", "Hello, world!")
+
+
+@pytest.fixture
+def gpu_service(tmp_path: Path) -> Iterator[ServiceClient]:
+    with ServiceClient(checkpoint_root=tmp_path / "checkpoints", device="cuda") as client:
+        yield client
+
+
+@pytest.fixture
+def gpu_trainer(gpu_service: ServiceClient) -> TrainingClient:
+    return gpu_service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0).result()
+
+
+def assert_close_logprobs(got: list[float], want: list[float]) -> None:
+    error = np.abs(np.asarray(got) - np.asarray(want))
+    assert error.max() < LOGPROB_MAX_ERROR and error.mean() < LOGPROB_MEAN_ERROR, (error.max(), error.mean())
+
+
+def sft(trainer: TrainingClient, text: str) -> types.Datum:
+    seq = list(trainer.get_tokenizer().encode(text))
+    return types.Datum(model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs={"target_tokens": seq[1:]})
+
+
+def trained(trainer: TrainingClient, steps: int = 3) -> TrainingClient:
+    data = [sft(trainer, text) for text in TEXTS]
+    for _ in range(steps):
+        trainer.forward_backward(data, "cross_entropy")
+        trainer.optim_step(ADAM)
+    return trainer
+
+
+def test_auto_means_the_gpu_with_bf16_base_weights_and_float32_lora(gpu_trainer: TrainingClient) -> None:
+    placement = resolve_placement("auto")
+    assert placement.device.type == "cuda" and placement.dtype in (torch.bfloat16, torch.float16)
+    model = gpu_trainer._trainer.model
+    frozen = [p for p in model.parameters() if not p.requires_grad]
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert trainable and all(p.is_cuda and p.dtype == torch.float32 for p in trainable)
+    assert frozen and all(p.is_cuda and p.dtype == placement.dtype for p in frozen)
+
+
+def test_training_lowers_the_loss_and_keeps_float32_optimizer_state(gpu_trainer: TrainingClient) -> None:
+    data = [sft(gpu_trainer, text) for text in TEXTS]
+    losses = []
+    for _ in range(8):
+        losses.append(gpu_trainer.forward_backward(data, "cross_entropy").result().metrics["loss:sum"])
+        gpu_trainer.optim_step(ADAM).result()
+    assert losses[-1] < 0.8 * losses[0]
+    state = gpu_trainer._trainer.optimizer_state()
+    moments = [v for k, v in state.items() if k.endswith(("exp_avg", "exp_avg_sq"))]
+    assert moments and all(v.dtype == torch.float32 for v in moments)
+
+
+def test_sampler_log_probs_match_the_trainer(gpu_trainer: TrainingClient) -> None:
+    trainer = trained(gpu_trainer)
+    sampler = trainer.save_weights_and_get_sampling_client().result()
+    data = [sft(trainer, text) for text in TEXTS]
+    forward = trainer.forward(data, "cross_entropy").result()
+    for datum, out in zip(data, forward.loss_fn_outputs, strict=True):
+        tokens = datum.model_input.to_ints() + [datum.loss_fn_inputs["target_tokens"].tolist()[-1]]
+        scored = sampler.compute_logprobs(types.ModelInput.from_ints(tokens)).result()
+        assert_close_logprobs(scored[1:], out["logprobs"].to_numpy())
+    prompt = list(trainer.get_tokenizer().encode("<|im_start|>user\n2+2=<|im_end|>\n<|im_start|>assistant\n"))
+    params = types.SamplingParams(max_tokens=24, seed=7, temperature=0.7, stop=[])
+    response = sampler.sample(types.ModelInput.from_ints(prompt), 4, params).result()
+    for seq in response.sequences:
+        assert len(seq.tokens) == len(seq.logprobs) == 24
+        rescored = sampler.compute_logprobs(types.ModelInput.from_ints(prompt + seq.tokens)).result()[len(prompt) :]
+        assert_close_logprobs(rescored, seq.logprobs)
+    again = sampler.sample(types.ModelInput.from_ints(prompt), 4, params).result()
+    assert [s.tokens for s in again.sequences] == [s.tokens for s in response.sequences]  # seeded on the GPU too
+
+
+def test_builtin_loss_gradients_match_a_float64_custom_loss(gpu_service: ServiceClient) -> None:
+    def make() -> TrainingClient:
+        return gpu_service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=3).result()
+
+    builtin, custom = make(), make()
+    plain = [sft(builtin, text) for text in TEXTS]
+    policy = builtin.forward(plain, "cross_entropy").result()
+    generator = torch.Generator().manual_seed(1)
+    data = []
+    for datum, out in zip(plain, policy.loss_fn_outputs, strict=True):
+        logp = out["logprobs"].to_torch()
+        data.append(types.Datum(
+            model_input=datum.model_input,
+            loss_fn_inputs={
+                "target_tokens": datum.loss_fn_inputs["target_tokens"],
+                "logprobs": logp + torch.rand(logp.shape, generator=generator) - 0.5,
+                "advantages": torch.randn(logp.shape, generator=generator),
+            },
+        ))  # fmt: skip
+
+    def float64_importance_sampling(batch: list[types.Datum], logprobs: list[torch.Tensor]):
+        total = torch.zeros((), dtype=torch.float64, device=logprobs[0].device)
+        for datum, lp in zip(batch, logprobs, strict=True):
+            q = datum.loss_fn_inputs["logprobs"].to_torch().double().to(lp.device)
+            adv = datum.loss_fn_inputs["advantages"].to_torch().double().to(lp.device)
+            total = total - (torch.exp(lp.double() - q) * adv).sum()
+        return total, {}
+
+    out = builtin.forward_backward(data, "importance_sampling").result()
+    ref = custom.forward_backward_custom(data, float64_importance_sampling).result()
+    assert out.metrics["loss:sum"] == pytest.approx(ref.metrics["loss:sum"], rel=1e-4)
+    grads = {}
+    for client in (builtin, custom):
+        named = client._trainer.model.named_parameters()
+        grads[id(client)] = {n: p.grad.clone() for n, p in named if p.requires_grad and p.grad is not None}
+    got, want = grads[id(builtin)], grads[id(custom)]
+    assert got.keys() == want.keys() and got
+    for key in want:
+        scale = float(want[key].abs().max())
+        torch.testing.assert_close(got[key], want[key], rtol=0, atol=1e-3 * scale + 1e-7, msg=key)
+
+
+def test_samplers_are_snapshots_and_saved_state_round_trips(gpu_service: ServiceClient, gpu_trainer) -> None:
+    trainer = trained(gpu_trainer, steps=2)
+    probe = types.ModelInput.from_ints(list(trainer.get_tokenizer().encode(TEXTS[0])))
+    before = trainer.save_weights_and_get_sampling_client().result()
+    scored = before.compute_logprobs(probe).result()
+    saved = trainer.save_state("two").result().path
+    trained(trainer, steps=2)
+    assert before.compute_logprobs(probe).result() == scored  # an older sampler never sees new weights
+    after = trainer.save_weights_and_get_sampling_client().result().compute_logprobs(probe).result()
+    assert np.abs(np.array(after[1:]) - np.array(scored[1:])).max() > 1e-3
+    resumed = gpu_service.create_training_client_from_state_with_optimizer(saved).result()
+    again = resumed.save_weights_and_get_sampling_client().result().compute_logprobs(probe).result()
+    np.testing.assert_allclose(again[1:], scored[1:], rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_minds_run_trains_on_the_gpu(tmp_path: Path) -> None:
+    result = run_minds(
+        "--env", "ghost_trace", "--steps", "2", "--backend", "local",
+        runs_dir=tmp_path / "runs", overrides=[*QUICK_RUN, "local.device=cuda"],
+    )  # fmt: skip
+    assert result.exit_code == result.expected_exit_code
+    assert result.steps == [0, 1] and result.rollouts
