@@ -137,7 +137,8 @@ class FastDecoder:
 
     def step(self, cache: KVBuffer, token_ids: torch.Tensor) -> torch.Tensor:
         """Logits ``[rows, V]`` after feeding each row its token ``token_ids[row]``; the cache advances."""
-        positions, mask = cache.step_inputs(self.embed.dtype)
+        positions, hidden = cache.begin_step()
+        hidden = hidden[:, None, None, :]
         x = self.embed[token_ids]
         rows = x.shape[0]
         freqs = positions.float() * self.inv_freq.float()
@@ -156,7 +157,7 @@ class FastDecoder:
             keys, values = cache.update(qk[:, self.query_heads :, None], v[:, :, None], index)
             # One query per row: plain matmuls over each key/value head's group of query heads.
             q = qk[:, : self.query_heads].reshape(rows, self.kv_heads, groups, self.head_dim)
-            scores = torch.matmul(q, keys.transpose(-1, -2)).mul_(layer.scaling).add_(mask)
+            scores = torch.matmul(q, keys.transpose(-1, -2)).mul_(layer.scaling).masked_fill_(hidden, -torch.inf)
             attended = torch.matmul(scores.softmax(dim=-1, dtype=torch.float32).to(values.dtype), values)
             x = x + _apply(layer.o, attended.reshape(rows, -1))
             h = self._norm(x, layer.post_norm)

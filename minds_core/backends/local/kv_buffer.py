@@ -26,8 +26,9 @@ class KVBuffer(Cache):
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.lengths = torch.zeros(0, dtype=torch.int64)
+        self._longest = 0  # max(lengths), kept here: reading it off the tensor would cost a sync per step
         self._columns = 0
-        self._row_index = self.lengths
+        self._row_index = self._columns_index = self.lengths
 
     @property
     def rows(self) -> int:
@@ -47,6 +48,7 @@ class KVBuffer(Cache):
             self.values[layer][start : start + copies, :, :length] = v
         added = torch.full((copies,), length, dtype=torch.int64, device=self.lengths.device)
         self.lengths = torch.cat([self.lengths, added])
+        self._longest = max(self._longest, length)
 
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only ``rows`` (in that order), moved to the front."""
@@ -54,26 +56,35 @@ class KVBuffer(Cache):
             for layer, tensor in enumerate(tensors):
                 tensor[: len(rows)] = tensor[rows]
         self.lengths = self.lengths[rows.to(self.lengths.device)]
+        self._longest = int(self.lengths.max()) if len(rows) else 0
+
+    def begin_step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``position_ids [rows, 1]`` of the next token, and ``hidden [rows, columns]``: True where a row
+        must not attend (past its own length). Fixes the step's rows and columns for ``update``."""
+        self._columns = columns = self._longest + 1
+        if len(self._row_index) != self.rows or len(self._columns_index) < columns:
+            self._row_index = torch.arange(self.rows, device=self.lengths.device)
+            self._columns_index = torch.arange(max(columns, 2 * len(self._columns_index)), device=self.lengths.device)
+        return self.lengths[:, None], self._columns_index[:columns] > self.lengths[:, None]
 
     def step_inputs(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """``position_ids [rows, 1]`` and the additive attention mask ``[rows, 1, 1, columns]`` of the next token."""
-        self._columns = columns = int(self.lengths.max()) + 1
-        self._row_index = torch.arange(self.rows, device=self.lengths.device)
-        visible = torch.arange(columns, device=self.lengths.device)[None, :] <= self.lengths[:, None]
-        mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
-        mask.masked_fill_(~visible, torch.finfo(dtype).min)
-        return self.lengths[:, None], mask[:, None, None, :]
+        """``begin_step``, with the mask as transformers takes it: additive, ``[rows, 1, 1, columns]``."""
+        positions, hidden = self.begin_step()
+        mask = torch.zeros(hidden.shape, dtype=dtype, device=hidden.device)
+        mask.masked_fill_(hidden, torch.finfo(dtype).min)
+        return positions, mask[:, None, None, :]
 
     def advance(self) -> None:
         """Every row got its token of this step."""
         self.lengths += 1
+        self._longest += 1
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write one token per row at that row's position; the keys/values to attend over (a view).
 
-        Call ``step_inputs`` first: it fixes the step's rows and columns.
+        Call ``begin_step`` (or ``step_inputs``) first: it fixes the step's rows and columns.
         """
         keys, values = self.keys[layer_idx], self.values[layer_idx]
         keys[self._row_index, :, self.lengths] = key_states[:, :, 0]
@@ -82,7 +93,7 @@ class KVBuffer(Cache):
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Columns in use (the longest row)."""
-        return int(self.lengths.max()) if self.rows else 0
+        return self._longest
 
     def _reserve(self, rows: int, length: int, like: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
         capacity_rows = self.keys[0].shape[0] if self.keys else 0
