@@ -25,6 +25,7 @@ import tinker
 from tinker import types
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.serve.engine import MAX_SAMPLERS
 
 SMOKE = "--smoke" in sys.argv[1:]
 PROMPTS = 2 if SMOKE else 8
@@ -82,8 +83,12 @@ def main() -> None:
                 "served": remote.create_lora_training_client(DEFAULT_BASE_MODEL, rank=8, seed=0).result(),
                 "in-process": local.create_lora_training_client(DEFAULT_BASE_MODEL, rank=8, seed=0).result(),
             }
-            for trainer in trainers.values():  # warm-up: first-call costs on both sides
-                rl_step(trainer, prompts, -1)
+            # Warm-up: first-call costs on both sides, and on the server enough steps that it keeps
+            # MAX_SAMPLERS sampling sessions and each new one reuses a dropped one's weights: the
+            # steady state of a long run (in-process, a dropped sampler's weights are reused at once).
+            for name, trainer in trainers.items():
+                for _ in range(1 if SMOKE or name == "in-process" else MAX_SAMPLERS + 1):
+                    rl_step(trainer, prompts, -1)
             times: dict[str, list[float]] = {name: [] for name in trainers}
             for step in range(STEPS):
                 for name in (("served", "in-process") if step % 2 == 0 else ("in-process", "served")):

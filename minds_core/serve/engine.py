@@ -36,6 +36,9 @@ LONG_POLL_SECONDS = 20.0
 DELIVERED_KEPT = 256
 #: Seconds a finished result nobody retrieves is kept (its client has gone): memory stays bounded.
 ABANDONED_AFTER = 600.0
+#: Sampling sessions kept, the most recently used: an RL loop makes one per step and never says when
+#: it is done with one, so older ones are dropped (their weights go back to the local backend's pool).
+MAX_SAMPLERS = 8
 
 
 class _Run:
@@ -98,9 +101,11 @@ class Engine:
         self._tokenizer_lock = threading.Lock()
         self._sessions: dict[str, bool] = {}  # session id -> still open
         self._runs: dict[str, _Run] = {}
-        self._samplers: dict[str, tuple[Any, str | None]] = {}  # id -> (local SamplingClient, model_path)
+        # id -> (local SamplingClient, model_path), least recently used first
+        self._samplers: collections.OrderedDict[str, tuple[Any, str | None]] = collections.OrderedDict()
         self._pending: dict[str, tuple[Future[Any], float]] = {}  # request id -> (result, when tracked)
         self._delivered: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self._dropped: collections.deque[str] = collections.deque(maxlen=4096)  # ids, to name them when asked
 
     # -- sessions ------------------------------------------------------------------
     def create_session(self, request: types.CreateSessionRequest) -> types.CreateSessionResponse:
@@ -221,7 +226,7 @@ class Engine:
 
         def register(sampler: Any) -> types.SaveWeightsForSamplerResponseInternal:
             with self._lock:
-                self._samplers[session_id] = (sampler, None)
+                self._keep_sampler(session_id, sampler, None)
             return types.SaveWeightsForSamplerResponseInternal(sampling_session_id=session_id)
 
         return self._track(run.submit(request.seq_id, lambda c: c.save_weights_and_get_sampling_client()), register)
@@ -266,16 +271,33 @@ class Engine:
         )
         session_id = f"{request.session_id}:sample:{request.sampling_session_seq_id}"
         with self._lock:
-            self._samplers[session_id] = (sampler, request.model_path)
+            self._keep_sampler(session_id, sampler, request.model_path)
         return types.CreateSamplingSessionResponse(sampling_session_id=session_id)
 
     def get_sampler(self, sampler_id: str) -> types.GetSamplerResponse:
         sampler, model_path = self._sampler(sampler_id)
         return types.GetSamplerResponse(sampler_id=sampler_id, base_model=sampler.get_base_model(), model_path=model_path)
 
+    def _keep_sampler(self, sampler_id: str, sampler: Any, model_path: str | None) -> None:
+        """Register a sampling session (call with the lock held), dropping the least recently used beyond
+        ``MAX_SAMPLERS``."""
+        self._samplers[sampler_id] = (sampler, model_path)
+        while len(self._samplers) > MAX_SAMPLERS:
+            dropped, _ = self._samplers.popitem(last=False)
+            self._dropped.append(dropped)
+
     def _sampler(self, sampler_id: str) -> tuple[Any, str | None]:
         with self._lock:
             found = self._samplers.get(sampler_id)
+            if found is not None:
+                self._samplers.move_to_end(sampler_id)
+            dropped = sampler_id in self._dropped
+        if found is None and dropped:
+            raise NotFound(
+                f"Sampling session {sampler_id!r} was dropped: minds serve keeps the {MAX_SAMPLERS} most recently "
+                "used sampling clients; make a new one (save_weights_and_get_sampling_client or "
+                "create_sampling_client with the saved weights' path)"
+            )
         if found is None:
             raise NotFound(f"Unknown sampling session {sampler_id!r}")
         return found

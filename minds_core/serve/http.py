@@ -63,7 +63,7 @@ def _json_routes(engine: Engine) -> dict[str, Callable[[Json], Any]]:
     """POST path -> handler of the parsed JSON body, returning a pydantic model or a dict."""
     return {
         "/api/v1/client/config": lambda body: types.ClientConfigResponse(
-            pjwt_auth_enabled=False, use_pyqwest_transport=False, proto_compress_fwdbwd=False
+            pjwt_auth_enabled=False, proto_compress_fwdbwd=False
         ),
         "/api/v1/client/dynamic_config": lambda body: types.ClientDynamicConfigResponse(),
         "/api/v1/telemetry": lambda body: {"status": "accepted"},

@@ -1,7 +1,8 @@
 """Continuous batching: every pending request of a sampler decodes in one batch, one forward pass per step.
 
 A request's prompt is prefilled once (requests with the same prompt share that
-pass) and its ``num_samples`` rows join the running batch between steps; a row
+pass) and its ``num_samples`` rows join the running batch between steps (an idle
+batch first gathers the requests that come within moments); a row
 that stops leaves it, and a request's future resolves when its last row
 stops. Rows sit at positions of their own in a preallocated ``KVBuffer``;
 decode steps of Llama-family models skip transformers' module overhead
@@ -15,6 +16,7 @@ temperature the tokens were drawn at.
 from __future__ import annotations
 
 import queue
+import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -34,6 +36,16 @@ from .models import target_logprobs
 from .prompt_targets import PromptTargets
 
 __all__ = ["DecodeBatch", "PromptScores", "SampleRequest", "StopRule", "prompt_scores"]
+
+GATHER_QUIET_SECONDS = 0.005
+"""An idle batch that gets a request waits this long for more before its first step, again after
+each arrival (up to ``GATHER_LIMIT_SECONDS`` in all): requests sent together (a client's
+concurrent calls, over HTTP under ``minds serve`` too) then decode together, rather than
+joining a batch that is already running one by one, each a step later and each step slower
+for the decode thread holding the interpreter while their handlers wait for it."""
+
+GATHER_LIMIT_SECONDS = 0.05
+"""The longest an idle batch gathers before its first step, however steadily requests keep coming."""
 
 
 @dataclass(frozen=True)
@@ -140,13 +152,27 @@ class DecodeBatch:
             raise
 
     def _admit(self) -> bool:
-        """Prefill every pending request and add its rows; whether any came."""
-        requests = []
-        while True:
+        """Prefill every pending request and add its rows; whether any came.
+
+        An idle batch goes on gathering (see ``GATHER_QUIET_SECONDS``), prefilling each
+        newcomer as it comes, so that prefills overlap the wait for the rest.
+        """
+        requests = self._take_pending()
+        if not requests:
+            return False
+        idle = not self._rows
+        self._prefill_all(requests)
+        deadline = time.monotonic() + GATHER_LIMIT_SECONDS
+        while idle and (left := deadline - time.monotonic()) > 0:
             try:
-                requests.append(self.pending.get_nowait())
+                first = self.pending.get(timeout=min(GATHER_QUIET_SECONDS, left))
             except queue.Empty:
                 break
+            self._prefill_all([first, *self._take_pending()])
+        return True
+
+    def _prefill_all(self, requests: list[SampleRequest]) -> None:
+        """Prefill ``requests``, one pass per distinct prompt; a failed pass fails only its prompt's requests."""
         by_prompt: dict[tuple[int, ...], list[SampleRequest]] = {}
         for request in requests:
             by_prompt.setdefault(tuple(request.prompt.tolist()), []).append(request)
@@ -156,7 +182,14 @@ class DecodeBatch:
             except Exception as exc:  # noqa: BLE001 - this prompt's requests fail; the batch goes on
                 for request in group:
                     request.future.set_exception(exc)
-        return bool(requests)
+
+    def _take_pending(self) -> list[SampleRequest]:
+        requests = []
+        while True:
+            try:
+                requests.append(self.pending.get_nowait())
+            except queue.Empty:
+                return requests
 
     def _prefill(self, group: list[SampleRequest]) -> None:
         prompt = group[0].prompt.to(self._device)

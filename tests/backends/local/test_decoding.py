@@ -108,6 +108,28 @@ def test_concurrent_requests_decode_in_one_batch_with_the_tokens_they_get_alone(
             np.testing.assert_allclose(b.logprobs, rescored[-len(b.tokens) :], atol=1e-4)
 
 
+def test_an_idle_batch_gathers_requests_that_come_moments_apart(
+    sampler: SamplingClient, encode: Callable[[str], list[int]], count_forwards: Callable[..., list[int]]
+) -> None:
+    """Requests sent together (over HTTP they come a few milliseconds apart) start decoding together."""
+    first, second = (types.ModelInput.from_ints(encode(t)) for t in TEXTS[:2])
+    arrived = threading.Event()
+
+    def second_arrives(rows: int) -> None:
+        """During the first request's prefill, the second one comes (well within the quiet period)."""
+        if not arrived.is_set():
+            arrived.set()
+            futures.append(sampler.sample(second, 2, GREEDY))
+
+    futures: list = []
+    sizes = count_forwards(sampler, second_arrives)
+    futures.insert(0, sampler.sample(first, 3, GREEDY))
+    for future in futures:
+        future.result(timeout=60)
+    # Both prefills, then all 3 + 2 rows in every decode step: the second request did not join late.
+    assert sizes == [1, 1] + [5] * 5
+
+
 def test_requests_join_and_leave_a_running_batch(
     sampler: SamplingClient, encode: Callable[[str], list[int]], count_forwards: Callable[..., list[int]]
 ) -> None:

@@ -1,0 +1,44 @@
+"""The server's state without HTTP: how many sampling sessions it keeps (memory stays bounded)."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from pathlib import Path
+
+import pytest
+from tinker import types
+
+from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.serve import engine as engine_module
+from minds_core.serve.engine import Engine
+from minds_core.serve.errors import NotFound
+
+
+def test_the_least_recently_used_sampling_sessions_are_dropped_and_named_when_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_module, "MAX_SAMPLERS", 3)
+    with ServiceClient(checkpoint_root=tmp_path, device="cpu") as local:
+        engine = Engine(local, [DEFAULT_BASE_MODEL])
+        session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"))
+        ids = []
+        for seq in range(3):
+            request = types.CreateSamplingSessionRequest(
+                session_id=session.session_id, sampling_session_seq_id=seq, base_model=DEFAULT_BASE_MODEL
+            )
+            ids.append(engine.create_sampling_session(request).sampling_session_id)
+        engine.get_sampler(ids[0])  # used now: the second is the least recently used
+        watched = weakref.ref(engine._samplers[ids[1]][0])  # a peek that does not count as a use
+        request = types.CreateSamplingSessionRequest(
+            session_id=session.session_id, sampling_session_seq_id=3, base_model=DEFAULT_BASE_MODEL
+        )
+        ids.append(engine.create_sampling_session(request).sampling_session_id)
+        with pytest.raises(NotFound, match="was dropped: minds serve keeps the 3 most recently used"):
+            engine.get_sampler(ids[1])
+        for kept in (ids[0], ids[2], ids[3]):
+            assert engine.get_sampler(kept).sampler_id == kept
+        gc.collect()
+        assert watched() is None  # nothing else holds the dropped sampler: its memory is free
+        with pytest.raises(NotFound, match="Unknown sampling session"):
+            engine.get_sampler("never-made")
