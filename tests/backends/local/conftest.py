@@ -77,3 +77,25 @@ def grads_of() -> Callable[[TrainingClient], dict[str, torch.Tensor]]:
         return {name: p.grad.clone() for name, p in params if p.requires_grad and p.grad is not None}
 
     return grads
+
+
+@pytest.fixture
+def off_policy() -> Callable[[TrainingClient, list[types.Datum]], list[types.Datum]]:
+    """``off_policy(client, plain)``: RL datums over ``plain``'s tokens, with sampler log-probs within 0.5
+    of ``client``'s own and random advantages (the same every call)."""
+
+    def make(client: TrainingClient, plain: list[types.Datum]) -> list[types.Datum]:
+        policy = client.forward(plain, "cross_entropy").result()
+        generator = torch.Generator().manual_seed(1)
+        data = []
+        for datum, out in zip(plain, policy.loss_fn_outputs, strict=True):
+            logp = out["logprobs"].to_torch()
+            inputs = {
+                "target_tokens": datum.loss_fn_inputs["target_tokens"],
+                "logprobs": logp + torch.rand(logp.shape, generator=generator) - 0.5,
+                "advantages": torch.randn(logp.shape, generator=generator),
+            }
+            data.append(types.Datum(model_input=datum.model_input, loss_fn_inputs=inputs))
+        return data
+
+    return make

@@ -101,25 +101,12 @@ def test_sampler_log_probs_match_the_trainer(gpu_trainer: TrainingClient) -> Non
     assert [s.tokens for s in again.sequences] == [s.tokens for s in response.sequences]  # seeded on the GPU too
 
 
-def test_builtin_loss_gradients_match_a_float64_custom_loss(gpu_service: ServiceClient) -> None:
+def test_builtin_loss_gradients_match_a_float64_custom_loss(gpu_service: ServiceClient, off_policy) -> None:
     def make() -> TrainingClient:
         return gpu_service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=3).result()
 
     builtin, custom = make(), make()
-    plain = [sft(builtin, text) for text in TEXTS]
-    policy = builtin.forward(plain, "cross_entropy").result()
-    generator = torch.Generator().manual_seed(1)
-    data = []
-    for datum, out in zip(plain, policy.loss_fn_outputs, strict=True):
-        logp = out["logprobs"].to_torch()
-        data.append(types.Datum(
-            model_input=datum.model_input,
-            loss_fn_inputs={
-                "target_tokens": datum.loss_fn_inputs["target_tokens"],
-                "logprobs": logp + torch.rand(logp.shape, generator=generator) - 0.5,
-                "advantages": torch.randn(logp.shape, generator=generator),
-            },
-        ))  # fmt: skip
+    data = off_policy(builtin, [sft(builtin, text) for text in TEXTS])
 
     def float64_importance_sampling(batch: list[types.Datum], logprobs: list[torch.Tensor]):
         total = torch.zeros((), dtype=torch.float64, device=logprobs[0].device)

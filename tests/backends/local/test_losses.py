@@ -146,22 +146,10 @@ def test_forward_backward_gradients_match_a_float64_custom_loss(
     new_trainer: Callable[..., TrainingClient],
     sft_datum: Callable[..., types.Datum],
     grads_of: Callable[[TrainingClient], dict[str, torch.Tensor]],
+    off_policy: Callable[[TrainingClient, list[types.Datum]], list[types.Datum]],
 ) -> None:
     builtin, custom = new_trainer(seed=3), new_trainer(seed=3)
-    plain = [sft_datum(text) for text in ("The cat sat on the mat.", "1+1=2")]
-    policy = builtin.forward(plain, "cross_entropy").result()
-    gen = torch.Generator().manual_seed(1)
-    data = []
-    for datum, out in zip(plain, policy.loss_fn_outputs, strict=True):
-        logp = out["logprobs"].to_torch()
-        data.append(types.Datum(
-            model_input=datum.model_input,
-            loss_fn_inputs={
-                "target_tokens": datum.loss_fn_inputs["target_tokens"],
-                "logprobs": logp + torch.rand(logp.shape, generator=gen) - 0.5,
-                "advantages": torch.randn(logp.shape, generator=gen),
-            },
-        ))
+    data = off_policy(builtin, [sft_datum(text) for text in ("The cat sat on the mat.", "1+1=2")])
 
     def float64_reference(batch: list[types.Datum], logprobs: list[torch.Tensor]) -> tuple[torch.Tensor, dict]:
         total = torch.zeros((), dtype=torch.float64)
