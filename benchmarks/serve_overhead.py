@@ -6,7 +6,8 @@ step: a sampling snapshot, ``PROMPTS`` groups of ``GROUP`` samples submitted at 
 an ``importance_sampling`` forward_backward on them and an AdamW step. The served side
 is ``minds serve --port 0`` in a subprocess, driven by an unmodified
 ``tinker.ServiceClient``; steps alternate between the two sides, and the median step
-time of each is compared. Target: served overhead <= 15%.
+time of each is compared, then the median of each phase (snapshot, sampling, training). Target: served
+overhead <= 15%.
 """
 
 from __future__ import annotations
@@ -34,15 +35,22 @@ MAX_TOKENS = 4 if SMOKE else 32
 STEPS = 1 if SMOKE else 6
 
 
-def rl_step(trainer: Any, prompts: list[list[int]], step: int) -> float:
-    """One RL step on ``trainer`` (SDK or local: the same API); its wall time in seconds."""
+PHASES = ("snapshot", "sample", "train")
+
+
+def rl_step(trainer: Any, prompts: list[list[int]], step: int) -> list[float]:
+    """One RL step on ``trainer`` (SDK or local: the same API); the wall time of each of ``PHASES`` in seconds
+    (building the datums counts as training)."""
     start = time.perf_counter()
     sampler = trainer.save_weights_and_get_sampling_client().result()
+    snapshot = time.perf_counter()
     params = types.SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0, seed=step, stop=[])
     futures = [sampler.sample(types.ModelInput.from_ints(p), GROUP, params) for p in prompts]
+    results = [future.result() for future in futures]
+    sampled = time.perf_counter()
     data = []
-    for prompt, future in zip(prompts, futures, strict=True):
-        sequences = future.result().sequences
+    for prompt, result in zip(prompts, results, strict=True):
+        sequences = result.sequences
         rewards = np.array([np.mean(seq.tokens) for seq in sequences], dtype=np.float32)
         for seq, advantage in zip(sequences, rewards - rewards.mean(), strict=True):
             tokens = prompt + list(seq.tokens)
@@ -61,7 +69,7 @@ def rl_step(trainer: Any, prompts: list[list[int]], step: int) -> float:
     optim = trainer.optim_step(types.AdamParams(learning_rate=1e-3))
     fb.result()
     optim.result()
-    return time.perf_counter() - start
+    return [snapshot - start, sampled - snapshot, time.perf_counter() - sampled]
 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
@@ -89,7 +97,7 @@ def main() -> None:
             for name, trainer in trainers.items():
                 for _ in range(1 if SMOKE or name == "in-process" else MAX_SAMPLERS + 1):
                     rl_step(trainer, prompts, -1)
-            times: dict[str, list[float]] = {name: [] for name in trainers}
+            times: dict[str, list[list[float]]] = {name: [] for name in trainers}
             for step in range(STEPS):
                 for name in (("served", "in-process") if step % 2 == 0 else ("in-process", "served")):
                     times[name].append(rl_step(trainers[name], prompts, step))
@@ -97,11 +105,14 @@ def main() -> None:
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
-    served, inproc = (statistics.median(times[name]) for name in ("served", "in-process"))
+    served, inproc = (statistics.median(sum(step) for step in times[name]) for name in ("served", "in-process"))
     print(f"one RL step ({PROMPTS} prompts x {GROUP} samples x {MAX_TOKENS} tokens, importance_sampling + AdamW), median of {STEPS}:")
     print(f"  in-process local backend: {inproc * 1000:8.1f} ms")
     print(f"  minds serve over HTTP:    {served * 1000:8.1f} ms")
     print(f"  served overhead: {100 * (served / inproc - 1):+.1f}%  (target <= 15%)")
+    for i, phase in enumerate(PHASES):
+        medians = {name: statistics.median(step[i] for step in times[name]) for name in times}
+        print(f"    {phase:8s} in-process {medians['in-process'] * 1000:7.1f} ms, served {medians['served'] * 1000:7.1f} ms")
 
 
 if __name__ == "__main__":
