@@ -291,16 +291,15 @@ class Engine:
             found = self._samplers.get(sampler_id)
             if found is not None:
                 self._samplers.move_to_end(sampler_id)
+                return found
             dropped = sampler_id in self._dropped
-        if found is None and dropped:
+        if dropped:
             raise NotFound(
                 f"Sampling session {sampler_id!r} was dropped: minds serve keeps the {MAX_SAMPLERS} most recently "
                 "used sampling clients; make a new one (save_weights_and_get_sampling_client or "
                 "create_sampling_client with the saved weights' path)"
             )
-        if found is None:
-            raise NotFound(f"Unknown sampling session {sampler_id!r}")
-        return found
+        raise NotFound(f"Unknown sampling session {sampler_id!r}")
 
     def sample(self, request: types.SampleRequest) -> types.UntypedAPIFuture:
         if request.sampling_session_id is not None:

@@ -160,10 +160,10 @@ class DecodeBatch:
         requests = self._take_pending()
         if not requests:
             return False
-        idle = not self._rows
+        gathering = not self._rows
         self._prefill_all(requests)
         deadline = time.monotonic() + GATHER_LIMIT_SECONDS
-        while idle and (left := deadline - time.monotonic()) > 0:
+        while gathering and (left := deadline - time.monotonic()) > 0:
             try:
                 first = self.pending.get(timeout=min(GATHER_QUIET_SECONDS, left))
             except queue.Empty:

@@ -58,9 +58,7 @@ def _linear(module: nn.Module) -> _Linear:
     base = getattr(module, "base_layer", None)
     if base is None:
         return _Linear(module.weight, module.bias)
-    if module.merged:
-        return _Linear(base.weight, base.bias)
-    (adapter,) = module.active_adapters  # a peft LoRA layer: one adapter per sampler
+    (adapter,) = module.active_adapters  # a peft LoRA layer (never merged by peft here): one adapter per sampler
     return _Linear(
         base.weight,
         base.bias,
@@ -72,7 +70,7 @@ def _linear(module: nn.Module) -> _Linear:
 
 def _apply(layer: _Linear, x: torch.Tensor) -> torch.Tensor:
     y = F.linear(x, layer.weight, layer.bias)
-    if layer.lora_a is None or layer.lora_b is None:
+    if layer.lora_a is None or layer.lora_b is None:  # set together: a plain layer
         return y
     lora = F.linear(F.linear(x.to(layer.lora_a.dtype), layer.lora_a), layer.lora_b)
     return (y + lora * layer.scaling).to(x.dtype)

@@ -86,7 +86,7 @@ class LossPasses:
     """Runs a request's datums through ``model`` in micro-batches, sharing prefixes; see the module doc."""
 
     def __init__(
-        self, model: nn.Module, vocab_size: int, *, tokens_per_micro_batch: int = 2048, share_prefixes: bool = True
+        self, model: nn.Module, vocab_size: int, *, tokens_per_micro_batch: int, share_prefixes: bool = True
     ) -> None:
         self.model = model
         self.vocab_size = vocab_size

@@ -106,7 +106,12 @@ def test_bf16_shared_prefix_matches_unshared_at_a_looser_tolerance(
 
     def grads(share: bool) -> dict[str, torch.Tensor]:
         trainer.model.zero_grad(set_to_none=True)
-        passes = LossPasses(trainer.model, bf16_base.vocab_size, share_prefixes=share)
+        passes = LossPasses(
+            trainer.model,
+            bf16_base.vocab_size,
+            tokens_per_micro_batch=bf16_base.placement.tokens_per_micro_batch,
+            share_prefixes=share,
+        )
         passes.run(items, lambda i, lp: -lp.sum(), backward=True)
         return {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
 
