@@ -38,11 +38,12 @@ from .prompt_targets import PromptTargets
 __all__ = ["DecodeBatch", "PromptScores", "SampleRequest", "StopRule", "prompt_scores"]
 
 GATHER_QUIET_SECONDS = 0.005
-"""An idle batch that gets a request waits this long for more before its first step, again after
-each arrival (up to ``GATHER_LIMIT_SECONDS`` in all): requests sent together (a client's
-concurrent calls, over HTTP under ``minds serve`` too) then decode together, rather than
-joining a batch that is already running one by one, each a step later and each step slower
-for the decode thread holding the interpreter while their handlers wait for it."""
+"""An idle batch that gets a request starts its first step only once this long has passed since
+the newest request came (up to ``GATHER_LIMIT_SECONDS`` in all), prefilling newcomers meanwhile:
+requests sent together (a client's concurrent calls, over HTTP under ``minds serve`` too) then
+decode together, rather than joining a batch that is already running one by one, each a step later
+and each step slower for the decode thread holding the interpreter while their handlers wait for it.
+A lone request whose prefill outlasts the quiet period starts at once."""
 
 GATHER_LIMIT_SECONDS = 0.05
 """The longest an idle batch gathers before its first step, however steadily requests keep coming."""
@@ -92,6 +93,7 @@ class SampleRequest:
     last_n: int | None
     future: Future[types.SampleResponse]
     targets: PromptTargets | None = None
+    queued_at: float = field(default_factory=time.monotonic)
     scores: PromptScores | None = None
     target_scores: types.TensorData | None = None
     tokens: list[list[int]] = field(default_factory=list)
@@ -161,14 +163,19 @@ class DecodeBatch:
         if not requests:
             return False
         gathering = not self._rows
-        self._prefill_all(requests)
-        deadline = time.monotonic() + GATHER_LIMIT_SECONDS
-        while gathering and (left := deadline - time.monotonic()) > 0:
-            try:
-                first = self.pending.get(timeout=min(GATHER_QUIET_SECONDS, left))
-            except queue.Empty:
+        limit = min(request.queued_at for request in requests) + GATHER_LIMIT_SECONDS
+        while requests:
+            self._prefill_all(requests)
+            quiet_until = max(request.queued_at for request in requests) + GATHER_QUIET_SECONDS
+            if not gathering or time.monotonic() >= limit:
                 break
-            self._prefill_all([first, *self._take_pending()])
+            requests = self._take_pending()
+            wait = min(quiet_until, limit) - time.monotonic()
+            if not requests and wait > 0:
+                try:
+                    requests = [self.pending.get(timeout=wait), *self._take_pending()]
+                except queue.Empty:
+                    break
         return True
 
     def _prefill_all(self, requests: list[SampleRequest]) -> None:
@@ -295,22 +302,32 @@ def _runs(rows: Sequence[tuple[SampleRequest, int]]) -> list[tuple[int, int, Sam
 def _choose(logits: torch.Tensor, runs: Sequence[tuple[int, int, SampleRequest]]) -> torch.Tensor:
     """Next token per row: greedy at temperature 0, else drawn after temperature, top-k and top-p.
 
-    A draw is ``argmax(p / E)`` with ``E ~ Exp(1)`` per token from the request's own
-    generator: exactly what ``torch.multinomial(p, 1)`` computes, with the same random
-    numbers, but one argmax for all rows of all requests.
+    A draw is the Gumbel-max trick: ``argmax(logits / T - log(-log U))`` with ``U``
+    uniform per token from the request's own generator picks each token with its
+    softmax probability, in one argmax for all rows of all requests (no softmax and no
+    per-row multinomial).
     """
     temperatures = [request.params.temperature or 1.0 for start, end, request in runs for _ in range(end - start)]
-    scaled = logits / torch.tensor(temperatures, device=logits.device)[:, None]
+    scaled = logits
+    if any(t != 1.0 for t in temperatures):
+        scaled = logits / torch.tensor(temperatures, device=logits.device)[:, None]
     for start, end, request in runs:
         params = request.params
         if params.temperature and (0 < params.top_k < scaled.shape[-1] or params.top_p < 1):
+            if scaled is logits:
+                scaled = logits.clone()
             scaled[start:end] = _truncated(scaled[start:end], params)
-    probs = scaled.softmax(dim=-1)
-    noise = torch.ones_like(probs)  # greedy rows keep 1: the argmax of p itself
+    drawn = [(start, end, request) for start, end, request in runs if request.params.temperature]
+    if not drawn:
+        return scaled.argmax(dim=-1)
+    noise = torch.empty_like(scaled)
+    for start, end, request in drawn:
+        noise[start:end].uniform_(generator=request.generator)
+    noise.log_().neg_().log_()  # -Gumbel noise
     for start, end, request in runs:
-        if request.params.temperature:
-            noise[start:end].exponential_(generator=request.generator)
-    return (probs / noise).argmax(dim=-1)
+        if not request.params.temperature:
+            noise[start:end] = 0  # greedy rows: the argmax of the logits themselves
+    return (scaled - noise).argmax(dim=-1)
 
 
 def _truncated(scaled: torch.Tensor, params: types.SamplingParams) -> torch.Tensor:

@@ -91,6 +91,7 @@ class FastDecoder:
         self.unembed = _linear(model.lm_head)
         self.inv_freq = inner.rotary_emb.inv_freq
         self.rope_scaling = float(getattr(inner.rotary_emb, "attention_scaling", 1.0))
+        self._cos = self._sin = torch.empty(0, self.head_dim)
         self.layers = [
             _Layer(
                 input_norm=layer.input_layernorm.weight,
@@ -135,41 +136,56 @@ class FastDecoder:
 
     def step(self, cache: KVBuffer, token_ids: torch.Tensor) -> torch.Tensor:
         """Logits ``[rows, V]`` after feeding each row its token ``token_ids[row]``; the cache advances."""
-        positions, hidden = cache.begin_step()
-        hidden = hidden[:, None, None, :]
         x = self.embed[token_ids]
-        rows = x.shape[0]
-        freqs = positions.float() * self.inv_freq.float()
-        angles = torch.cat((freqs, freqs), dim=-1)
-        cos = (angles.cos() * self.rope_scaling).to(x.dtype)[:, None, :]
-        sin = (angles.sin() * self.rope_scaling).to(x.dtype)[:, None, :]
-        groups = self.query_heads // self.kv_heads
+        rows, groups = x.shape[0], self.query_heads // self.kv_heads
+        positions, mask = cache.step_inputs(x.dtype)
+        # The mask as the scores' matrix products lay them out: [rows * kv heads, query heads per kv head, columns].
+        mask = mask.expand(rows, self.kv_heads, groups, -1).reshape(rows * self.kv_heads, groups, -1)
+        cos, sin = self._rotations(cache.get_seq_length() + 1, x.dtype)
+        cos, sin = cos[positions], sin[positions]  # [rows, 1, head_dim]
+        half = self.head_dim // 2
         for index, layer in enumerate(self.layers):
             h = self._norm(x, layer.input_norm)
             # Queries and keys side by side: one norm and one rotation for both.
             qk = torch.cat((_apply(layer.q, h), _apply(layer.k, h)), dim=-1).view(rows, -1, self.head_dim)
             v = _apply(layer.v, h).view(rows, -1, self.head_dim)
             if layer.qk_norm is not None:
-                qk = layer.qk_norm * F.rms_norm(qk.float(), (self.head_dim,), eps=self.eps).to(qk.dtype)
-            qk = qk * cos + _rotate_half(qk) * sin
+                qk = layer.qk_norm * _rms_norm(qk.float(), self.eps).to(qk.dtype)
+            qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin)
             keys, values = cache.update(qk[:, self.query_heads :, None], v[:, :, None], index)
-            # One query per row: plain matmuls over each key/value head's group of query heads.
-            q = qk[:, : self.query_heads].reshape(rows, self.kv_heads, groups, self.head_dim)
-            scores = torch.matmul(q, keys.transpose(-1, -2)).mul_(layer.scaling).masked_fill_(hidden, -torch.inf)
-            attended = torch.matmul(scores.softmax(dim=-1, dtype=torch.float32).to(values.dtype), values)
-            x = x + _apply(layer.o, attended.reshape(rows, -1))
+            # One query per row: each key/value head's group of query heads against that row's keys,
+            # stored transposed, so that ``keys.transpose`` is the layout the product reads fastest.
+            q = qk[:, : self.query_heads].reshape(rows * self.kv_heads, groups, self.head_dim)
+            keys_t = keys.transpose(-1, -2).reshape(rows * self.kv_heads, self.head_dim, -1)
+            scores = torch.baddbmm(mask, q, keys_t, alpha=layer.scaling)
+            probs = scores.softmax(dim=-1, dtype=torch.float32).to(values.dtype)
+            attended = torch.bmm(probs, values.reshape(rows * self.kv_heads, -1, self.head_dim))
+            x = x + _apply(layer.o, attended.view(rows, -1))
             h = self._norm(x, layer.post_norm)
             x = x + _apply(layer.down, F.silu(_apply(layer.gate, h)) * _apply(layer.up, h))
         cache.advance()
         return _apply(self.unembed, self._norm(x, self.final_norm))
 
+    def _rotations(self, positions: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tables of the rotary cosines and sines ``[positions or more, head_dim]``, computed once (doubling
+        when outgrown). Rotating half the dims is rolling them by half with the first half negated: the
+        sines carry that sign."""
+        if self._cos.shape[0] < positions or self._cos.dtype != dtype:
+            angles = torch.arange(max(positions, 2 * self._cos.shape[0]), device=self.inv_freq.device).float()
+            freqs = angles[:, None] * self.inv_freq.float()
+            self._cos = (torch.cat((freqs, freqs), dim=-1).cos() * self.rope_scaling).to(dtype)
+            self._sin = (torch.cat((-freqs, freqs), dim=-1).sin() * self.rope_scaling).to(dtype)
+        return self._cos, self._sin
+
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """RMSNorm as Llama and Qwen compute it: in float32, scaled after casting back."""
         if x.dtype == torch.float32:
-            return F.rms_norm(x, weight.shape, weight, self.eps)
-        return weight * F.rms_norm(x.float(), weight.shape, eps=self.eps).to(x.dtype)
+            return _rms_norm(x, self.eps) * weight
+        return weight * _rms_norm(x.float(), self.eps).to(x.dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def _rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x / sqrt(mean(x^2) + eps)`` over the last dim, as ``layer_norm`` of ``[x, -x]`` (whose mean is 0 and
+    whose variance is ``mean(x^2)``): one fused kernel, where torch's CPU ``rms_norm`` runs several small ops."""
+    width = x.shape[-1]
+    return F.layer_norm(torch.cat((x, -x), dim=-1), (2 * width,), eps=eps)[..., :width]

@@ -4,6 +4,9 @@ Every row of a decode batch is one sequence; row ``r`` holds ``lengths[r]``
 tokens. A decode step writes each row's new key/value at its own next
 position, in place (no concatenation per token), and attends over the first
 ``max(lengths) + 1`` columns under a mask that hides each row's unused tail.
+Keys are stored transposed (``[rows, heads, head_dim, capacity]``), so that a
+decode step's scores ``q @ k^T`` read them in the layout a matrix product wants
+(about twice as fast as transposing on the fly, for one query per row).
 Rows join (a request's prefilled prompt, copied in) and leave (finished
 sequences, compacted out) between steps; the buffer grows by doubling.
 """
@@ -19,11 +22,12 @@ __all__ = ["KVBuffer"]
 
 
 class KVBuffer(Cache):
-    """Per-layer keys and values ``[rows, heads, capacity, head_dim]``, filled row by row; see the module doc."""
+    """Per-layer keys ``[rows, heads, head_dim, capacity]`` (transposed) and values ``[rows, heads, capacity,
+    head_dim]``, filled row by row; see the module doc."""
 
     def __init__(self) -> None:
         super().__init__(layers=[])
-        self.keys: list[torch.Tensor] = []
+        self.keys: list[torch.Tensor] = []  # transposed: [rows, heads, head_dim, capacity]
         self.values: list[torch.Tensor] = []
         self.lengths = torch.zeros(0, dtype=torch.int64)
         self._longest = 0  # max(lengths), kept here: reading it off the tensor would cost a sync per step
@@ -44,7 +48,7 @@ class KVBuffer(Cache):
         start = self.rows
         self._reserve(start + copies, max(room, length), prompt_kv)
         for layer, (k, v) in enumerate(prompt_kv):
-            self.keys[layer][start : start + copies, :, :length] = k
+            self.keys[layer][start : start + copies, :, :, :length] = k.transpose(-1, -2)
             self.values[layer][start : start + copies, :, :length] = v
         added = torch.full((copies,), length, dtype=torch.int64, device=self.lengths.device)
         self.lengths = torch.cat([self.lengths, added])
@@ -58,21 +62,17 @@ class KVBuffer(Cache):
         self.lengths = self.lengths[rows.to(self.lengths.device)]
         self._longest = int(self.lengths.max()) if len(rows) else 0
 
-    def begin_step(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``position_ids [rows, 1]`` of the next token, and ``hidden [rows, columns]``: True where a row
-        must not attend (past its own length). Fixes the step's rows and columns for ``update``."""
+    def step_inputs(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``position_ids [rows, 1]`` of the next token, and the mask as transformers takes it: additive,
+        ``[rows, 1, 1, columns]``, hiding what lies past each row's own length. Fixes the step's rows and
+        columns for ``update``."""
         self._columns = columns = self._longest + 1
         if len(self._row_index) != self.rows or len(self._columns_index) < columns:
             self._row_index = torch.arange(self.rows, device=self.lengths.device)
             self._columns_index = torch.arange(max(columns, 2 * len(self._columns_index)), device=self.lengths.device)
-        return self.lengths[:, None], self._columns_index[:columns] > self.lengths[:, None]
-
-    def step_inputs(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """``begin_step``, with the mask as transformers takes it: additive, ``[rows, 1, 1, columns]``."""
-        positions, hidden = self.begin_step()
-        mask = torch.zeros(hidden.shape, dtype=dtype, device=hidden.device)
-        mask.masked_fill_(hidden, torch.finfo(dtype).min)
-        return positions, mask[:, None, None, :]
+        hidden = self._columns_index[:columns] > self.lengths[:, None]
+        mask = torch.zeros(hidden.shape, dtype=dtype, device=hidden.device).masked_fill_(hidden, torch.finfo(dtype).min)
+        return self.lengths[:, None], mask[:, None, None, :]
 
     def advance(self) -> None:
         """Every row got its token of this step."""
@@ -82,14 +82,15 @@ class KVBuffer(Cache):
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write one token per row at that row's position; the keys/values to attend over (a view).
+        """Write one token per row at that row's position; the keys/values to attend over, both
+        ``[rows, heads, columns, head_dim]`` (views: the keys' ``transpose(-1, -2)`` is the stored layout).
 
-        Call ``begin_step`` (or ``step_inputs``) first: it fixes the step's rows and columns.
+        Call ``step_inputs`` first: it fixes the step's rows and columns.
         """
         keys, values = self.keys[layer_idx], self.values[layer_idx]
-        keys[self._row_index, :, self.lengths] = key_states[:, :, 0]
+        keys[self._row_index, :, :, self.lengths] = key_states[:, :, 0]
         values[self._row_index, :, self.lengths] = value_states[:, :, 0]
-        return keys[: self.rows, :, : self._columns], values[: self.rows, :, : self._columns]
+        return keys[: self.rows, :, :, : self._columns].transpose(-1, -2), values[: self.rows, :, : self._columns]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Columns in use (the longest row)."""
@@ -97,18 +98,20 @@ class KVBuffer(Cache):
 
     def _reserve(self, rows: int, length: int, like: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
         capacity_rows = self.keys[0].shape[0] if self.keys else 0
-        capacity_length = self.keys[0].shape[2] if self.keys else 0
+        capacity_length = self.values[0].shape[2] if self.values else 0
         if rows <= capacity_rows and length <= capacity_length:
             return
         new_rows = max(rows, 2 * capacity_rows)
         new_length = max(length, capacity_length)
-        for tensors, index in ((self.keys, 0), (self.values, 1)):
+        for tensors, index, axis in ((self.keys, 0, 3), (self.values, 1, 2)):  # axis: the one along positions
             for layer, pair in enumerate(like):
                 heads, dim = pair[index].shape[1], pair[index].shape[3]
-                grown = pair[index].new_zeros(new_rows, heads, new_length, dim)
+                shape = [new_rows, heads, dim, dim]
+                shape[axis] = new_length
+                grown = pair[index].new_zeros(shape)
                 if layer < len(tensors):
                     old = tensors[layer]
-                    grown[: self.rows, :, : old.shape[2]] = old[: self.rows]
+                    grown[: self.rows].narrow(axis, 0, old.shape[axis]).copy_(old[: self.rows])
                     tensors[layer] = grown
                 else:
                     tensors.append(grown)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ from minds_core.backends.local import (
     SamplingClient,
     ServiceClient,
     TrainingClient,
+    decoding,
 )
 from minds_core.backends.local.decoding import _choose, _truncated
 from minds_core.backends.local.kv_buffer import KVBuffer
@@ -130,6 +132,29 @@ def test_an_idle_batch_gathers_requests_that_come_moments_apart(
     assert sizes == [1, 1] + [5] * 5
 
 
+def test_the_quiet_period_counts_from_the_newest_arrival_not_from_the_prefill(
+    sampler: SamplingClient,
+    encode: Callable[[str], list[int]],
+    count_forwards: Callable[..., list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lone request whose prefill outlasts the quiet period decodes at once: nothing is waited for."""
+    monkeypatch.setattr(decoding, "GATHER_QUIET_SECONDS", 1.0)
+    monkeypatch.setattr(decoding, "GATHER_LIMIT_SECONDS", 10.0)
+    prompt = types.ModelInput.from_ints(encode(TEXTS[0]))
+
+    def slow_prefill(rows: int) -> None:
+        if len(sizes) == 1:
+            time.sleep(1.2)  # the quiet period is over when the prefill ends
+
+    sizes = count_forwards(sampler, slow_prefill)
+    start = time.monotonic()
+    sampler.sample(prompt, 2, GREEDY).result(timeout=60)
+    elapsed = time.monotonic() - start
+    assert sizes == [1] + [2] * 5
+    assert elapsed < 1.2 + 0.8, elapsed  # waiting a quiet period after the prefill would take 2.2 s and more
+
+
 def test_requests_join_and_leave_a_running_batch(
     sampler: SamplingClient, encode: Callable[[str], list[int]], count_forwards: Callable[..., list[int]]
 ) -> None:
@@ -191,7 +216,7 @@ def test_kv_buffer_places_rows_at_positions_of_their_own() -> None:
     cache.keep(torch.tensor([2, 0]))
     assert cache.lengths.tolist() == [6, 4]
     assert cache.keys[0] is keys_before  # preallocated: written in place, not re-concatenated
-    assert cache.keys[0][:2, 0, :6, 0].tolist() == [[2, 2, 2, 2, 2, 12], [1, 1, 1, 10, 0, 0]]
+    assert cache.keys[0][:2, 0, 0, :6].tolist() == [[2, 2, 2, 2, 2, 12], [1, 1, 1, 10, 0, 0]]  # keys transposed
     assert cache.values[0][0, 1, 5, 0].item() == -12
 
 
@@ -201,11 +226,12 @@ def test_a_closed_service_refuses_new_samples(service: ServiceClient, sampler: S
         sampler.sample(types.ModelInput.from_ints(encode("Hi")), 1, GREEDY)
 
 
-def test_one_batched_draw_equals_torch_multinomial_per_request() -> None:
-    """Rows of several requests are drawn at once with the same numbers multinomial would use."""
+def test_one_batched_draw_follows_each_requests_distribution() -> None:
+    """Rows of several requests are drawn in one call, each from its own tempered, truncated softmax."""
+    settings = [(1.0, 1.0, -1), (0.7, 1.0, -1), (0.0, 1.0, -1), (1.3, 0.9, -1), (1.0, 1.0, 5)]
+    rows = 8000
 
     def requests() -> list[SimpleNamespace]:
-        settings = [(1.0, 1.0, -1), (0.7, 1.0, -1), (0.0, 1.0, -1), (1.3, 0.9, -1), (1.0, 1.0, 5)]
         return [
             SimpleNamespace(
                 params=types.SamplingParams(temperature=t, top_p=p, top_k=k),
@@ -214,15 +240,19 @@ def test_one_batched_draw_equals_torch_multinomial_per_request() -> None:
             for seed, (t, p, k) in enumerate(settings)
         ]
 
-    logits = torch.randn(7, 259, generator=torch.Generator().manual_seed(0)) * 3
-    bounds = [(0, 2), (2, 3), (3, 4), (4, 6), (6, 7)]
-    got = _choose(logits, [(s, e, r) for (s, e), r in zip(bounds, requests(), strict=True)])
-    expected = []
-    for (start, end), request in zip(bounds, requests(), strict=True):
+    base = torch.randn(12, generator=torch.Generator().manual_seed(0)) * 2
+    logits = base.expand(rows * len(settings), -1).clone()
+    runs = [(i * rows, (i + 1) * rows, r) for i, r in enumerate(requests())]
+    got = _choose(logits, runs)
+    assert torch.equal(got, _choose(logits, [(s, e, r) for (s, e, _), r in zip(runs, requests(), strict=True)]))
+    for start, end, request in runs:
         params = request.params
+        drawn = got[start:end]
         if params.temperature == 0:
-            expected += logits[start:end].argmax(dim=-1).tolist()
+            assert (drawn == base.argmax()).all()
             continue
-        scaled = _truncated(logits[start:end] / params.temperature, params)
-        expected += torch.multinomial(scaled.softmax(dim=-1), 1, generator=request.generator)[:, 0].tolist()
-    assert got.tolist() == expected
+        expected = _truncated(base[None] / params.temperature, params)[0].softmax(dim=-1)
+        frequencies = torch.bincount(drawn, minlength=len(base)) / rows
+        assert (frequencies[expected == 0] == 0).all()  # nothing outside top-k / top-p is ever drawn
+        spread = (expected * (1 - expected) / rows).sqrt()
+        assert ((frequencies - expected).abs() <= 5 * spread + 1e-3).all(), (params, frequencies, expected)
