@@ -1,7 +1,8 @@
 """Continuous batching: every pending request of a sampler decodes in one batch, one forward pass per step.
 
-A request's prompt is prefilled once (requests with the same prompt share that
-pass) and its ``num_samples`` rows join the running batch between steps (an idle
+A request's prompt is prefilled once (requests with the same prompt share it;
+distinct prompts pending together share one right-padded forward pass, up to a
+token budget) and its ``num_samples`` rows join the running batch between steps (an idle
 batch first gathers the requests that come within moments); a row
 that stops leaves it, and a request's future resolves when its last row
 stops. Rows sit at positions of their own in a preallocated ``KVBuffer``;
@@ -129,9 +130,10 @@ class SampleRequest:
 class DecodeBatch:
     """The running decode batch of one sampler: pending requests, rows, their KV buffer and next logits."""
 
-    def __init__(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, tokens_per_pass: int) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.tokens_per_pass = tokens_per_pass  # padded prompt tokens (rows x longest) prefilled in one pass
         self.pending: queue.SimpleQueue[SampleRequest] = queue.SimpleQueue()
         self._rows: list[tuple[SampleRequest, int]] = []  # (request, sample index) of each row
         self._cache = KVBuffer()
@@ -179,16 +181,30 @@ class DecodeBatch:
         return True
 
     def _prefill_all(self, requests: list[SampleRequest]) -> None:
-        """Prefill ``requests``, one pass per distinct prompt; a failed pass fails only its prompt's requests."""
+        """Prefill ``requests``: one pass per distinct prompt whose log-probs are asked for, the other
+        prompts together in as few passes as ``tokens_per_pass`` allows. A failed pass fails only the
+        requests of its prompts."""
         by_prompt: dict[tuple[int, ...], list[SampleRequest]] = {}
         for request in requests:
             by_prompt.setdefault(tuple(request.prompt.tolist()), []).append(request)
-        for group in by_prompt.values():
+        groups = sorted(by_prompt.values(), key=lambda group: len(group[0].prompt), reverse=True)
+        passes = [[group] for group in groups if any(request.score_prompt for request in group)]
+        for group in groups:
+            if any(request.score_prompt for request in group):
+                continue
+            together = passes[-1] if passes and not passes[-1][0][0].score_prompt else None
+            longest = len(together[0][0].prompt) if together else 0  # sorted: the pass's first is its longest
+            if together is not None and (len(together) + 1) * longest <= self.tokens_per_pass:
+                together.append(group)
+            else:
+                passes.append([group])
+        for groups_of_pass in passes:
             try:
-                self._prefill(group)
-            except Exception as exc:  # noqa: BLE001 - this prompt's requests fail; the batch goes on
-                for request in group:
-                    request.future.set_exception(exc)
+                self._prefill(groups_of_pass)
+            except Exception as exc:  # noqa: BLE001 - these prompts' requests fail; the batch goes on
+                for group in groups_of_pass:
+                    for request in group:
+                        request.future.set_exception(exc)
 
     def _take_pending(self) -> list[SampleRequest]:
         requests = []
@@ -198,21 +214,39 @@ class DecodeBatch:
             except queue.Empty:
                 return requests
 
-    def _prefill(self, group: list[SampleRequest]) -> None:
-        prompt = group[0].prompt.to(self._device)
-        score = any(request.score_prompt for request in group)
-        out = self.model(
-            input_ids=prompt[None], **cache_argument(DynamicCache()), logits_to_keep=0 if score else 1
-        )
-        prompt_kv = [(layer.keys, layer.values) for layer in returned_cache(out).layers]
-        last = out.logits[0, -1].float()
-        for request in group:
-            if request.include_prompt_logprobs or request.topk_prompt:
-                request.scores = prompt_scores(prompt, out.logits[0], request.topk_prompt, request.last_n)
-            if request.targets is not None:
-                request.target_scores = request.targets.scores(out.logits[0])
+    def _prefill(self, groups: list[list[SampleRequest]]) -> None:
+        """One forward pass over the prompts of ``groups`` (each group: the requests of one prompt), right-padded:
+        under causal attention no prompt token sees the padding after it. Logits of every position are kept
+        only for a single prompt that is scored."""
+        prompts = [group[0].prompt for group in groups]
+        lengths = [len(prompt) for prompt in prompts]
+        ids = torch.zeros(len(prompts), max(lengths), dtype=torch.int64)
+        for row, prompt in enumerate(prompts):
+            ids[row, : len(prompt)] = prompt
+        score = any(request.score_prompt for group in groups for request in group)
+        ends = sorted(set(lengths))  # the positions whose logits start the decode: each prompt's last
+        keep = 0 if score else torch.tensor([end - 1 for end in ends], device=self._device)
+        out = self.model(input_ids=ids.to(self._device), **cache_argument(DynamicCache()), logits_to_keep=keep)
+        layers = returned_cache(out).layers
+        for row, (group, length) in enumerate(zip(groups, lengths, strict=True)):
+            logits = out.logits[row, length - 1] if score else out.logits[row, ends.index(length)]
+            prompt = prompts[row].to(self._device)
+            for request in group:
+                if request.include_prompt_logprobs or request.topk_prompt:
+                    request.scores = prompt_scores(prompt, out.logits[row], request.topk_prompt, request.last_n)
+                if request.targets is not None:
+                    request.target_scores = request.targets.scores(out.logits[row])
+            prompt_kv = [
+                (layer.keys[row : row + 1, :, :length], layer.values[row : row + 1, :, :length]) for layer in layers
+            ]
+            self._join(group, prompt_kv, logits.float())
+
+    def _join(
+        self, group: list[SampleRequest], prompt_kv: list[tuple[torch.Tensor, torch.Tensor]], last: torch.Tensor
+    ) -> None:
+        """Add the rows of ``group`` (requests of one prompt, prefilled: its keys/values and last logits)."""
         copies = sum(request.num_samples for request in group)
-        room = max(len(prompt) + request.max_tokens - 1 for request in group)
+        room = max(len(request.prompt) + request.max_tokens - 1 for request in group)
         self._cache.add(prompt_kv, copies, room)
         self._logits = torch.cat([self._logits.to(last.device), last.expand(copies, -1)])
         for request in group:
@@ -302,32 +336,22 @@ def _runs(rows: Sequence[tuple[SampleRequest, int]]) -> list[tuple[int, int, Sam
 def _choose(logits: torch.Tensor, runs: Sequence[tuple[int, int, SampleRequest]]) -> torch.Tensor:
     """Next token per row: greedy at temperature 0, else drawn after temperature, top-k and top-p.
 
-    A draw is the Gumbel-max trick: ``argmax(logits / T - log(-log U))`` with ``U``
-    uniform per token from the request's own generator picks each token with its
-    softmax probability, in one argmax for all rows of all requests (no softmax and no
-    per-row multinomial).
+    A draw is ``argmax(p / E)`` with ``E ~ Exp(1)`` per token from the request's own
+    generator: exactly what ``torch.multinomial(p, 1)`` computes, with the same random
+    numbers, but one argmax for all rows of all requests.
     """
     temperatures = [request.params.temperature or 1.0 for start, end, request in runs for _ in range(end - start)]
-    scaled = logits
-    if any(t != 1.0 for t in temperatures):
-        scaled = logits / torch.tensor(temperatures, device=logits.device)[:, None]
+    scaled = logits / torch.tensor(temperatures, device=logits.device)[:, None]
     for start, end, request in runs:
         params = request.params
         if params.temperature and (0 < params.top_k < scaled.shape[-1] or params.top_p < 1):
-            if scaled is logits:
-                scaled = logits.clone()
             scaled[start:end] = _truncated(scaled[start:end], params)
-    drawn = [(start, end, request) for start, end, request in runs if request.params.temperature]
-    if not drawn:
-        return scaled.argmax(dim=-1)
-    noise = torch.empty_like(scaled)
-    for start, end, request in drawn:
-        noise[start:end].uniform_(generator=request.generator)
-    noise.log_().neg_().log_()  # -Gumbel noise
+    probs = scaled.softmax(dim=-1)
+    noise = torch.ones_like(probs)  # greedy rows keep 1: the argmax of p itself
     for start, end, request in runs:
-        if not request.params.temperature:
-            noise[start:end] = 0  # greedy rows: the argmax of the logits themselves
-    return (scaled - noise).argmax(dim=-1)
+        if request.params.temperature:
+            noise[start:end].exponential_(generator=request.generator)
+    return (probs / noise).argmax(dim=-1)
 
 
 def _truncated(scaled: torch.Tensor, params: types.SamplingParams) -> torch.Tensor:

@@ -31,7 +31,8 @@ class Placement:
     device: torch.device
     dtype: torch.dtype
     tokens_per_micro_batch: int = 2048
-    """Padded input tokens per training forward pass (rows x longest row)."""
+    """Padded input tokens per forward pass (rows x longest row): of a training micro-batch, and of the
+    prompts a sampler prefills together."""
 
 
 def resolve_placement(device: str = "auto") -> Placement:

@@ -32,7 +32,7 @@ class Sampler:
     def __init__(self, base: BaseModel, model: nn.Module) -> None:
         self.base = base
         self.model = model
-        self._batch = DecodeBatch(model, base.tokenizer)
+        self._batch = DecodeBatch(model, base.tokenizer, base.placement.tokens_per_micro_batch)
 
     @classmethod
     def for_base(cls, base: BaseModel) -> Sampler:

@@ -100,14 +100,47 @@ def test_concurrent_requests_decode_in_one_batch_with_the_tokens_they_get_alone(
     futures = [sampler.sample(p, 2, GREEDY) for p in prompts]
     release.set()
     together = [f.result(timeout=60) for f in futures]
-    # One prefill per prompt, then every decode step runs all 10 rows at once (6 tokens: 5 decode passes).
-    assert sizes == [1] * len(TEXTS) + [2 * len(TEXTS)] * 5
+    # One prefill pass for all five prompts (right-padded), then every decode step runs all 10 rows at once
+    # (6 tokens: 5 decode passes).
+    assert sizes == [len(TEXTS)] + [2 * len(TEXTS)] * 5
     for prompt, single, batched in zip(prompts, alone, together, strict=True):
         for a, b in zip(single.sequences, batched.sequences, strict=True):
             assert a.tokens == b.tokens
             np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-5)
             rescored = sampler.compute_logprobs(types.ModelInput.from_ints(prompt.to_ints() + b.tokens)).result()
             np.testing.assert_allclose(b.logprobs, rescored[-len(b.tokens) :], atol=1e-4)
+
+
+def test_prompts_prefill_together_within_the_token_budget_and_scored_ones_alone(
+    sampler: SamplingClient, encode: Callable[[str], list[int]], count_forwards: Callable[..., list[int]]
+) -> None:
+    """Padded prompt tokens per prefill pass stay within ``tokens_per_pass``; a prompt whose log-probs
+    are asked for gets a pass of its own (all its logits); every request gets what it gets alone."""
+    prompts = [types.ModelInput.from_ints(encode(t)) for t in TEXTS]
+    scored = types.ModelInput.from_ints(encode("Score this prompt, please"))
+    alone = [sampler.sample(p, 2, GREEDY).result() for p in prompts]
+    scored_alone = sampler.sample(scored, 1, GREEDY, include_prompt_logprobs=True).result()
+    lengths = sorted((p.length for p in prompts), reverse=True)
+    assert 3 * lengths[2] <= 2 * lengths[0] < 3 * lengths[0]  # the budget fits two long prompts, or three short
+    sampler._sampler._batch.tokens_per_pass = 2 * lengths[0]
+    sizes = count_forwards(sampler)
+    release = held(sampler)
+    futures = [sampler.sample(p, 2, GREEDY) for p in prompts]
+    scored_future = sampler.sample(scored, 1, GREEDY, include_prompt_logprobs=True)
+    release.set()
+    together = [f.result(timeout=60) for f in futures]
+    # The scored prompt alone; then, longest first, the two that fill the budget, and the three short ones.
+    assert sizes[:3] == [1, 2, 3]
+    assert sizes[3:] == [2 * len(TEXTS) + 1] * 5
+    for single, batched in zip(alone, together, strict=True):
+        for a, b in zip(single.sequences, batched.sequences, strict=True):
+            assert a.tokens == b.tokens
+            np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-5)
+    scored_together = scored_future.result(timeout=60)
+    assert scored_together.sequences[0].tokens == scored_alone.sequences[0].tokens
+    np.testing.assert_allclose(
+        np.array(scored_together.prompt_logprobs[1:]), np.array(scored_alone.prompt_logprobs[1:]), atol=1e-5
+    )
 
 
 def test_an_idle_batch_gathers_requests_that_come_moments_apart(
@@ -226,12 +259,11 @@ def test_a_closed_service_refuses_new_samples(service: ServiceClient, sampler: S
         sampler.sample(types.ModelInput.from_ints(encode("Hi")), 1, GREEDY)
 
 
-def test_one_batched_draw_follows_each_requests_distribution() -> None:
-    """Rows of several requests are drawn in one call, each from its own tempered, truncated softmax."""
-    settings = [(1.0, 1.0, -1), (0.7, 1.0, -1), (0.0, 1.0, -1), (1.3, 0.9, -1), (1.0, 1.0, 5)]
-    rows = 8000
+def test_one_batched_draw_equals_torch_multinomial_per_request() -> None:
+    """Rows of several requests are drawn at once with the same numbers multinomial would use."""
 
     def requests() -> list[SimpleNamespace]:
+        settings = [(1.0, 1.0, -1), (0.7, 1.0, -1), (0.0, 1.0, -1), (1.3, 0.9, -1), (1.0, 1.0, 5)]
         return [
             SimpleNamespace(
                 params=types.SamplingParams(temperature=t, top_p=p, top_k=k),
@@ -240,19 +272,15 @@ def test_one_batched_draw_follows_each_requests_distribution() -> None:
             for seed, (t, p, k) in enumerate(settings)
         ]
 
-    base = torch.randn(12, generator=torch.Generator().manual_seed(0)) * 2
-    logits = base.expand(rows * len(settings), -1).clone()
-    runs = [(i * rows, (i + 1) * rows, r) for i, r in enumerate(requests())]
-    got = _choose(logits, runs)
-    assert torch.equal(got, _choose(logits, [(s, e, r) for (s, e, _), r in zip(runs, requests(), strict=True)]))
-    for start, end, request in runs:
+    logits = torch.randn(7, 259, generator=torch.Generator().manual_seed(0)) * 3
+    bounds = [(0, 2), (2, 3), (3, 4), (4, 6), (6, 7)]
+    got = _choose(logits, [(s, e, r) for (s, e), r in zip(bounds, requests(), strict=True)])
+    expected = []
+    for (start, end), request in zip(bounds, requests(), strict=True):
         params = request.params
-        drawn = got[start:end]
         if params.temperature == 0:
-            assert (drawn == base.argmax()).all()
+            expected += logits[start:end].argmax(dim=-1).tolist()
             continue
-        expected = _truncated(base[None] / params.temperature, params)[0].softmax(dim=-1)
-        frequencies = torch.bincount(drawn, minlength=len(base)) / rows
-        assert (frequencies[expected == 0] == 0).all()  # nothing outside top-k / top-p is ever drawn
-        spread = (expected * (1 - expected) / rows).sqrt()
-        assert ((frequencies - expected).abs() <= 5 * spread + 1e-3).all(), (params, frequencies, expected)
+        scaled = _truncated(logits[start:end] / params.temperature, params)
+        expected += torch.multinomial(scaled.softmax(dim=-1), 1, generator=request.generator)[:, 0].tolist()
+    assert got.tolist() == expected
