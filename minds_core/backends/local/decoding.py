@@ -39,12 +39,12 @@ from .prompt_targets import PromptTargets
 __all__ = ["DecodeBatch", "PromptScores", "SampleRequest", "StopRule", "prompt_scores"]
 
 GATHER_QUIET_SECONDS = 0.005
-"""An idle batch that gets a request starts its first step only once this long has passed since
-the newest request came (up to ``GATHER_LIMIT_SECONDS`` in all), prefilling newcomers meanwhile:
-requests sent together (a client's concurrent calls, over HTTP under ``minds serve`` too) then
-decode together, rather than joining a batch that is already running one by one, each a step later
-and each step slower for the decode thread holding the interpreter while their handlers wait for it.
-A lone request whose prefill outlasts the quiet period starts at once."""
+"""An idle batch that gets a request prefills it, then starts its first step only once this long
+has passed since the newest request came (up to ``GATHER_LIMIT_SECONDS`` in all), and prefills the
+newcomers together: requests sent together (a client's concurrent calls, over HTTP under ``minds
+serve`` too, where they come milliseconds apart) then decode together, rather than joining a running
+batch one by one, each a step later. A lone request whose prefill outlasts the quiet period starts at
+once; while the batch waits it holds no lock, so the handlers of requests on their way run freely."""
 
 GATHER_LIMIT_SECONDS = 0.05
 """The longest an idle batch gathers before its first step, however steadily requests keep coming."""
@@ -158,26 +158,29 @@ class DecodeBatch:
     def _admit(self) -> bool:
         """Prefill every pending request and add its rows; whether any came.
 
-        An idle batch goes on gathering (see ``GATHER_QUIET_SECONDS``), prefilling each
-        newcomer as it comes, so that prefills overlap the wait for the rest.
+        An idle batch then gathers the requests that come moments later (see
+        ``GATHER_QUIET_SECONDS``) and prefills them together.
         """
         requests = self._take_pending()
         if not requests:
             return False
-        gathering = not self._rows
+        gathering = not self._rows  # else a running batch: newcomers join between its steps
+        self._prefill_all(requests)
+        if not gathering:
+            return True
         limit = min(request.queued_at for request in requests) + GATHER_LIMIT_SECONDS
-        while requests:
-            self._prefill_all(requests)
-            quiet_until = max(request.queued_at for request in requests) + GATHER_QUIET_SECONDS
-            if not gathering or time.monotonic() >= limit:
+        quiet_until = max(request.queued_at for request in requests) + GATHER_QUIET_SECONDS
+        newcomers: list[SampleRequest] = []
+        while (wait := min(quiet_until, limit) - time.monotonic()) > 0:
+            try:
+                came = [self.pending.get(timeout=wait), *self._take_pending()]
+            except queue.Empty:
                 break
-            requests = self._take_pending()
-            wait = min(quiet_until, limit) - time.monotonic()
-            if not requests and wait > 0:
-                try:
-                    requests = [self.pending.get(timeout=wait), *self._take_pending()]
-                except queue.Empty:
-                    break
+            newcomers += came
+            quiet_until = max(request.queued_at for request in came) + GATHER_QUIET_SECONDS
+        newcomers += self._take_pending()
+        if newcomers:
+            self._prefill_all(newcomers)
         return True
 
     def _prefill_all(self, requests: list[SampleRequest]) -> None:
