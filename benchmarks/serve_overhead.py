@@ -91,12 +91,14 @@ def main() -> None:
                 "served": remote.create_lora_training_client(DEFAULT_BASE_MODEL, rank=8, seed=0).result(),
                 "in-process": local.create_lora_training_client(DEFAULT_BASE_MODEL, rank=8, seed=0).result(),
             }
-            # Warm-up: first-call costs on both sides, and on the server enough steps that it keeps
-            # MAX_SAMPLERS sampling sessions and each new one reuses a dropped one's weights: the
-            # steady state of a long run (in-process, a dropped sampler's weights are reused at once).
-            for name, trainer in trainers.items():
-                for _ in range(1 if SMOKE or name == "in-process" else MAX_SAMPLERS + 1):
-                    rl_step(trainer, prompts, -1)
+            # Warm-up: first-call costs, and on the server enough steps that it keeps MAX_SAMPLERS
+            # sampling sessions and each new one reuses a dropped one's weights (the steady state of
+            # a long run). Both sides take the same steps with the same seeds, so that each measured
+            # step trains the same adapter on the same rollouts: a step's cost changes as the policy
+            # learns (its samples, hence the datums' shapes, change).
+            for trainer in trainers.values():
+                for step in range(1 if SMOKE else MAX_SAMPLERS + 1):
+                    rl_step(trainer, prompts, -1 - step)
             times: dict[str, list[list[float]]] = {name: [] for name in trainers}
             for step in range(STEPS):
                 for name in (("served", "in-process") if step % 2 == 0 else ("in-process", "served")):

@@ -12,7 +12,11 @@ from minds_core.backends.local import TrainingClient, passes
 from minds_core.backends.local.inputs import submitted_datum
 from minds_core.backends.local.losses import LOSSES
 
-PROMPT = "<|im_start|>user\nWhat is 12+34? Answer with a number.<|im_end|>\n<|im_start|>assistant\n"
+PROMPT = (  # long enough that sharing it saves more than passes.MIN_SHARED_SAVING positions
+    "<|im_start|>user\nWhat is 12+34? Answer with a number. Work the sum out step by step in your head, then "
+    "answer with the number alone and nothing else: no words, no units and no punctuation.<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
 COMPLETIONS = ("46<|im_end|>", "It is 46.<|im_end|>", "4.", "Forty-six, I think.<|im_end|>")
 
 
@@ -87,6 +91,10 @@ def test_groups_are_found_by_their_shared_prompt(
     shared = sorted((group.members, group.prefix) for group in groups if group.prefix)
     assert shared == [([0, 1, 3, 4], lengths[0]), ([5, 6, 7], lengths[1])]
     assert [group.members for group in groups if not group.prefix] == [[2, 8]]
+    assert all(2 * length >= passes.MIN_SHARED_SAVING for length in lengths)
+    # A prefix that saves too few positions (its length times the members beyond the first) runs whole.
+    fewer = passes.shared_prefix_groups(items, min_saving=2 * lengths[1] + 1)  # above the 3 rollouts' saving
+    assert [(group.members, group.prefix) for group in fewer] == [([0, 1, 3, 4], lengths[0]), ([2, 5, 6, 7, 8], 0)]
 
 
 @pytest.mark.parametrize("loss", list(LOSSES))
