@@ -32,7 +32,7 @@ SMOKE = "--smoke" in sys.argv[1:]
 PROMPTS = 2 if SMOKE else 8
 GROUP = 2 if SMOKE else 8
 MAX_TOKENS = 4 if SMOKE else 32
-STEPS = 1 if SMOKE else 6
+STEPS = 1 if SMOKE else 12
 
 
 PHASES = ("snapshot", "sample", "train")
