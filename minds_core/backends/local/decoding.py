@@ -191,16 +191,18 @@ class DecodeBatch:
         for request in requests:
             by_prompt.setdefault(tuple(request.prompt.tolist()), []).append(request)
         groups = sorted(by_prompt.values(), key=lambda group: len(group[0].prompt), reverse=True)
-        passes = [[group] for group in groups if any(request.score_prompt for request in group)]
+        passes: list[list[list[SampleRequest]]] = []
+        together: list[list[SampleRequest]] = []  # longest first: a pass's first prompt is its longest
         for group in groups:
             if any(request.score_prompt for request in group):
-                continue
-            together = passes[-1] if passes and not passes[-1][0][0].score_prompt else None
-            longest = len(together[0][0].prompt) if together else 0  # sorted: the pass's first is its longest
-            if together is not None and (len(together) + 1) * longest <= self.tokens_per_pass:
-                together.append(group)
-            else:
                 passes.append([group])
+                continue
+            if together and (len(together) + 1) * len(together[0][0].prompt) > self.tokens_per_pass:
+                passes.append(together)
+                together = []
+            together.append(group)
+        if together:
+            passes.append(together)
         for groups_of_pass in passes:
             try:
                 self._prefill(groups_of_pass)
@@ -229,14 +231,15 @@ class DecodeBatch:
         score = any(request.score_prompt for group in groups for request in group)
         ends = sorted(set(lengths))  # the positions whose logits start the decode: each prompt's last
         keep = 0 if score else torch.tensor([end - 1 for end in ends], device=self._device)
-        out = self.model(input_ids=ids.to(self._device), **cache_argument(DynamicCache()), logits_to_keep=keep)
+        ids = ids.to(self._device)
+        out = self.model(input_ids=ids, **cache_argument(DynamicCache()), logits_to_keep=keep)
         layers = returned_cache(out).layers
         for row, (group, length) in enumerate(zip(groups, lengths, strict=True)):
             logits = out.logits[row, length - 1] if score else out.logits[row, ends.index(length)]
-            prompt = prompts[row].to(self._device)
             for request in group:
                 if request.include_prompt_logprobs or request.topk_prompt:
-                    request.scores = prompt_scores(prompt, out.logits[row], request.topk_prompt, request.last_n)
+                    prompt_ids = ids[row, :length]
+                    request.scores = prompt_scores(prompt_ids, out.logits[row], request.topk_prompt, request.last_n)
                 if request.targets is not None:
                     request.target_scores = request.targets.scores(out.logits[row])
             prompt_kv = [

@@ -150,7 +150,7 @@ class FastDecoder:
             qk = torch.cat((_apply(layer.q, h), _apply(layer.k, h)), dim=-1).view(rows, -1, self.head_dim)
             v = _apply(layer.v, h).view(rows, -1, self.head_dim)
             if layer.qk_norm is not None:
-                qk = layer.qk_norm * _rms_norm(qk.float(), self.eps).to(qk.dtype)
+                qk = self._norm(qk, layer.qk_norm)
             qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin)
             keys, values = cache.update(qk[:, self.query_heads :, None], v[:, :, None], index)
             # One query per row: each key/value head's group of query heads against that row's keys,

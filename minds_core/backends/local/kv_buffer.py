@@ -106,8 +106,7 @@ class KVBuffer(Cache):
         for tensors, index, axis in ((self.keys, 0, 3), (self.values, 1, 2)):  # axis: the one along positions
             for layer, pair in enumerate(like):
                 heads, dim = pair[index].shape[1], pair[index].shape[3]
-                shape = [new_rows, heads, dim, dim]
-                shape[axis] = new_length
+                shape = (new_rows, heads, dim, new_length) if index == 0 else (new_rows, heads, new_length, dim)
                 grown = pair[index].new_zeros(shape)
                 if layer < len(tensors):
                     old = tensors[layer]
