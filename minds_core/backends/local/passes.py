@@ -50,15 +50,13 @@ class _Group:
     members: list[int]
 
 
-def shared_prefix_groups(
-    items: Sequence[DatumTensors], min_prefix: int = MIN_SHARED_PREFIX, min_saving: int = MIN_SHARED_SAVING
-) -> list[_Group]:
+def shared_prefix_groups(items: Sequence[DatumTensors], min_prefix: int = MIN_SHARED_PREFIX) -> list[_Group]:
     """Datums sharing at least ``min_prefix`` leading tokens, grouped; the rest in one group of prefix 0.
 
     Datums are bucketed by their first ``min_prefix`` tokens (and the shape of a target
     row: ``[T]`` or ``[T, K]``); a bucket of two or more shares its longest common
     prefix, cut so that every member keeps one token of its own, when that saves at
-    least ``min_saving`` token positions (see ``MIN_SHARED_SAVING``).
+    least ``MIN_SHARED_SAVING`` token positions.
     """
     tokens = [item.tokens for item in items]
     buckets: dict[tuple[object, ...], list[int]] = {}
@@ -72,7 +70,7 @@ def shared_prefix_groups(
     groups = []
     for members in buckets.values():
         prefix = _common_prefix([tokens[i] for i in members]) if len(members) > 1 else 0
-        if prefix >= min_prefix and prefix * (len(members) - 1) >= min_saving:
+        if prefix >= min_prefix and prefix * (len(members) - 1) >= MIN_SHARED_SAVING:
             groups.append(_Group(prefix, members))
         else:
             alone.extend(members)

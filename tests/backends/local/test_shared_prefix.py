@@ -12,11 +12,7 @@ from minds_core.backends.local import TrainingClient, passes
 from minds_core.backends.local.inputs import submitted_datum
 from minds_core.backends.local.losses import LOSSES
 
-PROMPT = (  # long enough that sharing it saves more than passes.MIN_SHARED_SAVING positions
-    "<|im_start|>user\nWhat is 12+34? Answer with a number. Work the sum out step by step in your head, then "
-    "answer with the number alone and nothing else: no words, no units and no punctuation.<|im_end|>\n"
-    "<|im_start|>assistant\n"
-)
+PROMPT = "<|im_start|>user\nWhat is 12+34? Answer with a number.<|im_end|>\n<|im_start|>assistant\n"
 COMPLETIONS = ("46<|im_end|>", "It is 46.<|im_end|>", "4.", "Forty-six, I think.<|im_end|>")
 
 
@@ -40,6 +36,13 @@ def rl_datum(tokens: list[int], prompt_length: int, seed: int, topk: int = 0) ->
         "sequence_ratio_mask": sampled.tolist(),  # read by gspo only
     }
     return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)
+
+
+@pytest.fixture(autouse=True)
+def every_shared_prompt_shares(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prompts here are short (float32 rounding over a long prompt comes near the 1e-5 bound the
+    gradient checks hold), too short for the saving ``passes.MIN_SHARED_SAVING`` asks: any saving counts."""
+    monkeypatch.setattr(passes, "MIN_SHARED_SAVING", 0)
 
 
 @pytest.fixture
@@ -83,7 +86,7 @@ def assert_same(one_by_one, batched, reference_grads, grads) -> None:
 
 
 def test_groups_are_found_by_their_shared_prompt(
-    group_data: list[types.Datum], encode: Callable[[str], list[int]]
+    group_data: list[types.Datum], encode: Callable[[str], list[int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     items = [submitted_datum(datum, i) for i, datum in enumerate(group_data)]
     groups = passes.shared_prefix_groups(items)
@@ -91,10 +94,14 @@ def test_groups_are_found_by_their_shared_prompt(
     shared = sorted((group.members, group.prefix) for group in groups if group.prefix)
     assert shared == [([0, 1, 3, 4], lengths[0]), ([5, 6, 7], lengths[1])]
     assert [group.members for group in groups if not group.prefix] == [[2, 8]]
-    assert all(2 * length >= passes.MIN_SHARED_SAVING for length in lengths)
     # A prefix that saves too few positions (its length times the members beyond the first) runs whole.
-    fewer = passes.shared_prefix_groups(items, min_saving=2 * lengths[1] + 1)  # above the 3 rollouts' saving
+    monkeypatch.setattr(passes, "MIN_SHARED_SAVING", 2 * lengths[1] + 1)  # above the 3 rollouts' saving
+    fewer = passes.shared_prefix_groups(items)
     assert [(group.members, group.prefix) for group in fewer] == [([0, 1, 3, 4], lengths[0]), ([2, 5, 6, 7, 8], 0)]
+    monkeypatch.setattr(passes, "MIN_SHARED_SAVING", 3 * lengths[0] + 1)
+    assert [(group.members, group.prefix) for group in passes.shared_prefix_groups(items)] == [
+        (list(range(len(items))), 0)
+    ]
 
 
 @pytest.mark.parametrize("loss", list(LOSSES))
