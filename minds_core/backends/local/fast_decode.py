@@ -92,6 +92,7 @@ class FastDecoder:
         self.inv_freq = inner.rotary_emb.inv_freq
         self.rope_scaling = float(getattr(inner.rotary_emb, "attention_scaling", 1.0))
         self._cos = self._sin = torch.empty(0, self.head_dim)
+        self._no_mask = self.embed.new_zeros(1, 1, 1)  # ignored (beta 0), but baddbmm takes one
         self.layers = [
             _Layer(
                 input_norm=layer.input_layernorm.weight,
@@ -138,11 +139,17 @@ class FastDecoder:
         """Logits ``[rows, V]`` after feeding each row its token ``token_ids[row]``; the cache advances."""
         x = self.embed[token_ids]
         rows, groups = x.shape[0], self.query_heads // self.kv_heads
-        positions, mask = cache.step_inputs(x.dtype)
-        # The mask as the scores' matrix products lay them out: [rows * kv heads, query heads per kv head, columns].
-        mask = mask.expand(rows, self.kv_heads, groups, -1).reshape(rows * self.kv_heads, groups, -1)
+        positions, mask = cache.step_inputs(x.dtype, need_mask=False)
         cos, sin = self._rotations(cache.get_seq_length() + 1, x.dtype)
-        cos, sin = cos[positions], sin[positions]  # [rows, 1, head_dim]
+        if mask is None:  # every row at the same position: nothing to hide, one rotation for all
+            mask, beta = self._no_mask, 0.0
+            cos, sin = cos[positions[:1, 0]], sin[positions[:1, 0]]  # [1, head_dim]: broadcast over rows
+            cos, sin = cos[:, None], sin[:, None]
+        else:
+            # The mask as the scores' matrix products lay them out: [rows * kv heads, query heads per kv head,
+            # columns].
+            mask, beta = mask.expand(rows, self.kv_heads, groups, -1).reshape(rows * self.kv_heads, groups, -1), 1.0
+            cos, sin = cos[positions], sin[positions]  # [rows, 1, head_dim]
         half = self.head_dim // 2
         for index, layer in enumerate(self.layers):
             h = self._norm(x, layer.input_norm)
@@ -157,7 +164,7 @@ class FastDecoder:
             # stored transposed, so that ``keys.transpose`` is the layout the product reads fastest.
             q = qk[:, : self.query_heads].reshape(rows * self.kv_heads, groups, self.head_dim)
             keys_t = keys.transpose(-1, -2).reshape(rows * self.kv_heads, self.head_dim, -1)
-            scores = torch.baddbmm(mask, q, keys_t, alpha=layer.scaling)
+            scores = torch.baddbmm(mask, q, keys_t, beta=beta, alpha=layer.scaling)
             probs = scores.softmax(dim=-1, dtype=torch.float32).to(values.dtype)
             attended = torch.bmm(probs, values.reshape(rows * self.kv_heads, -1, self.head_dim))
             x = x + _apply(layer.o, attended.view(rows, -1))

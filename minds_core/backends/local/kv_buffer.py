@@ -6,7 +6,9 @@ position, in place (no concatenation per token), and attends over the first
 ``max(lengths) + 1`` columns under a mask that hides each row's unused tail.
 Keys are stored transposed (``[rows, heads, head_dim, capacity]``), so that a
 decode step's scores ``q @ k^T`` read them in the layout a matrix product wants
-(about twice as fast as transposing on the fly, for one query per row).
+(about twice as fast as transposing on the fly, for one query per row). While
+every row has the same length (the samples of one prompt), a step writes one
+column of all rows by slicing and needs no mask.
 Rows join (a request's prefilled prompt, copied in) and leave (finished
 sequences, compacted out) between steps; the buffer grows by doubling.
 """
@@ -31,6 +33,7 @@ class KVBuffer(Cache):
         self.values: list[torch.Tensor] = []
         self.lengths = torch.zeros(0, dtype=torch.int64)
         self._longest = 0  # max(lengths), kept here: reading it off the tensor would cost a sync per step
+        self._shortest = 0  # min(lengths), likewise
         self._columns = 0
         self._row_index = self._columns_index = self.lengths
 
@@ -38,6 +41,11 @@ class KVBuffer(Cache):
     def rows(self) -> int:
         """Sequences in the batch."""
         return len(self.lengths)
+
+    @property
+    def uniform_length(self) -> int | None:
+        """The length of every row when all rows have the same one, else None."""
+        return self._longest if self._shortest == self._longest and self.rows else None
 
     def add(self, prompt_kv: Sequence[tuple[torch.Tensor, torch.Tensor]], copies: int, room: int) -> None:
         """Append ``copies`` rows holding one prompt's keys/values (``[1, heads, P, head_dim]`` per layer).
@@ -52,6 +60,7 @@ class KVBuffer(Cache):
             self.values[layer][start : start + copies, :, :length] = v
         added = torch.full((copies,), length, dtype=torch.int64, device=self.lengths.device)
         self.lengths = torch.cat([self.lengths, added])
+        self._shortest = min(self._shortest, length) if start else length
         self._longest = max(self._longest, length)
 
     def keep(self, rows: torch.Tensor) -> None:
@@ -61,12 +70,16 @@ class KVBuffer(Cache):
                 tensor[: len(rows)] = tensor[rows]
         self.lengths = self.lengths[rows.to(self.lengths.device)]
         self._longest = int(self.lengths.max()) if len(rows) else 0
+        self._shortest = int(self.lengths.min()) if len(rows) else 0
 
-    def step_inputs(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def step_inputs(self, dtype: torch.dtype, need_mask: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``position_ids [rows, 1]`` of the next token, and the mask as transformers takes it: additive,
-        ``[rows, 1, 1, columns]``, hiding what lies past each row's own length. Fixes the step's rows and
+        ``[rows, 1, 1, columns]``, hiding what lies past each row's own length (None when it would hide
+        nothing and ``need_mask`` is off: every row has the same length). Fixes the step's rows and
         columns for ``update``."""
         self._columns = columns = self._longest + 1
+        if not need_mask and self.uniform_length is not None:
+            return self.lengths[:, None], None
         if len(self._row_index) != self.rows or len(self._columns_index) < columns:
             self._row_index = torch.arange(self.rows, device=self.lengths.device)
             self._columns_index = torch.arange(max(columns, 2 * len(self._columns_index)), device=self.lengths.device)
@@ -78,6 +91,7 @@ class KVBuffer(Cache):
         """Every row got its token of this step."""
         self.lengths += 1
         self._longest += 1
+        self._shortest += 1
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: object, **kwargs: object
@@ -88,8 +102,13 @@ class KVBuffer(Cache):
         Call ``step_inputs`` first: it fixes the step's rows and columns.
         """
         keys, values = self.keys[layer_idx], self.values[layer_idx]
-        keys[self._row_index, :, :, self.lengths] = key_states[:, :, 0]
-        values[self._row_index, :, self.lengths] = value_states[:, :, 0]
+        length = self.uniform_length
+        if length is not None:  # one column of every row: a slice, not an index per row
+            keys[: self.rows, :, :, length] = key_states[:, :, 0]
+            values[: self.rows, :, length] = value_states[:, :, 0]
+        else:
+            keys[self._row_index, :, :, self.lengths] = key_states[:, :, 0]
+            values[self._row_index, :, self.lengths] = value_states[:, :, 0]
         return keys[: self.rows, :, :, : self._columns].transpose(-1, -2), values[: self.rows, :, : self._columns]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:

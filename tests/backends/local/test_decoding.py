@@ -19,7 +19,7 @@ from minds_core.backends.local import (
     TrainingClient,
     decoding,
 )
-from minds_core.backends.local.decoding import _choose, _truncated
+from minds_core.backends.local.decoding import _choose, _noise, _truncated
 from minds_core.backends.local.kv_buffer import KVBuffer
 
 GREEDY = types.SamplingParams(max_tokens=6, temperature=0, stop=[])
@@ -284,3 +284,24 @@ def test_one_batched_draw_equals_torch_multinomial_per_request() -> None:
         scaled = _truncated(logits[start:end] / params.temperature, params)
         expected += torch.multinomial(scaled.softmax(dim=-1), 1, generator=request.generator)[:, 0].tolist()
     assert got.tolist() == expected
+
+
+@pytest.mark.parametrize("vocab", [1, 7, 259, 151_936])
+def test_bulk_noise_is_exponentials_own_numbers_and_one_in_greedy_rows(vocab: int) -> None:
+    """Each tempered request's rows get what ``exponential_`` draws from its generator (which ends in the
+    same state); greedy rows get 1."""
+    for seed in (0, 7, 2**62 + 3):
+        temperatures = [1.0, 0.0, 0.7]
+        ours = [torch.Generator().manual_seed(seed + i) for i in range(3)]
+        theirs = [torch.Generator().manual_seed(seed + i) for i in range(3)]
+        runs = [(0, 2, 0), (2, 3, 1), (3, 6, 2)]
+        requests = [
+            SimpleNamespace(params=types.SamplingParams(temperature=temperatures[i]), generator=ours[i]) for i in range(3)
+        ]
+        got = _noise(torch.zeros(6, vocab), [(start, end, requests[i]) for start, end, i in runs])
+        assert torch.equal(got[2:3], torch.ones(1, vocab))
+        for start, end, i in runs:
+            if temperatures[i]:
+                expected = torch.empty(end - start, vocab).exponential_(generator=theirs[i])
+                assert torch.equal(got[start:end], expected)
+                assert torch.equal(ours[i].get_state(), theirs[i].get_state())

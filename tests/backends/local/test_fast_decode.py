@@ -50,15 +50,24 @@ def filled(model: torch.nn.Module, prompts: list[list[int]]) -> KVBuffer:
     return cache
 
 
+PROMPT_SETS = {
+    "rows-at-different-positions": [[1, 5, 9, 200, 7], list(range(10, 31)), [42]],
+    # every row at one position (the samples of one prompt, or prompts of one length): slice writes, no mask
+    "rows-at-one-position": [[1, 5, 9, 200, 7], [8, 6, 4, 2, 0]],
+}
+
+
+@pytest.mark.parametrize("prompts", list(PROMPT_SETS.values()), ids=list(PROMPT_SETS))
 @pytest.mark.parametrize("name", list(models()))
 @torch.inference_mode()
-def test_fast_steps_equal_the_models_forward(name: str) -> None:
+def test_fast_steps_equal_the_models_forward(name: str, prompts: list[list[int]]) -> None:
     model = models()[name].eval()
     fast = FastDecoder.for_model(model)
     assert fast is not None
-    prompts = [[1, 5, 9, 200, 7], list(range(10, 31)), [42]]
     theirs, ours = filled(model, prompts), filled(model, prompts)
-    tokens = torch.tensor([3, 4, 5, 6, 7, 8])
+    uniform = len({len(prompt) for prompt in prompts}) == 1
+    assert (ours.uniform_length is not None) == uniform
+    tokens = torch.arange(3, 3 + 2 * len(prompts))
     for _ in range(4):
         positions, mask = theirs.step_inputs(torch.float32)
         expected = model(
@@ -69,6 +78,30 @@ def test_fast_steps_equal_the_models_forward(name: str) -> None:
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
         tokens = expected.argmax(dim=-1)
     assert torch.equal(ours.lengths, theirs.lengths)
+
+
+@torch.inference_mode()
+def test_a_buffer_is_uniform_while_its_rows_share_a_length_and_writes_where_each_row_ends() -> None:
+    model = models()["qwen3"].eval()
+    cache = filled(model, [[1, 2, 3]])
+    assert cache.uniform_length == 3
+    cache.add([(torch.zeros(1, 2, 5, 16), torch.zeros(1, 2, 5, 16)) for _ in range(2)], copies=1, room=40)
+    assert cache.uniform_length is None  # rows of 3 and 5 tokens
+    positions, mask = cache.step_inputs(torch.float32, need_mask=False)
+    assert mask is not None and positions[:, 0].tolist() == [3, 3, 5]
+    key = torch.arange(3 * 2 * 16, dtype=torch.float32).view(3, 2, 1, 16)
+    keys, values = cache.update(key, -key, 0)
+    assert torch.equal(keys[0, :, 3], key[0, :, 0]) and torch.equal(keys[2, :, 5], key[2, :, 0])
+    assert torch.equal(values[2, :, 5], -key[2, :, 0])
+    cache.advance()
+    cache.keep(torch.tensor([0, 1]))  # the 5-token row leaves: the rest share a length again
+    assert cache.uniform_length == 4
+    positions, mask = cache.step_inputs(torch.float32, need_mask=False)
+    assert mask is None and positions[:, 0].tolist() == [4, 4]
+    keys, values = cache.update(key[:2] + 1, key[:2], 0)
+    assert torch.equal(keys[:, :, 4], key[:2, :, 0] + 1) and torch.equal(keys[:, :, 3], key[:2, :, 0])
+    _, mask = cache.step_inputs(torch.float32)  # transformers' forward always gets one
+    assert mask is not None and not mask.any()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
