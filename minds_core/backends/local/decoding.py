@@ -347,8 +347,12 @@ def _choose(logits: torch.Tensor, runs: Sequence[tuple[int, int, SampleRequest]]
     generator: exactly what ``torch.multinomial(p, 1)`` computes, with the same random
     numbers, but one argmax for all rows of all requests.
     """
-    temperatures = [request.params.temperature or 1.0 for start, end, request in runs for _ in range(end - start)]
-    scaled = logits / torch.tensor(temperatures, device=logits.device)[:, None]
+    temperatures = [request.params.temperature or 1.0 for _, _, request in runs]
+    if all(temperature == 1.0 for temperature in temperatures):
+        scaled = logits.clone()  # a copy all the same: truncation below writes into it
+    else:
+        per_row = [t for (start, end, _), t in zip(runs, temperatures, strict=True) for _ in range(end - start)]
+        scaled = logits / torch.tensor(per_row, device=logits.device)[:, None]
     for start, end, request in runs:
         params = request.params
         if params.temperature and (0 < params.top_k < scaled.shape[-1] or params.top_p < 1):
@@ -373,7 +377,10 @@ def _noise(probs: torch.Tensor, runs: Sequence[tuple[int, int, SampleRequest]]) 
         for start, end, generator in tempered:
             noise[start:end].exponential_(generator=generator)
         return noise
-    uniform = torch.full(probs.shape, 1 - math.exp(-1), dtype=torch.float64)  # -log1p(-u) = 1 where not drawn
+    if sum(end - start for start, end, _ in tempered) == len(probs):
+        uniform = torch.empty(probs.shape, dtype=torch.float64)  # every row drawn
+    else:
+        uniform = torch.full(probs.shape, 1 - math.exp(-1), dtype=torch.float64)  # -log1p(-u) = 1 where not drawn
     for start, end, generator in tempered:
         uniform[start:end].uniform_(generator=generator)
     return uniform.neg_().log1p_().neg_().to(probs.dtype)
