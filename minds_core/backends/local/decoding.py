@@ -348,14 +348,15 @@ def _choose(logits: torch.Tensor, runs: Sequence[tuple[int, int, SampleRequest]]
     numbers, but one argmax for all rows of all requests.
     """
     temperatures = [request.params.temperature or 1.0 for _, _, request in runs]
-    if all(temperature == 1.0 for temperature in temperatures):
-        scaled = logits.clone()  # a copy all the same: truncation below writes into it
-    else:
+    scaled = logits
+    if any(temperature != 1.0 for temperature in temperatures):
         per_row = [t for (start, end, _), t in zip(runs, temperatures, strict=True) for _ in range(end - start)]
         scaled = logits / torch.tensor(per_row, device=logits.device)[:, None]
     for start, end, request in runs:
         params = request.params
         if params.temperature and (0 < params.top_k < scaled.shape[-1] or params.top_p < 1):
+            if scaled is logits:
+                scaled = logits.clone()  # the caller's logits stay as they are
             scaled[start:end] = _truncated(scaled[start:end], params)
     probs = scaled.softmax(dim=-1)
     return (probs / _noise(probs, runs)).argmax(dim=-1)

@@ -143,8 +143,7 @@ class FastDecoder:
         cos, sin = self._rotations(cache.get_seq_length() + 1, x.dtype)
         if mask is None:  # every row at the same position: nothing to hide, one rotation for all
             mask, beta = self._no_mask, 0.0
-            cos, sin = cos[positions[:1, 0]], sin[positions[:1, 0]]  # [1, head_dim]: broadcast over rows
-            cos, sin = cos[:, None], sin[:, None]
+            cos, sin = cos[positions[:1]], sin[positions[:1]]  # [1, 1, head_dim]: broadcast over rows
         else:
             # The mask as the scores' matrix products lay them out: [rows * kv heads, query heads per kv head,
             # columns].

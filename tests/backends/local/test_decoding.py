@@ -286,6 +286,20 @@ def test_one_batched_draw_equals_torch_multinomial_per_request() -> None:
     assert got.tolist() == expected
 
 
+def test_truncating_at_temperature_one_leaves_the_callers_logits_alone() -> None:
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(1))
+    before = logits.clone()
+    params = types.SamplingParams(temperature=1.0, top_k=2)
+    request = SimpleNamespace(params=params, generator=torch.Generator().manual_seed(0))
+    got = _choose(logits, [(0, 3, request)])
+    assert torch.equal(logits, before)
+    expected = torch.multinomial(
+        _truncated(before.clone(), params).softmax(dim=-1), 1, generator=torch.Generator().manual_seed(0)
+    )[:, 0]
+    assert got.tolist() == expected.tolist()
+    assert set(got.tolist()) <= set(before.topk(2, dim=-1).indices.flatten().tolist())
+
+
 @pytest.mark.parametrize("vocab", [1, 7, 259, 151_936])
 def test_bulk_noise_is_exponentials_own_numbers_and_one_in_greedy_rows(vocab: int) -> None:
     """Each tempered request's rows get what ``exponential_`` draws from its generator (which ends in the
