@@ -10,7 +10,8 @@ decode step's scores ``q @ k^T`` read them in the layout a matrix product wants
 every row has the same length (the samples of one prompt), a step writes one
 column of all rows by slicing and needs no mask.
 Rows join (a request's prefilled prompt, copied in) and leave (finished
-sequences, compacted out) between steps; the buffer grows by doubling.
+sequences, compacted out) between steps. The rows grow by doubling; the positions grow to the longest
+row's need, and a reallocation for them keeps only the rows in use.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ class KVBuffer(Cache):
         self._columns = columns = self._longest + 1
         if not need_mask and self.uniform_length is not None:
             return self.lengths[:, None], None
-        if len(self._row_index) != self.rows or len(self._columns_index) < columns:
+        if len(self._row_index) != self.rows:
             self._row_index = torch.arange(self.rows, device=self.lengths.device)
+        if len(self._columns_index) < columns:  # doubling when outgrown, never because rows came or left
             self._columns_index = torch.arange(max(columns, 2 * len(self._columns_index)), device=self.lengths.device)
         hidden = self._columns_index[:columns] > self.lengths[:, None]
         mask = torch.zeros(hidden.shape, dtype=dtype, device=hidden.device).masked_fill_(hidden, torch.finfo(dtype).min)
@@ -111,6 +113,12 @@ class KVBuffer(Cache):
             values[self._row_index, :, self.lengths] = value_states[:, :, 0]
         return keys[: self.rows, :, :, : self._columns].transpose(-1, -2), values[: self.rows, :, : self._columns]
 
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes this buffer holds: keys, values and its index tensors."""
+        tensors = {id(t): t for t in (*self.keys, *self.values, self.lengths, self._row_index, self._columns_index)}
+        return sum(tensor.numel() * tensor.element_size() for tensor in tensors.values())
+
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Columns in use (the longest row)."""
         return self._longest
@@ -120,7 +128,8 @@ class KVBuffer(Cache):
         capacity_length = self.values[0].shape[2] if self.values else 0
         if rows <= capacity_rows and length <= capacity_length:
             return
-        new_rows = max(rows, 2 * capacity_rows)
+        # Rows double when outgrown; a reallocation for a longer row alone keeps just the rows in use.
+        new_rows = max(rows, 2 * capacity_rows) if rows > capacity_rows else rows
         new_length = max(length, capacity_length)
         for tensors, index, axis in ((self.keys, 0, 3), (self.values, 1, 2)):  # axis: the one along positions
             for layer, pair in enumerate(like):

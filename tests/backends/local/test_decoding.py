@@ -319,3 +319,82 @@ def test_bulk_noise_is_exponentials_own_numbers_and_one_in_greedy_rows(vocab: in
                 expected = torch.empty(end - start, vocab).exponential_(generator=theirs[i])
                 assert torch.equal(got[start:end], expected)
                 assert torch.equal(ours[i].get_state(), theirs[i].get_state())
+
+
+def _bytes_per_position(cache: KVBuffer) -> float:
+    """Bytes of keys and values that one position of one row takes in ``cache``, all layers together."""
+    tensors = (*cache.keys, *cache.values)
+    return sum(t.numel() * t.element_size() for t in tensors) / (cache.keys[0].shape[0] * cache.values[0].shape[2])
+
+
+def test_a_ragged_batch_with_staggered_departures_holds_a_small_multiple_of_its_live_kv(
+    sampler: SamplingClient, encode: Callable[[str], list[int]], count_forwards: Callable[..., list[int]]
+) -> None:
+    """32 concurrent one-sample requests, every prompt of its own length, each leaving at its own step."""
+    batch = sampler._sampler._batch
+    peak_live = 0.0
+
+    def check(rows: int) -> None:
+        nonlocal peak_live
+        cache = batch._cache
+        if not cache.rows:  # a prefill before any row joined
+            return
+        rooms = sum(len(request.prompt) + request.max_tokens - 1 for request, _ in batch._rows)
+        peak_live = max(peak_live, rooms * _bytes_per_position(cache))
+        # Raised on the worker: it fails the requests at once, before the buffer can take the machine.
+        assert cache.allocated_bytes <= 3 * peak_live, (cache.allocated_bytes, peak_live)
+
+    requests = [
+        (types.ModelInput.from_ints(encode("x" * (3 + 2 * i))), GREEDY.model_copy(update={"max_tokens": 4 + 3 * i}))
+        for i in range(32)
+    ]
+    sizes = count_forwards(sampler, check)
+    release = held(sampler)
+    futures = [sampler.sample(prompt, 1, params) for prompt, params in requests]
+    release.set()
+    responses = [future.result(timeout=60) for future in futures]
+    assert [len(r.sequences[0].tokens) for r in responses] == [4 + 3 * i for i in range(32)]
+    decode_sizes = sizes[sizes.index(32) :]
+    assert decode_sizes[0] == 32 and set(range(1, 33)) <= set(decode_sizes)  # a departure at every step of 3
+
+
+def test_a_multi_turn_shape_joining_ever_longer_prompts_holds_a_small_multiple_of_its_live_kv() -> None:
+    """Conversations take turns in one running batch: each turn's prompt is the last one plus its completion
+    and a tool's answer, so most joins need longer rows than the buffer has."""
+    cache, heads, dim, layers, samples = KVBuffer(), 2, 4, 2, 2
+    completion, tool, turns = 8, 5, 16
+    prompts = [6, 11, 17]  # each conversation's current prompt length
+    turns_left = [turns] * len(prompts)
+    rows: list[tuple[int, int, int]] = []  # (conversation, room, decode steps left) of each row
+    peak_live = 0.0
+
+    def check() -> None:
+        nonlocal peak_live
+        peak_live = max(peak_live, sum(room for _, room, _ in rows) * _bytes_per_position(cache))
+        assert cache.allocated_bytes <= 3 * peak_live, (cache.allocated_bytes, peak_live)
+
+    tick = 0
+    while any(turns_left):
+        waiting = {conversation for conversation, _, _ in rows}
+        for conversation, length in enumerate(prompts):
+            if conversation in waiting or not turns_left[conversation] or tick < 3 * conversation:  # staggered
+                continue
+            room = length + completion - 1
+            kv = [(torch.randn(1, heads, length, dim), torch.randn(1, heads, length, dim)) for _ in range(layers)]
+            cache.add(kv, samples, room)
+            rows += [(conversation, room, completion - 1)] * samples  # the first token comes from the prefill
+            check()
+        cache.step_inputs(torch.float32)
+        for layer in range(layers):
+            cache.update(torch.randn(len(rows), heads, 1, dim), torch.randn(len(rows), heads, 1, dim), layer)
+        cache.advance()
+        rows = [(conversation, room, left - 1) for conversation, room, left in rows]
+        for conversation in {c for c, _, left in rows if not left}:
+            prompts[conversation] += completion + tool
+            turns_left[conversation] -= 1
+        kept = [row for row, (_, _, left) in enumerate(rows) if left]
+        cache.keep(torch.tensor(kept, dtype=torch.int64))
+        rows = [rows[row] for row in kept]
+        assert cache.rows == len(rows) and (rows or not any(turns_left))  # the batch never ran empty
+        tick += 1
+    assert prompts == [length + turns * (completion + tool) for length in (6, 11, 17)]
