@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 import attrs
 
 from minds_core.config import RunConfig, build_config, dump_yaml, read_config_file, to_dict
-from minds_core.config.secrets import is_secret_key, redact, shown_value
+from minds_core.config.secrets import is_secret_key, redact, shown_value, without_redacted
 from minds_core.errors import UsageError
 
 CONFIG_FILE = "config.yaml"
@@ -86,13 +85,26 @@ def check_resume_changes(run_dir: Path, config: RunConfig) -> dict[str, tuple[An
 
 
 def config_changes(old: RunConfig, new: RunConfig) -> dict[str, tuple[Any, Any]]:
-    """Dotted key -> (old, new) for every setting that differs; secret-named keys are left out."""
-    before, after = _flatten(to_dict(old)), _flatten(to_dict(new))
-    return {
-        key: (before.get(key), after.get(key))
-        for key in sorted(before.keys() | after.keys())
-        if before.get(key) != after.get(key) and not any(is_secret_key(part) for part in re.split(r"[.\[\]]+", key) if part)
-    }
+    """Dotted key -> (old, new) for every setting that differs; secret-named keys are left out, so a table that
+    held only secrets (emptied when a saved config forgets them) is the same table as before."""
+    before, after = _flatten(_without_secrets(to_dict(old))), _flatten(_without_secrets(to_dict(new)))
+    return {key: (before.get(key), after.get(key)) for key in sorted(before.keys() | after.keys()) if before.get(key) != after.get(key)}
+
+
+def secrets_not_given(run_dir: Path, config: RunConfig) -> list[str]:
+    """Dotted keys of the secrets the run in ``run_dir`` had (its saved config holds ``***`` for them) that
+    ``config`` lacks: they were not passed again."""
+    redacted: list[str] = []
+    without_redacted(read_config_file(resume_config_path(run_dir)), "", redacted)
+    given = to_dict(config)
+
+    def value_at(key: str) -> Any:
+        value: Any = given
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return value
+
+    return [key for key in redacted if value_at(key) in (None, "")]
 
 
 def _saved_config(run_dir: Path) -> RunConfig:
@@ -101,12 +113,22 @@ def _saved_config(run_dir: Path) -> RunConfig:
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> value of every setting; an empty table is a setting of its own (``{}``)."""
     if isinstance(value, dict) and (value or not prefix):
         out: dict[str, Any] = {}
         for key, item in value.items():
             out.update(_flatten(item, f"{prefix}{key}" if not prefix else f"{prefix}.{key}"))
         return out
     return {prefix: value}
+
+
+def _without_secrets(value: Any) -> Any:
+    """``value`` without its secret-named keys, at any depth (in tables and in lists of tables)."""
+    if isinstance(value, dict):
+        return {key: _without_secrets(item) for key, item in value.items() if not is_secret_key(str(key))}
+    if isinstance(value, list):
+        return [_without_secrets(item) for item in value]
+    return value
 
 
 def _is_fixed(key: str) -> bool:

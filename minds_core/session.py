@@ -34,7 +34,7 @@ from minds_core.names import check_names
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
 from minds_core.rollout import EpisodeSettings, close_quietly
-from minds_core.run_directory import RunDirectory, default_run_name
+from minds_core.run_directory import RunDirectory, default_run_name, secrets_not_given
 from minds_core.sinks import SinkSet
 
 log = get_logger("trainer")
@@ -160,7 +160,17 @@ class Session:
         factory = plugins.registry.lookup("backends", choice.name, "backend").obj
         if config.backend == "auto":
             log.info("backend chosen", backend=choice.name, reason=choice.reason)
-        envs = load_environments(config, plugins)
+        try:
+            envs = load_environments(config, plugins)
+        except MindsError as exc:
+            forgotten = secrets_not_given(resume_dir, config) if resume_dir is not None else []
+            if not forgotten:
+                raise
+            raise UsageError(
+                f"{exc}\n--resume {resume_dir}: secrets are not saved with a run, and these were not given again: "
+                f"{', '.join(forgotten)}; pass them again (--set KEY=VALUE), or set the environment variable "
+                "the environment reads them from"
+            ) from exc
         service = await maybe_await(factory(config, Path(config.runs_dir) / config.name))  # a backend may check its connection
         return cls(config, plugins, envs, service, choice.name)
 
