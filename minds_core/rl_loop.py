@@ -33,7 +33,7 @@ from minds_core.logs import get_logger
 from minds_core.outcome import TrainingOutcome
 from minds_core.plugins import Plugins
 from minds_core.rollout import Group, run_group
-from minds_core.run_directory import CheckpointRecord, RunDirectory, check_resume_changes
+from minds_core.run_directory import ROLLING_KEPT, ROLLING_PREFIX, CheckpointRecord, RunDirectory, check_resume_changes
 from minds_core.schedule import DataSchedule
 from minds_core.session import Policy, Session
 from minds_core.sinks import SinkSet
@@ -143,10 +143,22 @@ class RLLoop:
         """
         if rolling:
             self.rolling_saves += 1
-            name = f"rolling-{self.rolling_saves % 2}"
+            name = f"{ROLLING_PREFIX}{self.rolling_saves % ROLLING_KEPT}"
         else:
             name = f"step-{step:06d}"
         return await save_checkpoint(self.session.training_client, step, name, self.session.backoff, with_sampler=not rolling)
+
+    async def delete(self, outdated: list[CheckpointRecord]) -> None:
+        """Delete periodic saves that newer ones outdated (from before a resume) from the service; a failure is
+        only logged: the run goes on, and the files stay until deleted by hand."""
+        if not outdated:
+            return
+        rest = self.session.service.create_rest_client()
+        for checkpoint in outdated:
+            try:
+                await asyncio.to_thread(lambda path=checkpoint.state_path: rest.delete_checkpoint_from_tinker_path(path).result())
+            except Exception as exc:  # noqa: BLE001 - the service's error, reported; training goes on
+                log.warning("could not delete an outdated periodic save", step=checkpoint.step, path=checkpoint.state_path, error=str(exc))
 
     async def save_after_failure(self, run: RunDirectory, intact_after: int | None) -> int | None:
         """Checkpoint the state a failed step left intact, unless already saved; the last checkpoint's step."""
@@ -204,7 +216,7 @@ class RLLoop:
                 record["time/step"] = time.perf_counter() - step_began
                 sinks.write(record)
                 if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics
-                    run.record_checkpoint(checkpoint)
+                    await self.delete(run.record_checkpoint(checkpoint))
                 if "reward/mean" in record:
                     rewards.append(record["reward/mean"])
                 if stopping and step < steps - 1:

@@ -34,6 +34,10 @@ RESUMES_FILE = "resumes.jsonl"
 
 #: Config keys (and everything under them) that make a run what it is: a resume may not change them.
 FIXED_ON_RESUME = ("env", "envs", "model", "backend", "tinker.base_url", "seed", "name", "runs_dir")
+#: What the names of periodic state-only saves start with (``rolling-0``, ``rolling-1``: slots taken in turn).
+ROLLING_PREFIX = "rolling-"
+#: How many periodic saves a run keeps, across resumes: the newest.
+ROLLING_KEPT = 2
 
 
 @attrs.frozen
@@ -47,6 +51,11 @@ class CheckpointRecord:
     step: int
     state_path: str
     sampler_path: str | None = None
+
+    @property
+    def rolling(self) -> bool:
+        """Whether this is a periodic save in a rolling slot (its name starts with ``ROLLING_PREFIX``)."""
+        return self.state_path.rstrip("/").rpartition("/")[2].startswith(ROLLING_PREFIX)
 
 
 def resume_config_path(run_dir: Path) -> Path:
@@ -187,14 +196,23 @@ class RunDirectory:
         saved = self.checkpoints()
         return saved[-1] if saved else None
 
-    def record_checkpoint(self, checkpoint: CheckpointRecord) -> None:
-        """Append ``checkpoint``; earlier lines naming the same state (a rolling slot now overwritten) are dropped."""
+    def record_checkpoint(self, checkpoint: CheckpointRecord) -> list[CheckpointRecord]:
+        """Append ``checkpoint``; the periodic saves it outdates; the caller deletes them from the service.
+
+        Earlier lines naming the same state (a rolling slot now overwritten) are dropped; so are the
+        periodic saves older than the newest ``ROLLING_KEPT``: those of a run before its resume sit in
+        slots of their own (the resumed run saves under another training run) and are returned.
+        """
         path = self.path / CHECKPOINTS_FILE
         rows = read_jsonl(path)
-        if any(row.get("state_path") == checkpoint.state_path for row in rows):
-            kept = [row for row in rows if row.get("state_path") != checkpoint.state_path]
-            _rewrite_jsonl(path, kept)
-        append_line(path, attrs.asdict(checkpoint))
+        earlier = [row for row in rows if row.get("state_path") != checkpoint.state_path]
+        rolling = [index for index, row in enumerate(earlier) if CheckpointRecord(**row).rolling]
+        outdated = set(rolling[: max(0, len(rolling) + checkpoint.rolling - ROLLING_KEPT)])
+        if len(earlier) == len(rows) and not outdated:
+            append_line(path, attrs.asdict(checkpoint))
+            return []
+        _rewrite_jsonl(path, [row for index, row in enumerate(earlier) if index not in outdated] + [attrs.asdict(checkpoint)])
+        return [CheckpointRecord(**earlier[index]) for index in sorted(outdated)]
 
     def log_metrics(self, record: dict[str, Any]) -> None:
         """Append one step's metrics to metrics.jsonl, durable when this returns."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from minds_core import logs
 from minds_core.config import RunConfig, load_config
 from minds_core.run_directory import RunDirectory
@@ -27,3 +29,32 @@ def test_rolling_saves_keep_the_last_two_states_and_the_final_checkpoint(plugins
     weights = sorted(p.name for p in (model_dir / "weights").iterdir() if not p.name.startswith("."))
     assert weights == ["rolling-0", "rolling-1", "step-000006"]
     assert sorted(p.name for p in (model_dir / "sampler_weights").iterdir()) == ["step-000006"]
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_only_the_last_two_periodic_saves_of_both_runs(plugins, tmp_path):
+    logs.configure("json", "warning")
+    args = ["env.id=toy_char_share", "trainer.save_every=1", "trainer.group_size=2", "trainer.groups_per_batch=1",
+            "sampling.max_tokens=4", "metrics.sinks=[]", f"runs_dir={tmp_path}", "name=r"]  # fmt: skip
+    train(load_config(None, [*args, "trainer.steps=3"]), plugins=plugins)
+    run_dir = tmp_path / "r"
+    first = {c.step: c.state_path for c in RunDirectory(run_dir).checkpoints()}
+    assert sorted(first) == [0, 1, 2]
+    resumed = load_config(run_dir / "config.yaml", ["trainer.steps=8"], drop_redacted=True)
+    train(resumed, resume_dir=run_dir, plugins=plugins)
+    saved = RunDirectory(run_dir).checkpoints()
+    # periodic saves after steps 0, 1 (first run) and 3 .. 6 (resumed, under another training run); full: 2 and 7
+    assert [c.step for c in saved] == [2, 5, 6, 7]
+    assert [c.sampler_path is None for c in saved] == [False, True, True, False]
+    assert saved[0].state_path == first[2]
+    on_disk = sorted(
+        f"{model.name}/{state.name}"
+        for model in (tmp_path / "_checkpoints").iterdir()
+        if not model.name.startswith(".")
+        for state in (model / "weights").iterdir()
+        if not state.name.startswith(".")
+    )
+    first_model, resumed_model = first[2].split("/")[2], saved[-1].state_path.split("/")[2]
+    assert first_model != resumed_model
+    assert on_disk == sorted([f"{first_model}/step-000002", f"{resumed_model}/rolling-0", f"{resumed_model}/rolling-1",
+                              f"{resumed_model}/step-000007"])  # fmt: skip
