@@ -207,11 +207,11 @@ def _run_command(args: argparse.Namespace) -> int:
         from minds_core.plugins import load_plugins
         from minds_core.presets import describe
 
-        check_names(config, load_plugins().registry)
-        if resume:
+        if resume:  # checked in the order the run checks: what the run is, then the names
             from minds_core.run_directory import check_resume_changes
 
             check_resume_changes(Path(resume), config)
+        check_names(config, load_plugins().registry)
         print("".join(f"# {line}\n" for line in describe(config)) + dump_yaml(config), end="")
         return 0
     from minds_core.training import train

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -20,15 +21,21 @@ sys.path.insert(0, str(FIXTURE_PLUGINS / "toy_plugin"))
 
 @pytest.fixture(scope="session")
 def installed_plugin(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """Install a fixture plugin distribution with pip into its own folder; returns the folder."""
+    """Install a fixture plugin distribution with pip into its own folder; returns the folder.
+
+    pip builds from a copy of the source: a build in place would leave ``build/`` and ``*.egg-info``
+    in tests/plugins, where the egg-info (on sys.path, see above) would register the plugin for
+    every later test of the session.
+    """
     cache: dict[str, Path] = {}
 
     def install(name: str) -> Path:
         if name not in cache:
             target = tmp_path_factory.mktemp(f"site-{name}")
+            source = shutil.copytree(FIXTURE_PLUGINS / name, tmp_path_factory.mktemp(f"src-{name}") / name)
             subprocess.run(
                 [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                 "--target", str(target), str(FIXTURE_PLUGINS / name)],
+                 "--target", str(target), str(source)],
                 check=True,
                 capture_output=True,
             )

@@ -45,10 +45,34 @@ def test_changing_what_the_run_is_is_refused_with_exit_2(finished_run, override,
     assert {p.name: p.read_bytes() for p in finished_run.iterdir()} == before
 
 
-def test_dry_run_of_a_resume_checks_the_same(finished_run, capsys):
-    assert main(["run", "--resume", str(finished_run), "--set", "model.lora_rank=2", "--dry-run"]) == 2
-    assert "model.lora_rank: 8 -> 2" in capsys.readouterr().err
+def _error(err: str) -> str:
+    """The error a command ended with (log lines before it left out)."""
+    return err[err.index("minds: error:") :]
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [("model.lora_rank=2", "model.lora_rank: 8 -> 2"), ("rollout.concurrency=2", "unknown environment 'toy_char_share'")],
+)
+def test_dry_run_of_a_resume_says_what_the_resume_says_with_its_plugin_missing(finished_run, override, says, monkeypatch, capsys):
+    monkeypatch.setenv("MINDS_DISABLE_PLUGINS", "toy")  # the run's plugin is missing, whatever else is installed
+    before = {p.name: p.read_bytes() for p in finished_run.iterdir()}
+    command = ["run", "--resume", str(finished_run), "--set", override, "--set", "trainer.steps=3"]
+    assert main(command) == 2
+    resume = _error(capsys.readouterr().err)
+    assert main([*command, "--dry-run"]) == 2
+    assert _error(capsys.readouterr().err) == resume
+    assert says in resume
+    assert {p.name: p.read_bytes() for p in finished_run.iterdir()} == before
+
+
+def test_dry_run_of_a_harmless_resume_passes_with_its_plugin_there(finished_run, minds_plugin, monkeypatch, capsys):
+    import minds_toy_plugin
+
+    monkeypatch.delenv("MINDS_DISABLE_PLUGINS", raising=False)
+    minds_plugin(minds_toy_plugin, name="toy")
     assert main(["run", "--resume", str(finished_run), "--set", "rollout.concurrency=2", "--dry-run"]) == 0
+    assert "concurrency: 2" in capsys.readouterr().out
 
 
 def test_harmless_changes_are_allowed_and_recorded(plugins, finished_run):
