@@ -109,6 +109,16 @@ def test_every_hook_has_a_kind_a_documented_parameter_per_argument_an_example_a_
             assert f":param {param}:" in doc, f"{name}: no ':param {param}:' in its docstring"
 
 
+def test_the_guides_table_of_public_names_is_minds_core_all() -> None:
+    guide = (ROOT / "docs" / "plugins.md").read_text()
+    table = guide.split("## The public face", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    listed = [name for row in rows for name in re.findall(r"`([^`]+)`", row)]
+    assert len(listed) == len(set(listed)), "a name is listed twice"
+    missing, unknown = set(minds_core.__all__) - set(listed), set(listed) - set(minds_core.__all__)
+    assert not missing and not unknown, f"the table lacks {sorted(missing)}; names that do not exist: {sorted(unknown)}"
+
+
 @pytest.mark.parametrize(("hook", "test"), sorted(HOOK_TESTS.items()))
 def test_the_test_named_for_each_hook_exists(hook: str, test: str) -> None:
     path, function = test.split("::")
