@@ -27,6 +27,7 @@ bench: setup  ## the benchmark scripts; they print figures
 	$(PY) benchmarks/local_backend.py
 	$(PY) benchmarks/pipeline.py
 	$(PY) benchmarks/openreward_load.py
+	$(PY) benchmarks/sampler_memory.py
 
 clean:
 	rm -rf $(VENV) runs
