@@ -6,7 +6,7 @@ import pytest
 
 from minds_core import logs
 from minds_core.config import RunConfig, load_config
-from minds_core.run_directory import RunDirectory
+from minds_core.run_directory import CheckpointRecord, RunDirectory
 from minds_core.training import train
 
 
@@ -58,3 +58,16 @@ def test_a_resumed_run_keeps_only_the_last_two_periodic_saves_of_both_runs(plugi
     assert first_model != resumed_model
     assert on_disk == sorted([f"{first_model}/step-000002", f"{resumed_model}/rolling-0", f"{resumed_model}/rolling-1",
                               f"{resumed_model}/step-000007"])  # fmt: skip
+
+
+def test_recording_a_periodic_save_drops_and_returns_those_past_the_newest_two(tmp_path):
+    run = RunDirectory(tmp_path)
+    before = "tinker://run-a/weights"  # the training run before a resume
+    after = "tinker://run-b/weights"
+    assert run.record_checkpoint(CheckpointRecord(0, f"{before}/rolling-1")) == []
+    assert run.record_checkpoint(CheckpointRecord(1, f"{before}/rolling-0")) == []
+    assert run.record_checkpoint(CheckpointRecord(2, f"{before}/step-000002", "tinker://run-a/sampler_weights/x")) == []
+    assert run.record_checkpoint(CheckpointRecord(3, f"{after}/rolling-1")) == [CheckpointRecord(0, f"{before}/rolling-1")]
+    assert run.record_checkpoint(CheckpointRecord(4, f"{after}/rolling-0")) == [CheckpointRecord(1, f"{before}/rolling-0")]
+    assert run.record_checkpoint(CheckpointRecord(5, f"{after}/rolling-1")) == []  # its slot: the line of step 3 goes
+    assert [(c.step, c.rolling) for c in run.checkpoints()] == [(2, False), (4, True), (5, True)]
