@@ -13,6 +13,9 @@ from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
 from minds_core.serve import engine as engine_module
 from minds_core.serve.engine import Engine
 from minds_core.serve.errors import NotFound
+from minds_core.serve.limits import ServeLimits
+
+CLIENT = "client-a"
 
 
 def test_the_least_recently_used_sampling_sessions_are_dropped_and_named_when_asked_for(
@@ -20,25 +23,25 @@ def test_the_least_recently_used_sampling_sessions_are_dropped_and_named_when_as
 ) -> None:
     monkeypatch.setattr(engine_module, "MAX_SAMPLERS", 3)
     with ServiceClient(checkpoint_root=tmp_path, device="cpu") as local:
-        engine = Engine(local, [DEFAULT_BASE_MODEL])
-        session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"))
+        engine = Engine(local, [DEFAULT_BASE_MODEL], ServeLimits())
+        session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), CLIENT)
         ids = []
         for seq in range(3):
             request = types.CreateSamplingSessionRequest(
                 session_id=session.session_id, sampling_session_seq_id=seq, base_model=DEFAULT_BASE_MODEL
             )
-            ids.append(engine.create_sampling_session(request).sampling_session_id)
-        engine.get_sampler(ids[0])  # used now: the second is the least recently used
+            ids.append(engine.create_sampling_session(request, CLIENT).sampling_session_id)
+        engine.get_sampler(ids[0], CLIENT)  # used now: the second is the least recently used
         watched = weakref.ref(engine._samplers[ids[1]][0])  # a peek that does not count as a use
         request = types.CreateSamplingSessionRequest(
             session_id=session.session_id, sampling_session_seq_id=3, base_model=DEFAULT_BASE_MODEL
         )
-        ids.append(engine.create_sampling_session(request).sampling_session_id)
+        ids.append(engine.create_sampling_session(request, CLIENT).sampling_session_id)
         with pytest.raises(NotFound, match="was dropped: minds serve keeps the 3 most recently used"):
-            engine.get_sampler(ids[1])
+            engine.get_sampler(ids[1], CLIENT)
         for kept in (ids[0], ids[2], ids[3]):
-            assert engine.get_sampler(kept).sampler_id == kept
+            assert engine.get_sampler(kept, CLIENT).sampler_id == kept
         gc.collect()
         assert watched() is None  # nothing else holds the dropped sampler: its memory is free
         with pytest.raises(NotFound, match="Unknown sampling session"):
-            engine.get_sampler("never-made")
+            engine.get_sampler("never-made", CLIENT)
