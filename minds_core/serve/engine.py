@@ -122,6 +122,7 @@ class Engine:
         self._pending: dict[str, tuple[Future[Any], float, str]] = {}  # request id -> (result, when tracked, owner)
         self._delivered: collections.OrderedDict[str, tuple[str, Any]] = collections.OrderedDict()  # id -> (owner, value)
         self._dropped: collections.deque[str] = collections.deque(maxlen=4096)  # ids, to name them when asked
+        self._unfinished: dict[str, int] = {}  # owner -> requests started and not yet finished
 
     def public(self, detail: str) -> str:
         """An error message as a client may see it: the server's checkpoint folder named, never shown."""
@@ -194,6 +195,7 @@ class Engine:
 
     # -- training runs ----------------------------------------------------------------
     def create_model(self, request: types.CreateModelRequest, owner: str) -> types.UntypedAPIFuture:
+        self._admit(owner)
         self._session(request.session_id, owner)
         _check_optimizer(request.optimizer_config)
         lora = request.lora_config
@@ -236,6 +238,7 @@ class Engine:
     def forward_backward(
         self, request: types.ForwardBackwardRequest, forward_only: bool, owner: str
     ) -> types.UntypedAPIFuture:
+        self._admit(owner)
         run = self._run(request.model_id, owner)
         fb = request.forward_backward_input
         if fb.loss_fn not in LOSSES:
@@ -248,6 +251,7 @@ class Engine:
         return self._track(run.submit(request.seq_id, lambda c: getattr(c, method)(fb.data, fb.loss_fn, config)), owner)
 
     def optim_step(self, request: types.OptimStepRequest, owner: str) -> types.UntypedAPIFuture:
+        self._admit(owner)
         run = self._run(request.model_id, owner)
         params = request.optim_params
         if not isinstance(params, types.AdamParams):
@@ -255,6 +259,7 @@ class Engine:
         return self._track(run.submit(request.seq_id, lambda c: c.optim_step(params)), owner)
 
     def save_weights(self, request: types.SaveWeightsRequest, owner: str) -> types.UntypedAPIFuture:
+        self._admit(owner)
         run = self._run(request.model_id, owner)
         name = request.path or f"{request.seq_id or 0:06d}"
         return self._track(
@@ -268,6 +273,7 @@ class Engine:
     def save_weights_for_sampler(
         self, request: types.SaveWeightsForSamplerRequest, owner: str
     ) -> types.UntypedAPIFuture:
+        self._admit(owner)
         run = self._run(request.model_id, owner)
         if request.path is not None:
             name = request.path
@@ -291,6 +297,7 @@ class Engine:
         )
 
     def load_weights(self, request: types.LoadWeightsRequest, owner: str) -> types.UntypedAPIFuture:
+        self._admit(owner)
         if request.optimizer_config is not None:
             _check_optimizer(request.optimizer_config)
         self._checkpoint(request.path, owner)
@@ -467,6 +474,7 @@ class Engine:
 
     def sample(self, request: types.SampleRequest, owner: str) -> types.UntypedAPIFuture:
         self.limits.check_sample(request)
+        self._admit(owner)
         if request.sampling_session_id is not None:
             sampler = self._sampler(request.sampling_session_id, owner)[0]
         else:
@@ -496,6 +504,17 @@ class Engine:
         return future.model_copy(update={"sample_sequence_ids": ids})
 
     # -- futures ---------------------------------------------------------------------------
+    def _admit(self, owner: str) -> None:
+        """Refuse (429) a new request of ``owner`` while ``max_pending_requests`` of its requests are unfinished."""
+        with self._lock:
+            unfinished = self._unfinished.get(owner, 0)
+        if unfinished >= self.limits.max_pending_requests:
+            raise TooManyRequests(
+                f"{unfinished} of your requests are still running or queued, this server's max_pending_requests: "
+                "wait for some results (the SDK retries this), or start minds serve with a larger "
+                "--max-pending-requests"
+            )
+
     def _track(
         self, source: Future[Any], owner: str, transform: Callable[[Any], Any] = lambda value: value
     ) -> types.UntypedAPIFuture:
@@ -508,7 +527,15 @@ class Engine:
             for key in abandoned:
                 del self._pending[key]
             self._pending[request_id] = (result, now, owner)
+            self._unfinished[owner] = self._unfinished.get(owner, 0) + 1
+        result.add_done_callback(lambda _: self._finished(owner))
         return types.UntypedAPIFuture(request_id=request_id)
+
+    def _finished(self, owner: str) -> None:
+        with self._lock:
+            self._unfinished[owner] -= 1
+            if not self._unfinished[owner]:
+                del self._unfinished[owner]
 
     def retrieve(self, request_id: str, owner: str) -> Any:
         """The request's result (a ``tinker.types`` value), a failure dict, or a try-again dict."""

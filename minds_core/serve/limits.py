@@ -42,6 +42,7 @@ class ServeLimits:
     max_tensor_elements: int = _limit(1 << 26, "most elements one tensor of a request may have (dense or sparse shape)")
     max_lora_rank: int = _limit(256, "highest LoRA rank create_model accepts")
     max_training_runs: int = _limit(64, "most training runs alive at once, all clients together (a finished session frees its runs)")
+    max_pending_requests: int = _limit(1024, "most unfinished requests (queued or running) one API key may have; more are answered 429")
     backlog: int = _limit(128, "listen backlog: connections the system holds while the server accepts others")
     max_connections: int = _limit(512, "most connections served at once; more are closed at accept (clients retry)")
     read_timeout_seconds: float = _limit(120.0, "a connection silent this long while the server waits to read from it is closed")
