@@ -245,7 +245,6 @@ class Engine:
             raise BadRequest(f"Unknown loss_fn {fb.loss_fn!r}; minds serve supports: {', '.join(LOSSES)}")
         if not fb.data:
             raise BadRequest("forward_backward needs at least one datum")
-        self.limits.check_datums(fb.data)
         method = "forward" if forward_only else "forward_backward"
         config = dict(fb.loss_fn_config) if fb.loss_fn_config else None
         return self._track(run.submit(request.seq_id, lambda c: getattr(c, method)(fb.data, fb.loss_fn, config)), owner)
@@ -300,7 +299,7 @@ class Engine:
         self._admit(owner)
         if request.optimizer_config is not None:
             _check_optimizer(request.optimizer_config)
-        self._checkpoint(request.path, owner)
+        self._check_checkpoint(request.path, owner)
         if request.model_id is not None:
             run = self._run(request.model_id, owner)
             method = "load_state_with_optimizer" if request.optimizer else "load_state"
@@ -348,17 +347,9 @@ class Engine:
                 "with (ServiceClient.close) to free theirs, or start minds serve with a larger --max-training-runs"
             )
 
-    def _checkpoint(self, path: str, owner: str) -> types.WeightsInfoResponse:
-        """The checkpoint at ``path`` if ``owner`` may use it and its base model is served here; else 404 / 400."""
-        try:
-            run_id = parse_path(path)[0]
-            info = self.rest.get_weights_info_by_tinker_path(path).result()
-        except tinker.NotFoundError:
-            info = None
-        if info is None or not self.owners.visible(run_id, owner):
-            raise NotFound(f"No checkpoint at {path} (it does not exist, has expired, or belongs to another client)")
-        self._check_base_model(info.base_model)
-        return info
+    def _check_checkpoint(self, path: str, owner: str) -> None:
+        """Pass if ``owner`` may use the checkpoint at ``path`` and its base model is served here; else 404 / 400."""
+        self._check_base_model(self.weights_info(path, owner).base_model)
 
     # -- checkpoints and training runs, as the SDK's RestClient asks for them -----------------
     def training_run(self, run_id: str, owner: str) -> types.TrainingRun:
@@ -386,13 +377,11 @@ class Engine:
         )
 
     def weights_info(self, path: str, owner: str) -> types.WeightsInfoResponse:
-        try:
-            run_id = parse_path(path)[0]
-        except tinker.BadRequestError as exc:
-            raise BadRequest(exc.message) from None
-        if not self.owners.visible(run_id, owner):
-            raise NotFound(f"No checkpoint at {path}")
-        return self._rest(lambda: self.rest.get_weights_info_by_tinker_path(path).result(), f"No checkpoint at {path}")
+        """Base model and LoRA settings of a checkpoint ``owner`` may see; one 404 for any it may not, or that is gone."""
+        missing = f"No checkpoint at {path} (it does not exist, has expired, or belongs to another client)"
+        if not self.owners.visible(parse_path(path)[0], owner):
+            raise NotFound(missing)
+        return self._rest(lambda: self.rest.get_weights_info_by_tinker_path(path).result(), missing)
 
     def delete_checkpoint(self, run_id: str, checkpoint_id: str, owner: str) -> None:
         self._check_run_visible(run_id, owner)
@@ -441,7 +430,7 @@ class Engine:
     def _check_sampler_source(self, model_path: str | None, base_model: str | None, owner: str) -> None:
         """A sampler's weights: a checkpoint ``owner`` may use, or a base model served here."""
         if model_path is not None:
-            self._checkpoint(model_path, owner)
+            self._check_checkpoint(model_path, owner)
         elif base_model is not None:
             self._check_base_model(base_model)
 

@@ -29,8 +29,8 @@ def _limit(default: float, help: str) -> Any:
 class ServeLimits:
     """The bounds ``minds serve`` holds every client to (defaults fit a single-GPU server)."""
 
-    max_body_bytes: int = _limit(64 << 20, "largest request body, as sent (the SDK sends forward_backward in ~5 MB chunks)")
-    max_decompressed_bytes: int = _limit(256 << 20, "largest zstd-compressed body once decompressed")
+    max_body_bytes: int = _limit(16 << 20, "largest request body, as sent (the SDK sends forward_backward in ~5 MB chunks)")
+    max_decompressed_bytes: int = _limit(128 << 20, "largest zstd-compressed body once decompressed")
     max_num_samples: int = _limit(256, "most samples one sample request may ask for (num_samples)")
     max_new_tokens: int = _limit(32768, "most tokens one sample may generate (SamplingParams.max_tokens; unset counts as this)")
     max_batch_tokens: int = _limit(
@@ -39,7 +39,9 @@ class ServeLimits:
         "the sum of the datums' lengths for forward/forward_backward",
     )
     max_logprobs_k: int = _limit(1024, "most top-k log-probs one request may ask for per position")
-    max_tensor_elements: int = _limit(1 << 26, "most elements one tensor of a request may have (dense or sparse shape)")
+    max_tensor_elements: int = _limit(
+        1 << 24, "most tensor elements one request may carry (a sparse tensor counts its whole shape)"
+    )
     max_lora_rank: int = _limit(256, "highest LoRA rank create_model accepts")
     max_training_runs: int = _limit(64, "most training runs alive at once, all clients together (a finished session frees its runs)")
     max_pending_requests: int = _limit(1024, "most unfinished requests (queued or running) one API key may have; more are answered 429")
@@ -82,15 +84,16 @@ class ServeLimits:
         if request.target_prompt_logprobs is not None:
             self.check_shape("target_prompt_logprobs", request.target_prompt_logprobs.shape)
 
-    def check_datums(self, data: list[types.Datum]) -> None:
-        """A forward/forward_backward batch: its tokens in all."""
-        total = sum(datum.model_input.length for datum in data)
-        if total > self.max_batch_tokens:
+    def check_batch(self, datums: int, tokens: int, elements: int) -> None:
+        """A forward/forward_backward batch, counted before it is built: its tokens and tensor elements in all."""
+        if tokens > self.max_batch_tokens:
             raise BadRequest(
-                f"forward_backward data of {len(data)} datums hold {total} tokens, past this server's "
+                f"forward_backward data of {datums} datums hold {tokens} tokens, past this server's "
                 f"max_batch_tokens of {self.max_batch_tokens}: send fewer or shorter datums per request, or start "
                 f"minds serve with a larger --{_flag('max_batch_tokens')}"
             )
+        if elements > self.max_tensor_elements:
+            raise self._refusal("the loss_fn_inputs' elements, all datums together", elements, "max_tensor_elements")
 
     def check_shape(self, name: str, shape: list[int] | None) -> None:
         """A tensor's declared shape: non-negative dimensions, at most ``max_tensor_elements`` in all."""

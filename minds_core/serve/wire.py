@@ -44,6 +44,7 @@ def decode_forward_backward(
         message.ParseFromString(body)
     except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
         raise BadRequest(f"The forward_backward body is not a tinker_public.ForwardBackwardRequest: {exc}") from None
+    _check_size(message, limits)
     config: dict[str, float | str] = {key: value for key, value in message.loss_fn_config.items()}
     for key, value in message.loss_fn_config_v2.items():
         config[key] = value.text if value.WhichOneof("value") == "text" else value.number
@@ -75,6 +76,20 @@ def _decompress(body: bytes, limit: int) -> bytes:
     except zstandard.ZstdError as exc:
         raise BadRequest(f"The body is not valid zstd (Content-Encoding: zstd): {exc}") from None
     return out.getvalue()
+
+
+def _check_size(message: pb.ForwardBackwardRequest, limits: ServeLimits) -> None:
+    """Count the request's tokens and tensor elements from its bytes, before any of them becomes a Python number."""
+    tokens = elements = 0
+    for datum in message.data:
+        tokens += sum(len(chunk.encoded_text.tokens) // 4 for chunk in datum.model_input)
+        for tensor in datum.loss_fn_inputs.values():
+            if tensor.WhichOneof("encoding") == "sparse_csr":
+                csr = tensor.sparse_csr
+                elements += len(csr.values) // 4 + (len(csr.crow_indices) + len(csr.col_indices)) // 8
+            else:
+                elements += len(tensor.dense) // 8 if tensor.dtype == pb.DTYPE_INT64 else len(tensor.dense) // 4
+    limits.check_batch(len(message.data), tokens, elements)
 
 
 def _datum(message: pb.Datum, limits: ServeLimits) -> types.Datum:

@@ -53,10 +53,11 @@ def test_requests_within_the_limits_pass() -> None:
     limits.check_sample(_sample(256, 4000))
     limits.check_lora(256)
     limits.check_shape("t", [1024, 1024])
-    datum = types.Datum(model_input=types.ModelInput.from_ints([1] * 1000), loss_fn_inputs={})
-    limits.check_datums([datum] * 1000)
-    with pytest.raises(BadRequest, match="max_batch_tokens"):
-        limits.check_datums([datum] * 1049)
+    limits.check_batch(1000, 1 << 20, 1 << 24)
+    with pytest.raises(BadRequest, match="1049 datums hold 1049000 tokens, past this server's max_batch_tokens"):
+        limits.check_batch(1049, 1049 * 1000, 0)
+    with pytest.raises(BadRequest, match="elements, all datums together = 16777217"):
+        limits.check_batch(1, 1, (1 << 24) + 1)
     with pytest.raises(BadRequest, match=r"lora_config.rank = 0: this server accepts between 1 and 256"):
         limits.check_lora(0)
     with pytest.raises(BadRequest, match="negative dimension"):
@@ -96,6 +97,10 @@ def test_a_zstd_bomb_is_refused_before_its_output_is_held() -> None:
     body = _body(1000)
     request, forward_only = decode_forward_backward(zstandard.ZstdCompressor().compress(body), "zstd", ServeLimits())
     assert request.forward_backward_input.data[0].model_input.length == 1000 and not forward_only
+    with pytest.raises(BadRequest, match="max_batch_tokens of 999"):  # counted from the bytes, before any list is built
+        decode_forward_backward(body, "", ServeLimits(max_batch_tokens=999))
+    with pytest.raises(BadRequest, match="max_tensor_elements"):  # target_tokens: 1000 int64 elements
+        decode_forward_backward(body, "", ServeLimits(max_tensor_elements=999))
     with pytest.raises(BadRequest, match="not valid zstd"):
         decode_forward_backward(b"not zstd at all", "zstd", ServeLimits())
 

@@ -62,7 +62,7 @@ def test_64_clients_connecting_at_once_are_all_served(served: Served) -> None:
 def starved(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """A server with few file descriptors to spend and a short read timeout."""
     server = start_server(
-        tmp_path_factory.mktemp("starved"), "--read-timeout-seconds", str(READ_TIMEOUT), open_files=64
+        tmp_path_factory.mktemp("starved"), "--read-timeout-seconds", str(READ_TIMEOUT), "--device", "cpu", open_files=64
     )
     yield server
     assert server.stop() == 0
