@@ -6,20 +6,35 @@ Unmodified ``tinker`` SDK code pointed at it (``TINKER_BASE_URL`` or ``base_url=
     minds serve --port 8000
     TINKER_BASE_URL=http://127.0.0.1:8000 TINKER_API_KEY=tml-local python my_tinker_script.py
 
-``serve`` blocks until SIGTERM or Ctrl-C, then stops accepting requests and closes the
-local backend. On start it prints one JSON line, ``{"url": ..., "host": ..., "port": ...}``
+``serve`` blocks until SIGTERM or Ctrl-C, then stops accepting requests, gives requests
+already running ``SHUTDOWN_GRACE_SECONDS`` to finish and exits (abandoning any still running).
+On start it prints one JSON line, ``{"url": ..., "host": ..., "port": ...}``
 (with ``--port 0`` the port is a free one the system picked).
+
+What clients may ask is bounded by ``ServeLimits`` (``limits``); each client (API key) sees
+only what it created (``owners``). Off loopback, ``minds serve`` refuses to start without
+``--api-key``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
 from pathlib import Path
 
-__all__ = ["serve"]
+from minds_core.errors import UsageError
+
+from .limits import ServeLimits
+
+__all__ = ["LOOPBACK_HOSTS", "ServeLimits", "serve"]
+
+#: Hosts only this machine can reach: the only ones ``minds serve`` listens on without an API key.
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+#: Seconds requests still running at SIGTERM/Ctrl-C get to finish before the process exits without them.
+SHUTDOWN_GRACE_SECONDS = 3.0
 
 SWITCH_INTERVAL_SECONDS = 0.001
 """How long a thread holding the interpreter runs before one waiting for it gets a turn, while
@@ -33,11 +48,21 @@ def serve(
     host: str,
     port: int,
     models: list[str],
-    api_key: str | None = None,
+    api_keys: tuple[str, ...] = (),
     checkpoint_root: Path | None = None,
     device: str = "auto",
+    limits: ServeLimits | None = None,
 ) -> None:
-    """Load ``models`` on ``device``, listen on ``host:port`` and serve until SIGTERM/SIGINT."""
+    """Load ``models`` on ``device``, listen on ``host:port`` and serve until SIGTERM/SIGINT.
+
+    ``api_keys``: when given, each request must send one of them (each key is its own client);
+    required when ``host`` is not a loopback address (``UsageError`` otherwise)."""
+    if not api_keys and host not in LOOPBACK_HOSTS:
+        raise UsageError(
+            f"--host {host}: off loopback, minds serve needs an API key, or anyone who can reach it trains "
+            "and samples here; give --api-key KEY (or set MINDS_SERVE_API_KEY), or use --host 127.0.0.1"
+        )
+    limits = limits or ServeLimits()
     from minds_core.backends.local import ServiceClient
 
     from .engine import Engine
@@ -47,7 +72,8 @@ def serve(
     try:
         for model in models:  # load now: a wrong name fails here, and the first request is not slow
             service.create_sampling_client(base_model=model).result()
-        server = TinkerServer((host, port), Engine(service, models), api_key)
+        engine = Engine(service, models, limits)
+        server = TinkerServer((host, port), engine, api_keys, limits)
     except BaseException:
         service.close()
         raise
@@ -69,8 +95,20 @@ def serve(
     finally:
         server.shutdown()
         server.server_close()
+        finished = engine.wait_idle(SHUTDOWN_GRACE_SECONDS)
         service.close()
         sys.setswitchinterval(switch_interval)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        print("minds serve: stopped", file=sys.stderr, flush=True)
+        if finished:
+            print("minds serve: stopped", file=sys.stderr, flush=True)
+        else:
+            # the local backend's workers cannot be interrupted mid-request, and the interpreter would wait
+            # for them at exit: leave now, as the clients were told by the closed connections
+            print(
+                f"minds serve: stopped; requests still running after {SHUTDOWN_GRACE_SECONDS:g} s were abandoned",
+                file=sys.stderr,
+                flush=True,
+            )
+            sys.stdout.flush()
+            os._exit(0)

@@ -6,16 +6,26 @@ import argparse
 import os
 from pathlib import Path
 
+from .limits import add_limit_arguments, limits_from_arguments
+
 __all__ = ["add_serve_arguments", "serve_command"]
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs --api-key)")
     parser.add_argument("--port", type=int, default=8000, metavar="N", help="port to listen on; 0 picks a free one (default 8000)")
     parser.add_argument("--model", dest="models", action="append", metavar="NAME", help="base model to load and advertise (repeatable; default minds-tiny)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where the local backend computes: auto (cuda when torch sees a GPU), cpu, cuda")
     parser.add_argument("--checkpoint-root", metavar="DIR", help="where tinker:// checkpoints are kept (default: a temporary folder, removed on exit)")
-    parser.add_argument("--api-key", metavar="KEY", help="require this X-API-Key on every request (default: $MINDS_SERVE_API_KEY; unset: any key)")
+    parser.add_argument(
+        "--api-key",
+        dest="api_keys",
+        action="append",
+        metavar="KEY",
+        help="require this X-API-Key on every request; repeat it to give each client its own key (default: "
+        "$MINDS_SERVE_API_KEY; unset: any key, loopback only). Each key sees only the runs it created",
+    )
+    add_limit_arguments(parser)
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -32,14 +42,20 @@ def serve_command(args: argparse.Namespace) -> int:
     )
 
     models = args.models or [DEFAULT_BASE_MODEL]
+    keys = tuple(key for key in args.api_keys or [os.environ.get("MINDS_SERVE_API_KEY", "")] if key)
+    try:
+        limits = limits_from_arguments(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     try:
         serve(
             args.host,
             args.port,
             models,
-            api_key=args.api_key or os.environ.get("MINDS_SERVE_API_KEY") or None,
+            api_keys=keys,
             checkpoint_root=Path(args.checkpoint_root) if args.checkpoint_root else None,
             device=args.device,
+            limits=limits,
         )
     except (LocalNotFoundError, LocalBadRequestError) as exc:
         raise UsageError(f"--model/--device: {exc.message}") from None

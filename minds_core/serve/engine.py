@@ -6,6 +6,11 @@ result the SDK fetches from ``/api/v1/retrieve_future``. The local backend runs 
 training run's requests strictly in the order it receives them, so requests of one
 run are handed to it in the SDK's ``seq_id`` order (the SDK may send them out of
 order, e.g. the first chunk of a large forward_backward last).
+
+Every handler takes the calling ``client`` (``owners.client_of`` its API key): what a client
+created is found by that client only; any other gets the 404 of a thing that does not exist.
+Work is admitted against ``ServeLimits`` and the server's own base models before anything is
+allocated for it; errors never show the server's folders (``public``).
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ import tinker
 from tinker import types
 
 from minds_core.backends.local import ServiceClient, TrainingClient
+from minds_core.backends.local.checkpoints import parse_path
 from minds_core.backends.local.losses import LOSSES
 
-from .errors import BadRequest, HttpError, NotFound
+from .errors import BadRequest, HttpError, NotFound, TooManyRequests, public_detail
+from .limits import ServeLimits
+from .owners import RunOwners
 
 __all__ = ["Engine"]
 
@@ -39,14 +47,17 @@ ABANDONED_AFTER = 600.0
 #: Sampling sessions kept, the most recently used: an RL loop makes one per step and never says when
 #: it is done with one, so older ones are dropped (their weights go back to the local backend's pool).
 MAX_SAMPLERS = 8
+#: A page size past any listing, to filter a whole listing to one client's part before paging it.
+_EVERYTHING = 1 << 62
 
 
 class _Run:
     """One training run: its local client, and the requests waiting for their ``seq_id`` turn."""
 
-    def __init__(self, client: TrainingClient, session_id: str) -> None:
+    def __init__(self, client: TrainingClient, session_id: str, owner: str) -> None:
         self.client = client
         self.session_id = session_id
+        self.owner = owner
         self._next_seq = 1
         self._waiting: dict[int, tuple[Callable[[TrainingClient], Any], Future[Any]]] = {}
         self._lock = threading.Lock()
@@ -94,47 +105,83 @@ def _chain(source: Future[Any], target: Future[Any], transform: Callable[[Any], 
 class Engine:
     """The served state, on one local ``ServiceClient`` (base models are loaded once, shared by all runs)."""
 
-    def __init__(self, service: ServiceClient, models: list[str]) -> None:
+    def __init__(self, service: ServiceClient, models: list[str], limits: ServeLimits) -> None:
         self.service = service
         self.models = models
+        self.limits = limits
+        self.rest = service.create_rest_client()  # checkpoint listings, as the in-process RestClient's
+        self.owners = RunOwners(Path(service.checkpoint_root))
+        root = Path(service.checkpoint_root)
+        self._hidden = {str(root): "<checkpoint root>", str(root.resolve()): "<checkpoint root>"}
         self._lock = threading.Lock()
         self._tokenizer_lock = threading.Lock()
-        self._sessions: dict[str, bool] = {}  # session id -> still open
+        self._sessions: dict[str, tuple[str, bool]] = {}  # session id -> (owner, still open)
         self._runs: dict[str, _Run] = {}
-        # id -> (local SamplingClient, model_path), least recently used first
-        self._samplers: collections.OrderedDict[str, tuple[Any, str | None]] = collections.OrderedDict()
-        self._pending: dict[str, tuple[Future[Any], float]] = {}  # request id -> (result, when tracked)
-        self._delivered: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        # id -> (local SamplingClient, model_path, owner), least recently used first
+        self._samplers: collections.OrderedDict[str, tuple[Any, str | None, str]] = collections.OrderedDict()
+        self._pending: dict[str, tuple[Future[Any], float, str]] = {}  # request id -> (result, when tracked, owner)
+        self._delivered: collections.OrderedDict[str, tuple[str, Any]] = collections.OrderedDict()  # id -> (owner, value)
         self._dropped: collections.deque[str] = collections.deque(maxlen=4096)  # ids, to name them when asked
+        self._unfinished: dict[str, int] = {}  # owner -> requests started and not yet finished
+
+    def public(self, detail: str) -> str:
+        """An error message as a client may see it: the server's checkpoint folder named, never shown."""
+        return public_detail(detail, self._hidden)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every started request to finish; whether they all did."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            pending = [future for future, _, _ in self._pending.values()]
+        for future in pending:
+            try:
+                future.exception(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                return False
+        return True
 
     # -- sessions ------------------------------------------------------------------
-    def create_session(self, request: types.CreateSessionRequest) -> types.CreateSessionResponse:
+    def create_session(self, request: types.CreateSessionRequest, owner: str) -> types.CreateSessionResponse:
         session_id = f"minds-{uuid.uuid4().hex[:12]}"
         with self._lock:
-            self._sessions[session_id] = True
+            self._sessions[session_id] = (owner, True)
         return types.CreateSessionResponse(session_id=session_id)
 
-    def heartbeat(self, session_id: str) -> dict[str, str]:
-        state = self._session(session_id, allow_finished=True)
+    def heartbeat(self, session_id: str, owner: str) -> dict[str, str]:
+        state = self._session(session_id, owner, allow_finished=True)
         if not state:
             raise _Gone(f"Session {session_id} has finished")
         return {"type": "session_heartbeat"}
 
-    def finish_session(self, session_id: str) -> None:
+    def finish_session(self, session_id: str, owner: str) -> None:
         """Mark the session finished and drop its runs and samplers (their checkpoints stay)."""
-        self._session(session_id, allow_finished=True)
+        self._session(session_id, owner, allow_finished=True)
         with self._lock:
-            self._sessions[session_id] = False
+            self._sessions[session_id] = (owner, False)
             for key in [key for key, run in self._runs.items() if run.session_id == session_id]:
                 del self._runs[key]
             for key in [key for key in self._samplers if key.startswith(f"{session_id}:")]:
                 del self._samplers[key]
 
-    def _session(self, session_id: str, allow_finished: bool = False) -> bool:
+    def get_session(self, session_id: str, owner: str) -> types.GetSessionResponse:
+        """The session's live training runs and sampling sessions."""
+        self._session(session_id, owner, allow_finished=True)
         with self._lock:
-            if session_id not in self._sessions:
-                raise NotFound(f"Unknown session {session_id!r}")
-            open_ = self._sessions[session_id]
+            runs = [key for key, run in self._runs.items() if run.session_id == session_id]
+            samplers = [key for key in self._samplers if key.startswith(f"{session_id}:")]
+        return types.GetSessionResponse(training_run_ids=runs, sampler_ids=samplers)
+
+    def list_sessions(self, limit: int, offset: int, owner: str) -> types.ListSessionsResponse:
+        """One page of the client's sessions, newest first."""
+        with self._lock:
+            mine = [key for key, (who, _) in self._sessions.items() if who == owner]
+        return types.ListSessionsResponse(sessions=mine[::-1][offset : offset + limit])
+
+    def _session(self, session_id: str, owner: str, allow_finished: bool = False) -> bool:
+        with self._lock:
+            who, open_ = self._sessions.get(session_id, (None, False))
+        if who != owner:
+            raise NotFound(f"Unknown session {session_id!r}")
         if not open_ and not allow_finished:
             raise _Gone(f"Session {session_id} has finished")
         return open_
@@ -147,12 +194,16 @@ class Engine:
         )
 
     # -- training runs ----------------------------------------------------------------
-    def create_model(self, request: types.CreateModelRequest) -> types.UntypedAPIFuture:
-        self._session(request.session_id)
+    def create_model(self, request: types.CreateModelRequest, owner: str) -> types.UntypedAPIFuture:
+        self._admit(owner)
+        self._session(request.session_id, owner)
         _check_optimizer(request.optimizer_config)
         lora = request.lora_config
         if lora is None:
             raise BadRequest("minds serve trains LoRA adapters only: send a lora_config (create_lora_training_client)")
+        self._check_base_model(request.base_model)
+        self.limits.check_lora(lora.rank)
+        self._check_room()
         local = self.service.create_lora_training_client(
             request.base_model,
             rank=lora.rank,
@@ -163,15 +214,16 @@ class Engine:
         )
 
         def register(client: TrainingClient) -> types.CreateModelResponse:
+            self.owners.claim(client.model_id, owner)
             with self._lock:
-                self._runs[client.model_id] = _Run(client, request.session_id)
+                self._runs[client.model_id] = _Run(client, request.session_id, owner)
             return types.CreateModelResponse(model_id=client.model_id)
 
-        return self._track(local.future(), register)
+        return self._track(local.future(), owner, register)
 
-    def get_info(self, request: types.GetInfoRequest) -> types.GetInfoResponse:
+    def get_info(self, request: types.GetInfoRequest, owner: str) -> types.GetInfoResponse:
         """The run's info; a built-in model's ``tokenizer_id`` is a folder the SDK's ``get_tokenizer`` loads offline."""
-        client = self._run(request.model_id).client
+        client = self._run(request.model_id, owner).client
         info = client.get_info()
         name = info.model_data.model_name or ""
         if "/" in name or Path(name).exists():  # a hub id or a model folder: the SDK loads it by that name
@@ -183,8 +235,11 @@ class Engine:
         data = info.model_data.model_copy(update={"tokenizer_id": str(folder.resolve())})
         return info.model_copy(update={"model_data": data})
 
-    def forward_backward(self, request: types.ForwardBackwardRequest, forward_only: bool) -> types.UntypedAPIFuture:
-        run = self._run(request.model_id)
+    def forward_backward(
+        self, request: types.ForwardBackwardRequest, forward_only: bool, owner: str
+    ) -> types.UntypedAPIFuture:
+        self._admit(owner)
+        run = self._run(request.model_id, owner)
         fb = request.forward_backward_input
         if fb.loss_fn not in LOSSES:
             raise BadRequest(f"Unknown loss_fn {fb.loss_fn!r}; minds serve supports: {', '.join(LOSSES)}")
@@ -192,27 +247,33 @@ class Engine:
             raise BadRequest("forward_backward needs at least one datum")
         method = "forward" if forward_only else "forward_backward"
         config = dict(fb.loss_fn_config) if fb.loss_fn_config else None
-        return self._track(run.submit(request.seq_id, lambda c: getattr(c, method)(fb.data, fb.loss_fn, config)))
+        return self._track(run.submit(request.seq_id, lambda c: getattr(c, method)(fb.data, fb.loss_fn, config)), owner)
 
-    def optim_step(self, request: types.OptimStepRequest) -> types.UntypedAPIFuture:
-        run = self._run(request.model_id)
+    def optim_step(self, request: types.OptimStepRequest, owner: str) -> types.UntypedAPIFuture:
+        self._admit(owner)
+        run = self._run(request.model_id, owner)
         params = request.optim_params
         if not isinstance(params, types.AdamParams):
             raise BadRequest(f"minds serve steps with AdamW only (AdamParams), not {type(params).__name__}")
-        return self._track(run.submit(request.seq_id, lambda c: c.optim_step(params)))
+        return self._track(run.submit(request.seq_id, lambda c: c.optim_step(params)), owner)
 
-    def save_weights(self, request: types.SaveWeightsRequest) -> types.UntypedAPIFuture:
-        run = self._run(request.model_id)
+    def save_weights(self, request: types.SaveWeightsRequest, owner: str) -> types.UntypedAPIFuture:
+        self._admit(owner)
+        run = self._run(request.model_id, owner)
         name = request.path or f"{request.seq_id or 0:06d}"
         return self._track(
             run.submit(
                 request.seq_id,
                 lambda c: c.save_state(name, request.ttl_seconds, request.overwrite, request.user_metadata),
-            )
+            ),
+            owner,
         )
 
-    def save_weights_for_sampler(self, request: types.SaveWeightsForSamplerRequest) -> types.UntypedAPIFuture:
-        run = self._run(request.model_id)
+    def save_weights_for_sampler(
+        self, request: types.SaveWeightsForSamplerRequest, owner: str
+    ) -> types.UntypedAPIFuture:
+        self._admit(owner)
+        run = self._run(request.model_id, owner)
         if request.path is not None:
             name = request.path
             return self._track(
@@ -220,27 +281,35 @@ class Engine:
                     request.seq_id,
                     lambda c: c.save_weights_for_sampler(name, request.ttl_seconds, request.user_metadata),
                 ),
+                owner,
                 lambda saved: types.SaveWeightsForSamplerResponseInternal(path=saved.path),
             )
         session_id = f"{run.session_id}:sample:{request.sampling_session_seq_id}"
 
         def register(sampler: Any) -> types.SaveWeightsForSamplerResponseInternal:
             with self._lock:
-                self._keep_sampler(session_id, sampler, None)
+                self._keep_sampler(session_id, sampler, None, owner)
             return types.SaveWeightsForSamplerResponseInternal(sampling_session_id=session_id)
 
-        return self._track(run.submit(request.seq_id, lambda c: c.save_weights_and_get_sampling_client()), register)
+        return self._track(
+            run.submit(request.seq_id, lambda c: c.save_weights_and_get_sampling_client()), owner, register
+        )
 
-    def load_weights(self, request: types.LoadWeightsRequest) -> types.UntypedAPIFuture:
+    def load_weights(self, request: types.LoadWeightsRequest, owner: str) -> types.UntypedAPIFuture:
+        self._admit(owner)
         if request.optimizer_config is not None:
             _check_optimizer(request.optimizer_config)
+        self._check_checkpoint(request.path, owner)
         if request.model_id is not None:
-            run = self._run(request.model_id)
+            run = self._run(request.model_id, owner)
             method = "load_state_with_optimizer" if request.optimizer else "load_state"
-            return self._track(run.submit(request.seq_id, lambda c: getattr(c, method)(request.path)))
+            return self._track(run.submit(request.seq_id, lambda c: getattr(c, method)(request.path)), owner)
         if request.session_id is None or request.model_seq_id is None:
             raise BadRequest("load_weights needs model_id and seq_id, or session_id and model_seq_id")
-        self._session(request.session_id)
+        self._session(request.session_id, owner)
+        if request.base_model is not None:
+            self._check_base_model(request.base_model)
+        self._check_room()
         model_id = f"{request.session_id}:train:{request.model_seq_id}"
         if request.optimizer:
             local = self.service.create_training_client_from_state_with_optimizer(request.path, request.base_model)
@@ -248,51 +317,138 @@ class Engine:
             local = self.service.create_training_client_from_state(request.path, request.base_model)
 
         def register(client: TrainingClient) -> types.LoadWeightsResponse:
+            self.owners.claim(client.model_id, owner)
             with self._lock:
-                self._runs[model_id] = _Run(client, request.session_id or "")
+                self._runs[model_id] = _Run(client, request.session_id or "", owner)
             return types.LoadWeightsResponse(path=request.path, type="load_weights")
 
-        return self._track(local.future(), register)
+        return self._track(local.future(), owner, register)
 
-    def _run(self, model_id: str) -> _Run:
+    def _run(self, model_id: str, owner: str) -> _Run:
         with self._lock:
             run = self._runs.get(model_id)
-        if run is None:
+        if run is None or run.owner != owner:
             raise NotFound(f"Unknown model_id {model_id!r} (create a training client first)")
         return run
 
+    def _check_base_model(self, name: str) -> None:
+        if name not in self.models:
+            raise BadRequest(
+                f"base_model {name!r} is not served here: this minds serve was started with "
+                f"{', '.join(repr(model) for model in self.models)} (restart it with --model NAME to serve another)"
+            )
+
+    def _check_room(self) -> None:
+        with self._lock:
+            alive = len(self._runs)
+        if alive >= self.limits.max_training_runs:
+            raise TooManyRequests(
+                f"This server holds {alive} training runs, its max_training_runs: finish sessions you are done "
+                "with (ServiceClient.close) to free theirs, or start minds serve with a larger --max-training-runs"
+            )
+
+    def _check_checkpoint(self, path: str, owner: str) -> None:
+        """Pass if ``owner`` may use the checkpoint at ``path`` and its base model is served here; else 404 / 400."""
+        self._check_base_model(self.weights_info(path, owner).base_model)
+
+    # -- checkpoints and training runs, as the SDK's RestClient asks for them -----------------
+    def training_run(self, run_id: str, owner: str) -> types.TrainingRun:
+        self._check_run_visible(run_id, owner)
+        return self._rest(lambda: self.rest.get_training_run(run_id).result(), f"No training run {run_id!r} with checkpoints")
+
+    def run_checkpoints(self, run_id: str, owner: str) -> types.CheckpointsListResponse:
+        self._check_run_visible(run_id, owner)
+        return self.rest.list_checkpoints(run_id).result()
+
+    def training_runs(self, limit: int, offset: int, owner: str) -> types.TrainingRunsResponse:
+        runs = self.rest.list_training_runs(_EVERYTHING, 0).result().training_runs
+        mine = [run for run in runs if self.owners.visible(run.training_run_id, owner)]
+        return types.TrainingRunsResponse(
+            training_runs=mine[offset : offset + limit],
+            cursor=types.Cursor(offset=offset, limit=limit, total_count=len(mine)),
+        )
+
+    def user_checkpoints(self, limit: int, offset: int, owner: str) -> types.CheckpointsListResponse:
+        found = self.rest.list_user_checkpoints(_EVERYTHING, 0).result().checkpoints
+        mine = [item for item in found if self.owners.visible(parse_path(item.tinker_path)[0], owner)]
+        return types.CheckpointsListResponse(
+            checkpoints=mine[offset : offset + limit],
+            cursor=types.Cursor(offset=offset, limit=limit, total_count=len(mine)),
+        )
+
+    def weights_info(self, path: str, owner: str) -> types.WeightsInfoResponse:
+        """Base model and LoRA settings of a checkpoint ``owner`` may see; one 404 for any it may not, or that is gone."""
+        missing = f"No checkpoint at {path} (it does not exist, has expired, or belongs to another client)"
+        if not self.owners.visible(parse_path(path)[0], owner):
+            raise NotFound(missing)
+        return self._rest(lambda: self.rest.get_weights_info_by_tinker_path(path).result(), missing)
+
+    def delete_checkpoint(self, run_id: str, checkpoint_id: str, owner: str) -> None:
+        self._check_run_visible(run_id, owner)
+        self._rest(lambda: self.rest.delete_checkpoint(run_id, checkpoint_id).result(), f"No checkpoint {checkpoint_id!r} in run {run_id!r}")
+
+    def set_checkpoint_ttl(self, run_id: str, checkpoint_id: str, owner: str) -> None:
+        """Refused (a saved checkpoint's ttl is fixed here), after the checkpoint is found as any request's is."""
+        self._check_run_visible(run_id, owner)
+        if not any(item.checkpoint_id == checkpoint_id for item in self.rest.list_checkpoints(run_id).result().checkpoints):
+            raise NotFound(f"No checkpoint {checkpoint_id!r} in run {run_id!r}")
+        raise BadRequest(
+            "minds serve cannot change a saved checkpoint's ttl: give ttl_seconds when saving it "
+            "(save_state / save_weights_for_sampler), or delete it with delete_checkpoint_from_tinker_path"
+        )
+
+    def _check_run_visible(self, run_id: str, owner: str) -> None:
+        if not self.owners.visible(run_id, owner):
+            raise NotFound(f"No training run {run_id!r} with checkpoints")
+
+    @staticmethod
+    def _rest(call: Callable[[], Any], missing: str) -> Any:
+        """A RestClient call; its 404 answered with ``missing`` (the same words whether or not the thing ever existed)."""
+        try:
+            return call()
+        except tinker.NotFoundError:
+            raise NotFound(missing) from None
+
     # -- sampling -----------------------------------------------------------------------
     def create_sampling_session(
-        self, request: types.CreateSamplingSessionRequest
+        self, request: types.CreateSamplingSessionRequest, owner: str
     ) -> types.CreateSamplingSessionResponse:
-        self._session(request.session_id)
+        self._session(request.session_id, owner)
+        self._check_sampler_source(request.model_path, request.base_model, owner)
         sampler = _local_call(
             lambda: self.service.create_sampling_client(model_path=request.model_path, base_model=request.base_model)
         )
         session_id = f"{request.session_id}:sample:{request.sampling_session_seq_id}"
         with self._lock:
-            self._keep_sampler(session_id, sampler, request.model_path)
+            self._keep_sampler(session_id, sampler, request.model_path, owner)
         return types.CreateSamplingSessionResponse(sampling_session_id=session_id)
 
-    def get_sampler(self, sampler_id: str) -> types.GetSamplerResponse:
-        sampler, model_path = self._sampler(sampler_id)
+    def get_sampler(self, sampler_id: str, owner: str) -> types.GetSamplerResponse:
+        sampler, model_path = self._sampler(sampler_id, owner)
         return types.GetSamplerResponse(sampler_id=sampler_id, base_model=sampler.get_base_model(), model_path=model_path)
 
-    def _keep_sampler(self, sampler_id: str, sampler: Any, model_path: str | None) -> None:
+    def _check_sampler_source(self, model_path: str | None, base_model: str | None, owner: str) -> None:
+        """A sampler's weights: a checkpoint ``owner`` may use, or a base model served here."""
+        if model_path is not None:
+            self._check_checkpoint(model_path, owner)
+        elif base_model is not None:
+            self._check_base_model(base_model)
+
+    def _keep_sampler(self, sampler_id: str, sampler: Any, model_path: str | None, owner: str) -> None:
         """Register a sampling session (call with the lock held), dropping the least recently used beyond
         ``MAX_SAMPLERS``."""
-        self._samplers[sampler_id] = (sampler, model_path)
+        self._samplers[sampler_id] = (sampler, model_path, owner)
         while len(self._samplers) > MAX_SAMPLERS:
             dropped, _ = self._samplers.popitem(last=False)
             self._dropped.append(dropped)
 
-    def _sampler(self, sampler_id: str) -> tuple[Any, str | None]:
+    def _sampler(self, sampler_id: str, owner: str) -> tuple[Any, str | None]:
         with self._lock:
             found = self._samplers.get(sampler_id)
-            if found is not None:
+            if found is not None and found[2] == owner:
                 self._samplers.move_to_end(sampler_id)
-                return found
-            dropped = sampler_id in self._dropped
+                return found[0], found[1]
+            dropped = found is None and sampler_id in self._dropped and sampler_id.startswith(self._own_prefixes(owner))
         if dropped:
             raise NotFound(
                 f"Sampling session {sampler_id!r} was dropped: minds serve keeps the {MAX_SAMPLERS} most recently "
@@ -301,10 +457,17 @@ class Engine:
             )
         raise NotFound(f"Unknown sampling session {sampler_id!r}")
 
-    def sample(self, request: types.SampleRequest) -> types.UntypedAPIFuture:
+    def _own_prefixes(self, owner: str) -> tuple[str, ...]:
+        """``"<session>:"`` of each of ``owner``'s sessions (call with the lock held)."""
+        return tuple(f"{key}:" for key, (who, _) in self._sessions.items() if who == owner)
+
+    def sample(self, request: types.SampleRequest, owner: str) -> types.UntypedAPIFuture:
+        self.limits.check_sample(request)
+        self._admit(owner)
         if request.sampling_session_id is not None:
-            sampler = self._sampler(request.sampling_session_id)[0]
+            sampler = self._sampler(request.sampling_session_id, owner)[0]
         else:
+            self._check_sampler_source(request.model_path, request.base_model, owner)
             sampler = _local_call(
                 lambda: self.service.create_sampling_client(
                     model_path=request.model_path, base_model=request.base_model
@@ -325,42 +488,62 @@ class Engine:
             )
         except ValueError as exc:  # a target tensor the SDK itself would have refused
             raise BadRequest(str(exc)) from None
-        future = self._track(local.future())
+        future = self._track(local.future(), owner)
         ids = [f"{future.request_id}:{i}" for i in range(request.num_samples)]
         return future.model_copy(update={"sample_sequence_ids": ids})
 
     # -- futures ---------------------------------------------------------------------------
+    def _admit(self, owner: str) -> None:
+        """Refuse (429) a new request of ``owner`` while ``max_pending_requests`` of its requests are unfinished."""
+        with self._lock:
+            unfinished = self._unfinished.get(owner, 0)
+        if unfinished >= self.limits.max_pending_requests:
+            raise TooManyRequests(
+                f"{unfinished} of your requests are still running or queued, this server's max_pending_requests: "
+                "wait for some results (the SDK retries this), or start minds serve with a larger "
+                "--max-pending-requests"
+            )
+
     def _track(
-        self, source: Future[Any], transform: Callable[[Any], Any] = lambda value: value
+        self, source: Future[Any], owner: str, transform: Callable[[Any], Any] = lambda value: value
     ) -> types.UntypedAPIFuture:
         result: Future[Any] = Future()
         _chain(source, result, transform)
         request_id = f"req-{uuid.uuid4().hex}"
         now = time.monotonic()
         with self._lock:
-            abandoned = [key for key, (f, since) in self._pending.items() if f.done() and now - since > ABANDONED_AFTER]
+            abandoned = [key for key, (f, since, _) in self._pending.items() if f.done() and now - since > ABANDONED_AFTER]
             for key in abandoned:
                 del self._pending[key]
-            self._pending[request_id] = (result, now)
+            self._pending[request_id] = (result, now, owner)
+            self._unfinished[owner] = self._unfinished.get(owner, 0) + 1
+        result.add_done_callback(lambda _: self._finished(owner))
         return types.UntypedAPIFuture(request_id=request_id)
 
-    def retrieve(self, request_id: str) -> Any:
+    def _finished(self, owner: str) -> None:
+        with self._lock:
+            self._unfinished[owner] -= 1
+            if not self._unfinished[owner]:
+                del self._unfinished[owner]
+
+    def retrieve(self, request_id: str, owner: str) -> Any:
         """The request's result (a ``tinker.types`` value), a failure dict, or a try-again dict."""
         with self._lock:
-            if request_id in self._delivered:
-                return self._delivered[request_id]
-            future, _ = self._pending.get(request_id, (None, 0.0))
-        if future is None:
+            who, value = self._delivered.get(request_id, (None, None))
+            if who == owner:
+                return value
+            future, _, who = self._pending.get(request_id, (None, 0.0, None))
+        if future is None or who != owner:
             raise NotFound(f"Unknown request_id {request_id!r}")
         try:
             value = future.result(timeout=LONG_POLL_SECONDS)
         except FutureTimeout:
             return {"type": "try_again", "request_id": request_id, "queue_state": "active"}
         except Exception as exc:  # noqa: BLE001 - the request's own failure, delivered to its client
-            value = _failure(exc)
+            value = _failure(exc, self.public)
         with self._lock:
             self._pending.pop(request_id, None)
-            self._delivered[request_id] = value
+            self._delivered[request_id] = (owner, value)
             while len(self._delivered) > DELIVERED_KEPT:
                 self._delivered.popitem(last=False)
         return value
@@ -389,9 +572,9 @@ def _local_call(make: Callable[[], Any]) -> Any:
         raise BadRequest(str(exc)) from None
 
 
-def _failure(exc: BaseException) -> dict[str, str]:
+def _failure(exc: BaseException, public: Callable[[str], str]) -> dict[str, str]:
     """A failed request as the SDK's ``RequestFailedResponse``: user errors are 4xx-kind, the rest the server's."""
     if isinstance(exc, tinker.APIStatusError) and exc.status_code < 500 or isinstance(exc, (ValueError, LookupError)):
-        return {"error": str(getattr(exc, "message", exc)), "category": types.RequestErrorCategory.User.value}
-    return {"error": f"{type(exc).__name__}: {exc}", "category": types.RequestErrorCategory.Server.value}
+        return {"error": public(str(getattr(exc, "message", exc))), "category": types.RequestErrorCategory.User.value}
+    return {"error": public(f"{type(exc).__name__}: {exc}"), "category": types.RequestErrorCategory.Server.value}
 

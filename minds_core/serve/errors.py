@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BadRequest", "HttpError", "NotFound", "Unauthorized"]
+__all__ = ["BadRequest", "HttpError", "MethodNotAllowed", "NotFound", "PayloadTooLarge", "TooManyRequests", "Unauthorized", "public_detail"]
 
 
 class HttpError(Exception):
@@ -31,3 +31,28 @@ class NotFound(HttpError):
     """404: an unknown path, session, model, sampling session or request id."""
 
     status = 404
+
+
+class MethodNotAllowed(HttpError):
+    """405: a route the server has, asked for with another method (the message names the one it serves)."""
+
+    status = 405
+
+
+class PayloadTooLarge(HttpError):
+    """413: a request body (as sent, or once decompressed) past ``ServeLimits``; the connection is closed."""
+
+    status = 413
+
+
+class TooManyRequests(HttpError):
+    """429: the server holds as much of a kind of state (training runs) as its limits allow."""
+
+    status = 429
+
+
+def public_detail(detail: str, hidden: dict[str, str]) -> str:
+    """``detail`` with each of ``hidden``'s server paths replaced by its public name (errors never show them)."""
+    for path in sorted(hidden, key=len, reverse=True):
+        detail = detail.replace(path, hidden[path])
+    return detail

@@ -4,14 +4,27 @@ A threaded stdlib server speaking HTTP/1.1 with keep-alive: every connection get
 thread, so a ``/retrieve_future`` long-poll never holds up other clients. JSON bodies
 are parsed with the SDK's own request models; forward/backward and its results travel
 as protobuf (``wire``).
+
+Every route the SDK 0.38 ``RestClient`` can call is in ``ROUTES``: it works, or (a feature
+with no meaning on one machine) answers a JSON 400 saying what to do instead. Each answer,
+error or not, is JSON (or protobuf). The server holds under hostile input (``ServeLimits``):
+bodies are capped as they are read (``Content-Length`` or chunked), a silent connection is
+closed, connections past the cap are dropped at accept, and when file descriptors run out the
+accept loop backs off instead of spinning.
 """
 
 from __future__ import annotations
 
+import errno
 import hmac
 import json
 import re
+import socket
+import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -21,7 +34,16 @@ import tinker
 from tinker import types
 
 from .engine import Engine
-from .errors import BadRequest, HttpError, NotFound, Unauthorized
+from .errors import (
+    BadRequest,
+    HttpError,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    Unauthorized,
+)
+from .limits import ServeLimits
+from .owners import client_of
 from .wire import (
     PROTO_CONTENT_TYPE,
     decode_forward_backward,
@@ -29,59 +51,206 @@ from .wire import (
     encode_sample,
 )
 
-__all__ = ["TinkerServer"]
+__all__ = ["ROUTES", "TinkerServer"]
 
 Json = dict[str, Any]
-_FINISH = re.compile(r"^/api/v1/sessions/([^/]+)/finish$")
-_RUN = re.compile(r"^/api/v1/training_runs/([^/]+)$")
-_RUN_CHECKPOINTS = re.compile(r"^/api/v1/training_runs/([^/]+)/checkpoints$")
-_CHECKPOINT = re.compile(r"^/api/v1/training_runs/([^/]+)/checkpoints/([^/]+/[^/]+)$")
+#: accept() errors that mean "out of descriptors or memory for now": back off, then try again.
+_OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+#: Longest pause between two accept() tries while descriptors are exhausted.
+MAX_ACCEPT_BACKOFF_SECONDS = 0.5
+#: After refusing a body it did not read, the server reads (and drops) this much of it, so that the
+#: client sees the answer instead of a reset connection.
+_DRAIN_BYTES = 4 << 20
 
 
 class TinkerServer(ThreadingHTTPServer):
-    """Serves ``engine`` on ``(host, port)``; ``api_key`` (when set) must come in every ``X-API-Key``."""
+    """Serves ``engine`` on ``(host, port)``; with ``api_keys``, each request's ``X-API-Key`` must be one of them."""
 
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], engine: Engine, api_key: str | None) -> None:
-        super().__init__(address, _Handler)
+    def __init__(self, address: tuple[str, int], engine: Engine, api_keys: tuple[str, ...], limits: ServeLimits) -> None:
+        self.request_queue_size = limits.backlog  # read by listen() in the constructor
         self.engine = engine
-        self.rest = engine.service.create_rest_client()  # checkpoint listings, as the in-process RestClient's
-        self.api_key = api_key
+        self.api_keys = api_keys
+        self.limits = limits
+        self._accept_backoff = 0.0
+        self._connections = 0
+        self._connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """accept(); when descriptors run out, wait (longer each time, up to a bound) before the next try."""
+        try:
+            accepted = super().get_request()
+        except OSError as exc:
+            if exc.errno in _OUT_OF_RESOURCES:
+                self._accept_backoff = min(max(2 * self._accept_backoff, 0.01), MAX_ACCEPT_BACKOFF_SECONDS)
+                time.sleep(self._accept_backoff)  # the connection waits in the backlog meanwhile
+            raise  # socketserver drops a failed accept and goes back to waiting
+        self._accept_backoff = 0.0
+        return accepted
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread per connection, up to ``max_connections``; past it (or with no thread to be had) it is closed."""
+        with self._connections_lock:
+            full = self._connections >= self.limits.max_connections
+            if not full:
+                self._connections += 1
+        if full:
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except RuntimeError:  # "can't start new thread": memory or a process limit
+            self._release()
+            self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._connections_lock:
+            self._connections -= 1
 
 
-def _model(cls: type[pydantic.BaseModel], body: Json) -> Any:
-    try:
-        return cls.model_validate(body)
-    except pydantic.ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()[:5])
-        raise BadRequest(f"Invalid {cls.__name__}: {problems}") from None
+@dataclass
+class _Call:
+    """What a route gets: the engine, the calling client, the path's parts, the query and the body."""
+
+    engine: Engine
+    client: str
+    parts: tuple[str, ...]
+    url: str
+    raw: bytes
+    headers: Message
+
+    def json(self) -> Json:
+        try:
+            body = json.loads(self.raw or b"{}")
+        except (ValueError, RecursionError) as exc:
+            raise BadRequest(f"The request body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise BadRequest("The request body must be a JSON object")
+        return body
+
+    def model(self, cls: type[pydantic.BaseModel]) -> Any:
+        try:
+            return cls.model_validate(self.json())
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()[:5])
+            raise BadRequest(f"Invalid {cls.__name__}: {problems}") from None
+
+    def page(self) -> tuple[int, int]:
+        """``limit`` and ``offset`` of a listing's query string (the SDK's defaults when absent)."""
+        query = parse_qs(urlsplit(self.url).query)
+        try:
+            limit, offset = int(query.get("limit", ["20"])[0]), int(query.get("offset", ["0"])[0])
+        except ValueError:
+            raise BadRequest("limit and offset must be integers") from None
+        if limit < 0 or offset < 0:
+            raise BadRequest("limit and offset must be 0 or more")
+        return limit, offset
 
 
-def _json_routes(engine: Engine) -> dict[str, Callable[[Json], Any]]:
-    """POST path -> handler of the parsed JSON body, returning a pydantic model or a dict."""
-    return {
-        "/api/v1/client/config": lambda body: types.ClientConfigResponse(
-            pjwt_auth_enabled=False, proto_compress_fwdbwd=False
-        ),
-        "/api/v1/client/dynamic_config": lambda body: types.ClientDynamicConfigResponse(),
-        "/api/v1/telemetry": lambda body: {"status": "accepted"},
-        "/api/v1/create_session": lambda body: engine.create_session(_model(types.CreateSessionRequest, body)),
-        "/api/v1/session_heartbeat": lambda body: engine.heartbeat(str(body.get("session_id", ""))),
-        "/api/v1/create_model": lambda body: engine.create_model(_model(types.CreateModelRequest, body)),
-        "/api/v1/get_info": lambda body: engine.get_info(_model(types.GetInfoRequest, body)),
-        "/api/v1/optim_step": lambda body: engine.optim_step(_model(types.OptimStepRequest, body)),
-        "/api/v1/save_weights": lambda body: engine.save_weights(_model(types.SaveWeightsRequest, body)),
-        "/api/v1/save_weights_for_sampler": lambda body: engine.save_weights_for_sampler(
-            _model(types.SaveWeightsForSamplerRequest, body)
-        ),
-        "/api/v1/load_weights": lambda body: engine.load_weights(_model(types.LoadWeightsRequest, body)),
-        "/api/v1/create_sampling_session": lambda body: engine.create_sampling_session(
-            _model(types.CreateSamplingSessionRequest, body)
-        ),
-        "/api/v1/asample": lambda body: engine.sample(_model(types.SampleRequest, body)),
-    }
+def _forward_backward(call: _Call) -> Any:
+    if PROTO_CONTENT_TYPE not in call.headers.get("Content-Type", ""):
+        raise BadRequest(f"forward_backward takes a protobuf body (Content-Type: {PROTO_CONTENT_TYPE})")
+    request, forward_only = decode_forward_backward(
+        call.raw, call.headers.get("Content-Encoding", ""), call.engine.limits
+    )
+    return call.engine.forward_backward(request, forward_only, call.client)
+
+
+def _retrieve(call: _Call) -> Any:
+    value = call.engine.retrieve(str(call.json().get("request_id", "")), call.client)
+    wants_proto = PROTO_CONTENT_TYPE in call.headers.get("Accept", "")
+    if wants_proto and isinstance(value, types.ForwardBackwardOutput):
+        return 200, encode_forward_backward(value), PROTO_CONTENT_TYPE
+    if wants_proto and isinstance(value, types.SampleResponse):
+        return 200, encode_sample(value), PROTO_CONTENT_TYPE
+    return value
+
+
+def _unsupported(why: str) -> Callable[[_Call], Any]:
+    def refuse(call: _Call) -> Any:
+        raise BadRequest(f"minds serve does not support this: {why}")
+
+    return refuse
+
+
+_RUN = r"/api/v1/training_runs/([^/]+)"
+_CHECKPOINT = _RUN + r"/checkpoints/((?:weights|sampler_weights)/[^/]+)"
+_SESSION = r"/api/v1/sessions/([^/]+)"
+_NO_PUBLISHING = _unsupported(
+    "checkpoints are not published here; each stays with the API key that saved it (share a key to share them)"
+)
+
+#: (method, path pattern, handler): every route the SDK's clients call.
+ROUTES: list[tuple[str, str, Callable[[_Call], Any]]] = [
+    ("GET", "/api/v1/healthz", lambda c: {"status": "ok"}),
+    ("GET", "/api/v1/get_server_capabilities", lambda c: c.engine.capabilities()),
+    ("POST", "/api/v1/client/config", lambda c: types.ClientConfigResponse(pjwt_auth_enabled=False, proto_compress_fwdbwd=False)),
+    ("POST", "/api/v1/client/dynamic_config", lambda c: types.ClientDynamicConfigResponse()),
+    ("POST", "/api/v1/telemetry", lambda c: {"status": "accepted"}),
+    ("POST", "/api/v1/auth/token", _unsupported("it authenticates with X-API-Key only (--api-key), not tokens")),
+    # sessions
+    ("POST", "/api/v1/create_session", lambda c: c.engine.create_session(c.model(types.CreateSessionRequest), c.client)),
+    ("POST", "/api/v1/session_heartbeat", lambda c: c.engine.heartbeat(str(c.json().get("session_id", "")), c.client)),
+    ("POST", _SESSION + "/finish", lambda c: c.engine.finish_session(c.parts[0], c.client)),
+    ("GET", "/api/v1/sessions", lambda c: c.engine.list_sessions(*c.page(), c.client)),
+    ("GET", _SESSION, lambda c: c.engine.get_session(c.parts[0], c.client)),
+    ("POST", "/api/v1/sessions/search", _unsupported("session search; list_sessions and get_session work")),
+    ("PUT", _SESSION + "/project", _unsupported("projects; every session belongs to the API key that created it")),
+    ("GET", _SESSION + "/trace_export", _unsupported("session traces; minds keeps no trace of a session")),
+    # training
+    ("POST", "/api/v1/create_model", lambda c: c.engine.create_model(c.model(types.CreateModelRequest), c.client)),
+    ("POST", "/api/v1/get_info", lambda c: c.engine.get_info(c.model(types.GetInfoRequest), c.client)),
+    ("POST", "/api/v1/forward_backward", _forward_backward),
+    ("POST", "/api/v1/optim_step", lambda c: c.engine.optim_step(c.model(types.OptimStepRequest), c.client)),
+    ("POST", "/api/v1/create_custom_loss", _unsupported("server-side custom losses; forward_backward_custom computes them client-side")),
+    ("POST", "/api/v1/save_weights", lambda c: c.engine.save_weights(c.model(types.SaveWeightsRequest), c.client)),
+    (
+        "POST",
+        "/api/v1/save_weights_for_sampler",
+        lambda c: c.engine.save_weights_for_sampler(c.model(types.SaveWeightsForSamplerRequest), c.client),
+    ),
+    ("POST", "/api/v1/load_weights", lambda c: c.engine.load_weights(c.model(types.LoadWeightsRequest), c.client)),
+    ("POST", "/api/v1/copy_weights", _unsupported("copying weights between projects; load a checkpoint by its tinker:// path")),
+    # sampling
+    (
+        "POST",
+        "/api/v1/create_sampling_session",
+        lambda c: c.engine.create_sampling_session(c.model(types.CreateSamplingSessionRequest), c.client),
+    ),
+    ("POST", "/api/v1/join_sampling_session", _unsupported("joining sampling sessions; create a sampling client instead")),
+    ("POST", "/api/v1/asample", lambda c: c.engine.sample(c.model(types.SampleRequest), c.client)),
+    ("GET", r"/api/v1/samplers/([^/]+)", lambda c: c.engine.get_sampler(c.parts[0], c.client)),
+    # results
+    ("POST", "/api/v1/retrieve_future", _retrieve),
+    ("POST", "/api/v1/retrieve_futures", _unsupported("batched result polling; poll /api/v1/retrieve_future")),
+    # checkpoints and runs (the RestClient)
+    ("GET", "/api/v1/checkpoints", lambda c: c.engine.user_checkpoints(*c.page(), c.client)),
+    ("GET", "/api/v1/training_runs", lambda c: c.engine.training_runs(*c.page(), c.client)),
+    ("GET", _RUN, lambda c: c.engine.training_run(c.parts[0], c.client)),
+    ("GET", _RUN + "/checkpoints", lambda c: c.engine.run_checkpoints(c.parts[0], c.client)),
+    ("DELETE", _CHECKPOINT, lambda c: c.engine.delete_checkpoint(c.parts[0], c.parts[1], c.client)),
+    ("PUT", _CHECKPOINT + "/ttl", lambda c: c.engine.set_checkpoint_ttl(c.parts[0], c.parts[1], c.client)),
+    ("POST", _CHECKPOINT + "/publish", _NO_PUBLISHING),
+    ("DELETE", _CHECKPOINT + "/publish", _NO_PUBLISHING),
+    ("POST", "/api/v1/weights_info", lambda c: c.engine.weights_info(str(c.json().get("tinker_path", "")), c.client)),
+    # the AdminClient's (RestClient's deprecated audit and billing calls reach these)
+    ("GET", "/api/v1/audit", _unsupported("audit logs; it keeps none")),
+    ("GET", r"/api/v1/billing/usage/(.+)", _unsupported("billing; nothing is billed")),
+]
+_COMPILED = [(method, re.compile(f"^{pattern}$"), handler) for method, pattern, handler in ROUTES]
+
+
+class _HungUp(Exception):
+    """The client went silent or away in the middle of a request: the connection is closed, nothing answered."""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -89,126 +258,152 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms delayed-ACK stalls
     server: TinkerServer
 
+    def setup(self) -> None:
+        self.timeout = self.server.limits.read_timeout_seconds  # applied to the socket: reads and writes
+        super().setup()
+
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: one line per request would drown the training logs of a busy client."""
 
     def do_GET(self) -> None:
-        self._handle(self._get)
+        self._handle()
 
-    def do_POST(self) -> None:
-        self._handle(self._post)
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
 
-    def do_DELETE(self) -> None:
-        self._handle(self._delete)
-
-    def _handle(self, route: Callable[[], tuple[int, bytes, str]]) -> None:
+    def _handle(self) -> None:
+        self._body_read = False
+        path = urlsplit(self.path).path
+        engine = self.server.engine
         try:
             self._check_key()
-            status, body, content_type = route()
-        except HttpError as exc:
-            status, body, content_type = exc.status, json.dumps({"detail": exc.detail}).encode(), "application/json"
-        except tinker.APIStatusError as exc:  # the local backend's 4xx (catalog lookups)
-            status, content_type = exc.status_code, "application/json"
-            body = json.dumps({"detail": exc.message}).encode()
+            raw = self._read_body()
+            status, body, content_type = self._route(path, raw)
+        except _HungUp:
+            self.close_connection = True
+            return
+        except (HttpError, tinker.APIStatusError) as exc:
+            status = exc.status if isinstance(exc, HttpError) else exc.status_code
+            detail = exc.detail if isinstance(exc, HttpError) else exc.message
+            body, content_type = json.dumps({"detail": engine.public(detail)}).encode(), "application/json"
         except Exception as exc:  # noqa: BLE001 - a bug: answered as a 500 naming it, the server keeps serving
-            detail = f"minds serve failed on {self.path}: {type(exc).__name__}: {exc}"
+            detail = engine.public(f"minds serve failed on {self.command} {path}: {type(exc).__name__}: {exc}")
             status, body, content_type = 500, json.dumps({"detail": detail}).encode(), "application/json"
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._send(status, body, content_type)
+
+    def _route(self, path: str, raw: bytes) -> tuple[int, bytes, str]:
+        allowed = []
+        for method, pattern, handler in _COMPILED:
+            match = pattern.match(path)
+            if match is None:
+                continue
+            if method != self.command:
+                allowed.append(method)
+                continue
+            client = client_of(self.headers.get("X-API-Key", ""))
+            value = handler(_Call(self.server.engine, client, match.groups(), self.path, raw, self.headers))
+            return value if isinstance(value, tuple) else _json(value)
+        if allowed:
+            raise MethodNotAllowed(f"minds serve serves {path} with {' and '.join(allowed)} only, not {self.command}")
+        raise NotFound(f"minds serve does not serve {self.command} {path} (the routes it serves: minds_core.serve.http.ROUTES)")
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        if not self._body_read:  # what is left of the body would be read as the next request
+            self.close_connection = True
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+            if not self._body_read:
+                self._drain()
+        except OSError:  # the client went away (or stopped reading past the timeout)
+            self.close_connection = True
+
+    def _drain(self) -> None:
+        """Read and drop a little of a refused body, so the client reads the answer rather than a reset."""
+        self.connection.shutdown(socket.SHUT_WR)
+        self.connection.settimeout(1.0)
+        dropped = 0
+        while dropped < _DRAIN_BYTES and (piece := self.connection.recv(1 << 16)):
+            dropped += len(piece)
 
     def _check_key(self) -> None:
-        expected = self.server.api_key
-        if expected and not hmac.compare_digest(self.headers.get("X-API-Key", "").encode(), expected.encode()):
+        keys = self.server.api_keys
+        given = self.headers.get("X-API-Key", "").encode()
+        if keys and not any(hmac.compare_digest(given, key.encode()) for key in keys):
             raise Unauthorized("Invalid API key: this minds serve was started with --api-key; send that key")
 
-    def _body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
+    def _read_body(self) -> bytes:
+        """The request body, refused (413) as soon as it passes ``max_body_bytes``."""
+        limit = self.server.limits.max_body_bytes
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            body = self._read_chunked(limit)
+        else:
+            given = self.headers.get("Content-Length") or "0"
+            if not given.isdigit():
+                raise BadRequest(f"Content-Length {given!r} is not a byte count")
+            if int(given) > limit:
+                raise _too_large(f"Content-Length {given}", limit)
+            body = self._read_exactly(int(given), time.monotonic())
+        self._body_read = True
+        return body
 
-    def _get(self) -> tuple[int, bytes, str]:
-        self._body()
-        path = self.path.split("?", 1)[0]
-        engine = self.server.engine
-        if path == "/api/v1/healthz":
-            return _json({"status": "ok"})
-        if path == "/api/v1/get_server_capabilities":
-            return _json(engine.capabilities())
-        if path == "/api/v1/checkpoints":
-            return _json(self.server.rest.list_user_checkpoints(*_page(self.path)).result())
-        if path == "/api/v1/training_runs":
-            return _json(self.server.rest.list_training_runs(*_page(self.path)).result())
-        if (match := _RUN_CHECKPOINTS.match(path)) is not None:
-            return _json(self.server.rest.list_checkpoints(match.group(1)).result())
-        if (match := _RUN.match(path)) is not None:
-            return _json(self.server.rest.get_training_run(match.group(1)).result())
-        if path.startswith("/api/v1/samplers/"):
-            return _json(engine.get_sampler(path.removeprefix("/api/v1/samplers/")))
-        raise NotFound(f"minds serve does not serve GET {path}")
+    def _read_chunked(self, limit: int) -> bytes:
+        started, pieces, size = time.monotonic(), [], 0
+        while True:
+            line = self._read_line()
+            try:
+                length = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise BadRequest(f"Bad chunk size line {line[:40]!r} in a chunked body") from None
+            if length == 0:
+                while self._read_line() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(pieces)
+            size += length
+            if size > limit:
+                raise _too_large("The chunked body", limit)
+            pieces.append(self._read_exactly(length, started))
+            self._read_line()  # the CRLF after the chunk
 
-    def _post(self) -> tuple[int, bytes, str]:
-        raw = self._body()
-        path = self.path.split("?", 1)[0]
-        engine = self.server.engine
-        if path == "/api/v1/forward_backward":
-            if PROTO_CONTENT_TYPE not in self.headers.get("Content-Type", ""):
-                raise BadRequest(f"forward_backward takes a protobuf body (Content-Type: {PROTO_CONTENT_TYPE})")
-            request, forward_only = decode_forward_backward(raw, self.headers.get("Content-Encoding", ""))
-            return _json(engine.forward_backward(request, forward_only))
-        body = _parse_json(raw)
-        if path == "/api/v1/weights_info":
-            return _json(self.server.rest.get_weights_info_by_tinker_path(str(body.get("tinker_path", ""))).result())
-        if path == "/api/v1/retrieve_future":
-            value = engine.retrieve(str(body.get("request_id", "")))
-            return self._result(value)
-        if (match := _FINISH.match(path)) is not None:
-            engine.finish_session(match.group(1))
-            return _json(None)
-        route = _json_routes(engine).get(path)
-        if route is None:
-            raise NotFound(f"minds serve does not serve POST {path} (see `minds serve --help` for what it supports)")
-        return _json(route(body))
+    def _read_line(self) -> bytes:
+        try:
+            line = self.rfile.readline(1024)
+        except OSError:
+            raise _HungUp from None
+        if not line.endswith(b"\n"):
+            raise _HungUp
+        return line
 
-    def _delete(self) -> tuple[int, bytes, str]:
-        self._body()
-        path = self.path.split("?", 1)[0]
-        if (match := _CHECKPOINT.match(path)) is None:
-            raise NotFound(f"minds serve does not serve DELETE {path}")
-        self.server.rest.delete_checkpoint(match.group(1), match.group(2)).result()
-        return _json(None)
-
-    def _result(self, value: Any) -> tuple[int, bytes, str]:
-        wants_proto = PROTO_CONTENT_TYPE in self.headers.get("Accept", "")
-        if wants_proto and isinstance(value, types.ForwardBackwardOutput):
-            return 200, encode_forward_backward(value), PROTO_CONTENT_TYPE
-        if wants_proto and isinstance(value, types.SampleResponse):
-            return 200, encode_sample(value), PROTO_CONTENT_TYPE
-        return _json(value)
+    def _read_exactly(self, length: int, started: float) -> bytes:
+        """``length`` bytes, in pieces; a client that stops sending, or drips past the read timeout in all, is cut off."""
+        pieces, left = [], length
+        while left:
+            if time.monotonic() - started > self.server.limits.read_timeout_seconds:
+                raise _HungUp
+            try:
+                piece = self.rfile.read(min(left, 1 << 20))
+            except OSError:
+                raise _HungUp from None
+            if not piece:
+                raise _HungUp
+            pieces.append(piece)
+            left -= len(piece)
+        return b"".join(pieces)
 
 
-def _page(url: str) -> tuple[int, int]:
-    """``limit`` and ``offset`` of a listing's query string (the SDK's defaults when absent)."""
-    query = parse_qs(urlsplit(url).query)
-    try:
-        return int(query.get("limit", ["20"])[0]), int(query.get("offset", ["0"])[0])
-    except ValueError:
-        raise BadRequest("limit and offset must be integers") from None
-
-
-def _parse_json(raw: bytes) -> Json:
-    try:
-        body = json.loads(raw or b"{}")
-    except ValueError as exc:
-        raise BadRequest(f"The request body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise BadRequest("The request body must be a JSON object")
-    return body
+def _too_large(what: str, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"{what} is past this server's max_body_bytes of {limit}: send smaller requests "
+        "(the SDK splits forward_backward into chunks), or start minds serve with a larger --max-body-bytes"
+    )
 
 
 def _json(value: Any) -> tuple[int, bytes, str]:
     if isinstance(value, pydantic.BaseModel):
         value = value.model_dump(mode="json", exclude_none=True)
     return 200, json.dumps(value).encode(), "application/json"
-

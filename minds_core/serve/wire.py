@@ -8,6 +8,7 @@ These functions are the server-side inverses of the SDK's ``tinker.proto`` conve
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,8 @@ import zstandard
 from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
 
-from .errors import BadRequest
+from .errors import BadRequest, PayloadTooLarge
+from .limits import ServeLimits
 
 __all__ = ["PROTO_CONTENT_TYPE", "decode_forward_backward", "encode_forward_backward", "encode_sample"]
 
@@ -29,10 +31,12 @@ _DTYPES: dict[int, tuple[np.dtype[Any], types.TensorDtype]] = {
 _STOP_REASONS = {"stop": pb.STOP_REASON_STOP, "length": pb.STOP_REASON_LENGTH}
 
 
-def decode_forward_backward(body: bytes, content_encoding: str) -> tuple[types.ForwardBackwardRequest, bool]:
-    """The request and its ``forward_only`` flag, from the SDK's protobuf body."""
+def decode_forward_backward(
+    body: bytes, content_encoding: str, limits: ServeLimits
+) -> tuple[types.ForwardBackwardRequest, bool]:
+    """The request and its ``forward_only`` flag, from the SDK's protobuf body (tensors checked against ``limits``)."""
     if content_encoding == "zstd":
-        body = zstandard.ZstdDecompressor().decompressobj().decompress(body)
+        body = _decompress(body, limits.max_decompressed_bytes)
     elif content_encoding not in ("", "identity"):
         raise BadRequest(f"Content-Encoding {content_encoding!r} is not supported (only zstd)")
     message = pb.ForwardBackwardRequest()
@@ -40,12 +44,13 @@ def decode_forward_backward(body: bytes, content_encoding: str) -> tuple[types.F
         message.ParseFromString(body)
     except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
         raise BadRequest(f"The forward_backward body is not a tinker_public.ForwardBackwardRequest: {exc}") from None
+    _check_size(message, limits)
     config: dict[str, float | str] = {key: value for key, value in message.loss_fn_config.items()}
     for key, value in message.loss_fn_config_v2.items():
         config[key] = value.text if value.WhichOneof("value") == "text" else value.number
     request = types.ForwardBackwardRequest(
         forward_backward_input=types.ForwardBackwardInput(
-            data=[_datum(datum) for datum in message.data],
+            data=[_datum(datum, limits) for datum in message.data],
             loss_fn=message.loss_fn,
             loss_fn_config=config or None,
         ),
@@ -55,7 +60,39 @@ def decode_forward_backward(body: bytes, content_encoding: str) -> tuple[types.F
     return request, message.forward_only
 
 
-def _datum(message: pb.Datum) -> types.Datum:
+def _decompress(body: bytes, limit: int) -> bytes:
+    """A zstd body, decompressed a piece at a time: 413 as soon as it passes ``limit`` bytes."""
+    out = io.BytesIO()
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(body), read_across_frames=True) as reader:
+            while piece := reader.read(1 << 20):
+                if out.tell() + len(piece) > limit:
+                    raise PayloadTooLarge(
+                        f"The zstd body decompresses to more than this server's max_decompressed_bytes of {limit}: "
+                        "send smaller forward_backward requests, or start minds serve with a larger "
+                        "--max-decompressed-bytes"
+                    )
+                out.write(piece)
+    except zstandard.ZstdError as exc:
+        raise BadRequest(f"The body is not valid zstd (Content-Encoding: zstd): {exc}") from None
+    return out.getvalue()
+
+
+def _check_size(message: pb.ForwardBackwardRequest, limits: ServeLimits) -> None:
+    """Count the request's tokens and tensor elements from its bytes, before any of them becomes a Python number."""
+    tokens = elements = 0
+    for datum in message.data:
+        tokens += sum(len(chunk.encoded_text.tokens) // 4 for chunk in datum.model_input)
+        for tensor in datum.loss_fn_inputs.values():
+            if tensor.WhichOneof("encoding") == "sparse_csr":
+                csr = tensor.sparse_csr
+                elements += len(csr.values) // 4 + (len(csr.crow_indices) + len(csr.col_indices)) // 8
+            else:
+                elements += len(tensor.dense) // 8 if tensor.dtype == pb.DTYPE_INT64 else len(tensor.dense) // 4
+    limits.check_batch(len(message.data), tokens, elements)
+
+
+def _datum(message: pb.Datum, limits: ServeLimits) -> types.Datum:
     chunks = []
     for chunk in message.model_input:
         kind = chunk.WhichOneof("chunk")
@@ -63,15 +100,16 @@ def _datum(message: pb.Datum) -> types.Datum:
             raise BadRequest(f"Model input chunks of kind {kind!r} are not supported by minds serve (only token chunks)")
         tokens = np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32)
         chunks.append(types.EncodedTextChunk(tokens=tokens.tolist()))
-    inputs = {name: _tensor(tensor) for name, tensor in message.loss_fn_inputs.items()}
+    inputs = {name: _tensor(tensor, name, limits) for name, tensor in message.loss_fn_inputs.items()}
     return types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs)
 
 
-def _tensor(message: pb.Tensor) -> types.TensorData:
+def _tensor(message: pb.Tensor, name: str, limits: ServeLimits) -> types.TensorData:
     if message.dtype not in _DTYPES:
         raise BadRequest(f"Tensor dtype {message.dtype} is not supported (float32 and int64 are)")
     np_dtype, dtype = _DTYPES[message.dtype]
     shape = list(message.shape) or None
+    limits.check_shape(f"loss_fn_inputs[{name!r}]", shape)
     if message.WhichOneof("encoding") == "sparse_csr":
         csr = message.sparse_csr
         return types.TensorData(

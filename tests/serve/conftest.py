@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -35,14 +36,31 @@ class Served:
                 self.process.kill()
 
 
-def start_server(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> Served:
-    """``minds serve --port 0`` (a process boundary is the point: the SDK talks HTTP to it); waits for its URL line."""
+def start_server(
+    tmp_path: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    memory_limit: int | None = None,
+    open_files: int | None = None,
+) -> Served:
+    """``minds serve --port 0`` (a process boundary is the point: the SDK talks HTTP to it); waits for its URL line.
+
+    ``memory_limit`` (bytes of address space) and ``open_files`` (descriptors) bound the server process, so
+    that a request that makes it allocate without bound, or a flood of connections, shows as a failure."""
+
+    def bound() -> None:
+        if memory_limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
     process = subprocess.Popen(
         [sys.executable, "-m", "minds_core.cli", "serve", "--port", "0", "--checkpoint-root", str(tmp_path / "ckpt"), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **(env or {})},
+        preexec_fn=bound if memory_limit is not None or open_files is not None else None,  # noqa: PLW1509 - setrlimit only, no lock
     )
     line = process.stdout.readline() if process.stdout else ""
     if not line:

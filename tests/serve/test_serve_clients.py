@@ -101,6 +101,7 @@ def test_bad_arguments_exit_2_without_a_traceback(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "minds_core.cli", "serve", "--port", "0", "--model", "no-such-model-dir"],
         capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},  # no network here: the hub's 5 retries would outlast the timeout
     )
     assert done.returncode == 2, done.stderr
     assert "--model" in done.stderr and "Traceback" not in done.stderr

@@ -13,6 +13,9 @@ from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
 from minds_core.serve import engine as engine_module
 from minds_core.serve.engine import Engine
 from minds_core.serve.errors import NotFound
+from minds_core.serve.limits import ServeLimits
+
+CLIENT = "client-a"
 
 
 def test_the_least_recently_used_sampling_sessions_are_dropped_and_named_when_asked_for(
@@ -20,25 +23,65 @@ def test_the_least_recently_used_sampling_sessions_are_dropped_and_named_when_as
 ) -> None:
     monkeypatch.setattr(engine_module, "MAX_SAMPLERS", 3)
     with ServiceClient(checkpoint_root=tmp_path, device="cpu") as local:
-        engine = Engine(local, [DEFAULT_BASE_MODEL])
-        session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"))
+        engine = Engine(local, [DEFAULT_BASE_MODEL], ServeLimits())
+        session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), CLIENT)
         ids = []
         for seq in range(3):
             request = types.CreateSamplingSessionRequest(
                 session_id=session.session_id, sampling_session_seq_id=seq, base_model=DEFAULT_BASE_MODEL
             )
-            ids.append(engine.create_sampling_session(request).sampling_session_id)
-        engine.get_sampler(ids[0])  # used now: the second is the least recently used
+            ids.append(engine.create_sampling_session(request, CLIENT).sampling_session_id)
+        engine.get_sampler(ids[0], CLIENT)  # used now: the second is the least recently used
         watched = weakref.ref(engine._samplers[ids[1]][0])  # a peek that does not count as a use
         request = types.CreateSamplingSessionRequest(
             session_id=session.session_id, sampling_session_seq_id=3, base_model=DEFAULT_BASE_MODEL
         )
-        ids.append(engine.create_sampling_session(request).sampling_session_id)
+        ids.append(engine.create_sampling_session(request, CLIENT).sampling_session_id)
         with pytest.raises(NotFound, match="was dropped: minds serve keeps the 3 most recently used"):
-            engine.get_sampler(ids[1])
+            engine.get_sampler(ids[1], CLIENT)
         for kept in (ids[0], ids[2], ids[3]):
-            assert engine.get_sampler(kept).sampler_id == kept
+            assert engine.get_sampler(kept, CLIENT).sampler_id == kept
         gc.collect()
         assert watched() is None  # nothing else holds the dropped sampler: its memory is free
         with pytest.raises(NotFound, match="Unknown sampling session"):
-            engine.get_sampler("never-made")
+            engine.get_sampler("never-made", CLIENT)
+
+
+def test_a_client_with_max_pending_requests_unfinished_is_told_to_wait_and_others_are_not(tmp_path: Path) -> None:
+    from minds_core.serve.errors import TooManyRequests
+
+    with ServiceClient(checkpoint_root=tmp_path, device="cpu") as local:
+        engine = Engine(local, [DEFAULT_BASE_MODEL], ServeLimits(max_pending_requests=2))
+        session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), CLIENT)
+        create = types.CreateModelRequest(
+            session_id=session.session_id, model_seq_id=0, base_model=DEFAULT_BASE_MODEL, lora_config=types.LoraConfig(rank=2)
+        )
+        model_id = engine.retrieve(engine.create_model(create, CLIENT).request_id, CLIENT).model_id
+        # steps 11 and 12 wait for steps 1..10, which never come: two requests that stay unfinished
+        for seq_id in (11, 12):
+            step = types.OptimStepRequest(optim_params=types.AdamParams(learning_rate=0.01), model_id=model_id, seq_id=seq_id)
+            engine.optim_step(step, CLIENT)
+        step = types.OptimStepRequest(optim_params=types.AdamParams(learning_rate=0.01), model_id=model_id, seq_id=1)
+        with pytest.raises(TooManyRequests, match="2 of your requests are still running or queued"):
+            engine.optim_step(step, CLIENT)
+        other = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), "client-b")
+        create = create.model_copy(update={"session_id": other.session_id})
+        assert engine.retrieve(engine.create_model(create, "client-b").request_id, "client-b").model_id
+
+
+def test_past_max_training_runs_a_new_run_waits_for_a_finished_session(tmp_path: Path) -> None:
+    from minds_core.serve.errors import TooManyRequests
+
+    with ServiceClient(checkpoint_root=tmp_path, device="cpu") as local:
+        engine = Engine(local, [DEFAULT_BASE_MODEL], ServeLimits(max_training_runs=1))
+        session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), CLIENT)
+        create = types.CreateModelRequest(
+            session_id=session.session_id, model_seq_id=0, base_model=DEFAULT_BASE_MODEL, lora_config=types.LoraConfig(rank=2)
+        )
+        engine.retrieve(engine.create_model(create, CLIENT).request_id, CLIENT)
+        with pytest.raises(TooManyRequests, match="holds 1 training runs, its max_training_runs"):
+            engine.create_model(create.model_copy(update={"model_seq_id": 1}), CLIENT)
+        engine.finish_session(session.session_id, CLIENT)
+        again = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), CLIENT)
+        create = create.model_copy(update={"session_id": again.session_id})
+        assert engine.retrieve(engine.create_model(create, CLIENT).request_id, CLIENT).model_id

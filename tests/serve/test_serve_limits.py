@@ -1,0 +1,111 @@
+"""``ServeLimits`` without a server: what each check refuses and says, the flags, and a zstd bomb decoded in bounded memory."""
+
+from __future__ import annotations
+
+import argparse
+import tracemalloc
+
+import numpy as np
+import pytest
+import zstandard
+from tinker import types
+from tinker.proto.request_conv import forward_backward_request_to_proto
+
+from minds_core.serve.errors import BadRequest, PayloadTooLarge, public_detail
+from minds_core.serve.limits import (
+    ServeLimits,
+    add_limit_arguments,
+    limits_from_arguments,
+)
+from minds_core.serve.wire import decode_forward_backward
+
+
+def _sample(num_samples: int, max_tokens: int | None, prompt: int = 10, **extra: int) -> types.SampleRequest:
+    return types.SampleRequest(
+        num_samples=num_samples,
+        base_model="minds-tiny",
+        prompt=types.ModelInput.from_ints(list(range(prompt))),
+        sampling_params=types.SamplingParams(max_tokens=max_tokens),
+        **extra,
+    )
+
+
+@pytest.mark.parametrize(
+    ("request_", "words"),
+    [
+        (_sample(10**6, 16), "num_samples = 1000000: this server accepts between 1 and 256 (max_num_samples)"),
+        (_sample(4, 10**6), "sampling_params.max_tokens = 1000000"),
+        (_sample(200, 8000), "200 x (10 + 8000) = 1602000 tokens is past this server's max_batch_tokens of 1048576"),
+        (_sample(64, None), "unset, counted as 32768"),
+        (_sample(1, 8, topk_prompt_logprobs=10**6), "topk_prompt_logprobs = 1000000"),
+    ],
+)
+def test_a_sample_request_past_a_limit_is_refused_naming_the_field_the_limit_and_the_flag(
+    request_: types.SampleRequest, words: str
+) -> None:
+    with pytest.raises(BadRequest) as refused:
+        ServeLimits().check_sample(request_)
+    assert words in refused.value.detail and "--max-" in refused.value.detail
+
+
+def test_requests_within_the_limits_pass() -> None:
+    limits = ServeLimits()
+    limits.check_sample(_sample(256, 4000))
+    limits.check_lora(256)
+    limits.check_shape("t", [1024, 1024])
+    limits.check_batch(1000, 1 << 20, 1 << 24)
+    with pytest.raises(BadRequest, match="1049 datums hold 1049000 tokens, past this server's max_batch_tokens"):
+        limits.check_batch(1049, 1049 * 1000, 0)
+    with pytest.raises(BadRequest, match="elements, all datums together = 16777217"):
+        limits.check_batch(1, 1, (1 << 24) + 1)
+    with pytest.raises(BadRequest, match=r"lora_config.rank = 0: this server accepts between 1 and 256"):
+        limits.check_lora(0)
+    with pytest.raises(BadRequest, match="negative dimension"):
+        limits.check_shape("t", [4, -1])
+
+
+def test_every_limit_has_a_flag_and_a_bad_value_names_it() -> None:
+    parser = argparse.ArgumentParser()
+    add_limit_arguments(parser)
+    limits = limits_from_arguments(parser.parse_args(["--max-lora-rank", "8", "--read-timeout-seconds", "2.5"]))
+    assert limits == ServeLimits(max_lora_rank=8, read_timeout_seconds=2.5)
+    with pytest.raises(ValueError, match="--max-num-samples must be positive"):
+        limits_from_arguments(parser.parse_args(["--max-num-samples", "0"]))
+
+
+def _body(tokens: int) -> bytes:
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints([5] * tokens), loss_fn_inputs={"target_tokens": np.array([6] * tokens)}
+    )
+    request = types.ForwardBackwardRequest(
+        forward_backward_input=types.ForwardBackwardInput(data=[datum], loss_fn="cross_entropy"), model_id="m", seq_id=1
+    )
+    return forward_backward_request_to_proto(request).SerializeToString()
+
+
+def test_a_zstd_bomb_is_refused_before_its_output_is_held() -> None:
+    limit = 1 << 20
+    bomb = zstandard.ZstdCompressor().compress(bytes(64 << 20)) * 16  # 1 GiB once decompressed
+    tracemalloc.start()
+    try:
+        with pytest.raises(PayloadTooLarge, match="max_decompressed_bytes of 1048576"):
+            decode_forward_backward(bomb, "zstd", ServeLimits(max_decompressed_bytes=limit))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * limit, peak
+    body = _body(1000)
+    request, forward_only = decode_forward_backward(zstandard.ZstdCompressor().compress(body), "zstd", ServeLimits())
+    assert request.forward_backward_input.data[0].model_input.length == 1000 and not forward_only
+    with pytest.raises(BadRequest, match="max_batch_tokens of 999"):  # counted from the bytes, before any list is built
+        decode_forward_backward(body, "", ServeLimits(max_batch_tokens=999))
+    with pytest.raises(BadRequest, match="max_tensor_elements"):  # target_tokens: 1000 int64 elements
+        decode_forward_backward(body, "", ServeLimits(max_tensor_elements=999))
+    with pytest.raises(BadRequest, match="not valid zstd"):
+        decode_forward_backward(b"not zstd at all", "zstd", ServeLimits())
+
+
+def test_server_paths_are_named_not_shown() -> None:
+    hidden = {"/srv/ckpt": "<checkpoint root>", "/srv/ckpt/real": "<checkpoint root>"}
+    shown = public_detail("No checkpoint (looked in /srv/ckpt/real/run/weights/x)", hidden)
+    assert shown == "No checkpoint (looked in <checkpoint root>/run/weights/x)"
