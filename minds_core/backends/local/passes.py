@@ -11,7 +11,7 @@ prefix once: one pass over the prefixes yields their keys/values and their
 log-probs; every member's remaining tokens then attend to its group's keys/values,
 and the gradients reaching them from all members are summed and sent back through
 the prefix pass once. A group shares when the token positions it saves outweigh the
-fixed cost of a pass, measured on this model (``pass_overhead_tokens``). The result
+fixed cost of a pass, measured on this model's latest passes (``pass_cost``). The result
 equals running every datum whole, up to float rounding.
 
 The loss sees log-probs of many datums at once: one call per micro-batch, on
@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -34,7 +33,8 @@ from .head_logprobs import OutputHead
 from .inputs import DatumTensors
 from .kv_cache import cache_argument, returned_cache
 from .losses import DATUM_INDEX
-from .packing import Group, MicroBatch, PrefixPass, plan_waves
+from .packing import Group, MicroBatch, PrefixPass, Wave, plan_waves
+from .pass_cost import PassCost
 
 __all__ = ["BatchLoss", "LossPasses", "shared_prefix_groups"]
 
@@ -116,7 +116,7 @@ class LossPasses:
         self.tokens_per_micro_batch = tokens_per_micro_batch  # padded input tokens per pass (rows x row width)
         self.share_prefixes = share_prefixes
         self._boolean_mask = config._attn_implementation == "sdpa"
-        self._pass_overhead: float | None = None
+        self._costs = {backward: PassCost(self.device) for backward in (True, False)}
 
     def run(
         self, items: Sequence[DatumTensors], loss: BatchLoss, *, backward: bool
@@ -125,22 +125,29 @@ class LossPasses:
         add its gradients."""
         out: list[torch.Tensor] = [torch.empty(0)] * len(items)
         total = torch.zeros((), device=self.device)
+        cost = self._costs[backward]
         with torch.set_grad_enabled(backward):
             for indices in _by_target_shape(items):
                 part = [items[i] for i in indices]
                 flat = _flat_inputs(part, self.device)
-                logprobs = torch.empty(flat["target_tokens"].shape, device=self.device)
-                for batch, prefix, lp in self._batches(part, flat, self._groups(part)):
-                    inputs = {key: value.index_select(0, batch.flat_index) for key, value in flat.items()}
-                    batch_loss = loss(lp, {**inputs, DATUM_INDEX: batch.datum_index})
-                    if backward:
-                        batch_loss.backward()
-                    logprobs.index_copy_(0, batch.flat_index, lp.detach())
-                    total += batch_loss.detach()
+                targets = flat["target_tokens"]
+                logprobs = torch.empty(targets.shape, device=self.device)
+                for wave in self._waves(part, self._groups(part, backward)):
+                    prefix = self._prefix(wave.prefix, targets) if wave.prefix else None
+                    for batch in wave.micro_batches:
+                        with cost.timing(batch.input_ids.numel()):
+                            lp = self._body_logprobs(batch, targets, *(prefix.leaves() if prefix else (None, None)))
+                            inputs = {key: value.index_select(0, batch.flat_index) for key, value in flat.items()}
+                            batch_loss = loss(lp, {**inputs, DATUM_INDEX: batch.datum_index})
+                            if backward:
+                                batch_loss.backward()
+                        logprobs.index_copy_(0, batch.flat_index, lp.detach())
+                        total += batch_loss.detach()
                     if backward and prefix is not None:
                         prefix.backward()
                 for i, lp in zip(indices, _split(logprobs.cpu(), part), strict=True):
                     out[i] = lp
+        cost.settle()
         return out, float(total)
 
     def logprobs_with_grad(self, items: Sequence[DatumTensors]) -> list[torch.Tensor]:
@@ -150,42 +157,31 @@ class LossPasses:
         for indices in _by_target_shape(items):
             part = [items[i] for i in indices]
             flat = _flat_inputs(part, self.device)
-            everything = [Group(0, list(range(len(part))))]
-            (wave,) = plan_waves([item.tokens for item in part], everything, sys.maxsize)
-            (batch,) = wave.to(self.device).micro_batches
+            (wave,) = self._waves(part, [Group(0, list(range(len(part))))], sys.maxsize)
+            (batch,) = wave.micro_batches
             lp = self._body_logprobs(batch, flat["target_tokens"], None, None)
             ordered = torch.zeros_like(lp).index_copy(0, batch.flat_index, lp)
             for i, piece in zip(indices, _split(ordered, part), strict=True):
                 out[i] = piece
         return out
 
-    def pass_overhead_tokens(self) -> float:
-        """The fixed cost of a forward pass, in tokens' worth of its cost per token, measured once on this model."""
-        if self._pass_overhead is None:
-            self._pass_overhead = self._measure_pass_overhead()
-        return self._pass_overhead
+    def pass_overhead_tokens(self, backward: bool) -> float:
+        """The fixed cost of a pass (forward and backward, or forward only), in tokens' worth of its cost per
+        token, as measured on the latest passes of this kind (see ``pass_cost``)."""
+        return self._costs[backward].overhead_tokens()
 
-    def _groups(self, items: Sequence[DatumTensors]) -> list[Group]:
-        everything = [Group(0, list(range(len(items))))]
+    def _groups(self, items: Sequence[DatumTensors], backward: bool) -> list[Group]:
         if not self.share_prefixes:
-            return everything
+            return [Group(0, list(range(len(items))))]
         candidates = shared_prefix_groups(items, 0)
         if all(not group.prefix for group in candidates):
             return candidates
-        return shared_prefix_groups(items, self.pass_overhead_tokens())
+        return shared_prefix_groups(items, self.pass_overhead_tokens(backward))
 
-    def _batches(
-        self, items: Sequence[DatumTensors], flat: Mapping[str, torch.Tensor], groups: list[Group]
-    ) -> Iterator[tuple[MicroBatch, _PrefixGradients | None, torch.Tensor]]:
-        """Each micro-batch with the log-probs of its datums' tokens (request-flat order); the last micro-batch
-        of a wave with a prefix also carries what sends the gradients through the prefix pass."""
-        targets = flat["target_tokens"]
-        waves = [w.to(self.device) for w in plan_waves([item.tokens for item in items], groups, self.tokens_per_micro_batch)]
-        for wave in waves:
-            prefix = self._prefix(wave.prefix, targets) if wave.prefix else None
-            for b, batch in enumerate(wave.micro_batches):
-                lp = self._body_logprobs(batch, targets, *(prefix.leaves() if prefix else (None, None)))
-                yield batch, prefix if prefix and b == len(wave.micro_batches) - 1 else None, lp
+    def _waves(self, items: Sequence[DatumTensors], groups: list[Group], budget: int | None = None) -> list[Wave]:
+        """The request's passes (see ``packing``), their tensors on the device."""
+        tokens = [item.tokens for item in items]
+        return [wave.to(self.device) for wave in plan_waves(tokens, groups, budget or self.tokens_per_micro_batch)]
 
     def _prefix(self, prefix: PrefixPass, targets: torch.Tensor) -> _PrefixGradients:
         with self._autocast():
@@ -231,31 +227,6 @@ class LossPasses:
         if self.compute_dtype == torch.float32:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.compute_dtype)
-
-    def _measure_pass_overhead(self) -> float:
-        """Time forward passes of 32, 64, 128, ... tokens until doubling the tokens nearly doubles the time
-        (the pass is compute-bound); the line through the last two gives the fixed cost over the per-token cost."""
-
-        def seconds(tokens: int) -> float:
-            ids = torch.zeros(1, tokens, dtype=torch.int64, device=self.device)
-            best = float("inf")
-            for _ in range(2):
-                start = time.perf_counter()
-                with torch.no_grad(), self._autocast():
-                    self.decoder(input_ids=ids, use_cache=False)
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
-                best = min(best, time.perf_counter() - start)
-            return best
-
-        tokens, before = 32, seconds(32)
-        while True:
-            now = seconds(2 * tokens)
-            if now > 1.6 * before or 2 * tokens >= self.tokens_per_micro_batch:
-                break
-            tokens, before = 2 * tokens, now
-        per_token = max(now - before, 1e-12) / tokens
-        return max(before - per_token * tokens, 0.0) / per_token
 
 
 class _PrefixGradients:

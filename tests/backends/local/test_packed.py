@@ -11,9 +11,11 @@ from tinker import types
 
 from minds_core.backends.local import TrainingClient, head_logprobs, passes
 from minds_core.backends.local.head_logprobs import OutputHead
+from minds_core.backends.local.inputs import submitted_datum
 from minds_core.backends.local.losses import LOSSES, token_losses
 from minds_core.backends.local.models import target_logprobs
 from minds_core.backends.local.packing import Group, plan_waves
+from minds_core.backends.local.pass_cost import PassCost
 
 CONFIGS = {"dro": {"beta": 0.5}}  # a penalty large enough to matter in the gradients
 
@@ -182,3 +184,40 @@ def test_packed_gradients_equal_each_datum_alone_in_float64(
         scale = float(want[name].abs().max())
         assert scale > 0
         torch.testing.assert_close(got[name], want[name], rtol=0, atol=1e-5 * scale, msg=name)
+
+
+def test_the_cost_of_a_pass_is_the_line_through_its_timings() -> None:
+    cost = PassCost(torch.device("cpu"))
+    assert cost.overhead_tokens() == 0.0  # nothing timed yet: sharing is not held back
+    for tokens in (100, 400, 100, 250):
+        cost.record(tokens, 0.02 + 1e-4 * tokens)  # 20 ms a pass, 0.1 ms a token: a pass costs 200 tokens
+    assert cost.overhead_tokens() == pytest.approx(200.0)
+    flat = PassCost(torch.device("cpu"))
+    for tokens in (64, 512):
+        flat.record(tokens, 0.05)  # more tokens cost nothing more: bound by the fixed part
+    assert flat.overhead_tokens() == float("inf")
+    timed = PassCost(torch.device("cpu"))
+    for tokens in (8, 16):
+        with timed.timing(tokens):
+            torch.ones(tokens).sum()
+    assert timed.overhead_tokens() >= 0.0
+
+
+def test_a_group_shares_its_prompt_only_when_that_saves_more_than_a_pass_costs(trainer: TrainingClient) -> None:
+    gen = torch.Generator().manual_seed(6)
+    prompt = torch.randint(0, 250, (40,), generator=gen)
+    items = []
+    for _ in range(3):  # saving 2 x 40 = 80 token positions
+        tokens = torch.cat([prompt, torch.randint(0, 250, (10,), generator=gen)])
+        targets = {"target_tokens": tokens.tolist()}
+        datum = types.Datum(model_input=types.ModelInput.from_ints(tokens.tolist()), loss_fn_inputs=targets)
+        items.append(submitted_datum(datum, len(items)))
+    engine = trainer._trainer._passes
+    cost = engine._costs[True]
+    for tokens in (100, 400):
+        cost.record(tokens, 1e-4 * (79 + tokens))  # a pass costs 79 tokens: sharing pays
+    assert [g.prefix for g in engine._groups(items, True)] == [40]
+    for tokens in (100, 400):
+        cost.record(tokens, 1e-4 * (200 + tokens))  # the line through all four points: 139.5 tokens
+    assert [g.prefix for g in engine._groups(items, True)] == [0]
+    assert [g.prefix for g in engine._groups(items, False)] == [40]  # forward-only passes: nothing timed yet

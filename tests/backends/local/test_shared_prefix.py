@@ -42,7 +42,7 @@ def rl_datum(tokens: list[int], prompt_length: int, seed: int, topk: int = 0) ->
 def every_shared_prompt_shares(monkeypatch: pytest.MonkeyPatch) -> None:
     """The prompts here are short (float32 rounding over a long prompt comes near the 1e-5 bound the
     gradient checks hold), maybe too short for the saving the measured cost of a pass asks: any saving counts."""
-    monkeypatch.setattr(passes.LossPasses, "pass_overhead_tokens", lambda self: 0.0)
+    monkeypatch.setattr(passes.LossPasses, "pass_overhead_tokens", lambda self, backward: 0.0)
 
 
 @pytest.fixture
