@@ -34,7 +34,7 @@ from tinker import types
 from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from local_backend import alternating_medians, build_model, matmul_params  # noqa: E402
+from local_backend import Shape, alternating_medians, build_model, matmul_params  # noqa: E402
 
 from minds_core.backends.local import ServiceClient  # noqa: E402
 from minds_core.backends.local.lora import LoraSpec, target_modules  # noqa: E402
@@ -48,18 +48,9 @@ QWEN3 = {  # name: (hidden, intermediate); both: 28 layers, 16 query / 8 key-val
 }
 
 
-@dataclass(frozen=True)
-class Rollouts:
-    """The training data: ``prompts`` x ``samples`` rows of ``prompt + completion`` tokens (prompt 0: unrelated rows)."""
-
-    prompts: int = 8
-    samples: int = 8
-    prompt: int = 256
-    completion: int = 256
-    repeats: int = 3
-
-
-FULL, SMOKE = Rollouts(), Rollouts(prompts=2, samples=4, prompt=24, completion=24, repeats=1)
+FULL = Shape(prompt_tokens=256, group_size=8, groups=8, max_tokens=256, repeats=3)
+"""The training data: ``groups`` prompts x ``group_size`` samples, ``prompt_tokens + max_tokens`` tokens a row."""
+SMOKE = Shape(prompt_tokens=24, group_size=4, groups=2, max_tokens=24, repeats=1)
 
 
 def qwen3_config(name: str, vocab: int = 151936) -> Qwen3Config:
@@ -92,15 +83,15 @@ def save_model(config: Qwen3Config, directory: Path, device: str) -> Path:
     return directory
 
 
-def rl_rows(shape: Rollouts, vocab: int, shared: bool) -> list[list[int]]:
-    """Token rows: ``prompts`` groups of ``samples`` rows sharing their prompt, or as many unrelated rows."""
+def rl_rows(shape: Shape, vocab: int, shared: bool) -> list[list[int]]:
+    """Token rows: ``groups`` of ``group_size`` rows sharing their prompt, or as many unrelated rows."""
     gen = torch.Generator().manual_seed(1)
     rows = []
-    for _ in range(shape.prompts):
-        prompt = torch.randint(0, vocab, (shape.prompt,), generator=gen).tolist()
-        for _ in range(shape.samples):
-            head = prompt if shared else torch.randint(0, vocab, (shape.prompt,), generator=gen).tolist()
-            rows.append(head + torch.randint(0, vocab, (shape.completion,), generator=gen).tolist())
+    for _ in range(shape.groups):
+        prompt = torch.randint(0, vocab, (shape.prompt_tokens,), generator=gen).tolist()
+        for _ in range(shape.group_size):
+            head = prompt if shared else torch.randint(0, vocab, (shape.prompt_tokens,), generator=gen).tolist()
+            rows.append(head + torch.randint(0, vocab, (shape.max_tokens,), generator=gen).tolist())
     return rows
 
 
@@ -229,12 +220,12 @@ def device_floors(device: str, smoke: bool) -> tuple[float, float]:
     return 10 * 2 * n**3 / matmul, 10 * 2 * source.numel() / copy
 
 
-def gpu_shape(name: str, shape: Rollouts, device: str, rate: float, smoke: bool) -> None:
+def gpu_shape(name: str, shape: Shape, device: str, rate: float, smoke: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config = smoke_config() if smoke else qwen3_config(name)
         model_dir = save_model(config, Path(tmp) / name, device)
-        grouped = Batch(rl_rows(shape, config.vocab_size, shared=True), shape.prompt)
-        unrelated = Batch(rl_rows(shape, config.vocab_size, shared=False), shape.prompt)
+        grouped = Batch(rl_rows(shape, config.vocab_size, shared=True), shape.prompt_tokens)
+        unrelated = Batch(rl_rows(shape, config.vocab_size, shared=False), shape.prompt_tokens)
         results = {}
         with ServiceClient(device=device) as service:
             results["minds, RL groups"] = timed(lambda: minds_step(service, model_dir, grouped), shape.repeats, device)
@@ -246,8 +237,8 @@ def gpu_shape(name: str, shape: Rollouts, device: str, rate: float, smoke: bool)
             params = matmul_params(Qwen3ForCausalLM(config))
     tokens = grouped.tokens()
     floor = 6 * params * tokens / rate
-    print(f"{name if not smoke else 'smoke'}: {len(grouped.rows)} rows x {shape.prompt + shape.completion} tokens "
-          f"({shape.prompts} prompts x {shape.samples} samples), rank {RANK}, {params / 1e6:.0f}M matmul params; "
+    print(f"{name}: {len(grouped.rows)} rows x {shape.prompt_tokens + shape.max_tokens} tokens "
+          f"({shape.groups} prompts x {shape.group_size} samples), rank {RANK}, {params / 1e6:.0f}M matmul params; "
           f"compute floor {floor:.3f} s")  # fmt: skip
     baseline = results["peft, 16-row micro-batches"]
     for label, r in results.items():

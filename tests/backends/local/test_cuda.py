@@ -184,7 +184,7 @@ def test_chunked_logprobs_equal_full_logprobs_and_hold_one_chunk_of_a_large_voca
     from minds_core.backends.local.models import target_logprobs
 
     vocab, width = 151936, 256
-    layer = torch.nn.Linear(width, vocab, bias=False, device="cuda", dtype=torch.bfloat16)
+    layer = torch.nn.Linear(width, vocab, bias=False, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
     head = OutputHead(layer, vocab)
     gen = torch.Generator(device="cuda").manual_seed(0)
     hidden = torch.randn(512, width, device="cuda", dtype=torch.bfloat16, generator=gen)
