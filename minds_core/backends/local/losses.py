@@ -15,6 +15,10 @@ otherwise). Notation: ``q`` = sampler log-probs (input ``logprobs``), ``A`` =
 | dro | ``w * (logp*A - 0.5*beta*m*(logp - q)^2)`` | beta (0.05) |
 | gspo | ``w * min(s_t*A, clip(s_t, lo, hi)*A)`` | clip_low_threshold (0.9997), clip_high_threshold (1.0004) |
 
+The functions are elementwise over tokens, so they take the tokens of many datums
+concatenated; the one loss that reduces over a datum (GSPO's sequence ratio) reduces
+within each datum named by ``inputs[DATUM_INDEX]`` (all tokens one datum when absent).
+
 DRO's penalty mask ``m`` keeps it to sampled positions: ``weights != 0`` when
 weights are given, else ``advantages != 0``.
 
@@ -35,9 +39,12 @@ import torch
 
 from .errors import LocalBadRequestError
 
-__all__ = ["LOSSES", "LOSS_INPUTS", "LossSpec", "get_loss", "resolve_config", "token_losses"]
+__all__ = ["DATUM_INDEX", "LOSSES", "LOSS_INPUTS", "LossSpec", "get_loss", "resolve_config", "token_losses"]
 
 LossInputs = Mapping[str, torch.Tensor]
+
+DATUM_INDEX = "datum_index"
+"""The loss input naming each token's datum (int64 ``[N]``) where several datums' tokens are concatenated."""
 TokenLossFn = Callable[[torch.Tensor, LossInputs, Mapping[str, float]], torch.Tensor]
 
 
@@ -92,9 +99,14 @@ def dro(logp: torch.Tensor, inputs: LossInputs, config: Mapping[str, float]) -> 
 
 def gspo(logp: torch.Tensor, inputs: LossInputs, config: Mapping[str, float]) -> torch.Tensor:
     """PPO's clipped surrogate on the sequence-level ratio (GSPO-token)."""
-    in_ratio = inputs["sequence_ratio_mask"] != 0
-    log_ratio = (logp.detach() - inputs["logprobs"])[in_ratio]
-    sequence = log_ratio.mean() if log_ratio.numel() else logp.new_zeros(())
+    in_ratio = (inputs["sequence_ratio_mask"] != 0).to(logp.dtype)
+    log_ratio = (logp.detach() - inputs["logprobs"]) * in_ratio
+    datum = inputs.get(DATUM_INDEX)
+    datum = torch.zeros(logp.shape[0], dtype=torch.int64, device=logp.device) if datum is None else datum
+    datum = datum.reshape(-1, *[1] * (logp.ndim - 1)).expand_as(logp).reshape(-1)
+    sums = logp.new_zeros(logp.numel()).index_add_(0, datum, log_ratio.reshape(-1))
+    counts = logp.new_zeros(logp.numel()).index_add_(0, datum, in_ratio.reshape(-1))
+    sequence = (sums / counts.clamp(min=1))[datum].reshape(logp.shape)  # each datum's mean (0 where none counts)
     ratio = torch.exp(sequence + logp - logp.detach())
     advantages = inputs["advantages"]
     clipped = ratio.clamp(config["clip_low_threshold"], config["clip_high_threshold"])

@@ -1,62 +1,63 @@
-"""Forward/backward passes over a request's datums: token-bounded micro-batches and shared prefixes.
+"""Forward/backward passes over a request's datums: packed micro-batches, shared prefixes, chunked log-probs.
 
-A request's datums are split into micro-batches bounded by padded tokens (and
-by logits held at once); gradients accumulate across them, so a step's peak
-memory is that of one micro-batch, whatever the number of rollouts.
+A request's datums run in token-budgeted micro-batches of packed rows (see
+``packing``); gradients accumulate across them, so a step's peak memory is that of
+one micro-batch, whatever the number of rollouts. Log-probs come from the final
+hidden states through the output layer in chunks (``head_logprobs``): no pass holds
+the logits of all its tokens.
 
-Datums that start with the same tokens (a group's rollouts of one prompt) run
-that prefix once: one forward pass over the prefix yields its keys/values and
-its logits; every suffix then attends to those keys/values, and the gradients
-reaching them from all suffixes are summed and sent back through the prefix
-pass once. The result equals running every datum whole, up to float rounding.
+Datums that start with the same tokens (a group's rollouts of one prompt) run that
+prefix once: one pass over the prefixes yields their keys/values and their
+log-probs; every member's remaining tokens then attend to its group's keys/values,
+and the gradients reaching them from all members are summed and sent back through
+the prefix pass once. A group shares when the token positions it saves outweigh the
+fixed cost of a pass, measured on this model's latest passes (``pass_cost``). The result
+equals running every datum whole, up to float rounding.
+
+The loss sees log-probs of many datums at once: one call per micro-batch, on
+tensors gathered once per request, with no per-datum Python and no host sync in the
+loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+import contextlib
+import sys
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
 from transformers import DynamicCache
 
+from .head_logprobs import OutputHead
 from .inputs import DatumTensors
 from .kv_cache import cache_argument, returned_cache
-from .models import target_logprobs
+from .losses import DATUM_INDEX
+from .packing import Group, MicroBatch, PrefixPass, Wave, plan_waves
+from .pass_cost import PassCost
 
-__all__ = ["ItemLoss", "LossPasses", "padded_logits", "shared_prefix_groups"]
+__all__ = ["BatchLoss", "LossPasses", "shared_prefix_groups"]
 
-ItemLoss = Callable[[int, torch.Tensor], torch.Tensor]
-"""``loss(index, logprobs) -> scalar``: the loss of datum ``index`` from its target log-probs."""
-
-LOGITS_PER_MICRO_BATCH = 1 << 26
-"""Float logits held at once per forward pass (256 MiB; binds before the token bound at vocabularies over 32k)."""
+BatchLoss = Callable[[torch.Tensor, Mapping[str, torch.Tensor]], torch.Tensor]
+"""``loss(logprobs, inputs) -> scalar``: the summed loss of a batch of tokens of several datums, concatenated:
+their target log-probs ``[N]`` (``[N, K]`` for top-k targets) and loss inputs of the same leading size,
+with ``inputs[DATUM_INDEX]`` naming each token's datum."""
 
 MIN_SHARED_PREFIX = 16
 """Shortest common prefix looked for (datums are bucketed by their first this many tokens)."""
 
-MIN_SHARED_SAVING = 256
-"""Fewest token positions a shared prefix must save (its length times the members beyond the first)
-to run in passes of its own: a shared group adds a prefix pass forward and back, and below this
-the passes cost more than the positions they save (sharing prefixes of 16-20 tokens among a few
-rollouts made an RL step of the tiny model ~40% slower than running them whole)."""
+_KV = list[tuple[torch.Tensor, torch.Tensor]]
 
 
-@dataclass(frozen=True)
-class _Group:
-    """Datums ``members`` whose first ``prefix`` tokens are equal (``prefix`` 0: run whole)."""
-
-    prefix: int
-    members: list[int]
-
-
-def shared_prefix_groups(items: Sequence[DatumTensors], min_prefix: int = MIN_SHARED_PREFIX) -> list[_Group]:
+def shared_prefix_groups(
+    items: Sequence[DatumTensors], min_saving: float, min_prefix: int = MIN_SHARED_PREFIX
+) -> list[Group]:
     """Datums sharing at least ``min_prefix`` leading tokens, grouped; the rest in one group of prefix 0.
 
     Datums are bucketed by their first ``min_prefix`` tokens (and the shape of a target
     row: ``[T]`` or ``[T, K]``); a bucket of two or more shares its longest common
-    prefix, cut so that every member keeps one token of its own, when that saves at
-    least ``MIN_SHARED_SAVING`` token positions.
+    prefix, cut so that every member keeps one token of its own, when that saves more
+    than ``min_saving`` token positions (its length times the members beyond the first).
     """
     tokens = [item.tokens for item in items]
     buckets: dict[tuple[object, ...], list[int]] = {}
@@ -70,12 +71,12 @@ def shared_prefix_groups(items: Sequence[DatumTensors], min_prefix: int = MIN_SH
     groups = []
     for members in buckets.values():
         prefix = _common_prefix([tokens[i] for i in members]) if len(members) > 1 else 0
-        if prefix >= min_prefix and prefix * (len(members) - 1) >= MIN_SHARED_SAVING:
-            groups.append(_Group(prefix, members))
+        if prefix >= min_prefix and prefix * (len(members) - 1) > min_saving:
+            groups.append(Group(prefix, members))
         else:
             alone.extend(members)
     if alone:
-        groups.append(_Group(0, sorted(alone)))
+        groups.append(Group(0, sorted(alone)))
     return groups
 
 
@@ -90,163 +91,195 @@ def _common_prefix(rows: Sequence[torch.Tensor]) -> int:
 
 
 class LossPasses:
-    """Runs a request's datums through ``model`` in micro-batches, sharing prefixes; see the module doc."""
+    """Runs a request's datums through a causal LM (a peft model) in packed micro-batches; see the module doc.
+
+    ``compute_dtype`` is the base weights' dtype: below float32, the passes run under autocast
+    to it, so that the float32 LoRA weights compute in it too (their gradients reach them in float32).
+    """
 
     def __init__(
-        self, model: nn.Module, vocab_size: int, *, tokens_per_micro_batch: int, share_prefixes: bool = True
+        self,
+        model: nn.Module,
+        *,
+        compute_dtype: torch.dtype,
+        tokens_per_micro_batch: int,
+        share_prefixes: bool = True,
     ) -> None:
-        self.model = model
-        self.vocab_size = vocab_size
-        self.tokens_per_micro_batch = tokens_per_micro_batch  # padded input tokens per pass (rows x longest row)
+        causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.decoder = causal_lm.get_decoder()
+        config = causal_lm.config
+        self.head = OutputHead(
+            causal_lm.get_output_embeddings(), config.vocab_size, getattr(config, "final_logit_softcapping", None)
+        )
+        self.device = next(model.parameters()).device
+        self.compute_dtype = compute_dtype
+        self.tokens_per_micro_batch = tokens_per_micro_batch  # padded input tokens per pass (rows x row width)
         self.share_prefixes = share_prefixes
+        self._boolean_mask = config._attn_implementation == "sdpa"
+        self._costs = {backward: PassCost(self.device) for backward in (True, False)}
 
     def run(
-        self, items: Sequence[DatumTensors], loss: ItemLoss, *, backward: bool
+        self, items: Sequence[DatumTensors], loss: BatchLoss, *, backward: bool
     ) -> tuple[list[torch.Tensor], float]:
-        """Target log-probs of every datum (detached) and the summed loss; with ``backward``, add its gradients."""
-        logprobs: list[torch.Tensor] = [torch.empty(0)] * len(items)
-        groups = shared_prefix_groups(items) if self.share_prefixes else [_Group(0, list(range(len(items))))]
-        total = 0.0
+        """Target log-probs of every datum (detached, on the CPU) and the summed loss; with ``backward``,
+        add its gradients."""
+        out: list[torch.Tensor] = [torch.empty(0)] * len(items)
+        total = torch.zeros((), device=self.device)
+        cost = self._costs[backward]
         with torch.set_grad_enabled(backward):
-            for group in groups:
-                if group.prefix:
-                    total += self._shared(items, group, loss, logprobs, backward)
-                else:
-                    total += self._whole(items, group.members, loss, logprobs, backward)
-        return logprobs, total
+            for indices in _by_target_shape(items):
+                part = [items[i] for i in indices]
+                flat = _flat_inputs(part, self.device)
+                targets = flat["target_tokens"]
+                logprobs = torch.empty(targets.shape, device=self.device)
+                for wave in self._waves(part, self._groups(part, backward)):
+                    prefix = self._prefix(wave.prefix, targets) if wave.prefix else None
+                    for batch in wave.micro_batches:
+                        with cost.timing(batch.input_ids.numel()):
+                            lp = self._body_logprobs(batch, targets, *(prefix.leaves() if prefix else (None, None)))
+                            inputs = {key: value.index_select(0, batch.flat_index) for key, value in flat.items()}
+                            batch_loss = loss(lp, {**inputs, DATUM_INDEX: batch.datum_index})
+                            if backward:
+                                batch_loss.backward()
+                        logprobs.index_copy_(0, batch.flat_index, lp.detach())
+                        total += batch_loss.detach()
+                    if backward and prefix is not None:
+                        prefix.backward()
+                for i, lp in zip(indices, _split(logprobs.cpu(), part), strict=True):
+                    out[i] = lp
+        cost.settle()
+        return out, float(total)
 
-    def _whole(
-        self,
-        items: Sequence[DatumTensors],
-        members: list[int],
-        loss: ItemLoss,
-        out: list[torch.Tensor],
-        backward: bool,
-    ) -> float:
-        total = 0.0
-        for batch in self._micro_batches([len(items[i].tokens) for i in members]):
-            rows = [members[b] for b in batch]
-            logits = padded_logits(self.model, [items[i].tokens for i in rows], None)
-            losses = []
-            for row, i in enumerate(rows):
-                lp = target_logprobs(logits[row, : len(items[i].tokens)], items[i].inputs["target_tokens"])
-                losses.append(loss(i, lp))
-                out[i] = lp.detach()
-            batch_loss = torch.stack(losses).sum()
-            if backward:
-                batch_loss.backward()
-            total += float(batch_loss.detach())
-        return total
+    def logprobs_with_grad(self, items: Sequence[DatumTensors]) -> list[torch.Tensor]:
+        """Differentiable target log-probs of every datum, all in one graph (nothing shared, one budget-free pass
+        per target shape): for a loss that needs them all at once."""
+        out: list[torch.Tensor] = [torch.empty(0)] * len(items)
+        for indices in _by_target_shape(items):
+            part = [items[i] for i in indices]
+            flat = _flat_inputs(part, self.device)
+            (wave,) = self._waves(part, [Group(0, list(range(len(part))))], sys.maxsize)
+            (batch,) = wave.micro_batches
+            lp = self._body_logprobs(batch, flat["target_tokens"], None, None)
+            ordered = torch.zeros_like(lp).index_copy(0, batch.flat_index, lp)
+            for i, piece in zip(indices, _split(ordered, part), strict=True):
+                out[i] = piece
+        return out
 
-    def _shared(
-        self,
-        items: Sequence[DatumTensors],
-        group: _Group,
-        loss: ItemLoss,
-        out: list[torch.Tensor],
-        backward: bool,
-    ) -> float:
-        p = group.prefix
-        prefix_out = self.model(input_ids=items[group.members[0]].tokens[None, :p], use_cache=True)
-        prefix_kv = _keys_values(returned_cache(prefix_out))
-        prefix_logits = prefix_out.logits[0]
-        # Log-probs of every member's first p targets, from the one prefix pass: [members, p(, K)].
-        prefix_lp = _shared_logprobs(prefix_logits, [items[i].inputs["target_tokens"][:p] for i in group.members])
-        del prefix_out, prefix_logits
-        # Leaves standing in for the prefix's outputs: suffix passes accumulate their gradients.
-        kv_leaves = [(k.detach().requires_grad_(backward), v.detach().requires_grad_(backward)) for k, v in prefix_kv]
-        lp_leaf = prefix_lp.detach().requires_grad_(backward)
-        total = 0.0
-        suffix_lengths = [len(items[i].tokens) - p for i in group.members]
-        for batch in self._micro_batches(suffix_lengths):
-            rows = [group.members[b] for b in batch]
-            logits = padded_logits(self.model, [items[i].tokens[p:] for i in rows], kv_leaves)
-            losses = []
-            for row, (b, i) in enumerate(zip(batch, rows, strict=True)):
-                targets = items[i].inputs["target_tokens"][p:]
-                suffix_lp = target_logprobs(logits[row, : len(targets)], targets)
-                lp = torch.cat([lp_leaf[b], suffix_lp])
-                losses.append(loss(i, lp))
-                out[i] = lp.detach()
-            batch_loss = torch.stack(losses).sum()
-            if backward:
-                batch_loss.backward()
-            total += float(batch_loss.detach())
-        if backward:
-            _backward_prefix(prefix_kv, kv_leaves, prefix_lp, lp_leaf)
-        return total
+    def pass_overhead_tokens(self, backward: bool) -> float:
+        """The fixed cost of a pass (forward and backward, or forward only), in tokens' worth of its cost per
+        token, as measured on the latest passes of this kind (see ``pass_cost``)."""
+        return self._costs[backward].overhead_tokens()
 
-    def _micro_batches(self, lengths: Sequence[int]) -> Iterator[list[int]]:
-        """Positions in ``lengths``, in order, grouped so that padded tokens and logits fit (one row at least)."""
-        batch: list[int] = []
-        longest = 0
-        for i, length in enumerate(lengths):
-            longest_with = max(longest, length)
-            rows = len(batch) + 1
-            if batch and (
-                rows * longest_with > self.tokens_per_micro_batch
-                or rows * longest_with * self.vocab_size > LOGITS_PER_MICRO_BATCH
-            ):
-                yield batch
-                batch, longest_with = [], length
-            batch.append(i)
-            longest = longest_with
-        if batch:
-            yield batch
+    def _groups(self, items: Sequence[DatumTensors], backward: bool) -> list[Group]:
+        if not self.share_prefixes:
+            return [Group(0, list(range(len(items))))]
+        candidates = shared_prefix_groups(items, 0)
+        if all(not group.prefix for group in candidates):
+            return candidates
+        return shared_prefix_groups(items, self.pass_overhead_tokens(backward))
 
-def padded_logits(
-    model: nn.Module, rows: Sequence[torch.Tensor], prefix_kv: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None
-) -> torch.Tensor:
-    """Logits ``[rows, longest, V]`` of right-padded token ``rows``, continuing ``prefix_kv`` (one row's) when given."""
-    lengths = [len(row) for row in rows]
-    input_ids = torch.zeros(len(rows), max(lengths), dtype=torch.int64, device=rows[0].device)
-    mask = torch.zeros_like(input_ids)
-    for r, row in enumerate(rows):
-        input_ids[r, : lengths[r]] = row
-        mask[r, : lengths[r]] = 1
-    padded = min(lengths) != max(lengths)
-    if prefix_kv is None:
-        return model(input_ids=input_ids, attention_mask=mask if padded else None, use_cache=False).logits
-    cache = DynamicCache()
-    for layer, (k, v) in enumerate(prefix_kv):
-        cache.update(k.expand(len(rows), -1, -1, -1), v.expand(len(rows), -1, -1, -1), layer)
-    if padded:
-        prefix_length = prefix_kv[0][0].shape[-2]
-        mask = torch.cat([mask.new_ones(len(rows), prefix_length), mask], dim=1)
-    return model(
-        input_ids=input_ids, attention_mask=mask if padded else None, **cache_argument(cache)
-    ).logits
+    def _waves(self, items: Sequence[DatumTensors], groups: list[Group], budget: int | None = None) -> list[Wave]:
+        """The request's passes (see ``packing``), their tensors on the device."""
+        tokens = [item.tokens for item in items]
+        return [wave.to(self.device) for wave in plan_waves(tokens, groups, budget or self.tokens_per_micro_batch)]
+
+    def _prefix(self, prefix: PrefixPass, targets: torch.Tensor) -> _PrefixGradients:
+        with self._autocast():
+            out = self.decoder(input_ids=prefix.input_ids, use_cache=True)
+            hidden = out.last_hidden_state.flatten(0, 1).index_select(0, prefix.hidden_index)
+            index = prefix.target_index
+            wanted = targets.reshape(targets.shape[0], -1).index_select(0, index.flatten())
+            lp = self.head.logprobs(hidden, wanted.reshape(index.shape[0], -1))  # [prefix tokens, members * K]
+        kv = [(layer.keys, layer.values) for layer in returned_cache(out).layers]
+        return _PrefixGradients(kv, lp, torch.is_grad_enabled())
+
+    def _body_logprobs(
+        self, batch: MicroBatch, targets: torch.Tensor, prefix_kv: _KV | None, prefix_lp: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Log-probs ``[tokens(, K)]`` of the batch's datums' tokens, request-flat order (``batch.flat_index``)."""
+        cache: dict[str, object] = {"use_cache": False}
+        if prefix_kv is not None:
+            kv = DynamicCache()
+            for layer, (k, v) in enumerate(prefix_kv):
+                kv.update(k.index_select(0, batch.row_prefix), v.index_select(0, batch.row_prefix), layer)
+            cache = cache_argument(kv)
+        flat_targets = targets.reshape(targets.shape[0], -1)
+        with self._autocast():
+            out = self.decoder(
+                input_ids=batch.input_ids,
+                position_ids=batch.position_ids,
+                attention_mask=self._mask(batch.attention_mask),
+                **cache,
+            )
+            hidden = out.last_hidden_state.flatten(0, 1).index_select(0, batch.body_index)
+            lp = self.head.logprobs(hidden, flat_targets.index_select(0, batch.body_targets))
+        if prefix_lp is not None:
+            lp = torch.cat([prefix_lp.reshape(-1, lp.shape[1]), lp])
+        return lp.index_select(0, batch.source_index).reshape(-1, *targets.shape[1:])
+
+    def _mask(self, mask: torch.Tensor | None) -> torch.Tensor | None:
+        if mask is None or self._boolean_mask:
+            return mask
+        blocked = torch.finfo(self.compute_dtype).min  # eager attention adds the mask to the scores
+        return torch.zeros(mask.shape, dtype=self.compute_dtype, device=self.device).masked_fill_(~mask, blocked)
+
+    def _autocast(self) -> contextlib.AbstractContextManager[object]:
+        if self.compute_dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
 
 
-def _keys_values(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [(layer.keys, layer.values) for layer in cache.layers]
+class _PrefixGradients:
+    """A prefix pass's keys/values and log-probs, with leaves standing in for them in the passes that continue it:
+    those accumulate their gradients on the leaves, and ``backward`` sends them through the prefix pass once."""
+
+    def __init__(self, kv: _KV, logprobs: torch.Tensor, grad: bool) -> None:
+        self.kv = kv
+        self.logprobs = logprobs
+        self.kv_leaves = [(k.detach().requires_grad_(grad), v.detach().requires_grad_(grad)) for k, v in kv]
+        self.lp_leaf = logprobs.detach().requires_grad_(grad)
+
+    def leaves(self) -> tuple[_KV, torch.Tensor]:
+        return self.kv_leaves, self.lp_leaf
+
+    def backward(self) -> None:
+        outputs, grads = [], []
+        for (k, v), (k_leaf, v_leaf) in zip(self.kv, self.kv_leaves, strict=True):
+            for tensor, leaf in ((k, k_leaf), (v, v_leaf)):
+                if leaf.grad is not None and tensor.requires_grad:
+                    outputs.append(tensor)
+                    grads.append(leaf.grad)
+        if self.lp_leaf.grad is not None and self.logprobs.requires_grad:
+            outputs.append(self.logprobs)
+            grads.append(self.lp_leaf.grad)
+        if outputs:
+            torch.autograd.backward(outputs, grads)
 
 
-def _backward_prefix(
-    prefix_kv: Sequence[tuple[torch.Tensor, torch.Tensor]],
-    kv_leaves: Sequence[tuple[torch.Tensor, torch.Tensor]],
-    prefix_lp: torch.Tensor,
-    lp_leaf: torch.Tensor,
-) -> None:
-    """Send the gradients gathered on the leaves back through the prefix pass."""
-    outputs, grads = [], []
-    pairs = [*zip(prefix_kv, kv_leaves, strict=True)]
-    for (k, v), (k_leaf, v_leaf) in pairs:
-        for tensor, leaf in ((k, k_leaf), (v, v_leaf)):
-            if leaf.grad is not None and tensor.requires_grad:
-                outputs.append(tensor)
-                grads.append(leaf.grad)
-    if lp_leaf.grad is not None and prefix_lp.requires_grad:
-        outputs.append(prefix_lp)
-        grads.append(lp_leaf.grad)
-    if outputs:
-        torch.autograd.backward(outputs, grads)
+def _by_target_shape(items: Sequence[DatumTensors]) -> list[list[int]]:
+    """Request indices grouped by the shape of a target row (``[T]``, or ``[T, K]`` per K): each group runs alike."""
+    shapes: dict[tuple[int, ...], list[int]] = {}
+    for i, item in enumerate(items):
+        shapes.setdefault(tuple(item.inputs["target_tokens"].shape[1:]), []).append(i)
+    return list(shapes.values())
 
 
-def _shared_logprobs(logits: torch.Tensor, targets: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``target_logprobs`` of several target sets on the same logits ``[T, V]``: ``[len(targets), T(, K)]``."""
-    logits = logits.float()
-    normaliser = torch.logsumexp(logits, dim=-1, keepdim=True)
-    stacked = torch.stack(list(targets))
-    picked = logits.gather(-1, stacked.transpose(0, 1).reshape(logits.shape[0], -1)) - normaliser
-    return picked.reshape(logits.shape[0], *stacked.shape[:1], *stacked.shape[2:]).transpose(0, 1)
+def _flat_inputs(items: Sequence[DatumTensors], device: torch.device) -> dict[str, torch.Tensor]:
+    """Every loss input of ``items`` concatenated over their tokens, on ``device``.
+
+    ``weights`` given for some datums only are 1 for the others (as a loss reads a datum without them)."""
+    keys = dict.fromkeys(key for item in items for key in item.inputs)
+    flat = {
+        key: torch.cat([_input(item, key) for item in items]).to(device, non_blocking=True) for key in keys
+    }
+    return flat
+
+
+def _input(item: DatumTensors, key: str) -> torch.Tensor:
+    if key in item.inputs:
+        return item.inputs[key]
+    return torch.ones(item.inputs["target_tokens"].shape)  # weights: only they are optional
+
+
+def _split(flat: torch.Tensor, items: Sequence[DatumTensors]) -> list[torch.Tensor]:
+    return list(flat.split([len(item.tokens) for item in items]))

@@ -4,7 +4,7 @@
 are bfloat16 (float16 where the GPU lacks bf16), while LoRA weights, their
 gradients and the AdamW state stay float32; on the CPU everything is float32.
 
-A GPU also takes bigger training micro-batches (``tokens_per_micro_batch``), and
+A GPU also takes bigger micro-batches (``tokens_per_micro_batch``, ``train_tokens_per_micro_batch``), and
 choosing CUDA switches off cuDNN's fused attention for the process: it builds a
 plan for every new shape (~25 ms on an H100), and a decode batch changes shape
 at every token, so it made sampling ten times slower than the other kernels.
@@ -31,8 +31,9 @@ class Placement:
     device: torch.device
     dtype: torch.dtype
     tokens_per_micro_batch: int = 2048
-    """Padded input tokens per forward pass (rows x longest row): of a training micro-batch, and of the
-    prompts a sampler prefills together."""
+    """Padded input tokens per forward pass (rows x longest row) of the prompts a sampler prefills together."""
+    train_tokens_per_micro_batch: int = 2048
+    """Input tokens per training micro-batch (packed rows x row width): its activations bound a step's memory."""
 
 
 def resolve_placement(device: str = "auto") -> Placement:
@@ -48,4 +49,4 @@ def resolve_placement(device: str = "auto") -> Placement:
         )
     dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     torch.backends.cuda.enable_cudnn_sdp(False)
-    return Placement(torch.device("cuda"), dtype, tokens_per_micro_batch=32768)
+    return Placement(torch.device("cuda"), dtype, tokens_per_micro_batch=32768, train_tokens_per_micro_batch=8192)

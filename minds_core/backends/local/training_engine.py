@@ -15,8 +15,8 @@ from .errors import LocalBadRequestError
 from .inputs import DatumTensors, check_datum
 from .lora import AdapterState, LoraSpec, adapter_state, attach_lora, load_adapter_state
 from .losses import get_loss, resolve_config
-from .models import BaseModel, target_logprobs
-from .passes import LossPasses, padded_logits
+from .models import BaseModel
+from .passes import LossPasses
 
 __all__ = ["CustomLossFn", "LoraTrainer", "OptimizerState"]
 
@@ -35,11 +35,17 @@ class LoraTrainer:
     def __init__(self, base: BaseModel, spec: LoraSpec, seed: int) -> None:
         self.base = base
         self.spec = spec
+        placement = base.placement
         self.model = attach_lora(base.model, spec, seed)
+        if placement.dtype != torch.float32:  # autocast runs the float32 LoRA factors in the base's dtype:
+            for module in self.model.modules():  # peft's cast of each input up to float32 would only be undone
+                if hasattr(module, "cast_input_dtype_enabled"):
+                    module.cast_input_dtype_enabled = False
         self._params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
-        self._optimizer = torch.optim.AdamW(list(self._params.values()))
+        self._fused = placement.device.type == "cuda"
+        self._optimizer = torch.optim.AdamW(list(self._params.values()), fused=self._fused or None)
         self._passes = LossPasses(
-            self.model, base.vocab_size, tokens_per_micro_batch=base.placement.tokens_per_micro_batch
+            self.model, compute_dtype=placement.dtype, tokens_per_micro_batch=placement.train_tokens_per_micro_batch
         )
 
     def forward_backward(
@@ -55,7 +61,7 @@ class LoraTrainer:
         config = resolve_config(loss_fn, loss_fn_config)
         items = self._checked(submitted, spec.required_inputs)
         logprobs, total = self._passes.run(
-            items, lambda i, lp: spec.fn(lp, items[i].inputs, config).sum(), backward=backward
+            items, lambda lp, inputs: spec.fn(lp, inputs, config).sum(), backward=backward
         )
         return _output(logprobs, {"loss:sum": total})
 
@@ -68,7 +74,7 @@ class LoraTrainer:
         """
         items = self._checked(submitted, ("target_tokens",))
         with torch.enable_grad():
-            logprobs = [lp.cpu() for lp in self._target_logprobs(items)]  # on the CPU, as the SDK hands them over
+            logprobs = [lp.cpu() for lp in self._passes.logprobs_with_grad(items)]  # on the CPU, as the SDK has them
             loss, metrics = fn(list(data), logprobs)
             loss.backward()
         values = {key: float(value) for key, value in metrics.items()}
@@ -116,21 +122,14 @@ class LoraTrainer:
         self._optimizer.zero_grad(set_to_none=True)
         self._optimizer.state.clear()
         for name, state in per_param.items():
-            param = self._params[name]  # moments go to the parameter's device; step counts stay where AdamW keeps them
-            self._optimizer.state[param] = {k: v.to(param.device) if v.ndim else v for k, v in state.items()}
+            param = self._params[name]  # moments go to the parameter's device, and step counts too for fused AdamW
+            self._optimizer.state[param] = {
+                k: v.to(param.device) if v.ndim or self._fused else v for k, v in state.items()
+            }
 
     def _checked(self, submitted: Sequence[DatumTensors], required: Sequence[str]) -> list[DatumTensors]:
-        """The datums checked, on the model's device."""
-        device = self.base.model.device
-        return [check_datum(item, i, required, self.base).to(device) for i, item in enumerate(submitted)]
-
-    def _target_logprobs(self, items: Sequence[DatumTensors]) -> list[torch.Tensor]:
-        """One padded forward pass (all datums at once: a custom loss needs them together)."""
-        logits = padded_logits(self.model, [item.tokens for item in items])
-        return [
-            target_logprobs(logits[row, : len(item.tokens)], item.inputs["target_tokens"])
-            for row, item in enumerate(items)
-        ]
+        """The datums checked (still on the CPU: the passes move them to the device together)."""
+        return [check_datum(item, i, required, self.base) for i, item in enumerate(submitted)]
 
 def _output(logprobs: Sequence[torch.Tensor], metrics: dict[str, float]) -> types.ForwardBackwardOutput:
     return types.ForwardBackwardOutput(

@@ -153,3 +153,60 @@ def test_minds_run_trains_on_the_gpu(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.exit_code == result.expected_exit_code
     assert result.steps == [0, 1] and result.rollouts
+
+
+def test_packed_gradients_match_each_datum_alone_within_bf16_tolerance(gpu_service: ServiceClient) -> None:
+    packed, alone = (gpu_service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=5).result() for _ in "ab")
+    for client in (packed, alone):  # one step first, so that lora_B is not zero and every factor gets gradients
+        trained(client, steps=1)
+    gen = torch.Generator().manual_seed(0)
+    data = []
+    for n in (300, 20, 150, 7, 90, 300, 41):  # mixed lengths: several datums share rows
+        tokens = torch.randint(0, 250, (n + 1,), generator=gen).tolist()
+        inputs = {"target_tokens": tokens[1:], "logprobs": [-2.0] * n, "advantages": torch.randn(n, generator=gen)}
+        data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs))
+    out = packed.forward_backward(data, "importance_sampling").result()
+    singles = [alone.forward_backward([datum], "importance_sampling").result() for datum in data]
+    for got, single in zip(out.loss_fn_outputs, singles, strict=True):
+        assert_close_logprobs(got["logprobs"].to_numpy(), single.loss_fn_outputs[0]["logprobs"].to_numpy())
+    grads = []
+    for client in (packed, alone):
+        named = client._trainer.model.named_parameters()
+        grads.append({n: p.grad.clone() for n, p in named if p.requires_grad and p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for key, want in grads[1].items():
+        scale = float(want.abs().max())
+        torch.testing.assert_close(grads[0][key], want, rtol=0, atol=2e-2 * scale + 1e-6, msg=key)
+
+
+def test_chunked_logprobs_equal_full_logprobs_and_hold_one_chunk_of_a_large_vocabulary() -> None:
+    from minds_core.backends.local.head_logprobs import OutputHead
+    from minds_core.backends.local.models import target_logprobs
+
+    vocab, width = 151936, 256
+    layer = torch.nn.Linear(width, vocab, bias=False, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
+    head = OutputHead(layer, vocab)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    hidden = torch.randn(512, width, device="cuda", dtype=torch.bfloat16, generator=gen)
+    targets = torch.randint(0, vocab, (512, 1), device="cuda", generator=gen)
+    torch.testing.assert_close(head.logprobs(hidden, targets), target_logprobs(layer(hidden), targets), rtol=0, atol=2e-2)
+    many = torch.randn(8192, width, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_(True)
+    targets = torch.randint(0, vocab, (8192, 1), device="cuda", generator=gen)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    head.logprobs(many, targets).sum().backward()
+    peak = torch.cuda.max_memory_allocated() - before
+    assert many.grad is not None and torch.isfinite(many.grad).all()
+    assert peak < 2**30, peak  # the float32 logits of these tokens alone would take 5 GiB
+
+
+def test_adamw_is_fused_on_the_gpu_and_resumed_state_steps(gpu_service: ServiceClient, gpu_trainer) -> None:
+    trainer = trained(gpu_trainer, steps=2)
+    assert trainer._trainer._optimizer.defaults["fused"] is True
+    saved = trainer.save_state("fused").result().path
+    resumed = gpu_service.create_training_client_from_state_with_optimizer(saved).result()
+    resumed.forward_backward([sft(resumed, TEXTS[0])], "cross_entropy")
+    resumed.optim_step(ADAM).result()  # fused AdamW takes the resumed step counts on the GPU
+    state = resumed._trainer._optimizer.state
+    assert state and all(s["step"].is_cuda and float(s["step"]) == 3 for s in state.values())

@@ -25,6 +25,8 @@ from minds_core.config import load_config
 from minds_core.errors import ConfigError, UsageError
 
 BF16_ON_CPU = Placement(torch.device("cpu"), torch.bfloat16)
+BF16_LOGPROB_MAX_ERROR, BF16_LOGPROB_MEAN_ERROR = 0.2, 0.03
+"""Log-probs of one model at bf16's resolution (as ``test_cuda.py`` holds the sampler to the trainer)."""
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
 
 
@@ -80,14 +82,17 @@ def test_bf16_base_trains_float32_lora_and_optimizer_state(bf16_base, encode: Ca
     state = trainer.optimizer_state()
     assert state and all(v.dtype == torch.float32 for k, v in state.items() if k.endswith(("exp_avg", "exp_avg_sq")))
 
-    # A tiny step more: an update far below bf16's resolution of the weights must still reach the sampler.
-    before = trainer.forward_backward([datum], "cross_entropy", None, backward=True).loss_fn_outputs[0]
+    # A tiny step more: an update far below bf16's resolution of the weights must still reach the sampler
+    # (the float32 master weights keep it, though the trainer's bf16 compute of the factors rounds it away).
+    before = torch.tensor(Sampler.for_adapter(bf16_base, trainer.spec, trainer.adapter_state()).prompt_logprobs(seq)[1:])
+    trainer.forward_backward([datum], "cross_entropy", None, backward=True)
     trainer.optim_step(types.AdamParams(learning_rate=1e-5))
     sampler = Sampler.for_adapter(bf16_base, trainer.spec, trainer.adapter_state())
     scored = trainer.forward_backward([datum], "cross_entropy", None, backward=False).loss_fn_outputs[0]
     sampled = torch.tensor(sampler.prompt_logprobs(seq)[1:])
-    assert (sampled - scored["logprobs"].to_torch()).abs().max() < 1e-5  # the trainer's own numerics
-    assert (scored["logprobs"].to_torch() - before["logprobs"].to_torch()).abs().max() > 0
+    assert (sampled - before).abs().max() > 0
+    error = (sampled - scored["logprobs"].to_torch()).abs()  # float32 factors vs the trainer's bf16 compute of them
+    assert error.max() < BF16_LOGPROB_MAX_ERROR and error.mean() < BF16_LOGPROB_MEAN_ERROR, (error.max(), error.mean())
     future = sampler.submit(seq[:5], 3, types.SamplingParams(max_tokens=4, temperature=1.0, seed=1, stop=[]))
     sampler.drive()
     assert [len(s.tokens) for s in future.result().sequences] == [4, 4, 4]
@@ -108,11 +113,12 @@ def test_bf16_shared_prefix_matches_unshared_at_a_looser_tolerance(
         trainer.model.zero_grad(set_to_none=True)
         passes = LossPasses(
             trainer.model,
-            bf16_base.vocab_size,
-            tokens_per_micro_batch=bf16_base.placement.tokens_per_micro_batch,
+            compute_dtype=bf16_base.placement.dtype,
+            tokens_per_micro_batch=bf16_base.placement.train_tokens_per_micro_batch,
             share_prefixes=share,
         )
-        passes.run(items, lambda i, lp: -lp.sum(), backward=True)
+        passes.pass_overhead_tokens = lambda backward: 0.0  # share this short prompt whatever a pass costs here
+        passes.run(items, lambda lp, inputs: -lp.sum(), backward=True)
         return {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
 
     shared, whole = grads(True), grads(False)

@@ -41,8 +41,8 @@ def rl_datum(tokens: list[int], prompt_length: int, seed: int, topk: int = 0) ->
 @pytest.fixture(autouse=True)
 def every_shared_prompt_shares(monkeypatch: pytest.MonkeyPatch) -> None:
     """The prompts here are short (float32 rounding over a long prompt comes near the 1e-5 bound the
-    gradient checks hold), too short for the saving ``passes.MIN_SHARED_SAVING`` asks: any saving counts."""
-    monkeypatch.setattr(passes, "MIN_SHARED_SAVING", 0)
+    gradient checks hold), maybe too short for the saving the measured cost of a pass asks: any saving counts."""
+    monkeypatch.setattr(passes.LossPasses, "pass_overhead_tokens", lambda self, backward: 0.0)
 
 
 @pytest.fixture
@@ -86,20 +86,18 @@ def assert_same(one_by_one, batched, reference_grads, grads) -> None:
 
 
 def test_groups_are_found_by_their_shared_prompt(
-    group_data: list[types.Datum], encode: Callable[[str], list[int]], monkeypatch: pytest.MonkeyPatch
+    group_data: list[types.Datum], encode: Callable[[str], list[int]]
 ) -> None:
     items = [submitted_datum(datum, i) for i, datum in enumerate(group_data)]
-    groups = passes.shared_prefix_groups(items)
+    groups = passes.shared_prefix_groups(items, 0)
     lengths = len(encode(PROMPT)), len(encode(PROMPT.replace("12+34", "99-9")))
     shared = sorted((group.members, group.prefix) for group in groups if group.prefix)
     assert shared == [([0, 1, 3, 4], lengths[0]), ([5, 6, 7], lengths[1])]
     assert [group.members for group in groups if not group.prefix] == [[2, 8]]
     # A prefix that saves too few positions (its length times the members beyond the first) runs whole.
-    monkeypatch.setattr(passes, "MIN_SHARED_SAVING", 2 * lengths[1] + 1)  # above the 3 rollouts' saving
-    fewer = passes.shared_prefix_groups(items)
+    fewer = passes.shared_prefix_groups(items, 2 * lengths[1])  # the 3 rollouts' saving: not above it
     assert [(group.members, group.prefix) for group in fewer] == [([0, 1, 3, 4], lengths[0]), ([2, 5, 6, 7, 8], 0)]
-    monkeypatch.setattr(passes, "MIN_SHARED_SAVING", 3 * lengths[0] + 1)
-    assert [(group.members, group.prefix) for group in passes.shared_prefix_groups(items)] == [
+    assert [(group.members, group.prefix) for group in passes.shared_prefix_groups(items, 3 * lengths[0])] == [
         (list(range(len(items))), 0)
     ]
 
@@ -124,7 +122,7 @@ def test_suffixes_split_over_micro_batches_still_match(
 
     def small_micro_batches(self: passes.LossPasses, *args: object, **kwargs: object) -> None:
         made(self, *args, **kwargs)
-        self.tokens_per_micro_batch = 24  # one or two suffixes per pass
+        self.tokens_per_micro_batch = 24  # one or two suffixes per pass, two prefixes in separate prefix passes
 
     monkeypatch.setattr(passes.LossPasses, "__init__", small_micro_batches)
     assert_same(*alone_and_together(new_trainer, grads_of, group_data, "ppo"))
