@@ -117,9 +117,14 @@ def test_absurd_overrides_exit_2_naming_key_value_and_range(assignment, message,
     assert code == 2 and message in err and "Traceback" not in err, err
 
 
-def test_rollouts_per_step_are_bounded_together():
+def test_rollouts_per_step_and_per_evaluation_are_bounded_together():
     with pytest.raises(ConfigError, match=r"trainer.groups_per_batch x group size = 4096 x 64: at most 65536 rollouts"):
         load_config(None, ["env.id=x", "trainer.groups_per_batch=4096", "trainer.group_size=64"])
+    with pytest.raises(ConfigError, match=r"trainer.groups_per_batch x group size = 17 x 4096: at most 65536 rollouts"):
+        load_config(None, ["env.id=x", "env.group_size=4096", "trainer.groups_per_batch=17"])  # an environment's own size
+    with pytest.raises(ConfigError, match=r"trainer.eval_tasks x trainer.eval_samples = 65536 x 2: at most 65536 rollouts"):
+        load_config(None, ["env.id=x", "trainer.eval_tasks=65536", "trainer.eval_samples=2"])
+    load_config(None, ["env.id=x", "trainer.groups_per_batch=4096", "trainer.group_size=16"])  # at the bound: accepted
 
 
 def test_runs_dir_that_is_a_file_is_a_config_error(tmp_path):

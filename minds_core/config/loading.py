@@ -64,13 +64,18 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), d
 
 
 def _across_keys(config: RunConfig) -> Iterable[str]:
-    """Limits on settings taken together: the rollouts of one step."""
+    """Limits on settings taken together: the rollouts of one step, and of one evaluation."""
     trainer = config.trainer
     group = max([e.group_size or trainer.group_size for e in config.environments] or [trainer.group_size])
     if group * trainer.groups_per_batch > MAX_ROLLOUTS_PER_STEP:
         yield (
             f"trainer.groups_per_batch x group size = {trainer.groups_per_batch} x {group}: "
             f"at most {MAX_ROLLOUTS_PER_STEP} rollouts per step; lower trainer.groups_per_batch or trainer.group_size"
+        )
+    if trainer.eval_tasks * trainer.eval_samples > MAX_ROLLOUTS_PER_STEP:
+        yield (
+            f"trainer.eval_tasks x trainer.eval_samples = {trainer.eval_tasks} x {trainer.eval_samples}: "
+            f"at most {MAX_ROLLOUTS_PER_STEP} rollouts per evaluation; lower one of them"
         )
 
 
