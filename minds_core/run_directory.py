@@ -64,13 +64,17 @@ def file_error(exc: OSError, doing: str, run_dir: Path | None = None) -> RunFile
     return RunFileError(f"cannot {doing}{where}: {reason}{follow}")
 
 
-def damaged(path: Path, problem: str) -> RunFileError:
+class DamagedRunFile(RunFileError):
+    """A run file holding what minds never writes (exit code 2: the run given is not usable as it is)."""
+
+    exit_code = 2
+
+
+def damaged(path: Path, problem: str) -> DamagedRunFile:
     """A run file that holds what minds never writes: say where, and refuse to guess."""
-    error = RunFileError(
+    return DamagedRunFile(
         f"{path}: {problem}; minds changes nothing in a damaged run: restore the file (or remove the bad line), then run again"
     )
-    error.exit_code = 2
-    return error
 
 
 class RunLock:
@@ -86,7 +90,7 @@ class RunLock:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            raise file_error(exc, "claim the run folder (open its lock file)") from None
+            raise file_error(exc, "claim the run folder (open its lock file)", self.folder) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
