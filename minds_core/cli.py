@@ -268,6 +268,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MindsError as exc:
         print(f"minds: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a file minds reads or writes outside a run (a run's own say how to continue it)
+        from minds_core.run_directory import file_error
+
+        print(f"minds: error: {file_error(exc, 'read or write')}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("minds: interrupted", file=sys.stderr)
         return 130

@@ -15,6 +15,7 @@ while this one trains, with samplers at most k updates old.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from pathlib import Path
@@ -33,12 +34,20 @@ from minds_core.logs import get_logger
 from minds_core.outcome import TrainingOutcome
 from minds_core.plugins import Plugins
 from minds_core.rollout import Group, run_group
-from minds_core.run_directory import ROLLING_KEPT, ROLLING_PREFIX, CheckpointRecord, RunDirectory, check_resume_changes
+from minds_core.run_directory import (
+    ROLLING_KEPT,
+    ROLLING_PREFIX,
+    CheckpointRecord,
+    RunDirectory,
+    RunLock,
+    check_resume_changes,
+    file_error,
+)
 from minds_core.schedule import DataSchedule
 from minds_core.session import Policy, Session
 from minds_core.sinks import SinkSet
 from minds_core.stats import batch_metrics, rollout_records
-from minds_core.training_requests import save_checkpoint, train_step
+from minds_core.training_requests import check_losses, save_checkpoint, train_step
 
 log = get_logger("trainer")
 
@@ -199,6 +208,7 @@ class RLLoop:
                 self.outcome.record(step, len(processed.datums), batch.groups)
                 train_began = time.perf_counter()
                 train_metrics = await self.train(processed.datums, step)
+                check_losses({k: v for k, v in train_metrics.items() if k.startswith("train/loss")}, step, run)
                 policy = await self.session.policy(policy.version + 1)
                 record = self.record(batch, processed, train_metrics, policy)
                 record.update({"time/sample": batch.seconds, "time/wait_for_batch": waited, "time/train": time.perf_counter() - train_began})
@@ -240,7 +250,18 @@ class RLLoop:
 
 
 async def train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None) -> dict[str, Any]:
-    """Start (or resume, from ``resume_dir``'s last checkpoint) an RL run and train it to its last step; its summary."""
+    """Start (or resume, from ``resume_dir``'s last checkpoint) an RL run and train it to its last step; its summary.
+
+    The run folder stays locked to this process from the resume's first read (a new run: from its creation)
+    until the session has closed its sinks.
+    """
+    with contextlib.ExitStack() as claims:
+        if resume_dir is not None:
+            claims.enter_context(RunLock(resume_dir))
+        return await _train_rl(config, resume_dir, plugins, claims)
+
+
+async def _train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None, claims: contextlib.ExitStack) -> dict[str, Any]:
     changed = sorted(check_resume_changes(resume_dir, config)) if resume_dir is not None else []
     async with await Session.open(config, plugins, resume_dir) as session:
         config = session.config
@@ -254,7 +275,7 @@ async def train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins 
             log.info("resuming", run=str(resume_dir), step=start, checkpoint=last.state_path if last else None, changed=changed)
         await session.start_training(last.state_path if last else (config.trainer.resume_from or None), with_optimizer=last is not None)
         loop = RLLoop(session, await ReferenceScorer.start(session.service, config, session.backoff))
-        run = RunDirectory.create(config) if resume_dir is None else RunDirectory.resume(resume_dir, config, start)
+        run = claims.enter_context(RunDirectory.create(config)) if resume_dir is None else RunDirectory.resume(resume_dir, config, start)
         sinks = session.open_sinks(run)  # after the claim: sinks write into the folder
         envs = [h.name for h in session.envs]
         log.info("training", run=str(run.path), backend=session.backend, envs=envs, steps=config.trainer.steps, start=start)
@@ -262,4 +283,6 @@ async def train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins 
             session.summary = await loop.run(run, sinks, start)
         except ServiceCallError as exc:  # keep what the run trained, say how to continue it
             raise exc.resumable(run.path, await loop.save_after_failure(run, exc.intact_after)) from exc.error
+        except OSError as exc:  # the checkpoint store or a sink's file: disk full, read-only
+            raise file_error(exc, "write", run.path) from None
     return session.summary

@@ -9,28 +9,42 @@ one. Resuming continues after the last checkpoint; lines of later steps
 (written before a crash) are cut so no step is duplicated or lost. A resume may
 change how a run proceeds (steps, logging, concurrency, ...) but not what it
 is (``FIXED_ON_RESUME``).
+
+One process at a time writes a run folder: a run or resume holds an exclusive
+``flock`` on its ``.lock`` file for its whole life (the OS drops it when the
+process ends, ``kill -9`` included), and a second claimant is refused naming the
+holder's pid. A write that fails (disk full, read-only folder) or a damaged
+line in a file a resume reads stops the run with one line naming the file, the
+errno and how to continue; lines already written are never rewritten on a guess.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
+import math
 import os
 import secrets
+import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import attrs
 
 from minds_core.config import RunConfig, build_config, dump_yaml, read_config_file, to_dict
 from minds_core.config.secrets import is_secret_key, redact, shown_value, without_redacted
-from minds_core.errors import UsageError
+from minds_core.errors import MindsError, UsageError
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 ROLLOUTS_FILE = "rollouts.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 RESUMES_FILE = "resumes.jsonl"
+LOCK_FILE = ".lock"
 
 #: Config keys (and everything under them) that make a run what it is: a resume may not change them.
 FIXED_ON_RESUME = ("env", "envs", "model", "backend", "tinker.base_url", "seed", "name", "runs_dir")
@@ -38,6 +52,73 @@ FIXED_ON_RESUME = ("env", "envs", "model", "backend", "tinker.base_url", "seed",
 ROLLING_PREFIX = "rolling-"
 #: How many periodic saves a run keeps, across resumes: the newest.
 ROLLING_KEPT = 2
+
+
+class RunFileError(MindsError):
+    """A run file that cannot be written or read (disk full, read-only, damaged); the message says how to continue."""
+
+
+def file_error(exc: OSError, doing: str, run_dir: Path | None = None) -> RunFileError:
+    """One line for a failed file operation: what failed, the path, the errno, and (given the run) the resume command."""
+    code = errno.errorcode.get(exc.errno or 0, "")
+    where = f" {exc.filename}" if exc.filename else ""
+    reason = f"{exc.strerror or exc} ({code}, errno {exc.errno})" if code else str(exc)
+    follow = f"; files already written are intact: fix the cause, then continue with: minds run --resume {run_dir}" if run_dir else ""
+    return RunFileError(f"cannot {doing}{where}: {reason}{follow}")
+
+
+class DamagedRunFile(RunFileError):
+    """A run file holding what minds never writes (exit code 2: the run given is not usable as it is)."""
+
+    exit_code = 2
+
+
+def damaged(path: Path, problem: str) -> DamagedRunFile:
+    """A run file that holds what minds never writes: say where, and refuse to guess."""
+    return DamagedRunFile(
+        f"{path}: {problem}; minds changes nothing in a damaged run: restore the file (or remove the bad line), then run again"
+    )
+
+
+class RunLock:
+    """An exclusive claim on a run folder, held until ``release`` (or the process ends, however it ends)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._fd: int | None = None
+
+    def acquire(self) -> Self:
+        """Take the claim, or a UsageError naming the pid that holds it; the file records this process's pid."""
+        path = self.folder / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise file_error(exc, "claim the run folder (open its lock file)", self.folder) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise UsageError(
+                f"run directory {self.folder} is in use by another minds process (pid {holder}): "
+                f"one process writes a run at a time; wait for it to end (or stop it: kill {holder}), then run again"
+            ) from None
+        mine = f"{os.getpid()}\n".encode()
+        os.pwrite(fd, mine, 0)
+        os.ftruncate(fd, len(mine))
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> Self:
+        return self.acquire()
+
+    def __exit__(self, *_: object) -> None:
+        self.release()
 
 
 @attrs.frozen
@@ -149,10 +230,11 @@ def _show(key: str, value: Any) -> str:
 
 
 class RunDirectory:
-    """Reads and writes one run's files."""
+    """Reads and writes one run's files; one made by ``create`` holds the folder's lock until ``close``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, lock: RunLock | None = None) -> None:
         self.path = path
+        self.lock = lock
 
     @staticmethod
     def ensure_new(config: RunConfig) -> None:
@@ -163,37 +245,77 @@ class RunDirectory:
 
     @classmethod
     def create(cls, config: RunConfig) -> RunDirectory:
-        """Claim a new run directory (one mkdir: of two runs racing for a name, exactly one wins) and write the config."""
+        """Claim a new run directory (one mkdir: of two runs racing for a name, exactly one wins), lock it and write the config."""
         path = Path(config.runs_dir) / config.name
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.mkdir()
         except FileExistsError:
+            if not path.parent.is_dir():
+                raise UsageError(f"runs_dir = {config.runs_dir}: not a folder (a file is in the way); pick another runs_dir") from None
             raise UsageError(_exists_message(path)) from None
-        run = cls(path)
-        run.write_config(config)
+        except OSError as exc:
+            raise file_error(exc, "make the run folder") from None
+        run = cls(path, RunLock(path).acquire())
+        try:
+            run.write_config(config)
+        except RunFileError:
+            run.close()
+            shutil.rmtree(path, ignore_errors=True)  # nothing of the run was written yet: leave no half-made folder
+            raise
         return run
 
     @classmethod
     def resume(cls, path: Path, config: RunConfig, next_step: int) -> RunDirectory:
-        """An existing run continued at ``next_step``: later lines are cut, the changed settings recorded, the config rewritten."""
+        """An existing run continued at ``next_step``: later lines are cut, the changed settings recorded, the config rewritten.
+
+        The caller holds the folder's lock (``RunLock``) from before it read the last checkpoint.
+        """
         run = cls(path)
         changes = config_changes(_saved_config(path), config)
         run.truncate_after(next_step)
-        append_line(path / RESUMES_FILE, {"step": next_step, "time": time.time(), "changed": redact({k: list(v) for k, v in changes.items()})})
+        with run._writing():
+            append_line(path / RESUMES_FILE, {"step": next_step, "time": time.time(), "changed": redact({k: list(v) for k, v in changes.items()})})
         run.write_config(config)
         return run
 
+    def close(self) -> None:
+        """Release the folder's lock (when this object holds it)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A failed write (disk full, read-only folder) as one line saying how to continue the run."""
+        try:
+            yield
+        except OSError as exc:
+            raise file_error(exc, "write", self.path) from None
+
     def write_config(self, config: RunConfig) -> None:
-        tmp = self.path / f".{CONFIG_FILE}.tmp"
-        tmp.write_text(dump_yaml(config), encoding="utf-8")
-        os.replace(tmp, self.path / CONFIG_FILE)
+        with self._writing():
+            tmp = self.path / f".{CONFIG_FILE}.tmp"
+            tmp.write_text(dump_yaml(config), encoding="utf-8")
+            os.replace(tmp, self.path / CONFIG_FILE)
 
     def checkpoints(self) -> list[CheckpointRecord]:
-        return [CheckpointRecord(**row) for row in read_jsonl(self.path / CHECKPOINTS_FILE)]
+        """Every checkpoint line; a RunFileError naming the line when one is not what minds writes."""
+        path = self.path / CHECKPOINTS_FILE
+        return [_checkpoint(path, number, row) for number, row in _read_whole(path)]
 
     def last_checkpoint(self) -> CheckpointRecord | None:
+        """The latest checkpoint; None when the run never saved one, an error when its file was emptied."""
         saved = self.checkpoints()
+        path = self.path / CHECKPOINTS_FILE
+        if not saved and path.exists():
+            logged = len(_read_whole(self.path / METRICS_FILE))
+            raise damaged(path, f"holds no checkpoint (emptied?) while {logged} steps are logged; resuming would start over at step 0")
         return saved[-1] if saved else None
 
     def record_checkpoint(self, checkpoint: CheckpointRecord) -> list[CheckpointRecord]:
@@ -208,38 +330,59 @@ class RunDirectory:
         earlier = [row for row in rows if row.get("state_path") != checkpoint.state_path]
         rolling = [index for index, row in enumerate(earlier) if CheckpointRecord(**row).rolling]
         outdated = set(rolling[: max(0, len(rolling) + checkpoint.rolling - ROLLING_KEPT)])
-        if len(earlier) == len(rows) and not outdated:
-            append_line(path, attrs.asdict(checkpoint))
-            return []
-        _rewrite_jsonl(path, [row for index, row in enumerate(earlier) if index not in outdated] + [attrs.asdict(checkpoint)])
+        with self._writing():
+            if len(earlier) == len(rows) and not outdated:
+                append_line(path, attrs.asdict(checkpoint))
+                return []
+            kept = [row for index, row in enumerate(earlier) if index not in outdated]
+            _rewrite_jsonl(path, [*kept, attrs.asdict(checkpoint)])
         return [CheckpointRecord(**earlier[index]) for index in sorted(outdated)]
 
     def log_metrics(self, record: dict[str, Any]) -> None:
         """Append one step's metrics to metrics.jsonl, durable when this returns."""
-        append_line(self.path / METRICS_FILE, record)
+        with self._writing():
+            append_line(self.path / METRICS_FILE, record)
 
     def log_rollouts(self, records: list[dict[str, Any]]) -> None:
-        for record in records:
-            append_line(self.path / ROLLOUTS_FILE, record)
+        with self._writing():
+            for record in records:
+                append_line(self.path / ROLLOUTS_FILE, record)
 
     def truncate_after(self, next_step: int) -> None:
-        """Drop metric and rollout lines of steps >= next_step (and torn last lines)."""
-        for name in (METRICS_FILE, ROLLOUTS_FILE):
+        """Drop metric, rollout and checkpoint lines of steps >= next_step and torn last lines; a damaged line stops it, changing nothing."""
+        kept = {}
+        for name in (METRICS_FILE, ROLLOUTS_FILE, CHECKPOINTS_FILE):
             path = self.path / name
-            if not path.exists():
-                continue
-            _rewrite_jsonl(path, [row for row in read_jsonl(path) if int(row.get("step", -1)) < next_step])
+            if path.exists():
+                kept[path] = [row for number, row in _read_whole(path) if _step_of(path, number, row) < next_step]
+        with self._writing():
+            for path, rows in kept.items():
+                _rewrite_jsonl(path, rows)
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:
-    """Append one JSON line with a single write, flushed to disk (after a torn last line, on a new line)."""
-    line = json.dumps(record, sort_keys=True, default=float) + "\n"
+    """Append one JSON line with a single write, flushed to disk (after a torn last line, on a new line).
+
+    Non-finite numbers are written as null: every line stays valid JSON.
+    """
+    line = json.dumps(_finite(record), sort_keys=True, default=lambda value: _finite(float(value)), allow_nan=False) + "\n"
     if _ends_torn(path):
         line = "\n" + line
     with path.open("a", encoding="utf-8") as fh:
         fh.write(line)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity (in nested dicts and lists too) replaced by None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _ends_torn(path: Path) -> bool:
@@ -258,14 +401,52 @@ def _rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a jsonl file ([] when missing); a torn line (killed mid-write) is skipped."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+def _parsed_lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, bool]]:
+    """``(line number, the line's JSON object or None, whether it is the last line and lacks its newline)``."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise file_error(exc, "read") from None
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
             continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        torn = number == len(lines) and not text.endswith("\n")
+        yield number, row if isinstance(row, dict) else None, torn
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON-object rows of a jsonl file ([] when missing), for readers that show what is there: other lines are skipped."""
+    return [row for _, row, _ in _parsed_lines(path) if row is not None]
+
+
+def _read_whole(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, row)`` of every line; a torn last line (killed mid-write) is skipped, any other bad line is an error."""
+    rows = []
+    for number, row, torn in _parsed_lines(path):
+        if row is None:
+            if torn:
+                continue
+            raise damaged(path, f"line {number} is not a JSON object")
+        rows.append((number, row))
     return rows
+
+
+def _step_of(path: Path, number: int, row: dict[str, Any]) -> int:
+    step = row.get("step")
+    if type(step) is not int:
+        raise damaged(path, f"line {number} has no whole-number 'step' (got {step!r})")
+    return step
+
+
+def _checkpoint(path: Path, number: int, row: dict[str, Any]) -> CheckpointRecord:
+    state, sampler = row.get("state_path"), row.get("sampler_path")
+    if not isinstance(state, str) or not state or not (sampler is None or isinstance(sampler, str)):
+        raise damaged(path, f"line {number} is not a checkpoint record (expected step, state_path and sampler_path)")
+    return CheckpointRecord(step=_step_of(path, number, row), state_path=state, sampler_path=sampler)

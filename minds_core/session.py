@@ -208,7 +208,8 @@ class Session:
             self.training_client = await future
             self._use_tokenizer(self.training_client.get_tokenizer())
         except (TemplateError, *REJECTIONS) as exc:
-            raise UsageError(f"cannot start training on {cfg.model.base_model!r}: {exc}") from None
+            start = f"from {state_path}" if state_path else f"on {cfg.model.base_model!r}"
+            raise UsageError(f"cannot start training {start}: {exc}") from None
         except tinker.APIConnectionError as exc:
             raise UsageError(f"cannot start training on {cfg.model.base_model!r}: the service stopped answering ({exc})") from None
 

@@ -42,7 +42,7 @@ from minds_core.run_directory import CheckpointRecord, RunDirectory, default_run
 from minds_core.schedule import DataSchedule
 from minds_core.session import close_service, load_environments
 from minds_core.sinks import SinkSet
-from minds_core.training_requests import adam_params
+from minds_core.training_requests import adam_params, check_losses
 
 log = get_logger("sft")
 
@@ -213,6 +213,7 @@ async def _train_sft(config: RunConfig, plugins: Plugins) -> dict[str, Any]:
             summary = await _loop(config, client, data, run, sinks)
         finally:
             sinks.close(summary)
+            run.close()
         status = "success"
     except (KeyboardInterrupt, asyncio.CancelledError):
         status = "interrupted"
@@ -241,6 +242,8 @@ async def _loop(config: RunConfig, client: Any, data: SftData, run: RunDirectory
         optim = client.optim_step(adam)
         loss, tokens = mean_nll(batch, await forward_backward)
         await optim
+        if tokens:
+            check_losses({"train/loss": loss}, step, run)
         record: dict[str, Any] = {
             "step": step, "train/loss": loss, "train/tokens": tokens, "train/learning_rate": adam.learning_rate, "train/datums": len(batch)
         }

@@ -7,16 +7,18 @@ exactly, so that the loop can checkpoint it before the run ends.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import tinker
 
 from minds_core.backends.retry import Backoff, ServiceCallError, call_service, send_now, settle
 from minds_core.config import TrainerConfig
+from minds_core.errors import MindsError
 from minds_core.logs import get_logger
 from minds_core.losses import CustomLoss
 from minds_core.lr_schedules import learning_rate
-from minds_core.run_directory import CheckpointRecord
+from minds_core.run_directory import CheckpointRecord, RunDirectory
 from minds_core.stats import sampler_train_kl
 
 log = get_logger("trainer")
@@ -93,3 +95,20 @@ async def save_checkpoint(client: Any, step: int, name: str, backoff: Backoff, *
         sampler_path = (await call_service(where, "save_weights_for_sampler", save_sampler, backoff, sampler))[0].path
     log.info("checkpoint saved", step=step, path=state_path, sampler_path=sampler_path)
     return CheckpointRecord(step=step, state_path=state_path, sampler_path=sampler_path)
+
+
+def check_losses(losses: dict[str, float], step: int, run: RunDirectory) -> None:
+    """A MindsError when a loss of ``step`` is NaN or infinite: the update diverged, and nothing of it is kept or logged."""
+    bad = {key: value for key, value in losses.items() if not math.isfinite(value)}
+    if not bad:
+        return
+    shown = ", ".join(f"{key} = {value}" for key, value in sorted(bad.items()))
+    last = run.last_checkpoint()
+    if last is None:
+        then = "no checkpoint was saved: start a new run with a lower trainer.learning_rate"
+    else:
+        then = (
+            f"the last checkpoint is step {last.step}: continue from it with a lower learning rate, "
+            f"minds run --resume {run.path} --set trainer.learning_rate=..."
+        )
+    raise MindsError(f"step {step}: the loss is not finite ({shown}): training diverged; this step is not logged or saved; {then}")

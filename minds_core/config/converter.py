@@ -22,7 +22,7 @@ def _strict(accept: Callable[[Any], Any], label: str) -> Callable[[Any, Any], An
     def structure(value: Any, _type: Any) -> Any:
         try:
             result = accept(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an integer too big for a float
             result = None
         if result is None:
             raise ConfigValueError(f"expected {label}, got {value!r}")

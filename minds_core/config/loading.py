@@ -13,7 +13,7 @@ from minds_core.config.converter import CONVERTER, structure_errors
 from minds_core.config.files import read_config_file
 from minds_core.config.harness import apply_harness_keys
 from minds_core.config.overrides import apply_override
-from minds_core.config.schema import RunConfig, schema_fields, unwrap_optional
+from minds_core.config.schema import MAX_ROLLOUTS_PER_STEP, RunConfig, schema_fields, unwrap_optional
 from minds_core.config.secrets import shown_value, without_redacted
 from minds_core.errors import ConfigError, did_you_mean
 from minds_core.presets import apply_preset
@@ -32,6 +32,7 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
             problems = list(_checks(config, ""))
             if (config.env is not None or config.envs) and not config.environments:
                 problems.append("every environment has weight 0 (switched off): give at least one a weight > 0")
+            problems.extend(_across_keys(config))
     if problems:
         raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(f"  - {p}" for p in problems))
     return config
@@ -60,6 +61,22 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), d
     for assignment in overrides:
         apply_override(data, assignment)
     return build_config(data, source=str(path) if path else "defaults and --set")
+
+
+def _across_keys(config: RunConfig) -> Iterable[str]:
+    """Limits on settings taken together: the rollouts of one step, and of one evaluation."""
+    trainer = config.trainer
+    group = max([e.group_size or trainer.group_size for e in config.environments] or [trainer.group_size])
+    if group * trainer.groups_per_batch > MAX_ROLLOUTS_PER_STEP:
+        yield (
+            f"trainer.groups_per_batch x group size = {trainer.groups_per_batch} x {group}: "
+            f"at most {MAX_ROLLOUTS_PER_STEP} rollouts per step; lower trainer.groups_per_batch or trainer.group_size"
+        )
+    if trainer.eval_tasks * trainer.eval_samples > MAX_ROLLOUTS_PER_STEP:
+        yield (
+            f"trainer.eval_tasks x trainer.eval_samples = {trainer.eval_tasks} x {trainer.eval_samples}: "
+            f"at most {MAX_ROLLOUTS_PER_STEP} rollouts per evaluation; lower one of them"
+        )
 
 
 def _unknown_keys(data: Mapping[str, Any], cls: type, path: str) -> Iterable[str]:

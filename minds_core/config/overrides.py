@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 import yaml
 
+from minds_core.config.files import check_size, parse_yaml
 from minds_core.config.harness import NO_EFFECT, RENAMED, warn_no_effect
 from minds_core.config.paths import set_path
 from minds_core.config.schema import RunConfig, schema_fields, unwrap_optional
@@ -33,7 +34,7 @@ def _parse_for_type(tp: Any, text: str) -> Any:
         return float(text)
     if tp is str:
         return text
-    return yaml.safe_load(text)  # lists, dicts and free-form values
+    return parse_yaml(text)  # lists, dicts and free-form values
 
 
 def _type_at(parts: list[str]) -> Any:
@@ -65,9 +66,13 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     tp = _type_at(parts)
     try:
         value = _parse_for_type(tp, text)
-    except (ValueError, yaml.YAMLError):
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or exc
+        raise ConfigError(f"--set {key}={shown_value(parts[-1], text)}: invalid YAML: {problem}") from None
+    except (ValueError, RecursionError):
         name = getattr(unwrap_optional(tp), "__name__", str(tp))
         raise ConfigError(f"--set {key}={shown_value(parts[-1], text)}: expected a value of type {name}") from None
+    check_size(value, f"--set {key}")
     if parts[0] == "env" and not isinstance(data.get("env"), dict):
         data["env"] = {}
     set_path(data, parts, value)

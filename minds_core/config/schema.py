@@ -11,6 +11,7 @@ import math
 import types
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -21,23 +22,63 @@ from minds_core.presets import PRESETS
 
 DEFAULT_BASE_MODEL = "minds-tiny"
 
+# What a run can do: numbers past these never finish, overflow, or exhaust memory.
+MAX_STEPS = 10_000_000  #: steps, and every "every N steps" setting
+MAX_GROUP = 4096  #: rollouts per task, groups per step
+MAX_ROLLOUTS_PER_STEP = 65_536  #: group_size x groups_per_batch
+MAX_TOKENS = 1_048_576  #: tokens of a conversation
+MAX_SAMPLE_TOKENS = 131_072  #: tokens per sampled turn
+MAX_LORA_RANK = 1024
+MAX_WEIGHT = 1e6  #: environment and reward weights, loss settings, penalties
+MAX_NAME = 200  #: characters of a run name
+MAX_SEED = 2**63 - 1  #: seeds are 64-bit signed integers on the wire
+MAX_TEMPERATURE = 100.0
+MAX_TOP_K = 1_000_000
+MAX_SECONDS = 7 * 24 * 3600.0  #: a rollout's timeout
+
 Check = Callable[[Any], str | None]
-
-
-def _positive(value: Any) -> str | None:
-    return None if value > 0 else "must be > 0"
-
-
-def _non_negative(value: Any) -> str | None:
-    return None if value >= 0 else "must be >= 0"
-
-
-def _at_least(low: int) -> Check:
-    return lambda value: None if value >= low else f"must be >= {low}"
 
 
 def _unit(value: Any) -> str | None:
     return None if 0 < value <= 1 else "must be in (0, 1]"
+
+
+def _in_range(low: float, high: float) -> Check:
+    """Between ``low`` and ``high``, both included: what a run can do (bigger counts never finish, or exhaust memory)."""
+    return lambda value: None if low <= value <= high else f"must be in [{low}, {high}]"
+
+
+def _in_open_range(low: float, high: float) -> Check:
+    return lambda value: None if low < value <= high else f"must be in ({low}, {high}]"
+
+
+def _dict_values(check: Check) -> Check:
+    """``check`` of each value of a table, naming the first key whose value fails it."""
+
+    def checked(table: dict[str, Any]) -> str | None:
+        for key, value in table.items():
+            if problem := check(value):
+                return f"{key} = {value!r}: {problem}"
+        return None
+
+    return checked
+
+
+def _run_name(value: str) -> str | None:
+    if value in (".", "..") or any(c in value for c in "/\\\0") or len(value) > MAX_NAME:
+        return f"must be one folder name (no / or \\, not . or .., at most {MAX_NAME} characters), as runs live in runs_dir/<name>"
+    return None
+
+
+def _folder(value: str) -> str | None:
+    """What keeps ``value`` from being (or becoming) a folder: empty, a NUL, or a file on its path."""
+    if not value or "\0" in value:
+        return "must be a folder path"
+    path = Path(value)
+    for place in (path, *path.parents):
+        if place.exists():
+            return None if place.is_dir() else f"{place} is a file, not a folder: pick another runs_dir"
+    return None
 
 
 def _one_of(*allowed: str) -> Check:
@@ -63,7 +104,7 @@ class RewardRef:
     #: a registered reward function's name
     name: str
     #: its weight in the rubric's weighted sum
-    weight: float = _field(1.0, _finite(lambda v: None))
+    weight: float = _field(1.0, _finite(_in_range(-MAX_WEIGHT, MAX_WEIGHT)))
     #: keyword arguments bound to the function (a reward class is built with them)
     args: dict[str, Any] = _field({})
 
@@ -79,7 +120,7 @@ class EnvConfig:
     #: keyword arguments for the environment's loader
     args: dict[str, Any] = _field({})
     #: share of groups drawn from this environment; 0 = off
-    weight: float = _field(1.0, _finite(_non_negative))
+    weight: float = _field(1.0, _finite(_in_range(0, MAX_WEIGHT)))
     #: the split whose tasks are trained on
     split: str = _field("train")
     #: replace the environment's rubric with these
@@ -87,11 +128,11 @@ class EnvConfig:
     #: add these to the environment's rubric
     extra_rewards: list[RewardRef] = _field([])
     #: overrides trainer.group_size
-    group_size: int | None = _field(None, _at_least(1))
+    group_size: int | None = _field(None, _in_range(1, MAX_GROUP))
     #: overrides rollout.max_failing_rollouts
-    max_failing_rollouts: int | None = _field(None, _non_negative)
+    max_failing_rollouts: int | None = _field(None, _in_range(0, MAX_GROUP))
     #: overrides sampling.temperature
-    temperature: float | None = _field(None, _finite(_non_negative))
+    temperature: float | None = _field(None, _finite(_in_range(0, MAX_TEMPERATURE)))
     #: overrides sampling.top_p
     top_p: float | None = _field(None, _unit)
 
@@ -108,7 +149,7 @@ class ModelConfig:
     #: a model name the backend serves, or a local directory (local backend)
     base_model: str = _field(DEFAULT_BASE_MODEL)
     #: rank of the LoRA adapter
-    lora_rank: int = _field(8, _at_least(1))
+    lora_rank: int = _field(8, _in_range(1, MAX_LORA_RANK))
     #: whether the adapter also trains the output (unembedding) layer
     train_unembed: bool = _field(True)
     #: passed to the chat template, e.g. {enable_thinking = false}
@@ -140,11 +181,11 @@ class SamplingConfig:
     """How the policy samples each turn."""
 
     #: tokens per sampled turn at most
-    max_tokens: int = _field(48, _at_least(1))
-    temperature: float = _field(1.0, _finite(_non_negative))
+    max_tokens: int = _field(48, _in_range(1, MAX_SAMPLE_TOKENS))
+    temperature: float = _field(1.0, _finite(_in_range(0, MAX_TEMPERATURE)))
     top_p: float = _field(1.0, _unit)
     #: -1 = off
-    top_k: int = _field(-1, lambda v: None if v == -1 or v >= 1 else "must be -1 (off) or >= 1")
+    top_k: int = _field(-1, lambda v: None if v == -1 or 1 <= v <= MAX_TOP_K else f"must be -1 (off) or in [1, {MAX_TOP_K}]")
 
 
 @attrs.define
@@ -152,21 +193,21 @@ class RolloutConfig:
     """How episodes run: concurrency, timeouts, retries, budgets, and which groups are dropped."""
 
     #: rollouts in flight at once
-    concurrency: int = _field(64, _at_least(1))
+    concurrency: int = _field(64, _in_range(1, MAX_ROLLOUTS_PER_STEP))
     #: seconds per rollout, 0 = none
-    timeout: float = _field(300.0, _finite(_non_negative))
+    timeout: float = _field(300.0, _finite(_in_range(0, MAX_SECONDS)))
     #: extra attempts after a failed rollout
-    retries: int = _field(1, _non_negative)
+    retries: int = _field(1, _in_range(0, 100))
     #: a group with more failures is dropped
-    max_failing_rollouts: int = _field(0, _non_negative)
+    max_failing_rollouts: int = _field(0, _in_range(0, MAX_GROUP))
     #: drop groups whose rewards are all equal (DAPO's dynamic sampling)
     drop_constant_reward_groups: bool = _field(False)
     #: None/NaN/non-numeric rewards
     invalid_reward: str = _field("zero", _one_of("zero", "fail"))
     #: sampled turns per episode, 0 = no limit (max_total_tokens still ends it)
-    max_turns: int = _field(16, _non_negative)
+    max_turns: int = _field(16, _in_range(0, MAX_TOKENS))
     #: tokens of a whole conversation at most (prompt, replies and observations)
-    max_total_tokens: int = _field(4096, _at_least(2))
+    max_total_tokens: int = _field(4096, _in_range(2, MAX_TOKENS))
 
 
 @attrs.define
@@ -178,56 +219,56 @@ class TrainerConfig:
     #: a named recipe (grpo, dr_grpo, dapo, gspo); explicit keys override it
     preset: str = _field("", _one_of("", *PRESETS))
     #: optimizer steps of the run
-    steps: int = _field(20, _at_least(1))
+    steps: int = _field(20, _in_range(1, MAX_STEPS))
     #: rollouts per task; advantages are computed within a group
-    group_size: int = _field(8, _at_least(1))
+    group_size: int = _field(8, _in_range(1, MAX_GROUP))
     #: groups (tasks) per step
-    groups_per_batch: int = _field(4, _at_least(1))
+    groups_per_batch: int = _field(4, _in_range(1, MAX_GROUP))
     #: AdamW's learning rate (before the schedule)
-    learning_rate: float = _field(1e-3, _finite(_positive))
+    learning_rate: float = _field(1e-3, _finite(_in_open_range(0, 10)))
     #: constant, linear or cosine decay after the warmup
     lr_schedule: str = _field("constant", _one_of(*LR_SCHEDULES))
     #: steps of linear warmup from learning_rate / lr_warmup_steps
-    lr_warmup_steps: int = _field(0, _non_negative)
+    lr_warmup_steps: int = _field(0, _in_range(0, MAX_STEPS))
     #: where linear/cosine decay ends, as a share of learning_rate
     lr_min_ratio: float = _field(0.0, lambda v: None if 0 <= v <= 1 else "must be in [0, 1]")
     #: AdamW's beta1, beta2, eps and weight decay
     beta1: float = _field(0.9, lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
     beta2: float = _field(0.95, lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
-    eps: float = _field(1e-12, _finite(_positive))
-    weight_decay: float = _field(0.0, _finite(_non_negative))
+    eps: float = _field(1e-12, _finite(_in_open_range(0, 1)))
+    weight_decay: float = _field(0.0, _finite(_in_range(0, 10)))
     #: gradient norm clipping, 0 = off
-    grad_clip_norm: float = _field(0.0, _finite(_non_negative))
+    grad_clip_norm: float = _field(0.0, _finite(_in_range(0, MAX_WEIGHT)))
     #: a registered loss (minds plugins)
     loss_fn: str = _field("importance_sampling")
     #: the loss's settings (e.g. clip_low_threshold / clip_high_threshold for ppo)
-    loss_fn_config: dict[str, float] = _field({})
+    loss_fn_config: dict[str, float] = _field({}, _dict_values(_finite(_in_range(-MAX_WEIGHT, MAX_WEIGHT))))
     #: a registered advantage estimator
     advantage: str = _field("group_mean")
     #: how per-token terms combine: sum, token_mean, sequence_mean, fixed_length
     loss_aggregation: str = _field("sum", _one_of(*AGGREGATIONS))
     #: steps whose batches are sampled ahead, while earlier steps train (samplers at most this many updates old)
-    max_steps_off_policy: int = _field(0, _non_negative)
+    max_steps_off_policy: int = _field(0, _in_range(0, 1000))
     #: truncated rollouts get no gradient (DAPO)
     overlong_filter: bool = _field(False)
     #: soft overlong penalty over this share of sampling.max_tokens (DAPO: 0.2), 0 = off
     overlong_penalty_window: float = _field(0.0, lambda v: None if 0 <= v <= 1 else "must be in [0, 1]")
     #: coefficient of a KL penalty to the base model (or kl_reference)
-    kl_penalty: float = _field(0.0, _finite(_non_negative))
+    kl_penalty: float = _field(0.0, _finite(_in_range(0, MAX_WEIGHT)))
     #: a base model name or tinker:// sampler weights to measure the KL against (a teacher: distillation)
     kl_reference: str = _field("")
     #: steps between rolling state-only checkpoints (the last two kept), 0 = none; the last step is always saved
-    save_every: int = _field(5, _non_negative)
+    save_every: int = _field(5, _in_range(0, MAX_STEPS))
     #: steps between evaluations on the held-out split, 0 = never
-    eval_every: int = _field(0, _non_negative)
+    eval_every: int = _field(0, _in_range(0, MAX_STEPS))
     #: tinker:// path of saved weights to start from
     resume_from: str = _field("")
     #: split evaluated by eval_every and minds eval; empty = test (or eval, validation) when the environment has one
     eval_split: str = _field("")
     #: tasks per environment in an evaluation (the first ones of the split)
-    eval_tasks: int = _field(32, _at_least(1))
+    eval_tasks: int = _field(32, _in_range(1, MAX_ROLLOUTS_PER_STEP))
     #: samples per task in an evaluation (pass@k up to this k)
-    eval_samples: int = _field(4, _at_least(1))
+    eval_samples: int = _field(4, _in_range(1, MAX_GROUP))
 
 
 @attrs.define
@@ -241,9 +282,9 @@ class SftConfig:
     #: share of data held out when eval_data is empty
     eval_fraction: float = _field(0.1, lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
     #: conversations per step
-    batch_size: int = _field(8, _at_least(1))
+    batch_size: int = _field(8, _in_range(1, MAX_ROLLOUTS_PER_STEP))
     #: steps between held-out evaluations; 0 = before and after training only
-    eval_every: int = _field(0, _non_negative)
+    eval_every: int = _field(0, _in_range(0, MAX_STEPS))
 
 
 @attrs.define
@@ -253,11 +294,11 @@ class MetricsConfig:
     #: registered metric sinks (jsonl is always on)
     sinks: list[str] = _field(["console", "report"])
     #: groups written to rollouts.jsonl per step
-    rollouts_per_step: int = _field(2, _non_negative)
+    rollouts_per_step: int = _field(2, _in_range(0, MAX_GROUP))
     #: steps between refreshes of report.html (0 = only at the end)
-    report_every: int = _field(5, _non_negative)
+    report_every: int = _field(5, _in_range(0, MAX_STEPS))
     #: steps between tables of sampled replies on the console (0 = never)
-    sample_table_every: int = _field(5, _non_negative)
+    sample_table_every: int = _field(5, _in_range(0, MAX_STEPS))
     #: the wandb sink's project, and its run name (default: the run's)
     wandb_project: str = _field("")
     wandb_run_name: str = _field("")
@@ -268,13 +309,13 @@ class RunConfig:
     """Everything a run needs; every field has a default except the environment."""
 
     #: run name; default <env>-<time>
-    name: str = _field("")
+    name: str = _field("", _run_name)
     #: seeds the data order, sampling and the adapter's initialisation
-    seed: int = _field(0)
+    seed: int = _field(0, _in_range(0, MAX_SEED))
     #: auto | local | tinker | a plugin's backend
     backend: str = _field("auto")
     #: where run directories (runs/<name>/) are made
-    runs_dir: str = _field("runs")
+    runs_dir: str = _field("runs", _folder)
     #: the environment (``[env]``); more with ``[[envs]]``
     env: EnvConfig | None = _field(None)
     envs: list[EnvConfig] = _field([])

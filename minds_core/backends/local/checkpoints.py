@@ -29,7 +29,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from peft import PeftConfig
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
@@ -112,6 +114,8 @@ class CheckpointStore:
         run_id, kind, name = parse_path(path)
         directory = self.root / run_id / kind / name
         meta = _read_meta(directory)
+        if meta is None and (directory / _META).exists():
+            raise LocalBadRequestError(f"Checkpoint {path} is damaged: {directory / _META} is not a checkpoint's metadata (not a JSON object)")
         if meta is None:
             raise LocalNotFoundError(f"No checkpoint at {path} (looked in {directory}); {self._siblings(directory)}")
         if _is_expired(meta):
@@ -120,11 +124,15 @@ class CheckpointStore:
             raise LocalBadRequestError(
                 f"{path} has no optimizer state: pass a tinker://<run>/weights/<name> path from save_state"
             )
+        try:
+            base_model, lora = meta["base_model"], LoraSpec.from_json(meta["lora"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LocalBadRequestError(f"Checkpoint {path} is damaged: {directory / _META} lacks its LoRA settings ({exc!r})") from None
         return CheckpointContents(
-            base_model=meta["base_model"],
-            lora=LoraSpec.from_json(meta["lora"]),
-            adapter=load_file(directory / _ADAPTER),
-            optimizer=load_file(directory / _OPTIMIZER) if with_optimizer else None,
+            base_model=base_model,
+            lora=lora,
+            adapter=_tensors(directory / _ADAPTER, path),
+            optimizer=_tensors(directory / _OPTIMIZER, path) if with_optimizer else None,
         )
 
     def metadata(self, run_id: str | None = None) -> Iterator[tuple[Path, dict[str, Any]]]:
@@ -175,11 +183,27 @@ def _is_expired(meta: Mapping[str, Any]) -> bool:
 
 
 def _read_meta(directory: Path) -> dict[str, Any] | None:
-    """The checkpoint's metadata, or None when ``directory`` holds no finished checkpoint."""
+    """The checkpoint's metadata, or None when ``directory`` holds no finished checkpoint (or its metadata is damaged)."""
     try:
-        return json.loads((directory / _META).read_text())
-    except (FileNotFoundError, NotADirectoryError):
+        meta = json.loads((directory / _META).read_text())
+    except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _tensors(file: Path, path: str) -> dict[str, torch.Tensor]:
+    """The tensors of a checkpoint's safetensors ``file``; a 400 naming it when it is damaged or holds NaN/inf."""
+    try:
+        tensors = load_file(file)
+    except (OSError, SafetensorError) as exc:
+        raise LocalBadRequestError(f"Checkpoint {path} is damaged: cannot read {file} ({exc})") from None
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise LocalBadRequestError(
+                f"Checkpoint {path} holds non-finite values (NaN or inf) in {name} of {file.name}: the training it saved had "
+                "diverged; resume from an earlier checkpoint"
+            )
+    return tensors
 
 
 def parse_path(path: str) -> tuple[str, CheckpointKind, str]:

@@ -112,9 +112,15 @@ def adapter_state(model: PeftModel) -> AdapterState:
 
 def load_adapter_state(model: PeftModel, state: AdapterState) -> None:
     """Copy ``state`` into ``model``'s adapter; every adapter weight must be covered."""
-    expected = get_peft_model_state_dict(model, save_embedding_layers=False).keys()
+    expected = get_peft_model_state_dict(model, save_embedding_layers=False)
     if missing := sorted(set(expected) - set(state)):
         raise LocalBadRequestError(f"Adapter weights are missing {len(missing)} tensors, e.g. {missing[0]!r}")
+    if wrong := [name for name, tensor in expected.items() if state[name].shape != tensor.shape]:
+        name = wrong[0]
+        raise LocalBadRequestError(
+            f"Adapter weights do not fit this model: {name!r} has shape {tuple(state[name].shape)}, "
+            f"the model's {tuple(expected[name].shape)} ({len(wrong)} tensors differ)"
+        )
     result = set_peft_model_state_dict(model, state)
     if result.unexpected_keys:
         raise LocalBadRequestError(

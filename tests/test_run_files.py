@@ -1,0 +1,335 @@
+"""I/O errors and damaged run files: one line naming the file, the errno and how to continue; data never corrupted.
+
+A full disk or read-only folder cannot be made here without privileges (and
+chmod does not stop root), so both are simulated at the write call by a fake
+that fails writes below one folder with the real errno; everything else is real.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import minds_core.backends.local.checkpoints as checkpoint_files
+from minds_core import hookimpl
+from minds_core.cli import main
+from minds_core.config import load_config
+from minds_core.errors import MindsError, UsageError
+from minds_core.losses import CustomLoss
+from minds_core.plugins import load_plugins
+from minds_core.run_directory import CHECKPOINTS_FILE, LOCK_FILE, METRICS_FILE, RunDirectory, RunFileError, append_line, read_jsonl
+from minds_core.training import train
+
+# big enough that rewards differ within a group and steps train
+SETTINGS = ["env.id=toy_char_share", "trainer.group_size=8", "trainer.groups_per_batch=2", "sampling.max_tokens=16",
+            "metrics.sinks=[]", "trainer.save_every=1", "backend=local"]  # fmt: skip
+
+
+def _config(runs: Path, *overrides: str):
+    return load_config(None, [*SETTINGS, f"runs_dir={runs}", "name=r", *overrides])
+
+
+def _resume(run: Path, plugins, *overrides: str) -> dict:
+    config = load_config(run / "config.yaml", overrides, drop_redacted=True)
+    return train(config, resume_dir=run, plugins=plugins)
+
+
+def _strict_rows(path: Path) -> list[dict]:
+    """Every line as strict JSON (NaN and Infinity are not JSON)."""
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} in {path}")
+
+    return [json.loads(line, parse_constant=refuse) for line in path.read_text().splitlines()]
+
+
+class FakeFullFolder:
+    """A fake for a full (or read-only) filesystem below ``folder``: opening a file there for writing works,
+    but its first write fails with ``code``, as a real full disk fails at the write call."""
+
+    def __init__(self, folder: Path, code: int, armed: Callable[[], bool] = lambda: True) -> None:
+        self.folder, self.code, self.armed = folder.resolve(), code, armed
+        self.failures = 0
+
+    def applies(self, path: Path, mode: str) -> bool:
+        return any(c in mode for c in "wax+") and path.resolve().is_relative_to(self.folder) and self.armed()
+
+    def error(self, path: Path) -> OSError:
+        self.failures += 1
+        return OSError(self.code, os.strerror(self.code), str(path))
+
+
+class _FailingFile:
+    def __init__(self, fake: FakeFullFolder, path: Path) -> None:
+        self.fake, self.path = fake, path
+
+    def __enter__(self) -> _FailingFile:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def write(self, _text: str) -> int:
+        raise self.fake.error(self.path)
+
+
+@pytest.fixture
+def full_folder(monkeypatch) -> Iterator[Callable[..., FakeFullFolder]]:
+    real_open = Path.open
+    fakes: list[FakeFullFolder] = []
+
+    def fake_open(self: Path, mode: str = "r", *args, **kwargs):
+        for fake in fakes:
+            if fake.applies(self, mode):
+                return _FailingFile(fake, self)
+        return real_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", fake_open)
+
+    def make(folder: Path, code: int = errno.ENOSPC, armed: Callable[[], bool] = lambda: True) -> FakeFullFolder:
+        fakes.append(FakeFullFolder(folder, code, armed))
+        return fakes[-1]
+
+    yield make
+    fakes.clear()
+
+
+# ---------------------------------------------------------------- writes that fail
+
+
+@pytest.mark.slow
+def test_disk_full_mid_run_stops_with_one_line_and_the_run_resumes_whole(plugins, tmp_path, full_folder):
+    run = tmp_path / "r"
+    fake = full_folder(run, errno.ENOSPC, armed=lambda: len(read_jsonl(run / METRICS_FILE)) >= 2)
+    with pytest.raises(RunFileError) as stopped:
+        train(_config(tmp_path, "trainer.steps=4"), plugins=plugins)
+    message = str(stopped.value)
+    assert fake.failures >= 1
+    assert f"cannot write {run}/" in message and "No space left on device (ENOSPC, errno 28)" in message
+    assert message.endswith(f"continue with: minds run --resume {run}") and "\n" not in message
+    assert [row["step"] for row in _strict_rows(run / METRICS_FILE)] == [0, 1]
+    fake.armed = lambda: False  # space freed
+    _resume(run, plugins)
+    assert [row["step"] for row in _strict_rows(run / METRICS_FILE)] == [0, 1, 2, 3]
+
+
+@pytest.mark.slow
+def test_a_full_checkpoint_store_stops_the_run_naming_the_file(plugins, tmp_path, monkeypatch):
+    def full(tensors, filename, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(filename))
+
+    monkeypatch.setattr(checkpoint_files, "save_file", full)  # the checkpoint store's write call
+    with pytest.raises(RunFileError) as stopped:
+        train(_config(tmp_path, "trainer.steps=1"), plugins=plugins)
+    message = str(stopped.value)
+    assert "adapter_model.safetensors: No space left on device (ENOSPC, errno 28)" in message
+    assert f"minds run --resume {tmp_path / 'r'}" in message
+
+
+@pytest.mark.slow
+def test_a_read_only_run_folder_refuses_a_resume_before_any_work(finished_run, tmp_path, monkeypatch, capsys):
+    run = _copy(finished_run, tmp_path)
+    before = _contents(run)
+    real_os_open = os.open
+
+    def read_only(path, flags, *args, **kwargs):
+        if Path(path).resolve().is_relative_to(run.resolve()) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_os_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)  # a fake for a read-only mount: the lock's open is the first write
+    code = main(["run", "--resume", str(run)])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert f"cannot claim the run folder (open its lock file) {run}/.lock: Read-only file system (EROFS, errno 30)" in err
+    assert _contents(run) == before
+
+
+def test_any_other_os_error_is_one_line_without_a_traceback(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    code = main(["new-plugin", "foo", "--dir", str(tmp_path / "file")])  # a folder to write in that is a file
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert err == f"minds: error: cannot read or write {tmp_path}/file/foo: Not a directory (ENOTDIR, errno 20)\n"
+
+
+# ---------------------------------------------------------------- damaged files
+
+
+@pytest.fixture(scope="module")
+def finished_run(plugins, tmp_path_factory) -> Path:
+    runs = tmp_path_factory.mktemp("runs")
+    train(_config(runs, "trainer.steps=2"), plugins=plugins)
+    return runs / "r"
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    """A copy of the finished run (its checkpoints too: the store lives beside it in runs_dir)."""
+    runs = tmp_path / "runs"
+    shutil.copytree(run.parent, runs)
+    return runs / run.name
+
+
+def _contents(run: Path) -> dict[str, bytes]:
+    """Every file of the runs folder (run files and checkpoints) but the run's lock, which records its last claimant."""
+    files = sorted(p for p in run.parent.rglob("*") if p.is_file() and p.name != LOCK_FILE)
+    return {str(p.relative_to(run.parent)): p.read_bytes() for p in files}
+
+
+def _last_checkpoint_folder(run: Path) -> Path:
+    state = read_jsonl(run / CHECKPOINTS_FILE)[-1]["state_path"]
+    run_id, kind, name = state.removeprefix("tinker://").split("/")
+    return run.parent / "_checkpoints" / run_id / kind / name
+
+
+def _nan_adapter(folder: Path) -> None:
+    tensors = load_file(folder / "adapter_model.safetensors")
+    first = sorted(tensors)[0]
+    tensors[first] = torch.full_like(tensors[first], math.nan)
+    save_file(tensors, folder / "adapter_model.safetensors")
+
+
+def _wrong_shape_adapter(folder: Path) -> None:
+    tensors = load_file(folder / "adapter_model.safetensors")
+    save_file({k: torch.zeros(*v.shape[:-1], v.shape[-1] + 1) for k, v in tensors.items()}, folder / "adapter_model.safetensors")
+
+
+def _truncate(file: Path) -> None:
+    file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+
+
+def _edit_lines(file: Path, edit: Callable[[list[str]], list[str]]) -> None:
+    file.write_text("".join(line + "\n" for line in edit(file.read_text().splitlines())))
+
+
+DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
+    "emptied checkpoints.jsonl": (
+        lambda run: (run / CHECKPOINTS_FILE).write_text(""),
+        "checkpoints.jsonl: holds no checkpoint (emptied?) while 2 steps are logged; resuming would start over at step 0",
+    ),
+    "garbage checkpoint line": (
+        lambda run: _edit_lines(run / CHECKPOINTS_FILE, lambda lines: ["#!garbage", *lines]),
+        "checkpoints.jsonl: line 1 is not a JSON object",
+    ),
+    "checkpoint line of the wrong shape": (
+        lambda run: _edit_lines(run / CHECKPOINTS_FILE, lambda lines: [*lines, '{"step": "two", "state_path": "x"}']),
+        "checkpoints.jsonl: line 3 has no whole-number 'step' (got 'two')",
+    ),
+    "checkpoint line without a state": (
+        lambda run: _edit_lines(run / CHECKPOINTS_FILE, lambda lines: [*lines, '{"step": 5}']),
+        "checkpoints.jsonl: line 3 is not a checkpoint record",
+    ),
+    "garbage metrics line": (
+        lambda run: _edit_lines(run / METRICS_FILE, lambda lines: [lines[0], "[1, 2]", *lines[1:]]),
+        "metrics.jsonl: line 2 is not a JSON object",
+    ),
+    "metrics line without a step": (
+        lambda run: _edit_lines(run / METRICS_FILE, lambda lines: [lines[0], '{"reward/mean": 1}', *lines[1:]]),
+        "metrics.jsonl: line 2 has no whole-number 'step' (got None)",
+    ),
+    "truncated adapter": (
+        lambda run: _truncate(_last_checkpoint_folder(run) / "adapter_model.safetensors"),
+        "is damaged: cannot read",
+    ),
+    "empty adapter": (
+        lambda run: (_last_checkpoint_folder(run) / "adapter_model.safetensors").write_bytes(b""),
+        "is damaged: cannot read",
+    ),
+    "truncated optimizer state": (
+        lambda run: _truncate(_last_checkpoint_folder(run) / "optimizer.safetensors"),
+        "optimizer.safetensors (",
+    ),
+    "adapter of the wrong shape": (
+        lambda run: _wrong_shape_adapter(_last_checkpoint_folder(run)),
+        "Adapter weights do not fit this model",
+    ),
+    "NaN adapter": (
+        lambda run: _nan_adapter(_last_checkpoint_folder(run)),
+        "holds non-finite values (NaN or inf)",
+    ),
+    "garbage minds_checkpoint.json": (
+        lambda run: (_last_checkpoint_folder(run) / "minds_checkpoint.json").write_text("\x00\x01garbage"),
+        "minds_checkpoint.json is not a checkpoint's metadata",
+    ),
+    "minds_checkpoint.json of the wrong shape": (
+        lambda run: (_last_checkpoint_folder(run) / "minds_checkpoint.json").write_text('{"base_model": "minds-tiny"}'),
+        "minds_checkpoint.json lacks its LoRA settings",
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_run_is_refused_on_resume_naming_the_file_and_changing_nothing(finished_run, plugins, tmp_path, damage):
+    run = _copy(finished_run, tmp_path)
+    make, expected = DAMAGE[damage]
+    make(run)
+    before = _contents(run)
+    with pytest.raises(MindsError) as refused:
+        _resume(run, plugins, "trainer.steps=3")
+    message = str(refused.value)
+    assert expected in message, message
+    assert refused.value.exit_code == 2
+    assert "tinker://" in message or str(run) in message  # which file or checkpoint
+    assert _contents(run) == before
+
+
+@pytest.mark.slow
+def test_a_damaged_run_is_exit_2_from_the_command_line(run_minds, finished_run, tmp_path):
+    run = _copy(finished_run, tmp_path)
+    (run / CHECKPOINTS_FILE).write_text("")
+    result = run_minds(["run", "--resume", str(run)], plugins=["toy_plugin"])
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "holds no checkpoint (emptied?)" in result.stderr
+
+
+def test_a_run_that_never_saved_resumes_at_step_0(tmp_path):
+    run = RunDirectory.create(_config(tmp_path))
+    append_line(run.path / METRICS_FILE, {"step": 0})
+    assert run.last_checkpoint() is None  # no checkpoints.jsonl at all: nothing was lost to a damaged file
+    run.close()
+
+
+# ---------------------------------------------------------------- non-finite numbers
+
+
+def test_non_finite_numbers_are_written_as_null(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    append_line(path, {"step": 0, "a": math.nan, "b": [math.inf, 1.0], "c": {"d": -math.inf}, "e": torch.tensor(math.nan)})
+    assert _strict_rows(path) == [{"step": 0, "a": None, "b": [None, 1.0], "c": {"d": None}, "e": None}]
+
+
+def _nan_loss(data, logprobs):
+    loss = sum(lp.sum() for lp in logprobs) * math.nan
+    return loss, {}
+
+
+class NanLossPlugin:
+    """A plugin whose loss is NaN: the training it drives diverges at once."""
+
+    @hookimpl
+    def minds_register_losses(self, register):
+        register("test.nan_loss", CustomLoss(_nan_loss), "NaN")
+
+
+@pytest.mark.slow
+def test_a_non_finite_loss_stops_the_run_and_nothing_non_finite_is_written(tmp_path):
+    import minds_toy_plugin
+
+    plugins = load_plugins(extra=[("toy", minds_toy_plugin), ("nan", NanLossPlugin())])
+    with pytest.raises(MindsError) as stopped:
+        train(_config(tmp_path, "trainer.steps=3", "trainer.loss_fn=test.nan_loss"), plugins=plugins)
+    message = str(stopped.value)
+    assert "step 0: the loss is not finite (train/loss:sum = nan): training diverged" in message
+    assert "no checkpoint was saved" in message and not isinstance(stopped.value, UsageError)
+    run = tmp_path / "r"
+    assert not (run / METRICS_FILE).exists()  # no line for the diverged step
+    assert not (run / CHECKPOINTS_FILE).exists()  # nor its state
