@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 
 from minds_core.config import RunConfig, build_config, dump_yaml, read_config_file, to_dict
+from minds_core.config.masking import mask_data
 from minds_core.config.secrets import is_secret_key, redact, shown_value
 from minds_core.errors import UsageError
 
@@ -192,8 +193,8 @@ class RunDirectory:
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:
-    """Append one JSON line with a single write, flushed to disk (after a torn last line, on a new line)."""
-    line = json.dumps(record, sort_keys=True, default=float) + "\n"
+    """Append one JSON line with a single write, flushed to disk (after a torn last line, on a new line); secrets masked."""
+    line = json.dumps(mask_data(record), sort_keys=True, default=float) + "\n"
     if _ends_torn(path):
         line = "\n" + line
     with path.open("a", encoding="utf-8") as fh:
@@ -214,7 +215,7 @@ def _ends_torn(path: Path) -> bool:
 def _rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     """Replace a jsonl file's lines at once (a kill leaves the old file or the new one)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows), encoding="utf-8")
+    tmp.write_text("".join(json.dumps(mask_data(row), sort_keys=True) + "\n" for row in rows), encoding="utf-8")
     os.replace(tmp, path)
 
 

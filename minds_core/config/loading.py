@@ -14,6 +14,7 @@ from minds_core.config.files import read_config_file
 from minds_core.config.harness import apply_harness_keys
 from minds_core.config.overrides import apply_override
 from minds_core.config.schema import RunConfig, schema_fields, unwrap_optional
+from minds_core.config.masking import seal
 from minds_core.config.secrets import shown_value, without_redacted
 from minds_core.errors import ConfigError, did_you_mean
 from minds_core.presets import apply_preset
@@ -59,6 +60,7 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), d
     data = apply_harness_keys(data, str(path) if path else "config")
     for assignment in overrides:
         apply_override(data, assignment)
+    seal(data)  # before validation: an error message never shows a secret either
     return build_config(data, source=str(path) if path else "defaults and --set")
 
 
