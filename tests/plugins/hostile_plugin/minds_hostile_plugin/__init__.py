@@ -2,7 +2,7 @@
 
 ``escape`` picks what the episode's ``step`` (or the environment's ``close``, or the
 observation) does; ``secret`` is a value its error echoes; ``elsewhere`` is where
-``chdir`` moves the process.
+``chdir`` moves the process; other arguments (an endpoint, ...) are taken and unused.
 """
 
 from __future__ import annotations
@@ -37,8 +37,11 @@ class HostileEpisode:
             raise GeneratorExit
         if escape == "cancelled":
             raise asyncio.CancelledError
-        if escape == "echo_secret":
-            raise RuntimeError(f"the judge refused the key {self.secret}")
+        if escape == "echo_secret":  # the secret it was given, and one of the environment, printed and raised
+            token = os.environ.get("HOSTILE_JUDGE_TOKEN", "")
+            print(f"judge key {self.secret}, token {token}")
+            print(f"judge key {self.secret}, token {token}", file=sys.stderr)
+            raise RuntimeError(f"the judge refused the key {self.secret} (token {token})")
         if escape == "huge_error":
             raise ValueError("x" * 20_000_000)
         if escape == "chdir":
@@ -71,6 +74,6 @@ class HostileEnvironment:
 def minds_register_environments(register):
     register(
         "hostile",
-        lambda escape="none", secret="", elsewhere="/": HostileEnvironment(escape, secret, elsewhere),
+        lambda escape="none", secret="", elsewhere="/", **unused: HostileEnvironment(escape, secret, elsewhere),
         "episodes that try to end, hang, move or flood the run (escape=...)",
     )
