@@ -82,6 +82,13 @@ def test_a_huge_observation_is_refused_before_it_is_tokenized(hostile_plugins, t
         assert "it was not tokenized" in rollout["error"]
 
 
+def test_a_huge_reply_ends_the_episode_truncated_before_it_is_tokenized(hostile_plugins, tmp_path):
+    _, rollouts, row = _train(hostile_plugins, tmp_path, "env.args.escape=huge_reply", "rollout.max_total_tokens=64")
+    assert row["rollouts/failed"] == 0 and row["rollouts/truncated"] == 4
+    assert all(r["truncated"] and r["reward"] is not None and len(r["completion"]) == 1 for r in rollouts)
+    assert row["tokens/total"] <= 4 * 64
+
+
 @pytest.mark.parametrize("policy", ["zero", "fail"])
 def test_a_1e308_reward_is_an_invalid_reward_and_the_statistics_stay_finite(hostile_plugins, tmp_path, policy):
     _, rollouts, row = _train(hostile_plugins, tmp_path, "env.args.escape=huge_reward", f"rollout.invalid_reward={policy}",

@@ -131,11 +131,12 @@ def test_an_error_message_never_shows_a_url_password():
 def test_secret_values_are_those_redacted_and_those_of_the_variables_named():
     config = {"tinker": {"api_key": "", "api_key_env": "MY_SERVICE_KEY"}, "env": {"args": {
         "endpoint": URL, "headers": [{"name": "X-Api-Key", "value": "xk-12345678"}], "password": 31415926,
-        "secrets": ["JUDGE_VARIABLE"], "prompt": "hello"}}}  # fmt: skip
+        "secrets": ["JUDGE_VARIABLE"], "judge": {"secrets": {"OPENAI_API_KEY": "${OPENAI_VARIABLE}"}}, "prompt": "hello"}}}  # fmt: skip
     environ = {"MY_SERVICE_KEY": "from-the-env-42", "JUDGE_VARIABLE": "judge-value-7", "HF_TOKEN": "hf_abcdef",
-               "PWD": "/work", "HOME": "/root"}  # fmt: skip
+               "OPENAI_VARIABLE": "sk-openai-3", "PWD": "/work", "HOME": "/root"}  # fmt: skip
     assert secret_values(config, environ) == {
         "hunter2-pw", "AKIA-QUERY-77", "xk-12345678", "31415926", "from-the-env-42", "judge-value-7", "hf_abcdef",
+        "sk-openai-3",
     }  # fmt: skip
 
 

@@ -53,6 +53,8 @@ _PAIR_NAMES, _PAIR_VALUE = ("name", "key", "header"), "value"
 URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<password>[^/\s@]+)(?=@)", re.IGNORECASE)
 #: ``?name=value`` / ``&name=value`` in a URL: a query parameter.
 _QUERY_PARAMETER = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.-]+)=)(?P<value>[^&#\s]*)")
+#: A secret given as a reference to a variable: ``$NAME`` or ``${NAME}``.
+_VARIABLE_REFERENCE = re.compile(r"\$\{?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}?")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
@@ -99,8 +101,8 @@ def redact(value: Any) -> Any:
 def secret_values(value: Any, environ: Mapping[str, str] | None = None) -> set[str]:
     """Every secret value ``redact`` hides in ``value``, as text, with the values of the variables it names.
 
-    Variables are named by ``*_env`` keys (``api_key_env = "MY_KEY"``) and by lists of
-    names under ``secrets``; every secret-named variable of ``environ`` (default: this
+    Variables are named by ``*_env`` keys (``api_key_env = "MY_KEY"``), by lists of
+    names under ``secrets`` and by secret values written ``$NAME``; every secret-named variable of ``environ`` (default: this
     process's) counts too (``TINKER_API_KEY``, ``HF_TOKEN``, ...).
     """
     environ = os.environ if environ is None else environ
@@ -125,6 +127,8 @@ def _collect(value: Any, key: str, secret: bool, environ: Mapping[str, str], fou
     elif isinstance(value, str):
         if _names_secret_variable(key):
             found.add(environ.get(value, ""))
+        elif secret and (reference := _VARIABLE_REFERENCE.fullmatch(value)):
+            found.add(environ.get(reference["name"], ""))  # "$JUDGE_KEY": the variable's value is the secret
         elif secret:
             found.add(value)
             found.update(value.split()[1:])  # "Bearer sk-...": the credential alone, as a program may print it

@@ -48,6 +48,8 @@ class HostileEpisode:
             os.chdir(self.elsewhere)
         if escape == "thread":
             threading.Thread(target=threading.Event().wait, name="hostile-forever").start()
+        if escape == "huge_reply":  # a first turn scored, then a 20 MB reply that no budget holds
+            return StepResult(reward=random.random(), done=False, messages=[{"role": "user", "content": "word " * 4_000_000}])
         if escape == "huge_reward":
             return StepResult(reward=1e308)
         return StepResult(reward=random.random())
