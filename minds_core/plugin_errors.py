@@ -26,20 +26,26 @@ def raised_by_plugin(error: BaseException) -> bool:
     """Whether ``error``, raised while plugin code ran, is that code's own failure (not a stop minds or the user asked for).
 
     Every Exception is, and so are ``SystemExit`` (a plugin's ``sys.exit``) and ``GeneratorExit``.
-    A ``CancelledError`` is minds' own when the running task was cancelled (``Task.cancelling()``),
-    else code raised it. A ``KeyboardInterrupt`` is the user's Ctrl-C only while Python's default
-    SIGINT handler is installed: while training (``interrupt.StopOnSignal``) or under ``asyncio.run``
-    a signal never raises one, so one raised then came from code.
+    A ``CancelledError`` is minds' own when the running task is being cancelled (``Task.cancelling()``),
+    else code raised it. A ``KeyboardInterrupt`` is the user's Ctrl-C while Python's default SIGINT
+    handler is installed, or once the task is being cancelled (``asyncio.run`` cancels on the first
+    Ctrl-C and raises on the second); else it came from code: while training
+    (``interrupt.StopOnSignal``) a signal never raises one.
     """
-    if isinstance(error, asyncio.CancelledError):
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:  # no event loop: nothing of minds' was cancelled
-            return True
-        return task is None or task.cancelling() == 0
-    if isinstance(error, KeyboardInterrupt):
-        return signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    if isinstance(error, KeyboardInterrupt) and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        return False
+    if isinstance(error, (asyncio.CancelledError, KeyboardInterrupt)):
+        return not _being_cancelled()
     return isinstance(error, (Exception, SystemExit, GeneratorExit))
+
+
+def _being_cancelled() -> bool:
+    """Whether the running asyncio task (if any) has been asked to cancel."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no event loop
+        return False
+    return task is not None and task.cancelling() > 0
 
 
 class PluginExit(Exception):

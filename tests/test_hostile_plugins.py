@@ -9,8 +9,10 @@ tokenized, and a 1e308 reward is an invalid reward, not a crash of the statistic
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +21,7 @@ import pytest
 
 from minds_core import logs
 from minds_core.config import load_config
-from minds_core.plugin_errors import MAX_ERROR_CHARS
+from minds_core.plugin_errors import MAX_ERROR_CHARS, PluginExit, contained, raised_by_plugin
 from minds_core.plugins import load_plugins
 from minds_core.training import train
 
@@ -149,3 +151,29 @@ def test_a_thread_left_running_does_not_keep_minds_from_exiting(installed_plugin
     assert done.returncode == 0, done.stderr
     assert "exiting without waiting for thread(s) still running after 10 s: hostile-forever" in done.stderr
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+def test_minds_own_cancellation_and_the_users_ctrl_c_still_stop_the_run():
+    async def cancelled_by_minds() -> None:
+        work = asyncio.create_task(contained(asyncio.sleep(3600)))
+        await asyncio.sleep(0)
+        work.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await work
+
+    async def cancelled_by_plugin() -> None:
+        async def plugin() -> None:
+            raise asyncio.CancelledError
+
+        with pytest.raises(PluginExit, match="CancelledError"):
+            await contained(plugin())
+
+    asyncio.run(cancelled_by_minds())
+    asyncio.run(cancelled_by_plugin())
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert not raised_by_plugin(KeyboardInterrupt())  # Python's own handler: the user pressed Ctrl-C
+        signal.signal(signal.SIGINT, lambda *_: None)
+        assert raised_by_plugin(KeyboardInterrupt())  # Ctrl-C is handled elsewhere: code raised this one
+    finally:
+        signal.signal(signal.SIGINT, previous)

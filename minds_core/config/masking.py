@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, TextIO
 
-from minds_core.config.secrets import REDACTED, redact, secret_values
+from minds_core.config.secrets import REDACTED, redact_text, secret_values
 
 #: The shortest secret value searched for in text.
 MIN_CHARS = 6
@@ -56,7 +56,7 @@ def mask(text: str) -> str:
     """``text`` with every known secret value, URL password and secret query parameter replaced by ***."""
     if _pattern is not None:
         text = _pattern.sub(REDACTED, text)
-    return redact(text) if ("://" in text or "=" in text) else text
+    return redact_text(text) if ("://" in text or "=" in text) else text
 
 
 def mask_data(value: Any) -> Any:

@@ -50,7 +50,7 @@ _SHELL_VARIABLES = frozenset({"PWD", "OLDPWD", "DESKTOP_SESSION"})
 _PAIR_NAMES, _PAIR_VALUE = ("name", "key", "header"), "value"
 
 #: ``scheme://user:password@host``: the password part.
-URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<password>[^/\s@]+)(?=@)", re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<password>[^/\s@]+)(?=@)", re.IGNORECASE)
 #: ``?name=value`` / ``&name=value`` in a URL: a query parameter.
 _QUERY_PARAMETER = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.-]+)=)(?P<value>[^&#\s]*)")
 #: A secret given as a reference to a variable: ``$NAME`` or ``${NAME}``.
@@ -94,7 +94,7 @@ def redact(value: Any) -> Any:
     if isinstance(value, list):
         return [redact(v) for v in value]
     if isinstance(value, str):
-        return _redact_text(value)
+        return redact_text(value)
     return value
 
 
@@ -102,8 +102,8 @@ def secret_values(value: Any, environ: Mapping[str, str] | None = None) -> set[s
     """Every secret value ``redact`` hides in ``value``, as text, with the values of the variables it names.
 
     Variables are named by ``*_env`` keys (``api_key_env = "MY_KEY"``), by lists of
-    names under ``secrets`` and by secret values written ``$NAME``; every secret-named variable of ``environ`` (default: this
-    process's) counts too (``TINKER_API_KEY``, ``HF_TOKEN``, ...).
+    names under ``secrets`` and by secret values written ``$NAME``; every secret-named
+    variable of ``environ`` (default: this process's) counts too (``TINKER_API_KEY``, ``HF_TOKEN``, ...).
     """
     environ = os.environ if environ is None else environ
     found: set[str] = {text for name, text in environ.items() if name not in _SHELL_VARIABLES and is_secret_key(name)}
@@ -133,7 +133,7 @@ def _collect(value: Any, key: str, secret: bool, environ: Mapping[str, str], fou
             found.add(value)
             found.update(value.split()[1:])  # "Bearer sk-...": the credential alone, as a program may print it
         else:
-            found.update(m["password"] for m in URL_PASSWORD.finditer(value))
+            found.update(m["password"] for m in _URL_PASSWORD.finditer(value))
             found.update(m["value"] for m in _QUERY_PARAMETER.finditer(value) if is_secret_key(m["name"]))
     elif secret and value is not None and not isinstance(value, bool):
         found.add(str(value))
@@ -152,9 +152,9 @@ def without_redacted(value: Any, path: str, dropped: list[str]) -> Any:
     return kept
 
 
-def _redact_text(text: str) -> str:
+def redact_text(text: str) -> str:
     """``text`` with a URL's password and its secret-named query parameters replaced by ***."""
-    text = URL_PASSWORD.sub(lambda m: m["head"] + REDACTED, text)
+    text = _URL_PASSWORD.sub(lambda m: m["head"] + REDACTED, text)
     return _QUERY_PARAMETER.sub(lambda m: m["head"] + (REDACTED if is_secret_key(m["name"]) and m["value"] else m["value"]), text)
 
 
