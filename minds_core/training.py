@@ -8,7 +8,8 @@ from typing import Any
 
 import attrs
 
-from minds_core.config import RunConfig
+from minds_core.config import RunConfig, to_dict
+from minds_core.config.masking import seal
 from minds_core.errors import UsageError
 from minds_core.plugins import Plugins
 
@@ -17,8 +18,10 @@ def train(config: RunConfig, resume_dir: Path | None = None, plugins: Plugins | 
     """Run (or resume) training; returns a summary of the run (``trained_steps``, and ``not_trained`` saying why
     when steps ran but none trained). ``plugins`` defaults to the installed ones.
 
-    The run's paths are made absolute first: a plugin's ``os.chdir`` never moves where the run writes.
+    The run's paths are made absolute first: a plugin's ``os.chdir`` never moves where the run writes;
+    and its secrets are masked in all output, however the config was made.
     """
+    seal(to_dict(config))
     if resume_dir is not None:
         resume_dir = resume_dir.absolute()
     else:

@@ -21,7 +21,8 @@ from minds_core.presets import apply_preset
 
 
 def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
-    """Validate a raw mapping into a RunConfig; all problems are reported together."""
+    """Validate a raw mapping into a RunConfig; all problems are reported together. Its secret values are masked from now on."""
+    seal(data)  # before validation: no message shows a secret either
     data = apply_preset(apply_harness_keys(dict(data), source))
     problems = list(_unknown_keys(data, RunConfig, ""))
     if not problems:
@@ -60,7 +61,6 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), d
     data = apply_harness_keys(data, str(path) if path else "config")
     for assignment in overrides:
         apply_override(data, assignment)
-    seal(data)  # before validation: an error message never shows a secret either
     return build_config(data, source=str(path) if path else "defaults and --set")
 
 
