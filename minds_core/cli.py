@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -232,7 +233,14 @@ def _new_plugin_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``minds`` console script; returns the exit code."""
+    """The ``minds`` command; returns the exit code. Its stdout and stderr are masked (no secret value minds knows shows)."""
+    from minds_core.config.masking import masked_streams
+
+    with masked_streams():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
@@ -278,5 +286,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+#: How long the ``minds`` command waits, once done, for threads still running before it exits without them.
+EXIT_GRACE_SECONDS = 10.0
+
+
+def entry() -> None:
+    """The ``minds`` console script: ``main``, tracebacks masked, and an exit that no plugin thread holds up."""
+    from minds_core.config.masking import excepthook
+
+    sys.excepthook = excepthook
+    try:
+        code = main()
+    except SystemExit:
+        raise
+    except BaseException:  # noqa: BLE001 - a bug's traceback, printed masked like everything else
+        excepthook(*sys.exc_info())  # type: ignore[arg-type]
+        code = 1
+    exit_within(EXIT_GRACE_SECONDS, code)
+
+
+def exit_within(seconds: float, code: int) -> None:
+    """Exit with ``code``; if threads left running (a plugin's) hold the exit up for ``seconds``, exit without them.
+
+    Everything of the run is closed by then; a normal exit still runs every exit handler.
+    """
+    import threading
+
+    def give_up() -> None:
+        left = [t.name for t in threading.enumerate() if t.is_alive() and not t.daemon and t is not threading.main_thread()]
+        print(f"minds: exiting without waiting for thread(s) still running after {seconds:g} s: {', '.join(left)}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    watchdog = threading.Timer(seconds, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -52,8 +52,25 @@ class Conversation:
         self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(tokens))
         self.turn_ids.extend([self.turns if logprobs is not None else -1] * len(tokens))
 
+    def _check_room(self, messages: Sequence[Message], what: str) -> None:
+        """A TokenBudgetExhausted (the conversation ends truncated) when ``messages`` cannot fit, known before tokenizing.
+
+        A text of ``c`` characters needs at least ``c / max_token_chars`` tokens, so a
+        huge observation is refused without tokenizing it.
+        """
+        per_token = self.renderer.max_token_chars
+        room = self.max_total_tokens - len(self.tokens)
+        chars = sum(_content_chars(m) for m in messages)
+        if per_token and chars > room * per_token:
+            self.truncated = True
+            raise TokenBudgetExhausted(
+                f"{what} of {chars:,} characters cannot fit in the {room:,} tokens left of max_total_tokens={self.max_total_tokens} "
+                f"(a token holds at most {per_token} characters); it was not tokenized"
+            )
+
     def start(self, messages: Sequence[Message]) -> None:
         """Render the first prompt."""
+        self._check_room(messages, "the initial observation")
         self.prompt = list(messages)
         self.messages = list(messages)
         self._extend(self.renderer.prompt_tokens(self.messages, self.tools))
@@ -62,6 +79,7 @@ class Conversation:
         """Append the environment's reply and open the next assistant turn."""
         if not messages:
             raise ValueError("an episode that is not done must return the messages of its reply")
+        self._check_room(messages, "the environment's reply")
         history = self.messages[:-1]  # without the assistant turn just sampled
         self._extend(self.renderer.continuation_tokens(history, messages, self.last_stopped, self.tools))
         self.messages.extend(messages)
@@ -92,3 +110,13 @@ class Conversation:
     @property
     def sampled_tokens(self) -> int:
         return sum(self.sampled)
+
+
+def _content_chars(message: Message) -> int:
+    """Characters of a message's text content (string or text parts); what the template adds is not counted."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(len(part["text"]) for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return 0

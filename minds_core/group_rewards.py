@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric
 from minds_core.envs.types import Context, Task, environment_rubric
 from minds_core.logs import get_logger
+from minds_core.plugin_errors import contained, error_text, raised_by_plugin
 
 if TYPE_CHECKING:
     from minds_core.config import RolloutConfig
@@ -53,10 +54,12 @@ async def score_group(rubric: Rubric, task: Task, rollouts: Sequence[Rollout], c
         "ctx": ctx,
     }
     try:
-        scoring = rubric.score_group(available, n)
+        scoring = contained(rubric.score_group(available, n))
         scores = await (asyncio.wait_for(scoring, cfg.timeout) if cfg.timeout > 0 else scoring)
-    except Exception as exc:  # noqa: BLE001 - a reward function's failure fails its group's rollouts
-        error = f"group reward failed: {'timed out' if isinstance(exc, TimeoutError) else f'{type(exc).__name__}: {exc}'}"
+    except BaseException as exc:  # a reward function's failure (sys.exit included) fails its group's rollouts
+        if not raised_by_plugin(exc):
+            raise
+        error = f"group reward failed: {'timed out' if isinstance(exc, TimeoutError) else error_text(exc)}"
         log.warning("group reward failed", task=task.id, error=error[:300])
         for rollout in ok:
             rollout.error = error

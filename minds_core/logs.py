@@ -3,6 +3,7 @@
 Log lines go through the same ``rich.console.Console`` as the progress bar, so a
 line printed while a bar is live appears above it instead of tearing it. Files
 added with ``add_log_file`` (a run's train.log) get every line as plain text too.
+Every line is masked: no secret value minds knows is printed or written.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any, TextIO
 
 import structlog
 from rich.console import Console
+
+from minds_core.config.masking import mask
 
 LOG_FORMATS = ("auto", "console", "json")
 
@@ -40,11 +43,11 @@ class _Tee:
 
     def __call__(self, logger: Any, name: str, event_dict: dict[str, Any]) -> Any:
         if _log_files:
-            line = self.plain(logger, name, dict(event_dict))
+            line = mask(self.plain(logger, name, dict(event_dict)))
             for fh in _log_files:
                 fh.write(f"{line}\n")
                 fh.flush()
-        return self.renderer(logger, name, event_dict)
+        return mask(self.renderer(logger, name, event_dict))
 
 
 @cache

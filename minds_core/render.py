@@ -9,6 +9,7 @@ around the environment's reply, tokenized on its own.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
 from minds_core.envs.types import Message
@@ -42,6 +43,17 @@ class Renderer:
     def text(self, messages: Sequence[Message], *, generation_prompt: bool = False) -> str:
         """The chat template's text of ``messages`` (with the assistant's generation prompt when asked)."""
         return self._text(messages, generation_prompt=generation_prompt, tools=None)
+
+    @cached_property
+    def max_token_chars(self) -> int | None:
+        """The most characters one token stands for (its longest vocabulary entry), None when unknown.
+
+        ``n`` tokens hold at most ``n * max_token_chars`` characters, so a longer text
+        cannot fit in ``n`` tokens: a budget is checked before a huge text is tokenized.
+        """
+        get_vocab = getattr(self.tokenizer, "get_vocab", None)
+        vocab = get_vocab() if callable(get_vocab) else None
+        return max((len(entry.encode("utf-8")) for entry in vocab), default=None) if vocab else None
 
     def encode(self, text: str) -> list[int]:
         """Tokens of ``text`` without added BOS/EOS."""

@@ -13,7 +13,7 @@ import tinker
 from minds_core.coalesce import GroupSampler
 from minds_core.config import RolloutConfig
 from minds_core.conversation import Conversation
-from minds_core.envs.rubric import INVALID_PARTS_METRIC, as_reward, maybe_await
+from minds_core.envs.rubric import INVALID_PARTS_METRIC, MAX_REWARD, as_reward, maybe_await
 from minds_core.envs.turns import take_turns
 from minds_core.envs.types import (
     Context,
@@ -25,6 +25,7 @@ from minds_core.envs.types import (
 )
 from minds_core.group_rewards import group_rubric, score_group
 from minds_core.logs import get_logger
+from minds_core.plugin_errors import contained, error_text, raised_by_plugin
 from minds_core.render import Renderer
 
 log = get_logger("rollout")
@@ -123,13 +124,15 @@ async def run_rollout(
         episode = None
         try:
             episode = env.episode(task, ctx)
-            play = play_episode(episode, conversation)
+            play = contained(play_episode(episode, conversation))
             raw, metrics = await (asyncio.wait_for(play, cfg.timeout) if cfg.timeout > 0 else play)
         except TimeoutError:
             last = Rollout(conversation, error=f"timed out after {cfg.timeout:g} s", timed_out=True, attempts=attempt)
             continue
-        except Exception as exc:  # noqa: BLE001 - an environment's failure fails only its rollout
-            last = Rollout(conversation, error=f"{type(exc).__name__}: {exc}", attempts=attempt)
+        except BaseException as exc:  # an environment's failure (sys.exit included) fails only its rollout
+            if not raised_by_plugin(exc):
+                raise
+            last = Rollout(conversation, error=error_text(exc), attempts=attempt)
             continue
         finally:
             await close_quietly(episode, "episode")
@@ -144,9 +147,10 @@ def _scored(conversation: Conversation, raw: list[Any], metrics: dict[str, float
     reward = _total_reward(raw)
     invalid = reward is None or metrics.get(INVALID_PARTS_METRIC, 0) > 0
     if invalid and cfg.invalid_reward == "fail":
-        return Rollout(conversation, metrics=metrics, error=f"invalid reward {raw!r}", invalid_reward=True, attempts=attempt)
+        error = f"invalid reward {repr(raw)[:200]}: a reward must be a finite number within ±{MAX_REWARD:g}"
+        return Rollout(conversation, metrics=metrics, error=error, invalid_reward=True, attempts=attempt)
     if reward is None:
-        log.warning("non-numeric reward counted as 0", rewards=repr(raw)[:200])
+        log.warning("non-numeric reward counted as 0", rewards=repr(raw)[:200], rule=f"a finite number within ±{MAX_REWARD:g}")
         reward = 0.0
     return Rollout(conversation, reward, metrics, invalid_reward=invalid, attempts=attempt)
 
@@ -157,8 +161,10 @@ async def close_quietly(obj: Any, what: str) -> None:
     if callable(close):
         try:
             await maybe_await(close())
-        except Exception as exc:  # noqa: BLE001
-            log.warning("close failed", what=what, error=f"{type(exc).__name__}: {exc}")
+        except BaseException as exc:  # sys.exit in close() included: it never sets the run's exit code
+            if not raised_by_plugin(exc):
+                raise
+            log.warning("close failed", what=what, error=error_text(exc))
 
 
 async def run_group(

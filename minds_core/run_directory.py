@@ -36,6 +36,7 @@ from typing import Any, Self
 import attrs
 
 from minds_core.config import RunConfig, build_config, dump_yaml, read_config_file, to_dict
+from minds_core.config.masking import mask_data
 from minds_core.config.secrets import is_secret_key, redact, shown_value, without_redacted
 from minds_core.errors import MindsError, UsageError
 
@@ -361,11 +362,13 @@ class RunDirectory:
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:
-    """Append one JSON line with a single write, flushed to disk (after a torn last line, on a new line).
+    """Append one JSON line with a single write, flushed to disk (after a torn last line, on a new line);
+    secrets masked.
 
     Non-finite numbers are written as null: every line stays valid JSON.
     """
-    line = json.dumps(_finite(record), sort_keys=True, default=lambda value: _finite(float(value)), allow_nan=False) + "\n"
+    record = _finite(mask_data(record))
+    line = json.dumps(record, sort_keys=True, default=lambda value: _finite(float(value)), allow_nan=False) + "\n"
     if _ends_torn(path):
         line = "\n" + line
     with path.open("a", encoding="utf-8") as fh:
@@ -397,7 +400,7 @@ def _ends_torn(path: Path) -> bool:
 def _rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     """Replace a jsonl file's lines at once (a kill leaves the old file or the new one)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows), encoding="utf-8")
+    tmp.write_text("".join(json.dumps(mask_data(row), sort_keys=True) + "\n" for row in rows), encoding="utf-8")
     os.replace(tmp, path)
 
 

@@ -31,6 +31,7 @@ from minds_core.errors import ConfigError, MindsError, UsageError
 from minds_core.interrupt import RunInterrupted
 from minds_core.logs import get_logger
 from minds_core.names import check_names
+from minds_core.plugin_errors import error_text, raised_by_plugin
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
 from minds_core.rollout import EpisodeSettings, close_quietly
@@ -75,8 +76,10 @@ def load_environments(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
             raise
         except KeyError as exc:
             raise ConfigError(f"environment {cfg.id!r}, split {cfg.split!r} (env.split): {exc.args[0] if exc.args else exc}") from None
-        except Exception as exc:  # noqa: BLE001 - a plugin's failure, reported with its name
-            raise MindsError(f"environment {cfg.id!r} failed to load: {type(exc).__name__}: {exc}") from exc
+        except BaseException as exc:  # a plugin's failure (sys.exit included), reported with its name
+            if not raised_by_plugin(exc):
+                raise
+            raise MindsError(f"environment {cfg.id!r} failed to load: {error_text(exc)}") from exc
         if not tasks:
             raise ConfigError(f"environment {cfg.id!r} has no tasks in split {cfg.split!r}")
         name = cfg.label if all(c.label != cfg.label for c in config.environments[:index]) else f"{cfg.label}#{index}"
@@ -111,8 +114,10 @@ async def close_service(service: Any, status: str) -> None:
     if callable(close):
         try:
             await maybe_await(close(status))
-        except Exception as exc:  # noqa: BLE001 - closing never hides the run's own outcome
-            log.warning("closing the service failed", error=f"{type(exc).__name__}: {exc}")
+        except BaseException as exc:  # closing never hides the run's own outcome, nor sets its exit code
+            if not raised_by_plugin(exc):
+                raise
+            log.warning("closing the service failed", error=error_text(exc))
 
 
 def exit_status(error: BaseException | None) -> str:

@@ -18,12 +18,20 @@ COMPONENT_PREFIX = "reward/"
 STOP_REASONS = ("stop", "length")
 
 
+def finite_mean(values: Sequence[float]) -> float:
+    """The mean of ``values``; finite whenever they all are, even where their sum is not (1e308 + 1e308)."""
+    try:
+        return statistics.fmean(values)
+    except OverflowError:
+        return math.fsum(v / len(values) for v in values)
+
+
 def describe(prefix: str, values: Sequence[float]) -> dict[str, float]:
     """mean/std/min/max of ``values`` under ``prefix/``; empty when there are none."""
     if not values:
         return {}
     return {
-        f"{prefix}/mean": statistics.fmean(values),
+        f"{prefix}/mean": finite_mean(values),
         f"{prefix}/std": statistics.pstdev(values) if len(values) > 1 else 0.0,
         f"{prefix}/min": min(values),
         f"{prefix}/max": max(values),
@@ -38,7 +46,7 @@ def _mean_metrics(metric_dicts: Iterable[dict[str, float]], prefix: str) -> dict
             sums.setdefault(key, []).append(value)
     record = {}
     for key, values in sums.items():
-        record[f"{prefix}/{key}"] = statistics.fmean(values)
+        record[f"{prefix}/{key}"] = finite_mean(values)
         if key.startswith(COMPONENT_PREFIX):
             record[f"{prefix}/{key}/min"] = min(values)
             record[f"{prefix}/{key}/max"] = max(values)
@@ -124,7 +132,7 @@ def batch_metrics(groups: Sequence[Group], envs: Sequence[Any]) -> dict[str, Any
         record[f"{prefix}/groups"] = len(mine)
         record[f"{prefix}/failed"] = sum(g.failures for g in mine)
         if env_ok:
-            record[f"{prefix}/reward_mean"] = statistics.fmean(r.reward for r in env_ok)
+            record[f"{prefix}/reward_mean"] = finite_mean([r.reward for r in env_ok])
             record[f"{prefix}/reward_min"] = min(r.reward for r in env_ok)
             record[f"{prefix}/reward_max"] = max(r.reward for r in env_ok)
         record.update(_mean_metrics((r.metrics for r in env_ok), prefix))

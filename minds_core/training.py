@@ -6,14 +6,26 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from minds_core.config import RunConfig
+import attrs
+
+from minds_core.config import RunConfig, to_dict
+from minds_core.config.masking import seal
 from minds_core.errors import UsageError
 from minds_core.plugins import Plugins
 
 
 def train(config: RunConfig, resume_dir: Path | None = None, plugins: Plugins | None = None) -> dict[str, Any]:
     """Run (or resume) training; returns a summary of the run (``trained_steps``, and ``not_trained`` saying why
-    when steps ran but none trained). ``plugins`` defaults to the installed ones."""
+    when steps ran but none trained). ``plugins`` defaults to the installed ones.
+
+    The run's paths are made absolute first: a plugin's ``os.chdir`` never moves where the run writes;
+    and its secrets are masked in all output, however the config was made.
+    """
+    seal(to_dict(config))
+    if resume_dir is not None:
+        resume_dir = resume_dir.absolute()
+    else:
+        config = attrs.evolve(config, runs_dir=str(Path(config.runs_dir).absolute()))
     if config.trainer.mode == "sft":
         if resume_dir is not None:
             raise UsageError("--resume continues RL runs; start SFT from saved weights with trainer.resume_from")

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from minds_core.config.converter import to_dict
+from minds_core.config.masking import mask_data
 from minds_core.config.schema import RunConfig
 from minds_core.config.secrets import redact
 from minds_core.errors import ConfigError
@@ -122,5 +123,5 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def dump_yaml(config: RunConfig) -> str:
-    """The resolved config as YAML with secrets redacted."""
-    return yaml.safe_dump(redact(to_dict(config)), sort_keys=False)
+    """The resolved config as YAML with secrets redacted (and every known secret value masked)."""
+    return yaml.safe_dump(mask_data(redact(to_dict(config))), sort_keys=False)

@@ -12,6 +12,7 @@ import attrs
 from minds_core.config.converter import CONVERTER, structure_errors
 from minds_core.config.files import read_config_file
 from minds_core.config.harness import apply_harness_keys
+from minds_core.config.masking import seal
 from minds_core.config.overrides import apply_override
 from minds_core.config.schema import MAX_ROLLOUTS_PER_STEP, RunConfig, schema_fields, unwrap_optional
 from minds_core.config.secrets import shown_value, without_redacted
@@ -20,7 +21,8 @@ from minds_core.presets import apply_preset
 
 
 def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
-    """Validate a raw mapping into a RunConfig; all problems are reported together."""
+    """Validate a raw mapping into a RunConfig; all problems are reported together. Its secret values are masked from now on."""
+    seal(data)  # before validation: no message shows a secret either
     data = apply_preset(apply_harness_keys(dict(data), source))
     problems = list(_unknown_keys(data, RunConfig, ""))
     if not problems:

@@ -1,47 +1,143 @@
 """Secrets in the configuration: which keys hold them, and their values kept out of files, logs and messages.
 
-A key holds a secret by its name (``api_key``, ``token``, ``password``, ...;
-``*_env`` keys name variables and are not secrets), whatever its value's type.
+A key holds a secret by its name, read as words whatever its spelling
+(``api_key``, ``X-Api-Key``, ``clientSecret``, ``DB_PASSWORD``, ``session``,
+...; ``*_env`` keys name variables and are not secrets), whatever its value's
+type. Besides secret-named keys, a URL's ``user:password@`` and its
+secret-named query parameters, and the ``value`` of a ``{name, value}`` pair
+whose name is secret (headers given as a list) are secrets too.
+
 Saved configs write ``***`` instead (``redact``); reading one back forgets
 those values (``without_redacted``), so they come from the environment again.
+``secret_values`` lists the values themselves (with those of the environment
+variables the config names), which ``config.masking`` then masks in
+everything a run writes or prints.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-#: Key names whose string values are secrets (``*_env`` keys name variables and are not).
-_SECRET_KEY = re.compile(
-    r"(api_?key|secret|passw(or)?d|credentials?|authorization|private_key|access_key|(^|_)(auth_|access_|api_)?token)$"
-    r"|secrets?$",
-    re.IGNORECASE,
-)
-#: Token-named settings that are not secrets (special tokens, counts).
-_NOT_SECRET = re.compile(r"(^|_)(stop|eos|bos|pad|unk|sep|cls|mask|special|max|num)_tokens?$", re.IGNORECASE)
 REDACTED = "***"
 #: What an error message shows instead of a secret-named key's value.
 HIDDEN = "value not shown: the key holds a secret"
+
+#: A key whose last word is one of these holds a secret.
+_SECRET_WORDS = frozenset(
+    {
+        "secret", "secrets", "password", "passwd", "pwd", "pass", "passphrase", "credential", "credentials",
+        "auth", "authorization", "bearer", "cookie", "cookies", "session", "sessionid", "dsn",
+        "apikey", "secretkey", "privatekey", "accesskey", "signingkey", "token", "apitoken", "accesstoken",
+    }
+)  # fmt: skip
+#: ``*_key`` holds a secret when the word before ``key`` says what kind of key it is.
+_KEY_KINDS = frozenset(
+    {
+        "api", "access", "secret", "private", "signing", "encryption", "client", "auth", "ssh", "license",
+        "session", "master", "app", "account", "service", "subscription", "admin", "hmac", "webhook", "deploy",
+    }
+)  # fmt: skip
+#: ``*_token`` settings that are not secrets: special tokens of a tokenizer, counts.
+_TOKEN_KINDS = frozenset({"stop", "eos", "bos", "pad", "unk", "sep", "cls", "mask", "special", "max", "num", "start", "end"})
 #: Secret-named keys whose lists hold names of variables (``secrets = ["OPENAI_API_KEY"]``), not values.
-_NAMES_LIST = re.compile(r"(^|_)secrets?$", re.IGNORECASE)
+_NAMES_LISTS = frozenset({"secret", "secrets"})
+#: Variables of the shell whose names read as secrets but are not (the working directory, the desktop).
+_SHELL_VARIABLES = frozenset({"PWD", "OLDPWD", "DESKTOP_SESSION"})
+#: Keys of a ``{name, value}`` pair (a header list): the key naming it, and the one holding its value.
+_PAIR_NAMES, _PAIR_VALUE = ("name", "key", "header"), "value"
+
+#: ``scheme://user:password@host``: the password part.
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<password>[^/\s@]+)(?=@)", re.IGNORECASE)
+#: ``?name=value`` / ``&name=value`` in a URL: a query parameter.
+_QUERY_PARAMETER = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.-]+)=)(?P<value>[^&#\s]*)")
+#: A secret given as a reference to a variable: ``$NAME`` or ``${NAME}``.
+_VARIABLE_REFERENCE = re.compile(r"\$\{?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}?")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def key_words(key: str) -> list[str]:
+    """A key's words, lower case: ``X-Api-Key`` -> x, api, key; ``clientSecret`` -> client, secret."""
+    return [word for word in re.split(r"[^a-z0-9]+", _CAMEL.sub("_", str(key)).lower()) if word]
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a config key holds a secret (its values are never shown or written, whatever their type)."""
+    words = key_words(key)
+    if not words or words[-1] == "env":
+        return False
+    last, before = words[-1], words[-2] if len(words) > 1 else ""
+    if last == "token":
+        return before not in _TOKEN_KINDS
+    if last == "key":
+        return before in _KEY_KINDS
+    if last == "id":
+        return before == "session"
+    return last in _SECRET_WORDS
 
 
 def shown_value(key: str, value: Any) -> str:
     """``repr(value)`` for messages, or a placeholder when ``key`` holds a secret."""
-    return HIDDEN if is_secret_key(key) else repr(value)
+    return HIDDEN if is_secret_key(key) else repr(redact(value))
+
 
 def redact(value: Any) -> Any:
-    """A copy with secret values (api keys, tokens, secrets; strings, numbers, anything) replaced by ***."""
+    """A copy with secret values (api keys, tokens, passwords in URLs, ...; strings, numbers, anything) replaced by ***."""
     if isinstance(value, Mapping):
-        return {k: (_redact_all(v, str(k)) if is_secret_key(str(k)) else redact(v)) for k, v in value.items()}
+        secret_pair = _is_secret_pair(value)
+        return {
+            k: (_redact_all(v, str(k)) if is_secret_key(str(k)) or (secret_pair and k == _PAIR_VALUE) else redact(v))
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [redact(v) for v in value]
+    if isinstance(value, str):
+        return redact_text(value)
     return value
 
-def is_secret_key(key: str) -> bool:
-    """Whether a config key holds a secret (its values are never shown or written, whatever their type)."""
-    return bool(_SECRET_KEY.search(key)) and not _NOT_SECRET.search(key) and not key.lower().endswith("_env")
+
+def secret_values(value: Any, environ: Mapping[str, str] | None = None) -> set[str]:
+    """Every secret value ``redact`` hides in ``value``, as text, with the values of the variables it names.
+
+    Variables are named by ``*_env`` keys (``api_key_env = "MY_KEY"``), by lists of
+    names under ``secrets`` and by secret values written ``$NAME``; every secret-named
+    variable of ``environ`` (default: this process's) counts too (``TINKER_API_KEY``, ``HF_TOKEN``, ...).
+    """
+    environ = os.environ if environ is None else environ
+    found: set[str] = {text for name, text in environ.items() if name not in _SHELL_VARIABLES and is_secret_key(name)}
+    _collect(value, "", False, environ, found)
+    return {text for text in found if text}
+
+
+def _collect(value: Any, key: str, secret: bool, environ: Mapping[str, str], found: set[str]) -> None:
+    if isinstance(value, Mapping):
+        secret_pair = _is_secret_pair(value)
+        for k, item in value.items():
+            inner = secret or is_secret_key(str(k)) or (secret_pair and k == _PAIR_VALUE)
+            _collect(item, str(k), inner, environ, found)
+    elif isinstance(value, list):
+        names = secret and _names_list(key, value)
+        for item in value:
+            if names:
+                found.add(environ.get(item, ""))
+            else:
+                _collect(item, key, secret, environ, found)
+    elif isinstance(value, str):
+        if _names_secret_variable(key):
+            found.add(environ.get(value, ""))
+        elif secret and (reference := _VARIABLE_REFERENCE.fullmatch(value)):
+            found.add(environ.get(reference["name"], ""))  # "$JUDGE_KEY": the variable's value is the secret
+        elif secret:
+            found.add(value)
+            found.update(value.split()[1:])  # "Bearer sk-...": the credential alone, as a program may print it
+        else:
+            found.update(m["password"] for m in _URL_PASSWORD.finditer(value))
+            found.update(m["value"] for m in _QUERY_PARAMETER.finditer(value) if is_secret_key(m["name"]))
+    elif secret and value is not None and not isinstance(value, bool):
+        found.add(str(value))
+
 
 def without_redacted(value: Any, path: str, dropped: list[str]) -> Any:
     """``value`` without entries written as ***; their dotted paths go to ``dropped``."""
@@ -55,6 +151,30 @@ def without_redacted(value: Any, path: str, dropped: list[str]) -> Any:
             kept[key] = without_redacted(item, f"{path}{key}.", dropped)
     return kept
 
+
+def redact_text(text: str) -> str:
+    """``text`` with a URL's password and its secret-named query parameters replaced by ***."""
+    text = _URL_PASSWORD.sub(lambda m: m["head"] + REDACTED, text)
+    return _QUERY_PARAMETER.sub(lambda m: m["head"] + (REDACTED if is_secret_key(m["name"]) and m["value"] else m["value"]), text)
+
+
+def _is_secret_pair(mapping: Mapping[Any, Any]) -> bool:
+    """Whether ``mapping`` is a ``{name: "Authorization", value: ...}`` pair whose name is secret."""
+    return _PAIR_VALUE in mapping and any(isinstance(mapping.get(k), str) and is_secret_key(mapping[k]) for k in _PAIR_NAMES)
+
+
+def _names_list(key: str, value: Iterable[Any]) -> bool:
+    """Whether ``value`` under ``key`` is a ``secrets`` list of variable names."""
+    words = key_words(key)
+    return bool(words) and words[-1] in _NAMES_LISTS and all(isinstance(v, str) for v in value)
+
+
+def _names_secret_variable(key: str) -> bool:
+    """Whether ``key`` names the variable holding a secret (``api_key_env``, ``HF_TOKEN_ENV``)."""
+    words = key_words(key)
+    return len(words) > 1 and words[-1] == "env" and is_secret_key("_".join(words[:-1]))
+
+
 def _redact_all(value: Any, key: str) -> Any:
     """Values under the secret-named ``key``, all replaced by ***.
 
@@ -64,8 +184,7 @@ def _redact_all(value: Any, key: str) -> Any:
     if isinstance(value, Mapping):
         return {k: _redact_all(v, key) for k, v in value.items()}
     if isinstance(value, list):
-        names = _NAMES_LIST.search(key) and all(isinstance(v, str) for v in value)
-        return value if names else [_redact_all(v, key) for v in value]
+        return value if _names_list(key, value) else [_redact_all(v, key) for v in value]
     if value is None or value == "" or isinstance(value, bool):
         return value
     return REDACTED

@@ -73,15 +73,20 @@ def call_with_available(fn: Callable[..., Any], available: Mapping[str, Any]) ->
     return fn(**kwargs)
 
 
+#: The largest reward magnitude accepted: beyond it a reward is invalid (``rollout.invalid_reward``), as NaN
+#: is, so that sums, means and advantages of a batch stay finite (1e308 + 1e308 overflows).
+MAX_REWARD = 1e12
+
+
 def as_reward(value: Any) -> float | None:
-    """A finite float, or None when the value is None, NaN, infinite or not a number."""
+    """A float within ±MAX_REWARD, or None when the value is None, NaN, infinite, out of range or not a number."""
     if isinstance(value, bool):
         return float(value)
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return number if math.isfinite(number) else None
+    return number if math.isfinite(number) and abs(number) <= MAX_REWARD else None
 
 
 @attrs.define

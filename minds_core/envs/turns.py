@@ -44,4 +44,7 @@ async def take_turns(episode: Episode, conversation: EpisodeConversation) -> lis
         results.append(result)
         if result.done:
             return results
-        conversation.observe(result.messages)
+        try:
+            conversation.observe(result.messages)
+        except TokenBudgetExhausted:  # a reply too long for the budget ends the episode, as a full budget does
+            return results

@@ -119,10 +119,13 @@ class EpisodeConversation(Protocol):
     params: Any  #: the run's tinker SamplingParams (max_tokens, temperature, top_p, ...); read only
 
     def start(self, messages: Sequence[Message]) -> None:
-        """:param messages: the opening prompt, rendered with ``tools``."""
+        """:param messages: the opening prompt, rendered with ``tools``; TokenBudgetExhausted when it cannot fit."""
 
     def observe(self, messages: Sequence[Message]) -> None:
-        """:param messages: the environment's reply to the last turn (not empty); opens the next turn."""
+        """:param messages: the environment's reply to the last turn (not empty); opens the next turn.
+
+        Raises TokenBudgetExhausted (the episode ends truncated) when the reply cannot fit the budget left.
+        """
 
     async def sample_turn(self) -> str:
         """Sample one assistant turn and return its text; raises TokenBudgetExhausted when out of budget."""

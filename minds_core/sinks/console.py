@@ -3,7 +3,8 @@
 On a terminal it draws a progress bar; otherwise (a pipe, a file, a CI log)
 it prints one JSON event per step instead. Every ``metrics.sample_table_every``
 steps it shows a table of sampled replies with their rewards. Everything it
-shows, and every log line, also goes to ``<run_dir>/train.log`` as plain text.
+shows, and every log line, also goes to ``<run_dir>/train.log`` as plain text,
+masked (no secret value minds knows is written).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from rich.text import Text
 from minds_core import logs
 from minds_core.run_directory import ROLLOUTS_FILE
 from minds_core.config import RunConfig
+from minds_core.config.masking import MaskedStream
 from minds_core.report.page import printable
 
 LOG_FILE = "train.log"
@@ -146,7 +148,7 @@ class ConsoleSink:
         self.table_every = config.metrics.sample_table_every
         self.rollouts = RolloutReader(Path(run_dir) / ROLLOUTS_FILE)
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        self.log: TextIO = (Path(run_dir) / LOG_FILE).open("a", encoding="utf-8")
+        self.log: TextIO = MaskedStream((Path(run_dir) / LOG_FILE).open("a", encoding="utf-8"))  # type: ignore[assignment]
         self.plain = Console(file=self.log, width=160, color_system=None, force_terminal=False, highlight=False)
         logs.add_log_file(self.log)
         self.began = time.monotonic()

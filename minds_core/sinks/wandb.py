@@ -2,7 +2,9 @@
 
 A run keeps one W&B run across resumes: its id is written to ``<run_dir>/wandb.json``
 with the first record, and a resumed run logs to that id again, its steps
-continuing where the run stopped.
+continuing where the run stopped. What it sends is masked: the config redacted,
+the command line (which W&B stores) without secret values, records and summary
+masked; W&B's console capture is off (it would copy output before masking).
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 from pathlib import Path
 from typing import Any
 
 from minds_core.config import RunConfig, to_dict
-from minds_core.config.secrets import redact
+from minds_core.config.masking import mask, mask_data
+from minds_core.config.secrets import REDACTED, is_secret_key, redact
 from minds_core.errors import UsageError
 
 ID_FILE = "wandb.json"
@@ -32,13 +36,19 @@ class WandbSink:
             raise UsageError('metric sink "wandb" needs the wandb package: pip install "minds-core[wandb]"') from None
         self.id_file = Path(run_dir) / ID_FILE
         saved = _saved_id(self.id_file)
-        self.run = wandb.init(
-            project=config.metrics.wandb_project,
-            name=config.metrics.wandb_run_name or config.name,
-            config=redact(to_dict(config)),
-            id=saved or secrets.token_hex(4),
-            resume="allow",
-        )
+        command, sys.argv = sys.argv, redact_arguments(sys.argv)  # W&B stores the command line with the run
+        try:
+            self.run = wandb.init(
+                project=config.metrics.wandb_project,
+                name=config.metrics.wandb_run_name or config.name,
+                config=mask_data(redact(to_dict(config))),
+                id=saved or secrets.token_hex(4),
+                resume="allow",
+                # console capture would copy output before it is masked; the run's train.log holds it
+                settings=wandb.Settings(console="off"),
+            )
+        finally:
+            sys.argv = command
         self.id_saved = saved == self.run.id
 
     def write(self, record: dict[str, Any]) -> None:
@@ -47,11 +57,24 @@ class WandbSink:
             tmp.write_text(json.dumps({"id": self.run.id, "project": self.run.project}), encoding="utf-8")
             os.replace(tmp, self.id_file)
             self.id_saved = True
-        self.run.log(record, step=int(record["step"]))
+        self.run.log(mask_data(record), step=int(record["step"]))
 
     def close(self, summary: dict[str, Any]) -> None:
-        self.run.summary.update(summary)
+        self.run.summary.update(mask_data(summary))
         self.run.finish()
+
+
+def redact_arguments(argv: list[str]) -> list[str]:
+    """A command line with its secrets masked: known values, and the value of any ``KEY=VALUE`` whose key is secret."""
+    shown = []
+    for argument in argv:
+        prefix = "--set=" if argument.startswith("--set=") else ""
+        key, equals, _ = argument[len(prefix) :].partition("=")
+        if equals and is_secret_key(key.rpartition(".")[2]):
+            shown.append(f"{prefix}{key}={REDACTED}")
+        else:
+            shown.append(mask(argument))
+    return shown
 
 
 def _saved_id(path: Path) -> str | None:

@@ -1,0 +1,81 @@
+"""A hostile environment (fixture plugin): each ``escape`` tries one way for plugin code to end, hang, move or flood a run.
+
+``escape`` picks what the episode's ``step`` (or the environment's ``close``, or the
+observation) does; ``secret`` is a value its error echoes; ``elsewhere`` is where
+``chdir`` moves the process; other arguments (an endpoint, ...) are taken and unused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import sys
+import threading
+
+from minds_core import StepResult, Task, hookimpl
+
+
+class HostileEpisode:
+    """Asks for a word; ``step`` escapes as told, else pays a random reward (rollouts of a task differ: the run trains)."""
+
+    def __init__(self, escape: str, secret: str, elsewhere: str) -> None:
+        self.escape, self.secret, self.elsewhere = escape, secret, elsewhere
+
+    def initial_observation(self) -> str:
+        if self.escape == "huge_observation":
+            return "word " * 4_000_000  # 20 MB: far past any token budget
+        return "Say a word."
+
+    def step(self, action: str) -> StepResult:
+        escape = self.escape
+        if escape == "system_exit":
+            sys.exit(0)
+        if escape == "keyboard_interrupt":
+            raise KeyboardInterrupt
+        if escape == "generator_exit":
+            raise GeneratorExit
+        if escape == "cancelled":
+            raise asyncio.CancelledError
+        if escape == "echo_secret":  # the secret it was given, and one of the environment, printed and raised
+            token = os.environ.get("HOSTILE_JUDGE_TOKEN", "")
+            print(f"judge key {self.secret}, token {token}")
+            print(f"judge key {self.secret}, token {token}", file=sys.stderr)
+            raise RuntimeError(f"the judge refused the key {self.secret} (token {token})")
+        if escape == "huge_error":
+            raise ValueError("x" * 20_000_000)
+        if escape == "chdir":
+            os.chdir(self.elsewhere)
+        if escape == "thread":
+            threading.Thread(target=threading.Event().wait, name="hostile-forever").start()
+        if escape == "huge_reply":  # a first turn scored, then a 20 MB reply that no budget holds
+            return StepResult(reward=random.random(), done=False, messages=[{"role": "user", "content": "word " * 4_000_000}])
+        if escape == "huge_reward":
+            return StepResult(reward=1e308)
+        return StepResult(reward=random.random())
+
+
+class HostileEnvironment:
+    """Two tasks whose episodes escape as ``escape`` says; ``close_exit`` makes ``close()`` call sys.exit(4)."""
+
+    def __init__(self, escape: str, secret: str, elsewhere: str) -> None:
+        self.escape, self.secret, self.elsewhere = escape, secret, elsewhere
+
+    def tasks(self, split: str) -> list[Task]:
+        return [Task(prompt="", id=f"t{i}") for i in range(2)]
+
+    def episode(self, task: Task, ctx) -> HostileEpisode:
+        return HostileEpisode(self.escape, self.secret, self.elsewhere)
+
+    def close(self) -> None:
+        if self.escape == "close_exit":
+            sys.exit(4)
+
+
+@hookimpl
+def minds_register_environments(register):
+    register(
+        "hostile",
+        lambda escape="none", secret="", elsewhere="/", **unused: HostileEnvironment(escape, secret, elsewhere),
+        "episodes that try to end, hang, move or flood the run (escape=...)",
+    )
