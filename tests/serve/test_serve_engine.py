@@ -12,7 +12,7 @@ from tinker import types
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
 from minds_core.serve import engine as engine_module
 from minds_core.serve.engine import Engine
-from minds_core.serve.errors import NotFound
+from minds_core.serve.errors import NotFound, TooManyRequests
 from minds_core.serve.limits import ServeLimits
 
 CLIENT = "client-a"
@@ -47,41 +47,35 @@ def test_the_least_recently_used_sampling_sessions_are_dropped_and_named_when_as
             engine.get_sampler("never-made", CLIENT)
 
 
-def test_a_client_with_max_pending_requests_unfinished_is_told_to_wait_and_others_are_not(tmp_path: Path) -> None:
-    from minds_core.serve.errors import TooManyRequests
+def _new_run(engine: Engine, client: str) -> tuple[str, str]:
+    """A new session of ``client`` and a training run in it: (session id, model id)."""
+    session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), client)
+    create = types.CreateModelRequest(
+        session_id=session.session_id, model_seq_id=0, base_model=DEFAULT_BASE_MODEL, lora_config=types.LoraConfig(rank=2)
+    )
+    return session.session_id, engine.retrieve(engine.create_model(create, client).request_id, client).model_id
 
+
+def test_a_client_with_max_pending_requests_unfinished_is_told_to_wait_and_others_are_not(tmp_path: Path) -> None:
     with ServiceClient(checkpoint_root=tmp_path, device="cpu") as local:
         engine = Engine(local, [DEFAULT_BASE_MODEL], ServeLimits(max_pending_requests=2))
-        session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), CLIENT)
-        create = types.CreateModelRequest(
-            session_id=session.session_id, model_seq_id=0, base_model=DEFAULT_BASE_MODEL, lora_config=types.LoraConfig(rank=2)
-        )
-        model_id = engine.retrieve(engine.create_model(create, CLIENT).request_id, CLIENT).model_id
-        # steps 11 and 12 wait for steps 1..10, which never come: two requests that stay unfinished
-        for seq_id in (11, 12):
-            step = types.OptimStepRequest(optim_params=types.AdamParams(learning_rate=0.01), model_id=model_id, seq_id=seq_id)
-            engine.optim_step(step, CLIENT)
-        step = types.OptimStepRequest(optim_params=types.AdamParams(learning_rate=0.01), model_id=model_id, seq_id=1)
+        model_id = _new_run(engine, CLIENT)[1]
+
+        def step(seq_id: int) -> types.OptimStepRequest:
+            return types.OptimStepRequest(optim_params=types.AdamParams(learning_rate=0.01), model_id=model_id, seq_id=seq_id)
+
+        engine.optim_step(step(11), CLIENT)  # steps 11 and 12 wait for steps 1..10, which never come:
+        engine.optim_step(step(12), CLIENT)  # two requests that stay unfinished
         with pytest.raises(TooManyRequests, match="2 of your requests are still running or queued"):
-            engine.optim_step(step, CLIENT)
-        other = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), "client-b")
-        create = create.model_copy(update={"session_id": other.session_id})
-        assert engine.retrieve(engine.create_model(create, "client-b").request_id, "client-b").model_id
+            engine.optim_step(step(1), CLIENT)
+        assert _new_run(engine, "client-b")[1]  # another client's requests are its own
 
 
 def test_past_max_training_runs_a_new_run_waits_for_a_finished_session(tmp_path: Path) -> None:
-    from minds_core.serve.errors import TooManyRequests
-
     with ServiceClient(checkpoint_root=tmp_path, device="cpu") as local:
         engine = Engine(local, [DEFAULT_BASE_MODEL], ServeLimits(max_training_runs=1))
-        session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), CLIENT)
-        create = types.CreateModelRequest(
-            session_id=session.session_id, model_seq_id=0, base_model=DEFAULT_BASE_MODEL, lora_config=types.LoraConfig(rank=2)
-        )
-        engine.retrieve(engine.create_model(create, CLIENT).request_id, CLIENT)
+        session, _ = _new_run(engine, CLIENT)
         with pytest.raises(TooManyRequests, match="holds 1 training runs, its max_training_runs"):
-            engine.create_model(create.model_copy(update={"model_seq_id": 1}), CLIENT)
-        engine.finish_session(session.session_id, CLIENT)
-        again = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), CLIENT)
-        create = create.model_copy(update={"session_id": again.session_id})
-        assert engine.retrieve(engine.create_model(create, CLIENT).request_id, CLIENT).model_id
+            _new_run(engine, CLIENT)
+        engine.finish_session(session, CLIENT)
+        assert _new_run(engine, CLIENT)[1]
