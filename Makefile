@@ -28,5 +28,5 @@ bench: setup  ## the benchmark scripts; they print figures
 	$(PY) benchmarks/pipeline.py
 	$(PY) benchmarks/openreward_load.py
 
-clean:
-	rm -rf $(VENV) runs
+clean:  ## remove the venv; runs/ (your runs and local checkpoints) is kept
+	rm -rf $(VENV)
