@@ -199,24 +199,33 @@ def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
 
 def _run_command(args: argparse.Namespace) -> int:
     from minds_core.config import dump_yaml
+    from minds_core.names import check_names
+    from minds_core.plugins import load_plugins
 
     resume = getattr(args, "resume", None)  # minds sft has no --resume
     config = _resolve_config(args, resume)
+    # Before torch is imported: the names the config uses (plugin collisions surface in load_plugins).
+    plugins = load_plugins()
+    check_names(config, plugins.registry)
     if args.dry_run:
-        from minds_core.names import check_names
-        from minds_core.plugins import load_plugins
         from minds_core.presets import describe
+        from minds_core.session import check_environments
 
-        check_names(config, load_plugins().registry)
+        check_environments(config, plugins)  # [env.args] as the run reads them
         if resume:
             from minds_core.run_directory import check_resume_changes
 
             check_resume_changes(Path(resume), config)
         print("".join(f"# {line}\n" for line in describe(config)) + dump_yaml(config), end="")
         return 0
+    from minds_core.backends import choose_backend
+    from minds_core.backends.model_source import check_model_source
+
+    if choose_backend(config, plugins.registry).name == "local":
+        check_model_source(config.model.base_model)
     from minds_core.training import train
 
-    summary = train(config, resume_dir=Path(resume) if resume else None)
+    summary = train(config, resume_dir=Path(resume) if resume else None, plugins=plugins)
     if summary.get("not_trained"):
         print(f"minds: error: no step trained: {summary['not_trained']}", file=sys.stderr)
         return 1
