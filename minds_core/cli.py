@@ -208,10 +208,11 @@ def _run_command(args: argparse.Namespace) -> int:
     plugins = load_plugins()
     check_names(config, plugins.registry)
     if args.dry_run:
+        from minds_core.envs.loading import check_args
         from minds_core.presets import describe
-        from minds_core.session import check_environments
 
-        check_environments(config, plugins)  # [env.args] as the run reads them
+        for cfg in config.environments:
+            check_args(cfg, plugins.registry)  # [env.args] as the run checks them, building nothing
         if resume:
             from minds_core.run_directory import check_resume_changes
 

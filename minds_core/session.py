@@ -94,17 +94,6 @@ def load_environments(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
     return handles
 
 
-def check_environments(config: RunConfig, plugins: Plugins) -> None:
-    """Load every configured environment as a run does (its loader checks ``[env.args]``), then close them."""
-    handles = load_environments(config, plugins)
-
-    async def close_all() -> None:
-        for handle in handles:
-            await close_quietly(handle.env, f"environment {handle.name}")
-
-    asyncio.run(close_all())
-
-
 def sampling_params(config: RunConfig, cfg: EnvConfig) -> tinker.types.SamplingParams:
     """The sampling settings of one environment: ``[sampling]``, with the environment's own temperature and top_p."""
     s = config.sampling

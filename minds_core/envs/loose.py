@@ -92,8 +92,8 @@ ACCEPTED = (
 )
 
 
-def load_loose_environment(env_id: str, args: dict[str, Any], adapters: Sequence[Any] = ()) -> Any:
-    """Import ``env_id``, call its ``load_environment(**args)`` and adapt the result (adapters first)."""
+def environment_loader(env_id: str) -> Any:
+    """Import ``env_id`` and return its ``load_environment``; a ConfigError saying what the module defines instead."""
     module = import_environment(env_id)
     loader = getattr(module, "load_environment", None)
     if not callable(loader):
@@ -102,7 +102,12 @@ def load_loose_environment(env_id: str, args: dict[str, Any], adapters: Sequence
             f"environment {env_id!r}: {module.__file__} defines no load_environment(**args) "
             f"(it defines: {', '.join(names) or 'nothing'}); {ACCEPTED}"
         )
-    obj = call_loader(repr(env_id), loader, args)
+    return loader
+
+
+def load_loose_environment(env_id: str, args: dict[str, Any], adapters: Sequence[Any] = ()) -> Any:
+    """Import ``env_id``, call its ``load_environment(**args)`` and adapt the result (adapters first)."""
+    obj = call_loader(repr(env_id), environment_loader(env_id), args)
     for adapter in adapters:
         env = adapter(obj, env_id)
         if env is not None:
