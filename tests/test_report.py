@@ -321,7 +321,7 @@ def test_a_report_of_a_run_while_it_trains_and_after_kill_9(installed_plugin, tm
         assert shown >= 2
     finally:
         process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
+        process.wait(timeout=300)  # a hang guard
     rows = read_jsonl(metrics)  # whole lines only: a kill may tear the last
     text = write_report(tmp_path / "live").read_text()  # after kill -9
     assert f"<b>{len(rows)} of 500</b>" in text and len(rows) >= shown
