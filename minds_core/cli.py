@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -234,10 +235,11 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def _new_plugin_command(args: argparse.Namespace) -> int:
+    from minds_core.installing import pip_install
     from minds_core.new_plugin import write_plugin
 
     folder = write_plugin(args.plugin_name, Path(args.dir))
-    print(f"wrote {folder}: pip install -e {folder} && pytest {folder}")
+    print(f"wrote {folder}; install it and run its tests:\n  {pip_install(folder)}\n  {shlex.join([sys.executable, '-m', 'pytest', str(folder)])}")
     return 0
 
 
