@@ -160,6 +160,7 @@ class Session:
         factory = plugins.registry.lookup("backends", choice.name, "backend").obj
         if config.backend == "auto":
             log.info("backend chosen", backend=choice.name, reason=choice.reason)
+            config = attrs.evolve(config, backend=choice.name)  # the run's config.yaml and report name the backend used
         envs = load_environments(config, plugins)
         service = await maybe_await(factory(config, Path(config.runs_dir) / config.name))  # a backend may check its connection
         return cls(config, plugins, envs, service, choice.name)
