@@ -118,7 +118,7 @@ def type_name(tp: Any) -> str:
     return TYPE_NAMES.get(tp, f"a {getattr(tp, '__name__', tp)}")
 
 
-class ArgsChecked(Exception):  # noqa: N818 - a signal, not an error
+class ArgsChecked(Exception):
     """Raised by ``env_args`` inside ``checking_args()`` once the arguments are valid: the loader stops there."""
 
 
