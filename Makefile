@@ -29,5 +29,5 @@ bench: setup  ## the benchmark scripts; they print figures
 	$(PY) benchmarks/openreward_load.py
 	$(PY) benchmarks/sampler_memory.py
 
-clean:
-	rm -rf $(VENV) runs
+clean:  ## remove the venv; runs/ (your runs and local checkpoints) is kept
+	rm -rf $(VENV)

@@ -91,7 +91,7 @@ def _resolve(args: argparse.Namespace, registry: Any = None, extra: list[str] | 
 def _eval(args: argparse.Namespace) -> int:
     from minds_core.config import load_config
     from minds_core.errors import UsageError
-    from minds_core.evaluation import EVAL_DIR, EvalPlan, evaluate, save_evaluation
+    from minds_core.evaluation import EVAL_DIR, EvalPlan, evaluate, save_evaluation, summary_path
 
     extra = [f"env.id={args.env}"] if args.env else []
     if args.model:
@@ -117,6 +117,10 @@ def _eval(args: argparse.Namespace) -> int:
         args.tasks or t.eval_tasks,
         args.samples or t.eval_samples,
     )
+    if args.output:  # checked before evaluating: an earlier evaluation is never overwritten, this one never lost
+        taken = [str(f) for f in (Path(args.output), summary_path(Path(args.output))) if f.exists()]
+        if taken:
+            raise UsageError(f"--output {args.output}: {' and '.join(taken)} already exist(s), from an earlier evaluation; pass another --output or remove them")
     evaluation = evaluate(config, plan, model_path, state_path)
     name = args.name or f"{label}-{'+'.join(sorted(set(evaluation.splits.values())))}"
     if args.output:
@@ -258,6 +262,7 @@ def _close(service: Any) -> None:
 def _sample(args: argparse.Namespace) -> int:
     from minds_core.chat import REQUEST_ERRORS, opening
     from minds_core.errors import UsageError
+    from minds_core.report.page import printable
 
     if args.num_samples < 1:
         raise UsageError(f"-n {args.num_samples}: must be >= 1")
@@ -274,7 +279,7 @@ def _sample(args: argparse.Namespace) -> int:
         else:
             if len(replies) > 1:
                 print(f"--- sample {index} ({reply.tokens} tokens, {reply.stop_reason})")
-            print(reply.text)
+            print(printable(reply.text))  # a sampled reply may hold any byte: escape codes are shown, not obeyed
     return 0
 
 

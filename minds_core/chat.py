@@ -17,6 +17,7 @@ import tinker
 from minds_core.envs.types import Message
 from minds_core.errors import UsageError
 from minds_core.render import Renderer, TemplateError
+from minds_core.report.page import printable
 
 #: Service errors that mean this request (not the session) was wrong, e.g. a prompt over the context length.
 REQUEST_ERRORS = (tinker.BadRequestError, tinker.UnprocessableEntityError)
@@ -103,6 +104,6 @@ def chat_loop(model: ChatModel, system: str | None, stdin: TextIO, stdout: TextI
             print(f"chat: the service rejected this turn ({exc}); /reset to start over", file=sys.stderr)
             continue
         messages.append({"role": "assistant", "content": reply.text})
-        print(f"assistant> {reply.text}", file=stdout, flush=True)
+        print(f"assistant> {printable(reply.text)}", file=stdout, flush=True)  # control bytes shown, not obeyed
         replies += 1
     return replies

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -200,24 +201,35 @@ def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
 
 def _run_command(args: argparse.Namespace) -> int:
     from minds_core.config import dump_yaml
+    from minds_core.names import check_names
+    from minds_core.plugins import load_plugins
 
     resume = getattr(args, "resume", None)  # minds sft has no --resume
     config = _resolve_config(args, resume)
+    # Before torch is imported, in the order the run checks, the same with --dry-run: what a resumed run is,
+    # then the names the config uses (plugin collisions surface in load_plugins).
+    if resume:
+        from minds_core.run_directory import check_resume_changes
+
+        check_resume_changes(Path(resume), config)
+    plugins = load_plugins()
+    check_names(config, plugins.registry)
     if args.dry_run:
-        from minds_core.names import check_names
-        from minds_core.plugins import load_plugins
+        from minds_core.envs.loading import check_args
         from minds_core.presets import describe
 
-        if resume:  # checked in the order the run checks: what the run is, then the names
-            from minds_core.run_directory import check_resume_changes
-
-            check_resume_changes(Path(resume), config)
-        check_names(config, load_plugins().registry)
+        for cfg in config.environments:
+            check_args(cfg, plugins.registry)  # [env.args] as the run checks them, building nothing
         print("".join(f"# {line}\n" for line in describe(config)) + dump_yaml(config), end="")
         return 0
+    from minds_core.backends import choose_backend
+    from minds_core.backends.model_source import check_model_source
+
+    if choose_backend(config, plugins.registry).name == "local":
+        check_model_source(config.model.base_model)
     from minds_core.training import train
 
-    summary = train(config, resume_dir=Path(resume) if resume else None)
+    summary = train(config, resume_dir=Path(resume) if resume else None, plugins=plugins)
     if summary.get("not_trained"):
         print(f"minds: error: no step trained: {summary['not_trained']}", file=sys.stderr)
         return 1
@@ -225,10 +237,11 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def _new_plugin_command(args: argparse.Namespace) -> int:
+    from minds_core.installing import pip_install
     from minds_core.new_plugin import write_plugin
 
     folder = write_plugin(args.plugin_name, Path(args.dir))
-    print(f"wrote {folder}: pip install -e {folder} && pytest {folder}")
+    print(f"wrote {folder}; install it and run its tests:\n  {pip_install(folder)}\n  {shlex.join([sys.executable, '-m', 'pytest', str(folder)])}")
     return 0
 
 

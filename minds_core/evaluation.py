@@ -57,9 +57,10 @@ class EvalPlan:
 
 
 def _has_split(handle: EnvHandle, split: str) -> bool:
+    """Whether the environment has tasks in ``split``; an environment may also say it has no such split by raising."""
     try:
         return len(handle.env.tasks(split)) > 0
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, ConfigError):
         return False
 
 

@@ -38,6 +38,8 @@ ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 #: Provenance written beside the adapter (ignored by peft).
 EXPORT_INFO = "minds_export.json"
+#: The model card: what the adapter is, where it came from, how to load it.
+MODEL_CARD = "README.md"
 #: Subfolder of OUT_DIR that ``--merge`` writes the merged model to.
 MERGED_DIR = "merged"
 #: Lifetime of the temporary hosted export (the service's minimum).
@@ -66,6 +68,7 @@ def export_checkpoint(ref: CheckpointRef, out_dir: Path, *, merge: bool = False,
             raise UsageError(f"minds export reads local and tinker checkpoints, not backend {backend!r}")
         info = {"source": source, "base_model": base_model, "step": ref.step}
         (staging / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        (staging / MODEL_CARD).write_text(model_card(ref, staging, source), encoding="utf-8")  # over peft's blank template
         if merge:
             merge_adapter(staging, staging / MERGED_DIR)
         os.chmod(staging, 0o755)
@@ -75,6 +78,31 @@ def export_checkpoint(ref: CheckpointRef, out_dir: Path, *, merge: bool = False,
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {"adapter": str(out_dir), "merged": str(out_dir / MERGED_DIR) if merge else None, **info}
+
+
+def model_card(ref: CheckpointRef, adapter_dir: Path, source: str) -> str:
+    """A model card for the exported adapter: the base model and LoRA rank (from ``adapter_config.json``), how minds
+    trained it (mode, environments or SFT data, steps) and how to load it with transformers + peft."""
+    adapter = json.loads((adapter_dir / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    base = adapter.get("base_model_name_or_path") or "?"
+    cfg = ref.config
+    if cfg.trainer.mode == "sft":
+        trained = f"supervised fine-tuning (cross_entropy) on `{cfg.sft.data or 'the environment tasks'}`"
+    else:
+        envs = ", ".join(f"`{e.id}`" for e in cfg.environments) or "?"
+        trained = f"reinforcement learning (`{cfg.trainer.loss_fn}`) on the environment(s) {envs}"
+    step = "" if ref.step is None else f", saved after step {ref.step}"
+    return (
+        f"---\nbase_model: {json.dumps(base)}\nlibrary_name: peft\ntags: [minds, lora]\n---\n\n"
+        f"# LoRA adapter for {base}\n\n"
+        f"A LoRA adapter (rank {adapter.get('r', '?')}) for the base model `{base}`, trained with minds by {trained}"
+        f"{step}; exported from `{source}`.\n\n"
+        "Load it with transformers + peft (no minds needed):\n\n"
+        "```python\nfrom peft import PeftModel\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+        f"base = AutoModelForCausalLM.from_pretrained({base!r})\ntokenizer = AutoTokenizer.from_pretrained({base!r})\n"
+        "model = PeftModel.from_pretrained(base, \"path/to/this/folder\")\n```\n\n"
+        f"`{EXPORT_INFO}` records the checkpoint it came from.\n"
+    )
 
 
 def _export_local(ref: CheckpointRef, out: Path) -> tuple[str, str]:

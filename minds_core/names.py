@@ -31,7 +31,7 @@ def check_names(config: RunConfig, registry: Registry) -> None:
 
 
 def _problems(config: RunConfig, registry: Registry) -> Iterator[str]:
-    if not config.environments:
+    if not config.environments and config.trainer.mode != "sft":  # SFT says itself that it needs data or an environment
         yield "no environment: pass --env NAME or set [env] id in the config (minds envs lists them)"
     for key, cfg in _env_keys(config):
         yield from _env_problems(key, cfg, registry)

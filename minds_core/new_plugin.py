@@ -39,7 +39,7 @@ INIT = '''\
 from minds_core import hookimpl
 
 from minds_{name}.environment import REWARD_NAME, load_environment
-from minds_{name}.rewards import exact_sum
+from minds_{name}.rewards import sum_score
 
 
 @hookimpl
@@ -49,11 +49,11 @@ def minds_register_environments(register):
 
 @hookimpl
 def minds_register_reward_functions(register):
-    register(REWARD_NAME, exact_sum, "1 when the reply is the sum, else 0")
+    register(REWARD_NAME, sum_score, "1 when the reply is the sum, else up to 0.5 for a reply of digits")
 '''
 
 ENVIRONMENT = '''\
-"""The {name} environment: what is A + B? One reply per task, scored by exact_sum."""
+"""The {name} environment: what is A + B? One reply per task, scored by sum_score."""
 
 import random
 from typing import Any
@@ -62,9 +62,9 @@ import attrs
 
 from minds_core import Rubric, SingleTurnEnvironment, Task, arg, env_args, within
 
-from minds_{name}.rewards import exact_sum
+from minds_{name}.rewards import sum_score
 
-REWARD_NAME = "{name}.exact_sum"
+REWARD_NAME = "{name}.sum_score"
 
 
 @attrs.frozen
@@ -90,16 +90,23 @@ def load_environment(**args: Any) -> SingleTurnEnvironment:
     chosen = env_args(Args, args, env="{name}")
     rng = random.Random(chosen.seed)
     tasks = {{split: make_tasks(chosen.num_tasks, rng, split) for split in ("train", "test")}}
-    return SingleTurnEnvironment(tasks, Rubric([exact_sum], [1.0], [REWARD_NAME]))
+    return SingleTurnEnvironment(tasks, Rubric([sum_score], [1.0], [REWARD_NAME]))
 '''
 
 REWARDS = '''\
 """Reward functions: they receive, by parameter name, what they ask for (completion, answer, task, ...)."""
 
 
-def exact_sum(completion: str, answer: str) -> float:
-    """1.0 when the reply, stripped, is the answer."""
-    return float(completion.strip() == answer)
+def sum_score(completion: str, answer: str) -> float:
+    """1.0 when the reply, stripped, is the answer; else half the share of its characters that are digits.
+
+    The partial credit is a reward a model that cannot add yet can climb (``minds-tiny``, a random
+    byte-level model, learns to reply in digits); only the right sum earns full marks.
+    """
+    reply = completion.strip()
+    if reply == answer:
+        return 1.0
+    return 0.5 * sum(c.isdigit() for c in reply) / len(reply) if reply else 0.0
 '''
 
 TEST = '''\
@@ -110,15 +117,16 @@ import pytest
 from minds_core import ConfigError, hookimpl
 
 from minds_{name}.environment import load_environment
-from minds_{name}.rewards import exact_sum
+from minds_{name}.rewards import sum_score
 
 
 def test_tasks_have_answers_the_reward_accepts():
     env = load_environment(num_tasks=3, seed=1)
     tasks = env.tasks("train")
     assert len(tasks) == 3 and len(env.tasks("test")) == 3
-    assert all(exact_sum(f" {{task.answer}} ", task.answer) == 1.0 for task in tasks)
-    assert exact_sum("twelve", "12") == 0.0
+    assert all(sum_score(f" {{task.answer}} ", task.answer) == 1.0 for task in tasks)
+    assert sum_score("twelve", "12") == 0.0
+    assert sum_score("13", "12") == 0.5 and sum_score("1x", "12") == 0.25
 
 
 def test_a_wrong_argument_names_the_key():
@@ -131,7 +139,7 @@ def test_trains_a_few_steps(minds_env_run):
     assert run.exit_code == run.expected_exit_code
     assert run.steps == [0, 1]
     rewards = [rollout["reward"] for group in run.rollouts for rollout in group["rollouts"]]
-    assert rewards and set(rewards) <= {{0.0, 1.0}}
+    assert rewards and all(0.0 <= r <= 1.0 for r in rewards)
 
 
 class ShortReplies:
@@ -154,7 +162,9 @@ README = """\
 # minds-plugin-{dist}
 
 The `{name}` environment for minds: what is A + B? One reply per task, scored
-by the `{name}.exact_sum` reward function.
+by the `{name}.sum_score` reward function: 1 for the sum, else up to 0.5 for a
+reply made of digits (a partial credit that `minds-tiny`, the random byte-level
+model minds builds for offline smoke runs, can climb).
 
 ```bash
 pip install -e .              # registers the plugin with minds

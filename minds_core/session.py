@@ -165,6 +165,7 @@ class Session:
         factory = plugins.registry.lookup("backends", choice.name, "backend").obj
         if config.backend == "auto":
             log.info("backend chosen", backend=choice.name, reason=choice.reason)
+            config = attrs.evolve(config, backend=choice.name)  # the run's config.yaml and report name the backend used
         try:
             envs = load_environments(config, plugins)
         except MindsError as exc:

@@ -184,6 +184,8 @@ async def _train_sft(config: RunConfig, plugins: Plugins) -> dict[str, Any]:
         raise ConfigError(f"nothing left to train on after holding out sft.eval_fraction = {config.sft.eval_fraction}")
     backend = choose_backend(config, plugins.registry).name
     factory = plugins.registry.lookup("backends", backend, "backend").obj
+    # the run's config.yaml and report say what ran: the backend chosen, and SFT's one loss
+    config = attrs.evolve(config, backend=backend, trainer=attrs.evolve(config.trainer, loss_fn="cross_entropy"))
     for sink in config.metrics.sinks:
         plugins.registry.lookup("metric_sinks", sink, "metrics.sinks")
     RunDirectory.ensure_new(config)

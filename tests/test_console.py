@@ -121,14 +121,14 @@ def test_sample_rows_take_from_each_group_in_turn() -> None:
     assert rows[0]["turns"] == 2 and len(rows[0]["reply"]) == 100 and rows[0]["reply"].endswith("…")
 
 
-@pytest.mark.slow
-def test_on_a_terminal_a_bar_with_the_health_figures_and_a_table(installed_plugin, tmp_path: Path) -> None:
+def _on_a_terminal(installed_plugin, tmp_path: Path, columns: int) -> str:
+    """What a two-step `minds run` draws on a pseudo-terminal ``columns`` wide, escape codes taken out."""
     import pty
     import re
     import subprocess
 
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
-    environ.update(PYTHONPATH=str(installed_plugin("toy_plugin")), COLUMNS="220", TERM="xterm")
+    environ.update(PYTHONPATH=str(installed_plugin("toy_plugin")), COLUMNS=str(columns), TERM="xterm")
     argv = [sys.executable, "-m", "minds_core.cli", "run", "--env", "toy_char_share", "--steps", "2", "--name", "t",
             "--set", f"runs_dir={tmp_path}", "--set", "sampling.max_tokens=8", "--set", "metrics.sample_table_every=1"]  # fmt: skip
     leader, follower = pty.openpty()
@@ -137,11 +137,30 @@ def test_on_a_terminal_a_bar_with_the_health_figures_and_a_table(installed_plugi
     output = b""
     while chunk := _read(leader):
         output += chunk
-    assert process.wait(timeout=120) == 0
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode("utf-8", "replace"))
+    assert process.wait(timeout=300) == 0, output.decode("utf-8", "replace")[-3000:]  # a hang guard
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode("utf-8", "replace"))
+
+
+@pytest.mark.slow
+def test_on_a_terminal_a_bar_with_the_health_figures_and_a_table(installed_plugin, tmp_path: Path) -> None:
+    import re
+
+    text = _on_a_terminal(installed_plugin, tmp_path, 220)
     assert '"event"' not in text  # a bar, not JSON events
-    assert re.search(r"step 2/2 ━+ reward -?\d\.\d{3} \| zero-var \d+% \| tokens [\d.]+ \| trunc \d+% \| -logp [\d.]+", text)
-    assert "eta 0:00:00" in text and "sampled replies, step 1" in text and "run summary" in text
+    bar = r"step 2/2 ━+ eta 0:00:00 \d:\d\d:\d\d "
+    assert re.search(bar + r"reward -?\d\.\d{3} \| zero-var \d+% \| tokens [\d.]+ \| trunc \d+% \| -logp [\d.]+", text)
+    assert "sampled replies, step 1" in text and "run summary" in text
+
+
+@pytest.mark.slow
+def test_on_an_80_column_terminal_the_line_keeps_step_bar_and_eta(installed_plugin, tmp_path: Path) -> None:
+    import re
+
+    lines = re.split(r"[\r\n]+", _on_a_terminal(installed_plugin, tmp_path, 80))
+    last = [line for line in lines if line.startswith("step 2/2")]
+    assert last, lines[-20:]
+    assert re.match(r"step 2/2 ━+ eta 0:00:00 \d:\d\d:\d\d reward -?\d", last[-1]) and len(last[-1]) <= 80, last[-1]
+    assert last[-1].endswith("…")  # the figures that do not fit are cut, on one line
 
 
 def _read(fd: int) -> bytes:

@@ -170,7 +170,7 @@ def test_ctrl_c_while_the_service_does_not_answer_stops_at_once(installed_plugin
         connection, _ = silent.accept()  # the probe is waiting for an answer now
         process.send_signal(signal.SIGINT)
         began = time.monotonic()
-        _, stderr = process.communicate(timeout=10)
+        _, stderr = process.communicate(timeout=300)  # a hang guard
         assert time.monotonic() - began < 5
         assert process.returncode == 130, stderr
         assert "minds: interrupted" in stderr and "Traceback" not in stderr

@@ -53,7 +53,7 @@ def test_a_signal_saves_a_checkpoint_after_the_step_in_flight(installed_plugin, 
     run = tmp_path / "runs" / "stopped"
     _wait_for(lambda: READY in log.read_text() and len(_rows(run / "metrics.jsonl")) >= 3, proc, "three steps")
     proc.send_signal(signum)
-    proc.wait(timeout=60)
+    proc.wait(timeout=300)  # a hang guard
     err = log.read_text()
     assert proc.returncode == 128 + signum, err[-2000:]
     assert "Traceback" not in err
@@ -78,12 +78,12 @@ def test_a_second_ctrl_c_exits_at_once_even_when_the_step_hangs(installed_plugin
                                                     "--set", "rollout.timeout=0", "--name", "hung", *TINY])
     _wait_for(lambda: READY in log.read_text(), proc, "the training loop")
     proc.send_signal(signal.SIGINT)
-    _wait_for(lambda: '"stopping: the step in flight finishes' in log.read_text(), proc, "the stop announcement", 30)
+    _wait_for(lambda: '"stopping: the step in flight finishes' in log.read_text(), proc, "the stop announcement")
     time.sleep(0.5)
     assert proc.poll() is None, "the first Ctrl-C waits for the step in flight"
     began = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=30)
+    proc.wait(timeout=300)  # a hang guard
     assert time.monotonic() - began < 5
     assert proc.returncode == 130
     assert "SIGINT again: exiting now; continue from the last checkpoint with: minds run --resume runs/hung" in log.read_text()

@@ -49,10 +49,21 @@ def test_dry_run_without_an_environment_says_how_to_give_one(capsys):
 def test_dry_run_accepts_known_names_and_existing_environment_folders(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "environments" / "my_task").mkdir(parents=True)
+    (tmp_path / "environments" / "my_task" / "__init__.py").write_text(
+        "def load_environment():\n    return type('Rows', (), {'dataset': [{'question': 'q'}], 'step': lambda self, text: {'reward': 0.0}})()\n"
+    )
     assert main(["run", "--env", "ghost_trace", "--set", "trainer.loss_fn=ppo", "--backend", "local",
                  "--set", "env.extra_rewards=[{name: ghost_trace.latent_logprob}]", "--dry-run"]) == 0
     assert "loss_fn: ppo" in capsys.readouterr().out
     assert main(["run", "--env", "./environments/my_task", "--dry-run"]) == 0
+
+
+@pytest.mark.parametrize(("arg", "message"), [("num_exampels=4", "env.args.num_exampels: unknown key"), ("seed=x", "env.args.seed")])
+def test_dry_run_checks_env_args_as_the_run_does(arg, message, capsys):
+    code = main(["run", "--env", "ghost_trace", "--set", f"env.args.{arg}", "--dry-run"])
+    captured = capsys.readouterr()
+    assert code == 2 and message in captured.err
+    assert captured.out == "" and "Traceback" not in captured.err
 
 
 def test_unknown_loss_message_reads_loss_not_losse():

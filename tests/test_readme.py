@@ -6,6 +6,8 @@ import re
 import types
 from pathlib import Path
 
+import pytest
+
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
 
@@ -39,3 +41,26 @@ def test_the_plugin_examples_register_and_score():
     task = env.tasks("train")[0]
     assert env.rubric.funcs[0](completion=f" {task.answer} ", answer=task.answer) == 1.0
     assert plugins.registry.get("reward_functions", "style.brevity").obj("one two three") == 0.25
+
+
+def test_every_shell_command_uses_the_venv_or_make():
+    """One command style: the README's commands run as written from a fresh clone, the venv not activated."""
+    lines = [line.strip() for block in _blocks("bash") for line in block.splitlines()]
+    commands = [line for line in lines if line and not line.startswith(("#", "export "))]
+
+    def venv_style(command: str) -> bool:
+        program = command.split()[0]
+        return program in ("make", "cd") or command.startswith("python3 -m venv ") or ".venv/bin/" in program
+
+    assert commands and [c for c in commands if not venv_style(c)] == []
+
+
+@pytest.mark.slow
+def test_the_capitals_example_reward_rises_on_minds_tiny(minds_plugin, minds_env_run):
+    """As the README says: minds-tiny knows no capital, but climbs the example's partial credit in 20 steps."""
+    minds_plugin(_module("capitals", "load_capitals"), name="capitals")
+    defaults = ["trainer.group_size=8", "trainer.groups_per_batch=4", "sampling.max_tokens=48"]
+    run = minds_env_run("capitals", steps=20, overrides=defaults)
+    assert run.exit_code == 0
+    rewards = [row["reward/mean"] for row in run.metrics]
+    assert len(rewards) == 20 and sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.05, rewards

@@ -88,6 +88,13 @@ def test_the_report_is_written_at_the_end_and_self_contained(run_dir: Path) -> N
     assert not [a for _, a in page.tags if "src" in a or "href" in a]  # nothing to fetch
 
 
+def test_the_header_names_the_backend_auto_chose(run_dir: Path) -> None:
+    assert "backend: auto" in MIX or "backend:" not in MIX  # the run left the choice to auto
+    header = (run_dir / REPORT_FILE).read_text().split("</header>")[0]
+    assert "backend: local" in header and "backend: auto" not in header
+    assert "backend: local" in (run_dir / "config.yaml").read_text()
+
+
 def test_curves_hold_exactly_the_values_of_metrics_jsonl(run_dir: Path) -> None:
     rows = _rows(run_dir / "metrics.jsonl")
     page = Page((run_dir / REPORT_FILE).read_text())
@@ -321,7 +328,7 @@ def test_a_report_of_a_run_while_it_trains_and_after_kill_9(installed_plugin, tm
         assert shown >= 2
     finally:
         process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
+        process.wait(timeout=300)  # a hang guard
     rows = read_jsonl(metrics)  # whole lines only: a kill may tear the last
     text = write_report(tmp_path / "live").read_text()  # after kill -9
     assert f"<b>{len(rows)} of 500</b>" in text and len(rows) >= shown

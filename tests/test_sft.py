@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 import tinker
 from transformers import AutoTokenizer
 
@@ -136,3 +137,19 @@ def test_sft_on_an_environments_tasks_with_answers(tmp_path):
                                 "trainer.learning_rate=1e-2", "metrics.sinks=[]", f"runs_dir={tmp_path}", "name=shout"])
     summary = train(config, plugins=plugins)
     assert summary["eval/loss_after"] < 0.7 * summary["eval/loss_before"], summary
+
+
+def test_sft_shows_its_loss_and_its_config_and_report_name_what_ran(tmp_path, capsys):
+    from minds_core.report import write_report
+
+    data = _write(tmp_path / "chats.jsonl", _chats())
+    code = cli.main(["sft", "--data", str(data), "--steps", "2", "--name", "s", "--set", f"runs_dir={tmp_path}",
+                     "--set", "sft.batch_size=4", "--set", "metrics.sinks=[console]"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0, err
+    events = [json.loads(line) for line in err.splitlines() if line.startswith('{"event": "progress"')]
+    assert [e["step"] for e in events] == [0, 1] and all(e["loss"] > 0 for e in events)  # off a terminal: one JSON event a step
+    config = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
+    assert config["trainer"]["loss_fn"] == "cross_entropy" and config["backend"] == "local"  # not importance_sampling, not auto
+    header = write_report(tmp_path / "s").read_text().split("</header>")[0]
+    assert "backend: local" in header and "loss: cross_entropy" in header

@@ -84,7 +84,9 @@ def create_local_service(config: RunConfig, run_dir: Path) -> Any:
     try:
         from minds_core.backends.local import LocalBadRequestError, create_service_client
     except ImportError as exc:
-        raise UsageError(f'the local backend needs torch and peft: pip install "minds-core[local]" ({exc})') from None
+        from minds_core.installing import pip_install
+
+        raise UsageError(f"the local backend needs torch and peft: {pip_install(extras='local')} ({exc})") from None
     try:
         return create_service_client(local_checkpoint_root(config), config.local.device)
     except LocalBadRequestError as exc:

@@ -11,16 +11,19 @@ and its loader takes ``**args`` and calls ``env_args(GhostTraceArgs, args, env="
 Values go through the run config's converter (the same types are accepted);
 every problem is reported in one ConfigError naming ``env.args.KEY`` and what
 it must be, with a did-you-mean for unknown keys and the accepted arguments.
-Values of secret-named keys are never shown.
+Values of secret-named keys are never shown. ``--dry-run`` calls the loader
+inside ``checking_args()``: ``env_args`` then stops it once the arguments pass.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import re
 import types
 import typing
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import attrs
@@ -115,6 +118,23 @@ def type_name(tp: Any) -> str:
     return TYPE_NAMES.get(tp, f"a {getattr(tp, '__name__', tp)}")
 
 
+class ArgsChecked(Exception):
+    """Raised by ``env_args`` inside ``checking_args()`` once the arguments are valid: the loader stops there."""
+
+
+_CHECKING: contextvars.ContextVar[bool] = contextvars.ContextVar("minds_checking_env_args", default=False)
+
+
+@contextlib.contextmanager
+def checking_args() -> Iterator[None]:
+    """While open, ``env_args`` checks the arguments and then raises ArgsChecked (``--dry-run``: nothing is built)."""
+    token = _CHECKING.set(True)
+    try:
+        yield
+    finally:
+        _CHECKING.reset(token)
+
+
 def env_args(cls: type[ArgsT], args: Mapping[str, Any], env: str) -> ArgsT:
     """``args`` (an environment's [env.args]) as an instance of the attrs class ``cls``.
 
@@ -129,6 +149,8 @@ def env_args(cls: type[ArgsT], args: Mapping[str, Any], env: str) -> ArgsT:
         problems.extend(f"env.args.{p}" for p in built.problems())
     if problems:
         raise ConfigError(_message(cls, env, problems))
+    if _CHECKING.get():
+        raise ArgsChecked
     return built
 
 

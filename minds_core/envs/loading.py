@@ -14,6 +14,7 @@ from typing import Any
 from minds_core.config import EnvConfig, RewardRef
 from minds_core.config.secrets import is_secret_key
 from minds_core.contracts import OpenEnvironment
+from minds_core.envs.args import ArgsChecked, checking_args
 from minds_core.envs.locate import MODULE_PREFIX, findable, is_path, normalized
 from minds_core.envs.types import environment_rubric
 from minds_core.errors import ConfigError
@@ -40,12 +41,17 @@ def call_loader(label: str, loader: Any, args: dict[str, Any], open_environment:
 
     A loader declaring an ``open_environment`` parameter receives ``open_environment`` through it.
     """
+    return loader(**_bound(label, loader, args, open_environment))
+
+
+def _bound(label: str, loader: Any, args: dict[str, Any], open_environment: OpenEnvironment | None) -> dict[str, Any]:
+    """The keyword arguments to call ``loader`` with, checked against its signature (when it has one)."""
     if OPEN_ENVIRONMENT in args:
         raise ConfigError(f"environment {label}: env.args.{OPEN_ENVIRONMENT} is reserved (minds passes it to the loader)")
     try:
         signature = inspect.signature(loader)
     except (TypeError, ValueError):  # no signature (builtins): let the call decide
-        return loader(**args)
+        return args
     given = args
     if open_environment is not None and OPEN_ENVIRONMENT in signature.parameters:
         args = {**args, OPEN_ENVIRONMENT: open_environment}
@@ -53,7 +59,37 @@ def call_loader(label: str, loader: Any, args: dict[str, Any], open_environment:
         signature.bind(**args)
     except TypeError as exc:
         raise ConfigError(f"environment {label}: bad [env.args] {sorted(given)}: {exc}; {_accepted(signature)}") from None
-    return loader(**args)
+    return args
+
+
+def check_args(cfg: EnvConfig, registry: Registry) -> None:
+    """``[env.args]`` checked as a run checks them, building nothing (``--dry-run``).
+
+    The loader's signature must take them; a registered loader taking ``**args`` is called
+    inside ``checking_args()``, so that its ``env_args`` checks them and stops it there.
+    A seed-style module is imported and its ``load_environment`` signature checked, never called.
+    """
+    if cfg.id in registry.names("environments") or not (is_path_like(cfg.id) or findable(cfg.id)):
+        loader = registry.lookup("environments", cfg.id, "env.id").obj
+        args = _bound(repr(cfg.id), loader, cfg.args, functools.partial(_open_environment, registry))
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in _parameters(loader))
+        if takes_any:
+            try:
+                with checking_args():
+                    loader(**args)
+            except ArgsChecked:
+                pass
+        return
+    from minds_core.envs.loose import environment_loader
+
+    _bound(repr(cfg.id), environment_loader(cfg.id), cfg.args, None)
+
+
+def _parameters(loader: Any) -> list[inspect.Parameter]:
+    try:
+        return list(inspect.signature(loader).parameters.values())
+    except (TypeError, ValueError):
+        return []
 
 
 def _accepted(signature: inspect.Signature) -> str:

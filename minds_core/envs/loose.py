@@ -22,8 +22,9 @@ objects). Otherwise it is read like this:
   stream. Every rollout of a task gets its own deep copy of the task's
   snapshot, so a group shares one prompt and rollouts never share state
   (``step`` may return ``done = False`` with ``messages`` to continue on that
-  copy; a result without messages ends the episode, as the seeds scored one
-  reply per prompt). Otherwise a ``dataset`` (``<split>_dataset`` for other
+  copy, in any spelling ``as_step_result`` reads: tinker-cookbook's
+  ``episode_done``/``next_observation`` or ``observation``; a result without
+  messages ends the episode, as the seeds scored one reply per prompt). Otherwise a ``dataset`` (``<split>_dataset`` for other
   splits) gives one task per row, from ``prompt`` or ``question`` with
   optional ``answer`` (missing: ``""``, with one warning) and ``info``.
 - Dataset builders. An object with only ``build(sampling_client)`` is a
@@ -91,8 +92,8 @@ ACCEPTED = (
 )
 
 
-def load_loose_environment(env_id: str, args: dict[str, Any], adapters: Sequence[Any] = ()) -> Any:
-    """Import ``env_id``, call its ``load_environment(**args)`` and adapt the result (adapters first)."""
+def environment_loader(env_id: str) -> Any:
+    """Import ``env_id`` and return its ``load_environment``; a ConfigError saying what the module defines instead."""
     module = import_environment(env_id)
     loader = getattr(module, "load_environment", None)
     if not callable(loader):
@@ -101,7 +102,12 @@ def load_loose_environment(env_id: str, args: dict[str, Any], adapters: Sequence
             f"environment {env_id!r}: {module.__file__} defines no load_environment(**args) "
             f"(it defines: {', '.join(names) or 'nothing'}); {ACCEPTED}"
         )
-    obj = call_loader(repr(env_id), loader, args)
+    return loader
+
+
+def load_loose_environment(env_id: str, args: dict[str, Any], adapters: Sequence[Any] = ()) -> Any:
+    """Import ``env_id``, call its ``load_environment(**args)`` and adapt the result (adapters first)."""
+    obj = call_loader(repr(env_id), environment_loader(env_id), args)
     for adapter in adapters:
         env = adapter(obj, env_id)
         if env is not None:
@@ -391,6 +397,11 @@ class LooseEpisode:
         else:
             result = as_step_result(await self.env.step_shared(scorer, action))
         result.metrics = _numeric(result.metrics)
+        if not result.done and self.instance is None:
+            self.env.warn_once(
+                "shared", "step() asked to continue, but every reply ends its episode on the one shared object of a "
+                "dataset; give initial_observation() (one copy per rollout) for multi-turn episodes",
+            )  # fmt: skip
         # The seeds scored one reply per prompt: only an own copy that sends messages continues.
         result.done = result.done or not result.messages or self.instance is None
         return result

@@ -9,7 +9,8 @@ Optional members are read only through this module's accessors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -40,27 +41,93 @@ class StepResult:
     metrics: dict[str, float] = attrs.field(factory=dict)  #: summed per rollout, averaged per environment
 
 
+#: The keys a step's result may carry, each with the spellings accepted for it: minds' own first,
+#: then tinker-cookbook's (``episode_done``, ``next_observation``) and the gym-like ``observation``.
+STEP_KEYS: dict[str, tuple[str, ...]] = {
+    "reward": ("reward",),
+    "done": ("done", "episode_done"),
+    "messages": ("messages", "next_observation", "observation"),
+    "metrics": ("metrics",),
+}
+#: tinker-cookbook keys read and left to minds: turns stop at the chat template's end of turn
+#: (``next_stop_condition``) and ``logs`` are display strings the cookbook prints.
+IGNORED_STEP_KEYS = ("next_stop_condition", "logs")
+
+
 def as_step_result(value: Any) -> StepResult:
-    """Accept a StepResult, a mapping with 'reward', or any object with a reward attribute."""
+    """A StepResult from what ``step()`` returned: a StepResult, a mapping, or an object with a ``reward``.
+
+    Each key may be spelled as in ``STEP_KEYS`` (one spelling per result); a key that is
+    neither there nor in ``IGNORED_STEP_KEYS`` is refused by name, never dropped.
+    The next observation may be text (a user message), one message or a list of messages.
+    """
     if isinstance(value, StepResult):
         return value
-    if isinstance(value, dict):
-        if "reward" not in value:
-            raise TypeError(f"step() returned a mapping without 'reward' (keys: {', '.join(value) or 'none'})")
-        return StepResult(
-            reward=value["reward"],
-            done=value.get("done", True),
-            messages=list(value.get("messages", [])),
-            metrics=dict(value.get("metrics", {})),
-        )
-    if hasattr(value, "reward"):
-        return StepResult(
-            reward=value.reward,
-            done=getattr(value, "done", True),
-            messages=list(getattr(value, "messages", []) or []),
-            metrics=dict(getattr(value, "metrics", {}) or {}),
-        )
-    raise TypeError(f"step() must return a StepResult or an object/mapping with a numeric 'reward', got {type(value).__name__}")
+    fields = _result_fields(value)
+    if fields is None:
+        raise TypeError(f"step() must return a StepResult or an object/mapping with a numeric 'reward', got {type(value).__name__}")
+    spellings = {spelling: key for key, names in STEP_KEYS.items() for spelling in names}
+    unknown = [name for name in fields if name not in spellings and name not in IGNORED_STEP_KEYS]
+    if unknown:
+        raise TypeError(
+            f"step() returned a {type(value).__name__} with the unknown key(s) {', '.join(map(repr, unknown))}; the keys "
+            "it may carry: " + "; ".join(" or ".join(names) for names in STEP_KEYS.values())
+            + f" (and, ignored, {', '.join(IGNORED_STEP_KEYS)})"
+        )  # fmt: skip
+    read: dict[str, Any] = {}
+    for key, names in STEP_KEYS.items():
+        given = [name for name in names if fields.get(name) is not None]
+        if len(given) > 1:
+            raise TypeError(f"step() returned both {' and '.join(map(repr, given))}, which mean the same; keep one")
+        if given:
+            read[key] = fields[given[0]]
+    if "reward" not in fields:
+        raise TypeError(f"step() returned a {type(value).__name__} without 'reward' (keys: {', '.join(fields) or 'none'})")
+    done = bool(read.get("done", True))
+    return StepResult(
+        reward=read.get("reward"),
+        done=done,
+        messages=_observation(read.get("messages"), done),
+        metrics=dict(read.get("metrics") or {}),
+    )
+
+
+def _result_fields(value: Any) -> dict[str, Any] | None:
+    """The named fields of a step's result (mapping keys, dataclass/attrs/namedtuple fields or public attributes)."""
+    if isinstance(value, Mapping):
+        return {str(k): v for k, v in value.items()}
+    if not hasattr(value, "reward"):
+        return None
+    if dataclasses.is_dataclass(value):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if attrs.has(type(value)):
+        return {f.name: getattr(value, f.name) for f in attrs.fields(type(value))}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return dict(zip(value._fields, value, strict=True))
+    own = {k: v for k, v in vars(value).items() if not k.startswith("_")} if hasattr(value, "__dict__") else {}
+    return own | {name: getattr(value, name) for names in STEP_KEYS.values() for name in names if hasattr(value, name)}
+
+
+def _observation(value: Any, done: bool) -> list[Message]:
+    """The environment's reply as messages: text is the user's turn.
+
+    A finished episode's observation is never shown: anything but text or messages (the cookbook's
+    empty token input) is then not read.
+    """
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}] if value else []
+    if isinstance(value, Mapping) and "role" in value:
+        return [dict(value)]
+    if isinstance(value, (list, tuple)) and all(isinstance(m, Mapping) and "role" in m for m in value):
+        return [dict(m) for m in value]
+    if done:
+        return []
+    raise TypeError(
+        f"step()'s next observation is a {type(value).__name__}; give text (the user's next turn), a message "
+        "({'role': ..., 'content': ...}) or a list of messages (minds renders them with the chat template; tokens are not taken)"
+    )
 
 
 @attrs.define

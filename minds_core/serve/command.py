@@ -35,6 +35,10 @@ def serve_command(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: give a port between 0 and 65535 (0 picks a free one)")
+    from minds_core.backends.model_source import check_model_source
+
+    for model in args.models or []:
+        check_model_source(model, "--model")  # before torch is imported and the hub is asked
     from minds_core.backends.local import (
         DEFAULT_BASE_MODEL,
         LocalBadRequestError,

@@ -22,7 +22,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from minds_core import logs
@@ -32,6 +32,8 @@ from minds_core.config.masking import MaskedStream
 from minds_core.report.page import printable
 
 LOG_FILE = "train.log"
+#: Characters of the progress bar itself.
+BAR_WIDTH = 16
 #: Rows in a table of sampled replies, and characters of each reply shown.
 TABLE_ROWS, REPLY_CHARS = 8, 100
 
@@ -45,6 +47,8 @@ FIGURES: dict[str, tuple[str, str, str]] = {
     "kl_sampler_train": ("kl/sampler_train", "kl", "{:.2g}"),
     "failed": ("rollouts/failed", "failed", "{:.0f}"),
     "timed_out": ("rollouts/timed_out", "timeouts", "{:.0f}"),
+    "loss": ("train/loss", "loss", "{:.4f}"),
+    "eval_loss": ("eval/loss", "eval loss", "{:.4f}"),
 }
 
 
@@ -62,13 +66,22 @@ def progress_event(record: dict[str, Any], total: int, elapsed: float, eta: floa
 
 
 def status_text(record: dict[str, Any], eta: float | None) -> str:
-    """The figures of one step as one line: ``reward 0.512 | zero-var 25% | ... | eta 0:01:40``."""
+    """The figures of one step as one line: ``reward 0.512 | zero-var 25% | ... | eta 0:01:40`` (no eta: None)."""
     parts = [f"{label} {fmt.format(record[key])}" for key, label, fmt in FIGURES.values() if key in record]
     if "time/step" in record:
         parts.append(f"{record['time/step']:.2f} s/step")
     if eta is not None:
-        parts.append(f"eta {_clock(eta)}")
+        parts.append(eta_text(eta))
     return " | ".join(parts)
+
+
+def eta_text(eta: float | None) -> str:
+    return "" if eta is None else f"eta {_clock(eta)}"
+
+
+def _fixed_width(total: int) -> int:
+    """Columns the progress line takes before its figures: ``step M/N``, the bar, ``eta h:mm:ss``, elapsed, spaces."""
+    return len(f"step {total}/{total}") + 1 + BAR_WIDTH + 1 + len("eta 0:00:00") + 1 + len("0:00:00") + 1
 
 
 def _clock(seconds: float) -> str:
@@ -156,16 +169,18 @@ class ConsoleSink:
         self.terminal = logs.console().is_terminal
         self.progress: Progress | None = None
         if self.terminal:
+            # step, bar, eta and elapsed first; the figures get the width left on the line (cut with "…")
             self.progress = Progress(
                 TextColumn("[bold]step"),
                 MofNCompleteColumn(),
-                BarColumn(bar_width=24),
-                TextColumn("{task.fields[status]}"),
+                BarColumn(bar_width=BAR_WIDTH),
+                TextColumn("{task.fields[eta]}", table_column=Column(no_wrap=True)),
                 TimeElapsedColumn(),
+                TextColumn("{task.fields[status]}", table_column=Column(no_wrap=True)),
                 console=logs.console(),
                 transient=False,
             )
-            self.task = self.progress.add_task("train", total=self.total, status="")
+            self.task = self.progress.add_task("train", total=self.total, status="", eta="")
             self.progress.start()
 
     def _eta(self, step: int) -> float | None:
@@ -181,7 +196,11 @@ class ConsoleSink:
         status = status_text(record, eta)
         self.plain.print(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} step {step} ({step + 1}/{self.total}) {status}", soft_wrap=True)
         if self.progress is not None:
-            self.progress.update(self.task, completed=step + 1, status=status)
+            figures = status_text(record, None)
+            room = logs.console().width - _fixed_width(self.total)
+            if len(figures) > room:
+                figures = figures[: max(room - 1, 0)] + "…"
+            self.progress.update(self.task, completed=step + 1, status=figures, eta=eta_text(eta))
         else:
             _emit(progress_event(record, self.total, time.monotonic() - self.began, eta))
         if self.table_every and (step + 1) % self.table_every == 0:

@@ -58,6 +58,13 @@ def test_bad_args_name_the_environment(loose_dir: Path) -> None:
         load_loose_environment("./environments/word_echo", {"colour": "red"})
 
 
+def test_dry_run_checks_a_folder_environments_args(loose_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--env", "./environments/word_echo", "--set", "env.args.sead=3", "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    assert "environment './environments/word_echo': bad [env.args] ['sead']" in captured.err and captured.out == ""
+    assert main(["run", "--env", "./environments/word_echo", "--set", "env.args.seed=3", "--dry-run"]) == 0
+
+
 def test_minds_run_reports_a_missing_folder_without_traceback(
     loose_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

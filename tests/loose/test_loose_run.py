@@ -71,6 +71,15 @@ def test_async_module_environment_trains_two_turns(train: Train) -> None:
         assert all(len(r["completion"]) == 2 for r in group["rollouts"])
 
 
+@pytest.mark.parametrize("style", ["cookbook", "mapping"])
+def test_cookbook_style_multi_turn_environment_trains_two_turns(train: Train, style: str) -> None:
+    metrics, rollouts = train(*TINY, "--set", "env.id=seedlike_envs.cookbook_turns", "--set", f"env.args.style={style}")
+    _check(metrics, rollouts)
+    assert all(m["tokens/turns"] == 2 * 6 for m in metrics)
+    for group in rollouts:
+        assert all(len(r["completion"]) == 2 for r in group["rollouts"])
+
+
 def test_rubric_dataset_environment_trains(train: Train) -> None:
     metrics, rollouts = train(*TINY, "--set", "env.id=seedlike_envs.rubric_rows", "--set", "env.args.max_chars=8")
     _check(metrics, rollouts)

@@ -270,3 +270,41 @@ def test_a_builder_that_uses_the_sampler_while_listing_is_refused() -> None:
 
     with pytest.raises(ConfigError, match=r"called at load to list its tasks, failed.*used the sampler \(get_tokenizer\)"):
         LooseEnvironment("inline", Eager())
+
+
+@pytest.mark.parametrize("style", ["cookbook", "mapping"])
+async def test_cookbook_and_observation_spellings_continue_the_episode(loose_dir: Path, ctx: Context, style: str) -> None:
+    env = load_loose_environment("seedlike_envs.cookbook_turns", {"style": style})
+    episode = env.episode(env.tasks("train")[0], ctx)
+    assert await episode.initial_observation() == "Guess my vowel."
+    first = await episode.step("b")
+    assert not first.done and first.messages == [{"role": "user", "content": "Wrong. Try again."}]
+    final = await episode.step(episode.instance.secret)
+    assert final.done and final.reward == 1.0
+
+
+async def test_an_unknown_step_key_is_refused_by_name(loose_dir: Path, ctx: Context) -> None:
+    env = load_loose_environment("seedlike_envs.cookbook_turns", {"style": "typo"})
+    episode = env.episode(env.tasks("train")[0], ctx)
+    await episode.initial_observation()
+    with pytest.raises(TypeError, match=r"unknown key\(s\) 'obsevation'.*done or episode_done"):
+        await episode.step("b")
+
+
+async def test_a_none_step_reward_is_an_invalid_reward_as_documented(tmp_path: Path) -> None:
+    from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
+
+    env = LooseEnvironment("inline", SimpleNamespace(dataset=[{"question": "Rate this."}], step=lambda action_text: {"reward": None}))
+    service = create_service_client(tmp_path)
+    try:
+        sampler = await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL)
+        renderer = Renderer(sampler.get_tokenizer())
+        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)
+        task = env.tasks("train")[0]
+        params = tinker.types.SamplingParams(max_tokens=4)
+        zero = await run_rollout(env, task, ctx, EpisodeSettings(renderer, params, RolloutConfig()), seed=0)
+        fail = await run_rollout(env, task, ctx, EpisodeSettings(renderer, params, RolloutConfig(invalid_reward="fail")), seed=0)
+    finally:
+        service.close()
+    assert zero.ok and zero.reward == 0.0 and zero.invalid_reward
+    assert not fail.ok and fail.invalid_reward and "invalid reward [None]" in fail.error

@@ -30,7 +30,7 @@ class Served:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         try:
-            return self.process.wait(timeout=30)
+            return self.process.wait(timeout=300)  # a hang guard
         finally:
             if self.process.poll() is None:
                 self.process.kill()

@@ -11,6 +11,9 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from minds_core.backends.model_source import check_model_source
+from minds_core.errors import ConfigError
+
 from .errors import LocalNotFoundError
 from .merged import MergedModels
 from .placement import Placement
@@ -81,6 +84,10 @@ def _load(name: str, placement: Placement) -> BaseModel:
         except OSError:
             if os.path.isdir(source):
                 raise
+            try:
+                check_model_source(name, "base model")  # not cached: fail at once when the hub is off or unreachable
+            except ConfigError as exc:
+                raise LocalNotFoundError(str(exc)) from None
             tokenizer, model = _from_pretrained(source, placement, local_files_only=False)  # not cached: ask the hub
     except (OSError, ValueError) as exc:
         raise LocalNotFoundError(

@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from minds_core.backends.local import ServiceClient  # noqa: E402
 from minds_core.backends.local.tiny_model import tiny_model_path  # noqa: E402
 from minds_core.cli import main  # noqa: E402
+from minds_core.report.page import printable  # noqa: E402
 from minds_core.testing import run_minds  # noqa: E402
 from minds_ghost_trace.environment import REWARD_NAME, split_words  # noqa: E402
 
@@ -83,6 +84,10 @@ def test_minds_eval_on_a_tinker_path_writes_to_output(trained, tmp_path, capsys)
     assert code == 0
     assert "reward mean" in capsys.readouterr().out
     assert len(out.read_text().splitlines()) == 2 and out.with_name("x.summary.json").exists()
+    kept = out.read_text(), out.with_name("x.summary.json").read_text()
+    again = main(["eval", sampler, "--config", str(CONFIG), "--set", f"runs_dir={trained.run_dir.parent}", "--output", str(out)])
+    assert again == 2 and "already exist" in capsys.readouterr().err  # checked before evaluating: nothing is lost
+    assert (out.read_text(), out.with_name("x.summary.json").read_text()) == kept
 
 
 def test_export_loads_in_plain_peft_with_the_local_samplers_logprobs(trained, tmp_path):
@@ -96,6 +101,10 @@ def test_export_loads_in_plain_peft_with_the_local_samplers_logprobs(trained, tm
 
     config = json.loads((out / "adapter_config.json").read_text())
     assert Path(config["base_model_name_or_path"]) == tiny_model_path()
+    card = (out / "README.md").read_text()
+    assert f"A LoRA adapter (rank {config['r']}) for the base model `{tiny_model_path()}`" in card
+    assert "reinforcement learning (`importance_sampling`) on the environment(s) `ghost_trace`" in card
+    assert "saved after step 1" in card and "PeftModel.from_pretrained" in card and "More Information Needed" not in card
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.float32)
     base_lps = _logprobs(base, tokens)
     peft_lps = _logprobs(PeftModel.from_pretrained(base, str(out)).eval(), tokens)
@@ -152,7 +161,7 @@ def test_chat_reads_stdin_and_matches_minds_sample(trained):
     sample = _cli(["sample", str(trained.run_dir), "--prompt", "hello", "--json", *settings])
     assert sample.returncode == 0, sample.stderr[-2000:]
     (reply,) = [json.loads(line) for line in sample.stdout.splitlines()]
-    assert replies[0] == reply["text"] + "\n" and 1 <= reply["tokens"] <= 8
+    assert replies[0] == printable(reply["text"]) + "\n" and 1 <= reply["tokens"] <= 8  # chat shows control bytes
 
 
 def test_sample_can_use_the_environments_system_prompt(trained, capsys):

@@ -160,7 +160,7 @@ def test_bad_values_are_reported_before_writing(tmp_path: Path, capsys) -> None:
 def test_the_console_script_is_installed(tmp_path: Path) -> None:
     source = write(tmp_path, SEED_CONFIG.format(runs="runs"))
     script = Path(sys.executable).with_name("minds-openreward-convert")
-    result = subprocess.run([str(script), str(source)], capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run([str(script), str(source)], capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr
     assert tomllib.loads(result.stdout)["envs"][0]["args"]["name"] == "GeneralReasoning/WhoDunIt"
 
@@ -257,7 +257,7 @@ def test_recipe_secrets_become_references_and_never_values(tmp_path: Path, monke
     source = recipe(tmp_path)
     out = tmp_path / "minds.toml"
     script = Path(sys.executable).with_name("minds-openreward-convert")
-    converted = subprocess.run([str(script), str(source), "-o", str(out)], capture_output=True, text=True, timeout=60, check=False)
+    converted = subprocess.run([str(script), str(source), "-o", str(out)], capture_output=True, text=True, timeout=300, check=False)
     assert converted.returncode == 0, converted.stderr
     data = tomllib.loads(out.read_text())
     who, gsm = data["envs"]
@@ -269,7 +269,7 @@ def test_recipe_secrets_become_references_and_never_values(tmp_path: Path, monke
     assert "export ANTHROPIC_API_KEY, JUDGE_TOKEN, OPENAI_API_KEY" in converted.stderr
     assert "MATH/GSM8K: secrets.openai_api_key is written as a value in the source file; it is not copied" in converted.stderr
     dry = subprocess.run(
-        [str(Path(sys.executable).with_name("minds")), "run", str(out), "--dry-run"], capture_output=True, text=True, timeout=60, check=False
+        [str(Path(sys.executable).with_name("minds")), "run", str(out), "--dry-run"], capture_output=True, text=True, timeout=300, check=False
     )
     assert dry.returncode == 0, dry.stderr
     assert yaml.safe_load(dry.stdout)["rollout"]["max_turns"] == 0

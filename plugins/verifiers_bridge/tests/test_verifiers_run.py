@@ -50,3 +50,12 @@ def test_tool_env_trains(vf_environments: Path, tmp_path: Path) -> None:
     metrics, rollouts = _train(tmp_path, "env.args.id=minds_vf_calculator")
     assert all("env/verifiers/vf/add_calls" in m and "env/verifiers/vf/states_sum" in m for m in metrics)
     assert all(g["prompt"][0]["content"].endswith("Use the add tool.") for g in rollouts)
+
+
+@pytest.mark.slow
+def test_minds_eval_falls_back_from_test_to_the_eval_split(vf_environments: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["eval", "--env", "verifiers", "--backend", "local", "--tasks", "2", "--samples", "1", "--json",
+                 "--set", "env.args.id=minds_vf_capitals", "--set", "env.args.args.num_rows=3", "--set", "sampling.max_tokens=8"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["splits"] == {"verifiers": "eval"}

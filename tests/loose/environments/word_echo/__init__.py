@@ -21,7 +21,7 @@ class WordEcho:
     def step(self, action_text: str) -> dict:
         self.steps += 1
         letters = set(self.word)
-        return {"reward": len(letters & set(action_text)) / len(letters), "word": self.word}
+        return {"reward": len(letters & set(action_text)) / len(letters), "metrics": {"letters": len(letters)}}
 
 
 def load_environment(seed: int = 0, prefix: str = "Repeat the word:") -> WordEcho:

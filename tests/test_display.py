@@ -1,0 +1,57 @@
+"""What minds prints of a model's reply: control bytes are shown (␛, ␇), never sent to the terminal as they are."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+from types import SimpleNamespace
+
+import pytest
+import tinker
+from transformers import AutoTokenizer
+
+from minds_core import adapter_cli
+from minds_core.chat import ChatModel, chat_loop
+from minds_core.cli import main
+from minds_core.render import Renderer
+
+pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
+
+from minds_core.backends.local.tiny_model import tiny_model_path  # noqa: E402
+
+#: A reply that clears the screen, rings the bell and moves the cursor home when printed raw.
+HOSTILE = "ok\x1b[2J\x07\x1b[H!"
+
+
+class FakeScriptedSampler:
+    """A fake sampling client answering every request with one fixed reply: a real model's output cannot be chosen."""
+
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens = tokens
+
+    def sample(self, prompt: tinker.types.ModelInput, num_samples: int, params: tinker.types.SamplingParams) -> concurrent.futures.Future:
+        sequence = SimpleNamespace(tokens=self.tokens, stop_reason="stop", logprobs=[0.0] * len(self.tokens))
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_result(SimpleNamespace(sequences=[sequence] * num_samples))
+        return future
+
+
+@pytest.fixture
+def hostile_model() -> ChatModel:
+    """minds-tiny's real tokenizer and chat template, with a sampler that replies HOSTILE."""
+    renderer = Renderer(AutoTokenizer.from_pretrained(tiny_model_path()))
+    return ChatModel(FakeScriptedSampler(renderer.encode(HOSTILE)), renderer, tinker.types.SamplingParams(max_tokens=8))
+
+
+def test_chat_shows_control_bytes(hostile_model: ChatModel) -> None:
+    out = io.StringIO()
+    assert chat_loop(hostile_model, None, io.StringIO("hi\n"), out) == 1
+    assert out.getvalue() == "assistant> ok␛[2J␇␛[H!\n"
+
+
+def test_sample_shows_control_bytes_and_json_keeps_the_text(hostile_model: ChatModel, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setattr(adapter_cli, "_open_chat_model", lambda args: (None, hostile_model, None))
+    assert main(["sample", "runs/any", "--prompt", "hi"]) == 0
+    assert capsys.readouterr().out == "ok␛[2J␇␛[H!\n"
+    assert main(["sample", "runs/any", "--prompt", "hi", "--json"]) == 0
+    assert '"text": "ok\\u001b[2J\\u0007\\u001b[H!"' in capsys.readouterr().out  # JSON escapes them itself, exactly

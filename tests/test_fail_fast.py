@@ -1,0 +1,89 @@
+"""Mistakes a newcomer makes fail at once: a model name the machine cannot have, a misspelled name, before torch loads."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from huggingface_hub import constants
+
+from minds_core.backends.model_source import check_model_source
+from minds_core.errors import ConfigError
+
+#: A hub id that is in no cache a test makes.
+HUB_ID = "Qwen/Qwen3-0.6B"
+
+
+@pytest.fixture
+def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Hugging Face cache, no proxy, the hub not declared off."""
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path / "hub"
+
+
+def test_an_uncached_hub_id_with_the_hub_off_fails_naming_the_cache(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match=rf"model.base_model = '{HUB_ID}': not in the Hugging Face cache \({empty_cache}\) and the hub is off \(HF_HUB_OFFLINE"):
+        check_model_source(HUB_ID)
+
+
+def test_an_uncached_hub_id_with_the_hub_unreachable_fails_at_once(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens there
+    with pytest.raises(ConfigError, match=r"not in the Hugging Face cache .* the hub cannot be reached \(127\.0\.0\.1:9: "):
+        check_model_source(HUB_ID, "--model")
+
+
+def test_a_cached_hub_id_a_model_directory_and_minds_tiny_pass(empty_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    snapshot = empty_cache / "models--Qwen--Qwen3-0.6B" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (empty_cache / "models--Qwen--Qwen3-0.6B" / "refs").mkdir()
+    (empty_cache / "models--Qwen--Qwen3-0.6B" / "refs" / "main").write_text("abc123")
+    check_model_source(HUB_ID)
+    check_model_source(str(tmp_path))
+    check_model_source("minds-tiny")
+
+
+@pytest.mark.parametrize(("name", "message"), [("./no-such-dir", "no such model directory"), ("a/b/c", "no such model directory"), ("bad name!", "nor a valid hub id")])
+def test_names_that_are_neither_a_directory_nor_a_hub_id_are_refused(empty_cache: Path, name: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_model_source(name)
+
+
+def _minds_in_process(args: list[str], tmp_path: Path, **environ: str) -> tuple[subprocess.CompletedProcess, float]:
+    """``minds ARGS`` in a fresh interpreter that prints whether torch got imported; with its wall time."""
+    code = (
+        "import sys\nfrom minds_core.cli import main\n"
+        f"code = main({args!r})\n"
+        "print('TORCH=' + str('torch' in sys.modules))\nsys.exit(code)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MINDS_", "HF_", "TINKER_"))}
+    env.update(HF_HOME=str(tmp_path / "hf"), **environ)
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300, check=False)  # a hang guard
+    return done, time.monotonic() - began
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "--env", "ghost_trace", "--backend", "local", "--model", HUB_ID, "--steps", "1"], "model.base_model = 'Qwen/Qwen3-0.6B': not in the Hugging Face cache"),
+        (["serve", "--model", "no-such-dir", "--port", "0"], "--model = 'no-such-dir': not in the Hugging Face cache"),
+        (["run", "--env", "ghost_trac", "--backend", "local"], "unknown environment 'ghost_trac' (did you mean ghost_trace?)"),
+        (["run", "--env", "ghost_trace", "--set", "trainer.loss_fn=pp"], "unknown loss 'pp'"),
+    ],
+)
+def test_offline_bad_models_and_name_typos_fail_before_torch_loads(args: list[str], message: str, tmp_path: Path) -> None:
+    done, seconds = _minds_in_process(args, tmp_path, HF_HUB_OFFLINE="1")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout.splitlines()[-1] == "TORCH=False"
+    print(f"{' '.join(args)}: exit 2 after {seconds:.1f} s")
