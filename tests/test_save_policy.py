@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+from structlog.testing import capture_logs
 
 from minds_core import logs
 from minds_core.config import RunConfig, load_config
@@ -71,3 +74,20 @@ def test_recording_a_periodic_save_drops_and_returns_those_past_the_newest_two(t
     assert run.record_checkpoint(CheckpointRecord(4, f"{after}/rolling-0")) == [CheckpointRecord(1, f"{before}/rolling-0")]
     assert run.record_checkpoint(CheckpointRecord(5, f"{after}/rolling-1")) == []  # its slot: the line of step 3 goes
     assert [(c.step, c.rolling) for c in run.checkpoints()] == [(2, False), (4, True), (5, True)]
+
+
+@pytest.mark.slow
+def test_an_outdated_save_that_cannot_be_deleted_is_reported_and_training_goes_on(plugins, tmp_path):
+    logs.configure("json", "warning")
+    args = ["env.id=toy_char_share", "trainer.save_every=1", "trainer.group_size=2", "trainer.groups_per_batch=1",
+            "sampling.max_tokens=4", "metrics.sinks=[]", f"runs_dir={tmp_path}", "name=r"]  # fmt: skip
+    train(load_config(None, [*args, "trainer.steps=2"]), plugins=plugins)
+    run_dir = tmp_path / "r"
+    (outdated, _) = RunDirectory(run_dir).checkpoints()
+    model, _, name = outdated.state_path.removeprefix("tinker://").split("/")
+    shutil.rmtree(tmp_path / "_checkpoints" / model / "weights" / name)  # gone before the run could delete it
+    with capture_logs() as logged:
+        train(load_config(run_dir / "config.yaml", ["trainer.steps=5"], drop_redacted=True), resume_dir=run_dir, plugins=plugins)
+    assert [c.step for c in RunDirectory(run_dir).checkpoints()] == [1, 2, 3, 4]
+    (warning,) = [entry for entry in logged if entry["event"].startswith("could not delete")]
+    assert warning["paths"] == [outdated.state_path] and "No checkpoint at" in warning["error"]
