@@ -37,12 +37,12 @@ def test_rolling_saves_keep_the_last_two_states_and_the_final_checkpoint(plugins
 
 def _saving_every_step(plugins, tmp_path: Path, steps: int) -> Path:
     """Train the toy task to ``steps`` steps, saving every step: a new run ``r``, or ``r`` resumed; its folder."""
-    logs.configure("json", "warning")
     run_dir = tmp_path / "r"
     if run_dir.exists():
         config = load_config(run_dir / "config.yaml", [f"trainer.steps={steps}"], drop_redacted=True)
         train(config, resume_dir=run_dir, plugins=plugins)
         return run_dir
+    logs.configure("json", "warning")  # a new run only: capture_logs around a resume keeps its own processors
     args = ["env.id=toy_char_share", "trainer.save_every=1", "trainer.group_size=2", "trainer.groups_per_batch=1",
             "sampling.max_tokens=4", "metrics.sinks=[]", f"runs_dir={tmp_path}", "name=r", f"trainer.steps={steps}"]  # fmt: skip
     train(load_config(None, args), plugins=plugins)
