@@ -158,16 +158,18 @@ class RLLoop:
         return await save_checkpoint(self.session.training_client, step, name, self.session.backoff, with_sampler=not rolling)
 
     async def delete(self, outdated: list[CheckpointRecord]) -> None:
-        """Delete periodic saves that newer ones outdated (from before a resume) from the service; a failure is
-        only logged: the run goes on, and the files stay until deleted by hand."""
-        if not outdated:
+        """Delete from the service the periodic saves that newer ones outdated (a run's before its resume); a
+        failure is logged, naming those left: training goes on, and they stay until deleted by hand."""
+        left = [checkpoint.state_path for checkpoint in outdated]
+        if not left:
             return
-        rest = self.session.service.create_rest_client()
-        for checkpoint in outdated:
-            try:
-                await asyncio.to_thread(lambda path=checkpoint.state_path: rest.delete_checkpoint_from_tinker_path(path).result())
-            except Exception as exc:  # noqa: BLE001 - the service's error, reported; training goes on
-                log.warning("could not delete an outdated periodic save", step=checkpoint.step, path=checkpoint.state_path, error=str(exc))
+        try:
+            rest = self.session.rest_client()
+            while left:
+                await asyncio.to_thread(lambda path=left[0]: rest.delete_checkpoint_from_tinker_path(path).result())
+                left.pop(0)
+        except Exception as exc:  # noqa: BLE001 - the service's error, reported; training goes on
+            log.warning("could not delete periodic saves that newer ones outdated", paths=left, error=f"{type(exc).__name__}: {exc}")
 
     async def save_after_failure(self, run: RunDirectory, intact_after: int | None) -> int | None:
         """Checkpoint the state a failed step left intact, unless already saved; the last checkpoint's step."""

@@ -13,6 +13,7 @@ episode its ``Context``.
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -249,6 +250,16 @@ class Session:
         sample = self.training_client.save_weights_and_get_sampling_client
         sampler, _ = await call_service(where, "save_weights_and_get_sampling_client", sample, self.backoff)
         return Policy(version, sampler, checkpoint)
+
+    def rest_client(self) -> Any:
+        """The service's ``RestClient`` (checkpoints: list, info, delete), on the service's own URL and key.
+
+        Both backends make one with ``create_rest_client()``; the SDK deprecates it (with a
+        FutureWarning) for ``tinker.RestClient()``, which only the hosted backend could build.
+        """
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            return self.service.create_rest_client()
 
     def context(self, policy: Policy, step: int) -> Context:
         """What an episode of ``step`` receives: ``policy``'s sampler, the service and the renderer."""

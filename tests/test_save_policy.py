@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
+from structlog.testing import capture_logs
 
 from minds_core import logs
 from minds_core.config import RunConfig, load_config
@@ -31,17 +35,26 @@ def test_rolling_saves_keep_the_last_two_states_and_the_final_checkpoint(plugins
     assert sorted(p.name for p in (model_dir / "sampler_weights").iterdir()) == ["step-000006"]
 
 
+def _saving_every_step(plugins, tmp_path: Path, steps: int) -> Path:
+    """Train the toy task to ``steps`` steps, saving every step: a new run ``r``, or ``r`` resumed; its folder."""
+    run_dir = tmp_path / "r"
+    if run_dir.exists():
+        config = load_config(run_dir / "config.yaml", [f"trainer.steps={steps}"], drop_redacted=True)
+        train(config, resume_dir=run_dir, plugins=plugins)
+        return run_dir
+    logs.configure("json", "warning")  # a new run only: capture_logs around a resume keeps its own processors
+    args = ["env.id=toy_char_share", "trainer.save_every=1", "trainer.group_size=2", "trainer.groups_per_batch=1",
+            "sampling.max_tokens=4", "metrics.sinks=[]", f"runs_dir={tmp_path}", "name=r", f"trainer.steps={steps}"]  # fmt: skip
+    train(load_config(None, args), plugins=plugins)
+    return run_dir
+
+
 @pytest.mark.slow
 def test_a_resumed_run_keeps_only_the_last_two_periodic_saves_of_both_runs(plugins, tmp_path):
-    logs.configure("json", "warning")
-    args = ["env.id=toy_char_share", "trainer.save_every=1", "trainer.group_size=2", "trainer.groups_per_batch=1",
-            "sampling.max_tokens=4", "metrics.sinks=[]", f"runs_dir={tmp_path}", "name=r"]  # fmt: skip
-    train(load_config(None, [*args, "trainer.steps=3"]), plugins=plugins)
-    run_dir = tmp_path / "r"
+    run_dir = _saving_every_step(plugins, tmp_path, 3)
     first = {c.step: c.state_path for c in RunDirectory(run_dir).checkpoints()}
     assert sorted(first) == [0, 1, 2]
-    resumed = load_config(run_dir / "config.yaml", ["trainer.steps=8"], drop_redacted=True)
-    train(resumed, resume_dir=run_dir, plugins=plugins)
+    _saving_every_step(plugins, tmp_path, 8)
     saved = RunDirectory(run_dir).checkpoints()
     # periodic saves after steps 0, 1 (first run) and 3 .. 6 (resumed, under another training run); full: 2 and 7
     assert [c.step for c in saved] == [2, 5, 6, 7]
@@ -71,3 +84,16 @@ def test_recording_a_periodic_save_drops_and_returns_those_past_the_newest_two(t
     assert run.record_checkpoint(CheckpointRecord(4, f"{after}/rolling-0")) == [CheckpointRecord(1, f"{before}/rolling-0")]
     assert run.record_checkpoint(CheckpointRecord(5, f"{after}/rolling-1")) == []  # its slot: the line of step 3 goes
     assert [(c.step, c.rolling) for c in run.checkpoints()] == [(2, False), (4, True), (5, True)]
+
+
+@pytest.mark.slow
+def test_an_outdated_save_that_cannot_be_deleted_is_reported_and_training_goes_on(plugins, tmp_path):
+    run_dir = _saving_every_step(plugins, tmp_path, 2)
+    (outdated, _) = RunDirectory(run_dir).checkpoints()
+    model, _, name = outdated.state_path.removeprefix("tinker://").split("/")
+    shutil.rmtree(tmp_path / "_checkpoints" / model / "weights" / name)  # gone before the run could delete it
+    with capture_logs() as logged:
+        _saving_every_step(plugins, tmp_path, 5)
+    assert [c.step for c in RunDirectory(run_dir).checkpoints()] == [1, 2, 3, 4]
+    (warning,) = [entry for entry in logged if entry["event"].startswith("could not delete")]
+    assert warning["paths"] == [outdated.state_path] and "No checkpoint at" in warning["error"]

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import tinker
 
 from .conftest import Served
 
@@ -34,10 +35,17 @@ def test_minds_run_on_the_tinker_backend_trains_resumes_and_evaluates(served: Se
     assert [row["step"] for row in _rows(run / "metrics.jsonl")] == [0, 1]
     checkpoints = _rows(run / "checkpoints.jsonl")
     assert checkpoints and all("tinker://" in json.dumps(row) for row in checkpoints)
+    assert [row["step"] for row in checkpoints] == [0, 1] and checkpoints[0]["sampler_path"] is None
 
-    resumed = run_minds(["run", "--resume", str(run), "--set", "trainer.steps=4"], plugins=["toy_plugin"], env=env)
+    resumed = run_minds(["run", "--resume", str(run), "--set", "trainer.steps=5"], plugins=["toy_plugin"], env=env)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
-    assert [row["step"] for row in _rows(run / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert [row["step"] for row in _rows(run / "metrics.jsonl")] == [0, 1, 2, 3, 4]
+    # the periodic save of step 0 (the first run's) is outdated by those of steps 2 and 3: deleted over HTTP
+    assert [row["step"] for row in _rows(run / "checkpoints.jsonl")] == [1, 2, 3, 4]
+    assert "could not delete" not in resumed.stderr and "FutureWarning" not in resumed.stderr
+    rest = tinker.RestClient(base_url=served.url, api_key=KEY)
+    with pytest.raises(tinker.NotFoundError):
+        rest.get_weights_info_by_tinker_path(checkpoints[0]["state_path"]).result(timeout=30)
     evaluated = run_minds(
         ["eval", str(run), "--backend", "tinker", "--tasks", "2", "--samples", "2", "--json"], plugins=["toy_plugin"], env=env
     )
