@@ -93,8 +93,8 @@ async def play_episode(episode: Episode | SelfDrivingEpisode, conversation: Conv
     else:
         results = await take_turns(episode, conversation)
     rewards = [result.reward for result in results if result.reward is not None]
-    if results and not rewards:  # steps were taken and none gave a reward: an invalid reward, as the docs say
-        rewards = [None]
+    if not rewards and results and results[-1].done:  # it ended with no reward: an invalid reward, as the docs say
+        rewards = [None]  # (one cut short by the token or turn budget before any reward fails instead)
     metrics: dict[str, float] = {}
     for result in results:
         for key, value in result.metrics.items():
