@@ -33,7 +33,10 @@ def test_a_created_run_holds_its_folder_until_closed(tmp_path):
         pass
 
 
-def test_a_resume_while_the_run_is_held_exits_2_and_changes_nothing(tmp_path, capsys):
+def test_a_resume_while_the_run_is_held_exits_2_and_changes_nothing(tmp_path, capsys, minds_plugin):
+    import minds_toy_plugin
+
+    minds_plugin(minds_toy_plugin, name="toy")  # its environment names check before the run claims its folder
     with RunDirectory.create(_config(tmp_path, "metrics.sinks=[]")) as run:
         before = {p.name: p.read_bytes() for p in run.path.iterdir()}
         code = main(["run", "--resume", str(run.path), "--set", "trainer.steps=3"])

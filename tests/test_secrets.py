@@ -4,6 +4,7 @@ and no value minds knows is printed or written (the masking of everything a run 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import attrs
 import pytest
@@ -20,10 +21,16 @@ from minds_core.sinks.wandb import redact_arguments
 SECRET_NUMBER = "12345678"
 
 
+def _open_env(folder: Path, name: str) -> str:
+    """A seed-style environment module ``name`` whose loader takes any arguments (as --dry-run checks them)."""
+    (folder / f"{name}.py").write_text("def load_environment(**args):\n    raise AssertionError('not built')\n")
+    return str(folder / f"{name}.py")
+
+
 def test_numbers_under_secret_named_keys_are_redacted_by_dry_run(capsys, tmp_path):
     path = tmp_path / "run.toml"
     path.write_text(
-        '[env]\nid = "ghost_trace"\n'
+        f'[env]\nid = "{_open_env(tmp_path, "open_numbers")}"\n'
         f"[env.args]\naccess_token = {SECRET_NUMBER}\nclient_secret = 4.5\n"
         f"[env.args.credentials]\npin = {SECRET_NUMBER}\nkeys = [{SECRET_NUMBER}, 99]\n"
     )
@@ -110,7 +117,7 @@ HEADERS = '[{name: Authorization, value: "Bearer sk-header-5150"}, {name: Accept
 
 
 def test_url_passwords_query_secrets_and_header_pairs_are_redacted_in_dry_run_and_config_yaml(capsys, tmp_path):
-    args = ["--env", "ghost_trace", "--set", f"env.args.endpoint={URL}", "--set", f"env.args.headers={HEADERS}"]
+    args = ["--env", _open_env(tmp_path, "open_urls"), "--set", f"env.args.endpoint={URL}", "--set", f"env.args.headers={HEADERS}"]
     assert main(["run", *args, "--dry-run"]) == 0
     shown = capsys.readouterr().out
     config = load_config(None, ["env.id=x", f"runs_dir={tmp_path}", "name=r", f"env.args.endpoint={URL}", f"env.args.headers={HEADERS}"])
