@@ -49,7 +49,7 @@ def serve(
             service.create_sampling_client(base_model=model).result()
         server = TinkerServer((host, port), Engine(service, models), api_key)
     except BaseException:
-        service.close()
+        service.close("errored")
         raise
     stop = threading.Event()
 
@@ -69,7 +69,7 @@ def serve(
     finally:
         server.shutdown()
         server.server_close()
-        service.close()
+        service.close("success")
         sys.setswitchinterval(switch_interval)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -156,7 +156,7 @@ async def test_build_receives_the_rollouts_sampler_once_per_policy(loose_dir: Pa
         assert rewards[2] == pytest.approx(expected) and rewards[0] == pytest.approx(expected)
         assert expected < 0
     finally:
-        service.close()
+        service.close("success")
 
 
 async def test_non_numeric_rubric_parts_count_zero_and_warn_once(ctx: Context) -> None:
@@ -190,7 +190,7 @@ async def test_non_numeric_step_reward_counts_zero_with_a_warning(tmp_path: Path
         with capture_logs() as logs:
             rollout = await run_rollout(env, env.tasks("train")[0], ctx, settings, seed=0)
     finally:
-        service.close()
+        service.close("success")
     assert rollout.ok and rollout.reward == 0.0 and rollout.invalid_reward
     assert any(e["event"] == "non-numeric reward counted as 0" and "high" in e["rewards"] for e in logs)
 

@@ -61,7 +61,7 @@ def test_sdk_arguments_are_accepted_and_unknown_ones_warned_as_the_sdk_warns(tmp
                        default_headers_overrides={"h": "v"}, checkpoint_root=tmp_path) as service:
         assert service.checkpoint_root == tmp_path
     theirs = _warnings_of(lambda: tinker.ServiceClient(bogus=1, other=2))
-    ours = _warnings_of(lambda: ServiceClient(bogus=1, other=2, checkpoint_root=tmp_path).close())
+    ours = _warnings_of(lambda: ServiceClient(bogus=1, other=2, checkpoint_root=tmp_path).close("success"))
     assert ours == theirs and ours[0][0] is FutureWarning
     with pytest.raises(TypeError):
         ServiceClient(None, None, tmp_path)  # type: ignore[misc]  # checkpoint_root is keyword-only
@@ -120,7 +120,12 @@ def test_every_loss_the_sdk_names_runs_or_is_a_400_naming_the_supported_ones(
 ) -> None:
     n = len("The cat sat.") - 1
     datum = sft_datum("The cat sat.", logprobs=[-1.0] * n, advantages=[0.5] * n, sequence_ratio_mask=[1.0] * n)
-    if loss in ("stable_reinforce", "custom"):
+    if loss == "stable_reinforce":  # it names the sampled sequence behind every target, as the SDK requires
+        with pytest.raises(tinker.BadRequestError, match="needs every datum to name the sampled sequences"):
+            trainer.forward_backward([datum], loss).result()
+        spans = [types.SampledProvenanceSpan(sequence_id="s", length=n)]
+        datum = datum.with_provenance(model_input=spans, loss_fn_inputs=spans)
+    if loss == "custom":
         assert loss not in LOSSES
         with pytest.raises(tinker.BadRequestError, match=f"supports: {', '.join(LOSSES)}"):
             trainer.forward_backward([datum], loss).result()  # type: ignore[arg-type]
