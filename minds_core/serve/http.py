@@ -11,8 +11,10 @@ from __future__ import annotations
 import hmac
 import json
 import re
+import shutil
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -20,6 +22,10 @@ import pydantic
 import tinker
 from tinker import types
 
+from minds_core.backends.local.catalog import Catalog
+from minds_core.backends.local.checkpoints import CheckpointStore
+
+from .downloads import PREFIX as DOWNLOADS, Downloads
 from .engine import Engine
 from .errors import BadRequest, HttpError, NotFound, Unauthorized
 from .wire import (
@@ -36,6 +42,7 @@ _FINISH = re.compile(r"^/api/v1/sessions/([^/]+)/finish$")
 _RUN = re.compile(r"^/api/v1/training_runs/([^/]+)$")
 _RUN_CHECKPOINTS = re.compile(r"^/api/v1/training_runs/([^/]+)/checkpoints$")
 _CHECKPOINT = re.compile(r"^/api/v1/training_runs/([^/]+)/checkpoints/([^/]+/[^/]+)$")
+_EXTERNAL_URLS = re.compile(r"^/api/v1/training_runs/([^/]+)/checkpoints/([^/]+/[^/]+)/external_weights_urls$")
 
 
 class TinkerServer(ThreadingHTTPServer):
@@ -48,6 +55,7 @@ class TinkerServer(ThreadingHTTPServer):
         super().__init__(address, _Handler)
         self.engine = engine
         self.rest = engine.service.create_rest_client()  # checkpoint listings, as the in-process RestClient's
+        self.downloads = Downloads(Catalog(CheckpointStore(Path(engine.service.checkpoint_root))))
         self.api_key = api_key
 
 
@@ -73,6 +81,9 @@ def _json_routes(engine: Engine) -> dict[str, Callable[[Json], Any]]:
         "/api/v1/get_info": lambda body: engine.get_info(_model(types.GetInfoRequest, body)),
         "/api/v1/optim_step": lambda body: engine.optim_step(_model(types.OptimStepRequest, body)),
         "/api/v1/save_weights": lambda body: engine.save_weights(_model(types.SaveWeightsRequest, body)),
+        "/api/v1/save_weights_external": lambda body: engine.save_weights_external(
+            _model(types.SaveWeightsExternalRequest, body)
+        ),
         "/api/v1/save_weights_for_sampler": lambda body: engine.save_weights_for_sampler(
             _model(types.SaveWeightsForSamplerRequest, body)
         ),
@@ -101,9 +112,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._handle(self._delete)
 
-    def _handle(self, route: Callable[[], tuple[int, bytes, str]]) -> None:
+    def _handle(self, route: Callable[[], tuple[int, bytes | Path, str]]) -> None:
+        """Answer with ``route()``'s status and body: bytes, or a file (streamed) from a signed download."""
         try:
-            self._check_key()
+            if not self.path.startswith(DOWNLOADS):  # a signed download URL stands in for the key: urllib sends none
+                self._check_key()
             status, body, content_type = route()
         except HttpError as exc:
             status, body, content_type = exc.status, json.dumps({"detail": exc.detail}).encode(), "application/json"
@@ -115,9 +128,13 @@ class _Handler(BaseHTTPRequestHandler):
             status, body, content_type = 500, json.dumps({"detail": detail}).encode(), "application/json"
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(body.stat().st_size if isinstance(body, Path) else len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if isinstance(body, Path):
+            with open(body, "rb") as source:
+                shutil.copyfileobj(source, self.wfile, 1 << 20)
+        else:
+            self.wfile.write(body)
 
     def _check_key(self) -> None:
         expected = self.server.api_key
@@ -128,10 +145,12 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
-    def _get(self) -> tuple[int, bytes, str]:
+    def _get(self) -> tuple[int, bytes | Path, str]:
         self._body()
         path = self.path.split("?", 1)[0]
         engine = self.server.engine
+        if path.startswith(DOWNLOADS):
+            return 200, self.server.downloads.file(self.path), "application/octet-stream"
         if path == "/api/v1/healthz":
             return _json({"status": "ok"})
         if path == "/api/v1/get_server_capabilities":
@@ -140,6 +159,9 @@ class _Handler(BaseHTTPRequestHandler):
             return _json(self.server.rest.list_user_checkpoints(*_page(self.path)).result())
         if path == "/api/v1/training_runs":
             return _json(self.server.rest.list_training_runs(*_page(self.path)).result())
+        if (match := _EXTERNAL_URLS.match(path)) is not None:
+            host = self.headers.get("Host") or "{}:{}".format(*self.server.server_address[:2])
+            return _json(self.server.downloads.urls(match.group(1), match.group(2), f"http://{host}"))
         if (match := _RUN_CHECKPOINTS.match(path)) is not None:
             return _json(self.server.rest.list_checkpoints(match.group(1)).result())
         if (match := _RUN.match(path)) is not None:

@@ -70,12 +70,16 @@ class RestClient:
         return _answer(lambda: self._catalog.weights_info(tinker_path))
 
     def get_external_weights_urls(self, tinker_path: str) -> APIFuture[types.ExternalWeightsUrlsResponse]:
-        """``file://`` URLs of the checkpoint's files, which the SDK's download helpers (``urllib``) fetch.
+        """``file://`` URLs of an external-weights checkpoint's files, which the SDK's download helpers (``urllib``) fetch.
 
-        The hosted service serves external weights (``save_weights_external``) this way; a local
-        checkpoint already is a standard peft adapter folder, so any local checkpoint path
-        (``weights`` or ``sampler_weights``) is accepted. The URLs expire with the checkpoint.
+        As in the SDK, only ``tinker://<run>/external_weights/<name>`` paths (``save_weights_external``)
+        are accepted (``ValueError`` otherwise). The URLs expire with the checkpoint.
         """
+        if parse_path(tinker_path)[1] != "external_weights":
+            raise ValueError(
+                "get_external_weights_urls only accepts external weights checkpoints "
+                f"(tinker://<training_run_id>/external_weights/<name>), got {tinker_path!r}"
+            )
 
         def urls() -> types.ExternalWeightsUrlsResponse:
             files = self._catalog.files(tinker_path)
