@@ -270,3 +270,37 @@ def test_a_builder_that_uses_the_sampler_while_listing_is_refused() -> None:
 
     with pytest.raises(ConfigError, match=r"called at load to list its tasks, failed.*used the sampler \(get_tokenizer\)"):
         LooseEnvironment("inline", Eager())
+
+
+class _CookbookStyleEnv:
+    """A tinker-cookbook-style Env: (ModelInput, stop condition) observations, token actions."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    async def initial_observation(self) -> tuple:
+        return tinker.types.ModelInput.from_ints([1, 2, self.number]), [0]
+
+    async def step(self, action: list[int]) -> dict:
+        return {"reward": 1.0}
+
+
+async def test_a_cookbook_env_from_a_builder_is_refused_by_name(ctx: Context) -> None:
+    class Builder:
+        def build(self, sampling_client: object) -> list:
+            return [_CookbookStyleEnv(n) for n in (3, 5)]
+
+    env = LooseEnvironment("inline", Builder())  # duck-typed: known when its first observation is a tuple
+    episode = env.episode(env.tasks("train")[0], ctx)
+    with pytest.raises(ConfigError, match=r"initial_observation\(\) returned a tuple: a _CookbookStyleEnv is a tinker-cookbook Env"):
+        await episode.initial_observation()
+
+    Env = type("Env", (), {"__module__": "tinker_cookbook.rl.types"})  # the cookbook's own base class: known at load
+    ProblemEnv = type("ProblemEnv", (Env, _CookbookStyleEnv), {})
+
+    class CookbookBuilder:
+        def build(self, sampling_client: object) -> list:
+            return [ProblemEnv(3)]
+
+    with pytest.raises(ConfigError, match="a ProblemEnv is a tinker-cookbook Env .* Port the Env to that shape"):
+        LooseEnvironment("inline", CookbookBuilder())
