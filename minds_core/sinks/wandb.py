@@ -32,13 +32,20 @@ class WandbSink:
             raise UsageError('metric sink "wandb" needs the wandb package: pip install "minds-core[wandb]"') from None
         self.id_file = Path(run_dir) / ID_FILE
         saved = _saved_id(self.id_file)
-        self.run = wandb.init(
-            project=config.metrics.wandb_project,
-            name=config.metrics.wandb_run_name or config.name,
-            config=redact(to_dict(config)),
-            id=saved or secrets.token_hex(4),
-            resume="allow",
-        )
+        try:
+            self.run = wandb.init(
+                project=config.metrics.wandb_project,
+                name=config.metrics.wandb_run_name or config.name,
+                config=redact(to_dict(config)),
+                id=saved or secrets.token_hex(4),
+                resume="allow",
+            )
+        except wandb.errors.Error as exc:  # no key, a rejected key, W&B unreachable: the user's to fix
+            raise UsageError(
+                f'metric sink "wandb" could not start a W&B run: {exc} '
+                "(export WANDB_API_KEY=... or run `wandb login`; WANDB_MODE=offline logs locally; "
+                "or drop wandb from metrics.sinks)"
+            ) from None
         self.id_saved = saved == self.run.id
 
     def write(self, record: dict[str, Any]) -> None:
