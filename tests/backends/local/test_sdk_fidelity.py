@@ -283,10 +283,15 @@ def test_the_rest_client_lists_reads_downloads_and_deletes_checkpoints(
     info = rest.get_weights_info_by_tinker_path(other_path).result()
     assert (info.base_model, info.is_lora, info.lora_rank) == (DEFAULT_BASE_MODEL, True, 2)
 
-    # the SDK's own download helper fetches the file:// URLs: a standard peft adapter folder
-    _download_external_weights(rest, state, tmp_path / "download", show_progress=False, format="json")
+    # the SDK's own download helper fetches the file:// URLs of external weights: a standard peft adapter folder
+    with pytest.raises(ValueError, match="only accepts external weights checkpoints"):
+        rest.get_external_weights_urls(state)
+    external = trainer.save_weights_external("e").result().path
+    _download_external_weights(rest, external, tmp_path / "download", show_progress=False, format="json")
     downloaded = {p.name for p in (tmp_path / "download").iterdir()}
-    assert {"adapter_model.safetensors", "adapter_config.json", "optimizer.safetensors"} <= downloaded
+    assert {"adapter_model.safetensors", "adapter_config.json"} <= downloaded and "optimizer.safetensors" not in downloaded
+    assert [c.checkpoint_type for c in rest.list_checkpoints(trainer.model_id).result().checkpoints][0] == "external"
+    rest.delete_checkpoint_from_tinker_path(external).result()
 
     rest.delete_checkpoint(trainer.model_id, "weights/a").result()
     rest.delete_checkpoint_from_tinker_path(sampler_path).result()
