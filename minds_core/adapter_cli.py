@@ -210,7 +210,7 @@ def _open_chat_model(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
     config = ref.config
     system = _env_system_prompt(config, plugins) if args.env_system else args.system
     factory = plugins.registry.lookup("backends", config.backend, "backend").obj
-    service = factory(config, Path(config.runs_dir) / (config.name or "_adhoc"))
+    service = _connected(factory(config, Path(config.runs_dir) / (config.name or "_adhoc")))
     try:
         sampler = service.create_sampling_client(model_path=ref.sampler_path).result()
     except (tinker.BadRequestError, tinker.NotFoundError, tinker.AuthenticationError, tinker.PermissionDeniedError) as exc:
@@ -251,10 +251,19 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
     return prompt
 
 
+def _connected(opened: Any) -> Any:
+    """The backend's service: a hosted backend's factory returns a coroutine that connects, run here to its end."""
+    import asyncio
+    import inspect
+
+    return asyncio.run(opened) if inspect.iscoroutine(opened) else opened
+
+
 def _close(service: Any) -> None:
+    """End the service session as a finished piece of work (the SDK requires a status)."""
     close = getattr(service, "close", None)
     if callable(close):
-        result = close()
+        result = close("success")
         if hasattr(result, "result"):
             result.result()
 
@@ -307,7 +316,7 @@ def _export(args: argparse.Namespace) -> int:
 
         from minds_core.backends.tinker import create_tinker_service, resolve_api_key
 
-        service = create_tinker_service(ref.config, Path(ref.config.runs_dir))
+        service = _connected(create_tinker_service(ref.config, Path(ref.config.runs_dir)))
         rest = tinker.RestClient(base_url=ref.config.tinker.base_url or None, api_key=resolve_api_key(ref.config.tinker))
     try:
         written = export_checkpoint(ref, Path(args.out_dir), merge=args.merge, service=service, rest=rest)

@@ -98,7 +98,7 @@ def trained(tmp_path_factory) -> dict[str, Any]:
     path = training.save_weights_for_sampler("s").result().path
     sampler = service.create_sampling_client(model_path=path).result()
     logprobs = sampler.compute_logprobs(types.ModelInput.from_ints(TOKENS)).result()[1:]
-    service.close()
+    service.close("success")
     served = root / "served"
     export_checkpoint(resolve_checkpoint(path, None, [f"runs_dir={root / 'runs'}", "backend=local"]), served)
     config = json.loads((served / "adapter_config.json").read_text())

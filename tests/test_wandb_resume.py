@@ -73,3 +73,17 @@ def test_resume_continues_the_same_wandb_run(tmp_path, monkeypatch):
     assert first_id == second_id
     assert (first_steps, second_steps) == ([0, 1, 2], [3, 4])
     assert first_id in (run / "wandb.json").read_text()
+
+
+@pytest.mark.slow
+def test_the_wandb_sink_without_a_key_is_a_usage_error_not_a_traceback(run_minds, tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    env = {"WANDB_MODE": "online", "NETRC": str(tmp_path / "no-netrc"), "WANDB_CONFIG_DIR": str(tmp_path), "WANDB_DIR": str(tmp_path)}
+    done = run_minds(
+        ["run", "--env", "toy_char_share", "--backend", "local", "--steps", "1", "--set", "metrics.sinks=[\"console\",\"wandb\"]",
+         "--set", "metrics.wandb_project=minds-test"],
+        plugins=["toy_plugin"], env=env,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert 'metric sink "wandb" could not start a W&B run' in done.stderr and "WANDB_API_KEY" in done.stderr
+    assert "Traceback" not in done.stderr

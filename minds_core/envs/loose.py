@@ -194,6 +194,9 @@ class LooseEnvironment:
                 raise ConfigError(f"{mismatch}: nothing gives prompts; {ACCEPTED}")
             self.enumerated = _enumerate(obj, mismatch)
         rows_source = self.enumerated if self.enumerated is not None else obj
+        for candidate in rows_source if isinstance(rows_source, list) else [obj]:
+            if _is_cookbook_env(candidate):
+                raise ConfigError(f"{mismatch}: {_cookbook_env(candidate)}")
         if isinstance(rows_source, list):
             pass  # each instance gives its prompt and its reward
         elif getattr(rows_source, "rubric", None) is None and not callable(getattr(rows_source, "step", None)) and not self.builds:
@@ -343,9 +346,27 @@ async def _awaited(value: Any) -> Any:
     return await value
 
 
+def _is_cookbook_env(obj: Any) -> bool:
+    """Whether ``obj`` is a tinker-cookbook ``Env`` (``tinker_cookbook.rl.types``): token observations, token actions."""
+    return any(c.__module__.startswith("tinker_cookbook.") and c.__name__ == "Env" for c in type(obj).__mro__)
+
+
+def _cookbook_env(obj: Any) -> str:
+    """Why minds refuses a tinker-cookbook ``Env`` instance, and what to do instead."""
+    return (
+        f"a {type(obj).__name__} is a tinker-cookbook Env (initial_observation() gives a (ModelInput, stop condition) "
+        "tuple and step() takes sampled tokens), which minds does not run: minds renders the conversation itself, so "
+        "an environment gives text or messages (initial_observation() -> str | list[dict]; step(text) -> reward, done, "
+        "messages). Port the Env to that shape, or train it with the tinker-cookbook's own RL loop (it runs on minds' "
+        "local backend and on minds serve)"
+    )
+
+
 async def _drawn(task: Task, source: Any) -> tuple[Task, Any]:
     """``initial_observation()`` on ``source``: the task with its prompt and answer, and a copy of ``source`` after it."""
     observation = await maybe_await(source.initial_observation())
+    if isinstance(observation, tuple):  # a duck-typed tinker-cookbook Env: (ModelInput, StopCondition)
+        raise ConfigError(f"{task.id}: initial_observation() returned a tuple: {_cookbook_env(source)}")
     return attrs.evolve(task, prompt=observation, answer=getattr(source, "answer", None)), copy.deepcopy(source)
 
 

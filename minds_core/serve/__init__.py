@@ -75,7 +75,7 @@ def serve(
         engine = Engine(service, models, limits)
         server = TinkerServer((host, port), engine, api_keys, limits)
     except BaseException:
-        service.close()
+        service.close("errored")
         raise
     stop = threading.Event()
 
@@ -96,7 +96,7 @@ def serve(
         server.shutdown()
         server.server_close()
         finished = engine.wait_idle(SHUTDOWN_GRACE_SECONDS)
-        service.close()
+        service.close("success")
         sys.setswitchinterval(switch_interval)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

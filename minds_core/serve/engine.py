@@ -211,6 +211,7 @@ class Engine:
             train_mlp=lora.train_mlp,
             train_attn=lora.train_attn,
             train_unembed=lora.train_unembed,
+            user_metadata=_str_metadata(request.user_metadata),
         )
 
         def register(client: TrainingClient) -> types.CreateModelResponse:
@@ -295,6 +296,19 @@ class Engine:
             run.submit(request.seq_id, lambda c: c.save_weights_and_get_sampling_client()), owner, register
         )
 
+    def save_weights_external(self, request: types.SaveWeightsExternalRequest, owner: str) -> types.UntypedAPIFuture:
+        """The run's adapter as external weights (a peft folder), in the run's request order."""
+        self._admit(owner)
+        run = self._run(request.model_id, owner)
+        return self._track(
+            run.submit(
+                request.seq_id,
+                lambda c: c.save_weights_external(request.path, request.ttl_seconds, request.age_encryption_recipients),
+            ),
+            owner,
+            lambda saved: types.SaveWeightsExternalResponseInternal(path=saved.path, type="save_weights_external"),
+        )
+
     def load_weights(self, request: types.LoadWeightsRequest, owner: str) -> types.UntypedAPIFuture:
         self._admit(owner)
         if request.optimizer_config is not None:
@@ -311,10 +325,13 @@ class Engine:
             self._check_base_model(request.base_model)
         self._check_room()
         model_id = f"{request.session_id}:train:{request.model_seq_id}"
+        metadata = _str_metadata(request.user_metadata)
         if request.optimizer:
-            local = self.service.create_training_client_from_state_with_optimizer(request.path, request.base_model)
+            local = self.service.create_training_client_from_state_with_optimizer(
+                request.path, request.base_model, user_metadata=metadata
+            )
         else:
-            local = self.service.create_training_client_from_state(request.path, request.base_model)
+            local = self.service.create_training_client_from_state(request.path, request.base_model, user_metadata=metadata)
 
         def register(client: TrainingClient) -> types.LoadWeightsResponse:
             self.owners.claim(client.model_id, owner)
@@ -558,6 +575,11 @@ class _Gone(HttpError):
 def _check_optimizer(config: types.OptimizerConfig | None) -> None:
     if config is not None and config.type != "adamw":
         raise BadRequest(f"minds serve trains with AdamW only (optimizer type 'adamw'), not {config.type!r}")
+
+
+def _str_metadata(metadata: dict[str, Any] | None) -> dict[str, str] | None:
+    """A run's ``user_metadata`` as the SDK's ``TrainingRun`` returns it (string values)."""
+    return None if metadata is None else {str(key): str(value) for key, value in metadata.items()}
 
 
 def _local_call(make: Callable[[], Any]) -> Any:

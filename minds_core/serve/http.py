@@ -19,6 +19,7 @@ import errno
 import hmac
 import json
 import re
+import shutil
 import socket
 import threading
 import time
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -33,6 +35,10 @@ import pydantic
 import tinker
 from tinker import types
 
+from minds_core.backends.local.catalog import Catalog
+from minds_core.backends.local.checkpoints import CheckpointStore
+
+from .downloads import PREFIX as DOWNLOADS, Downloads
 from .engine import Engine
 from .errors import (
     BadRequest,
@@ -77,6 +83,7 @@ class TinkerServer(ThreadingHTTPServer):
         self._accept_backoff = 0.0
         self._connections = 0
         self._connections_lock = threading.Lock()
+        self.downloads = Downloads(Catalog(CheckpointStore(Path(engine.service.checkpoint_root))))
         super().__init__(address, _Handler)
 
     def get_request(self) -> tuple[socket.socket, Any]:
@@ -127,6 +134,7 @@ class _Call:
     url: str
     raw: bytes
     headers: Message
+    server: TinkerServer
 
     def json(self) -> Json:
         try:
@@ -175,6 +183,14 @@ def _retrieve(call: _Call) -> Any:
     return value
 
 
+def _external_weights_urls(call: _Call) -> Any:
+    """Signed URLs of an external-weights checkpoint's files (the URL, not a key, lets urllib fetch each)."""
+    run_id, checkpoint_id = call.parts
+    call.engine.weights_info(f"tinker://{run_id}/{checkpoint_id}", call.client)  # 404 unless the caller's
+    host = call.headers.get("Host") or "{}:{}".format(*call.server.server_address[:2])
+    return call.server.downloads.urls(run_id, checkpoint_id, f"http://{host}")
+
+
 def _unsupported(why: str) -> Callable[[_Call], Any]:
     def refuse(call: _Call) -> Any:
         raise BadRequest(f"minds serve does not support this: {why}")
@@ -183,7 +199,7 @@ def _unsupported(why: str) -> Callable[[_Call], Any]:
 
 
 _RUN = r"/api/v1/training_runs/([^/]+)"
-_CHECKPOINT = _RUN + r"/checkpoints/((?:weights|sampler_weights)/[^/]+)"
+_CHECKPOINT = _RUN + r"/checkpoints/((?:weights|sampler_weights|external_weights)/[^/]+)"
 _SESSION = r"/api/v1/sessions/([^/]+)"
 _NO_PUBLISHING = _unsupported(
     "checkpoints are not published here; each stays with the API key that saved it (share a key to share them)"
@@ -215,6 +231,11 @@ ROUTES: list[tuple[str, str, Callable[[_Call], Any]]] = [
     ("POST", "/api/v1/save_weights", lambda c: c.engine.save_weights(c.model(types.SaveWeightsRequest), c.client)),
     (
         "POST",
+        "/api/v1/save_weights_external",
+        lambda c: c.engine.save_weights_external(c.model(types.SaveWeightsExternalRequest), c.client),
+    ),
+    (
+        "POST",
         "/api/v1/save_weights_for_sampler",
         lambda c: c.engine.save_weights_for_sampler(c.model(types.SaveWeightsForSamplerRequest), c.client),
     ),
@@ -238,6 +259,8 @@ ROUTES: list[tuple[str, str, Callable[[_Call], Any]]] = [
     ("GET", _RUN, lambda c: c.engine.training_run(c.parts[0], c.client)),
     ("GET", _RUN + "/checkpoints", lambda c: c.engine.run_checkpoints(c.parts[0], c.client)),
     ("DELETE", _CHECKPOINT, lambda c: c.engine.delete_checkpoint(c.parts[0], c.parts[1], c.client)),
+    ("GET", _CHECKPOINT + "/external_weights_urls", _external_weights_urls),
+    ("GET", DOWNLOADS + r"(.+)", lambda c: (200, c.server.downloads.file(c.url), "application/octet-stream")),
     ("PUT", _CHECKPOINT + "/ttl", lambda c: c.engine.set_checkpoint_ttl(c.parts[0], c.parts[1], c.client)),
     ("POST", _CHECKPOINT + "/publish", _NO_PUBLISHING),
     ("DELETE", _CHECKPOINT + "/publish", _NO_PUBLISHING),
@@ -275,7 +298,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         engine = self.server.engine
         try:
-            self._check_key()
+            if not path.startswith(DOWNLOADS):  # a signed download URL stands in for the key: urllib sends none
+                self._check_key()
             raw = self._read_body()
             status, body, content_type = self._route(path, raw)
         except _HungUp:
@@ -290,7 +314,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, body, content_type = 500, json.dumps({"detail": detail}).encode(), "application/json"
         self._send(status, body, content_type)
 
-    def _route(self, path: str, raw: bytes) -> tuple[int, bytes, str]:
+    def _route(self, path: str, raw: bytes) -> tuple[int, bytes | Path, str]:
         allowed = []
         for method, pattern, handler in _COMPILED:
             match = pattern.match(path)
@@ -300,23 +324,28 @@ class _Handler(BaseHTTPRequestHandler):
                 allowed.append(method)
                 continue
             client = client_of(self.headers.get("X-API-Key", ""))
-            value = handler(_Call(self.server.engine, client, match.groups(), self.path, raw, self.headers))
+            value = handler(_Call(self.server.engine, client, match.groups(), self.path, raw, self.headers, self.server))
             return value if isinstance(value, tuple) else _json(value)
         if allowed:
             raise MethodNotAllowed(f"minds serve serves {path} with {' and '.join(allowed)} only, not {self.command}")
         raise NotFound(f"minds serve does not serve {self.command} {path} (the routes it serves: minds_core.serve.http.ROUTES)")
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _send(self, status: int, body: bytes | Path, content_type: str) -> None:
+        """Answer with ``body``: bytes, or a file (streamed: a signed download)."""
         if not self._body_read:  # what is left of the body would be read as the next request
             self.close_connection = True
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(body.stat().st_size if isinstance(body, Path) else len(body)))
             if self.close_connection:
                 self.send_header("Connection", "close")
             self.end_headers()
-            self.wfile.write(body)
+            if isinstance(body, Path):
+                with open(body, "rb") as source:
+                    shutil.copyfileobj(source, self.wfile, 1 << 20)
+            else:
+                self.wfile.write(body)
             self.wfile.flush()
             if not self._body_read:
                 self._drain()

@@ -101,7 +101,25 @@ def _datum(message: pb.Datum, limits: ServeLimits) -> types.Datum:
         tokens = np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32)
         chunks.append(types.EncodedTextChunk(tokens=tokens.tolist()))
     inputs = {name: _tensor(tensor, name, limits) for name, tensor in message.loss_fn_inputs.items()}
-    return types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs)
+    if not message.model_input_spans and not message.loss_fn_input_spans:
+        return types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs)
+    return types.Datum(
+        model_input=types.ModelInput(chunks=chunks),
+        loss_fn_inputs=inputs,
+        model_input_spans=[_span(span) for span in message.model_input_spans],
+        loss_fn_input_spans=[_span(span) for span in message.loss_fn_input_spans],
+    )
+
+
+def _span(message: pb.ProvenanceSpan) -> types.PromptProvenanceSpan | types.SampledProvenanceSpan:
+    """A datum's provenance run (the SDK's ``Datum.with_provenance``)."""
+    kind = message.WhichOneof("span")
+    arm = message.sampled_tokens if kind == "sampled_tokens" else message.prompt_tokens
+    span_type = types.SampledProvenanceSpan if kind == "sampled_tokens" else types.PromptProvenanceSpan
+    try:
+        return span_type(sequence_id=arm.sequence_id, offset=arm.offset, length=arm.length)
+    except ValueError as exc:
+        raise BadRequest(f"A provenance span is invalid: {exc}") from None
 
 
 def _tensor(message: pb.Tensor, name: str, limits: ServeLimits) -> types.TensorData:

@@ -47,6 +47,12 @@ class WandbSink:
                 # console capture would copy output before it is masked; the run's train.log holds it
                 settings=wandb.Settings(console="off"),
             )
+        except wandb.errors.Error as exc:  # no key, a rejected key, W&B unreachable: the user's to fix
+            raise UsageError(
+                f'metric sink "wandb" could not start a W&B run: {exc} '
+                "(export WANDB_API_KEY=... or run `wandb login`; WANDB_MODE=offline logs locally; "
+                "or drop wandb from metrics.sinks)"
+            ) from None
         finally:
             sys.argv = command
         self.id_saved = saved == self.run.id

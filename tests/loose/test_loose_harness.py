@@ -134,7 +134,7 @@ async def test_the_rubric_group_scores_fixed_replies_with_the_policy_at_hand(har
         reward, _, errors = await score("no idea at all")
         assert errors == [] and reward == pytest.approx(0.0 + 0.5 * 0.6)  # four words
     finally:
-        service.close()
+        service.close("success")
 
 
 def test_builder_returning_a_list_of_instances_trains_with_each_policy(run: Run, tokenizer: object) -> None:

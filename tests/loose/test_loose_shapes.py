@@ -156,7 +156,7 @@ async def test_build_receives_the_rollouts_sampler_once_per_policy(loose_dir: Pa
         assert rewards[2] == pytest.approx(expected) and rewards[0] == pytest.approx(expected)
         assert expected < 0
     finally:
-        service.close()
+        service.close("success")
 
 
 async def test_non_numeric_rubric_parts_count_zero_and_warn_once(ctx: Context) -> None:
@@ -190,7 +190,7 @@ async def test_non_numeric_step_reward_counts_zero_with_a_warning(tmp_path: Path
         with capture_logs() as logs:
             rollout = await run_rollout(env, env.tasks("train")[0], ctx, settings, seed=0)
     finally:
-        service.close()
+        service.close("success")
     assert rollout.ok and rollout.reward == 0.0 and rollout.invalid_reward
     assert any(e["event"] == "non-numeric reward counted as 0" and "high" in e["rewards"] for e in logs)
 
@@ -308,3 +308,37 @@ async def test_a_none_step_reward_is_an_invalid_reward_as_documented(tmp_path: P
         service.close()
     assert zero.ok and zero.reward == 0.0 and zero.invalid_reward
     assert not fail.ok and fail.invalid_reward and "invalid reward [None]" in fail.error
+
+
+class _CookbookStyleEnv:
+    """A tinker-cookbook-style Env: (ModelInput, stop condition) observations, token actions."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    async def initial_observation(self) -> tuple:
+        return tinker.types.ModelInput.from_ints([1, 2, self.number]), [0]
+
+    async def step(self, action: list[int]) -> dict:
+        return {"reward": 1.0}
+
+
+async def test_a_cookbook_env_from_a_builder_is_refused_by_name(ctx: Context) -> None:
+    class Builder:
+        def build(self, sampling_client: object) -> list:
+            return [_CookbookStyleEnv(n) for n in (3, 5)]
+
+    env = LooseEnvironment("inline", Builder())  # duck-typed: known when its first observation is a tuple
+    episode = env.episode(env.tasks("train")[0], ctx)
+    with pytest.raises(ConfigError, match=r"initial_observation\(\) returned a tuple: a _CookbookStyleEnv is a tinker-cookbook Env"):
+        await episode.initial_observation()
+
+    Env = type("Env", (), {"__module__": "tinker_cookbook.rl.types"})  # the cookbook's own base class: known at load
+    ProblemEnv = type("ProblemEnv", (Env, _CookbookStyleEnv), {})
+
+    class CookbookBuilder:
+        def build(self, sampling_client: object) -> list:
+            return [ProblemEnv(3)]
+
+    with pytest.raises(ConfigError, match="a ProblemEnv is a tinker-cookbook Env .* Port the Env to that shape"):
+        LooseEnvironment("inline", CookbookBuilder())

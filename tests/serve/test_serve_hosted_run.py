@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import tinker
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+
+from minds_core.backends.local.tiny_model import tiny_model_path
 
 from .conftest import Served
 
@@ -53,4 +61,37 @@ def test_minds_run_on_the_tinker_backend_trains_resumes_and_evaluates(served: Se
     summary = json.loads(evaluated.stdout)  # the last checkpoint's rollouts, sampled through the server
     assert summary, evaluated.stdout
     for text in (first.stdout + first.stderr, resumed.stdout + resumed.stderr, evaluated.stdout + evaluated.stderr, *(p.read_text() for p in run.rglob("*") if p.is_file() and p.suffix in {".jsonl", ".yaml", ".log", ".json"})):
+        assert KEY not in text
+
+
+def test_sample_chat_and_export_work_on_a_run_trained_through_the_server(served: Served, run_minds, tmp_path: Path) -> None:
+    env = {"TINKER_API_KEY": KEY}
+    trained = run_minds(
+        ["run", *ARGS, "--steps", "2", "--set", f"tinker.base_url={served.url}", "--name", "served"], plugins=["toy_plugin"], env=env
+    )
+    assert trained.returncode == 0, trained.stderr[-4000:]
+    run = tmp_path / "runs" / "served"
+
+    sampled = run_minds(["sample", str(run), "--prompt", "hi", "-n", "2", "--max-tokens", "4", "--seed", "1", "--json"], env=env)
+    assert sampled.returncode == 0, sampled.stderr[-4000:]
+    replies = [json.loads(line) for line in sampled.stdout.splitlines()]
+    assert [r["sample"] for r in replies] == [0, 1] and all(r["tokens"] >= 1 for r in replies)
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")} | env
+    chatted = subprocess.run(
+        [sys.executable, "-m", "minds_core.cli", "chat", str(run), "--max-tokens", "4", "--seed", "1"],
+        input="hello\n/exit\n", capture_output=True, text=True, cwd=tmp_path, env=environ, timeout=300, check=False,
+    )  # fmt: skip
+    assert chatted.returncode == 0, chatted.stderr[-4000:]
+    assert chatted.stdout.strip(), chatted.stderr[-2000:]
+
+    out = tmp_path / "adapter"
+    exported = run_minds(["export", str(run), str(out), "--json"], env=env)
+    assert exported.returncode == 0, exported.stderr[-4000:]
+    written = json.loads(exported.stdout)
+    assert written["base_model"] == "minds-tiny" and written["source"].startswith("tinker://")
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, str(out))  # a plain peft adapter on the base model
+    assert any(p.abs().sum() > 0 for name, p in model.named_parameters() if "lora_B" in name)
+    for text in (trained.stderr, sampled.stdout + sampled.stderr, chatted.stdout + chatted.stderr, exported.stdout + exported.stderr):
         assert KEY not in text

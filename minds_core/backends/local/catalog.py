@@ -20,7 +20,7 @@ from .errors import LocalNotFoundError
 
 __all__ = ["Catalog"]
 
-_TYPES: dict[str, types.CheckpointType] = {"weights": "training", "sampler_weights": "sampler"}
+_TYPES: dict[str, types.CheckpointType] = {"weights": "training", "sampler_weights": "sampler", "external_weights": "external"}
 
 
 class Catalog:
@@ -48,14 +48,17 @@ class Catalog:
         found = self.checkpoints(run_id)
         if not found:
             raise LocalNotFoundError(f"No training run {run_id!r} with checkpoints under {self.store.root}")
-        return _training_run(run_id, found, self._found(found[0].tinker_path)[1])
+        return _training_run(run_id, found, self._found(found[0].tinker_path)[1], self.store.run_metadata(run_id))
 
     def training_runs(self, limit: int, offset: int) -> types.TrainingRunsResponse:
         """One page of the runs that have checkpoints, most recently saved first."""
         by_run: dict[str, list[types.Checkpoint]] = {}
         for checkpoint in self.checkpoints():  # newest first, so each run's list is too
             by_run.setdefault(parse_path(checkpoint.tinker_path)[0], []).append(checkpoint)
-        runs = [_training_run(run_id, found, self._found(found[0].tinker_path)[1]) for run_id, found in by_run.items()]
+        runs = [
+            _training_run(run_id, found, self._found(found[0].tinker_path)[1], self.store.run_metadata(run_id))
+            for run_id, found in by_run.items()
+        ]
         return types.TrainingRunsResponse(
             training_runs=runs[offset : offset + limit],
             cursor=types.Cursor(offset=offset, limit=limit, total_count=len(runs)),
@@ -84,7 +87,7 @@ class Catalog:
         return {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*")) if p.is_file()}
 
     def delete(self, run_id: str, checkpoint_id: str) -> None:
-        """Remove a run's checkpoint (``checkpoint_id`` as listed: ``weights/<name>`` or ``sampler_weights/<name>``)."""
+        """Remove a run's checkpoint (``checkpoint_id`` as listed: ``<kind>/<name>``, e.g. ``weights/step-10``)."""
         self.store.delete(f"tinker://{run_id}/{checkpoint_id}")
 
     def _found(self, tinker_path: str) -> tuple[Path, dict[str, Any]]:
@@ -111,8 +114,10 @@ def _checkpoint(folder: Path, meta: dict[str, Any]) -> types.Checkpoint:
     )
 
 
-def _training_run(run_id: str, checkpoints: list[types.Checkpoint], newest: dict[str, Any]) -> types.TrainingRun:
-    """A run described by its checkpoints (newest first) and the newest one's metadata."""
+def _training_run(
+    run_id: str, checkpoints: list[types.Checkpoint], newest: dict[str, Any], user_metadata: dict[str, str]
+) -> types.TrainingRun:
+    """A run described by its checkpoints (newest first), the newest one's metadata and the run's ``user_metadata``."""
     return types.TrainingRun(
         training_run_id=run_id,
         base_model=newest["base_model"],
@@ -122,4 +127,5 @@ def _training_run(run_id: str, checkpoints: list[types.Checkpoint], newest: dict
         last_request_time=checkpoints[0].time,
         last_checkpoint=next((c for c in checkpoints if c.checkpoint_type == "training"), None),
         last_sampler_checkpoint=next((c for c in checkpoints if c.checkpoint_type == "sampler"), None),
+        user_metadata=user_metadata or None,
     )

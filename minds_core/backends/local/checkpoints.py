@@ -1,8 +1,10 @@
 """Checkpoints on disk, addressed by tinker paths.
 
-``tinker://<run_id>/weights/<name>`` (``save_state``: adapter + optimizer) and
-``tinker://<run_id>/sampler_weights/<name>`` (adapter only) live in
-``<root>/<run_id>/<weights|sampler_weights>/<name>/``, holding a standard peft
+``tinker://<run_id>/weights/<name>`` (``save_state``: adapter + optimizer),
+``tinker://<run_id>/sampler_weights/<name>`` (adapter only) and
+``tinker://<run_id>/external_weights/<name>`` (``save_weights_external``: the
+adapter for use outside minds) live in
+``<root>/<run_id>/<kind>/<name>/``, holding a standard peft
 adapter (``adapter_model.safetensors``, ``adapter_config.json``),
 ``minds_checkpoint.json`` (base model and LoRA settings) and, for ``weights``,
 ``optimizer.safetensors``. Each is written into a hidden staging directory
@@ -13,6 +15,9 @@ A checkpoint saved with ``ttl_seconds`` records ``expires_at`` in its metadata;
 once past it, it is gone as far as any reader can tell (loading it is a 404,
 listings leave it out), and its folder is removed by the next ``sweep`` (every
 save and every listing runs one).
+
+A run's own ``user_metadata`` (given when its training client was made) is kept
+in ``<root>/<run_id>/run.json``, for ``RestClient.get_training_run``.
 """
 
 from __future__ import annotations
@@ -40,12 +45,14 @@ from .training_engine import OptimizerState
 
 __all__ = ["CheckpointContents", "CheckpointKind", "CheckpointStore", "parse_path"]
 
-CheckpointKind = Literal["weights", "sampler_weights"]
+CheckpointKind = Literal["weights", "sampler_weights", "external_weights"]
+KINDS: tuple[CheckpointKind, ...] = ("weights", "sampler_weights", "external_weights")
 
 _FORMAT = "minds-local-checkpoint/1"
 _META = "minds_checkpoint.json"
 _ADAPTER = "adapter_model.safetensors"
 _OPTIMIZER = "optimizer.safetensors"
+_RUN = "run.json"
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:=+-]*\Z")
 _SCHEME = "tinker://"
 
@@ -140,7 +147,7 @@ class CheckpointStore:
         if run_id is not None:
             _check_segment(run_id, "run id")
         pattern = "*" if run_id is None else run_id
-        for kind in ("weights", "sampler_weights"):
+        for kind in KINDS:
             for meta_path in self.root.glob(f"{pattern}/{kind}/*/{_META}"):
                 meta = _read_meta(meta_path.parent)
                 if meta is not None and not _is_expired(meta):
@@ -157,6 +164,22 @@ class CheckpointStore:
                 except OSError:
                     continue  # another service swept it first
                 shutil.rmtree(retired, ignore_errors=True)
+
+    def save_run_metadata(self, run_id: str, user_metadata: Mapping[str, str]) -> None:
+        """Record the run's ``user_metadata`` (replacing what was recorded)."""
+        _check_segment(run_id, "run id")
+        folder = self.root / run_id
+        folder.mkdir(parents=True, exist_ok=True)
+        staging = folder / f".{_RUN}.{uuid.uuid4().hex}.tmp"
+        staging.write_text(json.dumps({"user_metadata": dict(user_metadata)}, indent=2))
+        os.replace(staging, folder / _RUN)
+
+    def run_metadata(self, run_id: str) -> dict[str, str]:
+        """The ``user_metadata`` the run was made with ({} when none was given)."""
+        try:
+            return json.loads((self.root / run_id / _RUN).read_text())["user_metadata"]
+        except FileNotFoundError:
+            return {}
 
     def delete(self, path: str) -> None:
         """Remove the checkpoint at tinker ``path`` (404 when there is none, or it has expired)."""
@@ -211,10 +234,9 @@ def parse_path(path: str) -> tuple[str, CheckpointKind, str]:
     if not isinstance(path, str) or not path.startswith(_SCHEME):
         raise LocalBadRequestError(f"Not a tinker path: {path!r} (expected tinker://<run_id>/weights/<name>)")
     parts = path[len(_SCHEME) :].split("/")
-    if len(parts) != 3 or parts[1] not in ("weights", "sampler_weights"):
+    if len(parts) != 3 or parts[1] not in KINDS:
         raise LocalBadRequestError(
-            f"Not a checkpoint path: {path!r} (expected tinker://<run_id>/weights/<name> "
-            "or tinker://<run_id>/sampler_weights/<name>)"
+            f"Not a checkpoint path: {path!r} (expected tinker://<run_id>/<kind>/<name>, kind one of {', '.join(KINDS)})"
         )
     run_id, kind, name = parts
     _check_segment(run_id, "run id")

@@ -11,7 +11,7 @@ import torch
 from tinker import types
 
 from .errors import LocalBadRequestError
-from .losses import LOSS_INPUTS
+from .losses import LOSS_INPUTS, PROVENANCE_SAMPLED
 from .models import BaseModel
 
 __all__ = [
@@ -88,12 +88,28 @@ def check_length(length: int, base: BaseModel, what: str) -> None:
 def submitted_datum(datum: types.Datum, index: int) -> DatumTensors:
     """Datum ``index`` of a request as tensors of its own, taken at submission as the SDK serializes it then.
 
-    Keeps every loss input a built-in loss reads (others are ignored locally).
-    Raises ``LocalBadRequestError`` for image chunks, an empty input or a loss input of an unsupported type.
+    Keeps every loss input a built-in loss reads (others are ignored locally); provenance
+    (``loss_fn_input_spans``) becomes the input ``provenance_sampled``, 1 on each target a
+    ``SampledProvenanceSpan`` covers. Raises ``LocalBadRequestError`` for image chunks, an
+    empty input, a loss input of an unsupported type or spans that do not tile the targets.
     """
     tokens = model_input_tokens(datum.model_input, f"datum {index} model_input")
-    inputs = {key: as_tensor(value, key) for key, value in datum.loss_fn_inputs.items() if key in LOSS_INPUTS}
+    inputs = {
+        key: as_tensor(value, key)
+        for key, value in datum.loss_fn_inputs.items()
+        if key in LOSS_INPUTS and key != PROVENANCE_SAMPLED
+    }
+    if datum.loss_fn_input_spans is not None:
+        inputs[PROVENANCE_SAMPLED] = _sampled_mask(datum.loss_fn_input_spans, index)
     return DatumTensors(tokens=torch.tensor(tokens, dtype=torch.int64), inputs=inputs)
+
+
+def _sampled_mask(spans: Sequence[Any], index: int) -> torch.Tensor:
+    """1.0 on the positions of the sampled runs among ``spans`` (which tile the targets in order), 0.0 elsewhere."""
+    marks = [float(isinstance(span, types.SampledProvenanceSpan)) for span in spans for _ in range(span.length)]
+    if not marks:
+        raise LocalBadRequestError(f"datum {index}: loss_fn_input_spans cover no position; they must tile target_tokens")
+    return torch.tensor(marks, dtype=torch.float32)
 
 
 def check_datum(item: DatumTensors, index: int, required: Sequence[str], base: BaseModel) -> DatumTensors:
@@ -101,6 +117,12 @@ def check_datum(item: DatumTensors, index: int, required: Sequence[str], base: B
     what = f"datum {index}"
     check_tokens(item.tokens, base, f"{what} model_input")
     check_length(len(item.tokens), base, f"{what} model_input")
+    if PROVENANCE_SAMPLED in required and PROVENANCE_SAMPLED not in item.inputs:
+        raise LocalBadRequestError(
+            f"{what} has no provenance; this loss (stable_reinforce) needs every datum to name the sampled "
+            "sequences behind its targets: Datum.with_provenance(...) with SampledProvenanceSpan runs carrying "
+            "each SampledSequence.sequence_id"
+        )
     if missing := [key for key in required if key not in item.inputs]:
         raise LocalBadRequestError(f"{what} lacks loss_fn_inputs {missing}; this loss needs {list(required)}")
     used = [*required, *(["weights"] if "weights" in item.inputs else [])]

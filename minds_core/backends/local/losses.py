@@ -14,6 +14,7 @@ otherwise). Notation: ``q`` = sampler log-probs (input ``logprobs``), ``A`` =
 | cispo | ``w * stopgrad(clip(r, lo, hi)) * logp * A`` | clip_low_threshold (0.0), clip_high_threshold (4.0) |
 | dro | ``w * (logp*A - 0.5*beta*m*(logp - q)^2)`` | beta (0.05) |
 | gspo | ``w * min(s_t*A, clip(s_t, lo, hi)*A)`` | clip_low_threshold (0.9997), clip_high_threshold (1.0004) |
+| stable_reinforce | ``w * m * (stopgrad(r)*A*logp - kl_coeff*(r - 1 - log r))`` | kl_coeff (0.0) |
 
 The functions are elementwise over tokens, so they take the tokens of many datums
 concatenated; the one loss that reduces over a datum (GSPO's sequence ratio) reduces
@@ -28,6 +29,17 @@ ratio is ``s = exp(mean_{t in M}(logp_t - q_t))``; every token carries
 ``s_t = stopgrad(s) * exp(logp_t - stopgrad(logp_t))``, the value of ``s`` with
 the gradient of its own log-probability. Defaults are the paper's
 epsilon_low = 3e-4, epsilon_high = 4e-4.
+
+StableReinforce is the SDK's REINFORCE for off-policy data (the cookbook's default
+async and math_rl loss). The hosted service publishes its inputs, not its formula:
+every datum names the sampled sequences behind its targets (``Datum.with_provenance``)
+and the service looks up what it recorded when sampling (``record_stability_info``).
+Locally the sampler's numbers are the datum's ``logprobs``, and ``m`` (input
+``provenance_sampled``, made from the datum's ``loss_fn_input_spans``) marks the
+targets that are sampled tokens; prompt and tool tokens carry no loss. The objective
+is REINFORCE with the sampler ratio as a fixed weight (the gradient of ``r*A``), minus
+``kl_coeff`` times the k3 estimate of KL(sampler || policy); its numbers may differ
+from the hosted service's.
 """
 
 from __future__ import annotations
@@ -39,7 +51,7 @@ import torch
 
 from .errors import LocalBadRequestError
 
-__all__ = ["DATUM_INDEX", "LOSSES", "LOSS_INPUTS", "LossSpec", "get_loss", "resolve_config", "token_losses"]
+__all__ = ["DATUM_INDEX", "LOSSES", "LOSS_INPUTS", "PROVENANCE_SAMPLED", "LossSpec", "get_loss", "resolve_config", "token_losses"]
 
 LossInputs = Mapping[str, torch.Tensor]
 
@@ -113,6 +125,15 @@ def gspo(logp: torch.Tensor, inputs: LossInputs, config: Mapping[str, float]) ->
     return -_weights(logp, inputs) * torch.minimum(ratio * advantages, clipped * advantages)
 
 
+def stable_reinforce(logp: torch.Tensor, inputs: LossInputs, config: Mapping[str, float]) -> torch.Tensor:
+    """REINFORCE weighted by the detached sampler ratio on sampled tokens, with a k3 KL penalty."""
+    ratio = _ratio(logp, inputs)
+    objective = ratio.detach() * inputs["advantages"] * logp - config["kl_coeff"] * (ratio - 1 - (logp - inputs["logprobs"]))
+    return -_weights(logp, inputs) * inputs[PROVENANCE_SAMPLED] * objective
+
+
+#: The loss input made from a datum's provenance: 1 where the target is a sampled token, else 0.
+PROVENANCE_SAMPLED = "provenance_sampled"
 _RL_INPUTS = ("target_tokens", "logprobs", "advantages")
 _CLIP = ("clip_low_threshold", "clip_high_threshold")
 
@@ -123,6 +144,7 @@ LOSSES: Mapping[str, LossSpec] = {
     "cispo": LossSpec(cispo, _RL_INPUTS, dict(zip(_CLIP, (0.0, 4.0), strict=True))),
     "dro": LossSpec(dro, _RL_INPUTS, {"beta": 0.05}),
     "gspo": LossSpec(gspo, (*_RL_INPUTS, "sequence_ratio_mask"), dict(zip(_CLIP, (1 - 3e-4, 1 + 4e-4), strict=True))),
+    "stable_reinforce": LossSpec(stable_reinforce, (*_RL_INPUTS, PROVENANCE_SAMPLED), {"kl_coeff": 0.0}),
 }
 """The built-in losses by Tinker name."""
 

@@ -18,6 +18,7 @@ from tinker.lib.public_interfaces.api_future import APIFuture
 
 from .catalog import Catalog
 from .checkpoints import CheckpointStore, parse_path
+from .deprecated import async_twin
 from .errors import LocalBadRequestError, LocalNotFoundError
 from .futures import completed_future, failed_future
 
@@ -70,12 +71,16 @@ class RestClient:
         return _answer(lambda: self._catalog.weights_info(tinker_path))
 
     def get_external_weights_urls(self, tinker_path: str) -> APIFuture[types.ExternalWeightsUrlsResponse]:
-        """``file://`` URLs of the checkpoint's files, which the SDK's download helpers (``urllib``) fetch.
+        """``file://`` URLs of an external-weights checkpoint's files, which the SDK's download helpers (``urllib``) fetch.
 
-        The hosted service serves external weights (``save_weights_external``) this way; a local
-        checkpoint already is a standard peft adapter folder, so any local checkpoint path
-        (``weights`` or ``sampler_weights``) is accepted. The URLs expire with the checkpoint.
+        As in the SDK, only ``tinker://<run>/external_weights/<name>`` paths (``save_weights_external``)
+        are accepted (``ValueError`` otherwise). The URLs expire with the checkpoint.
         """
+        if parse_path(tinker_path)[1] != "external_weights":
+            raise ValueError(
+                "get_external_weights_urls only accepts external weights checkpoints "
+                f"(tinker://<training_run_id>/external_weights/<name>), got {tinker_path!r}"
+            )
 
         def urls() -> types.ExternalWeightsUrlsResponse:
             files = self._catalog.files(tinker_path)
@@ -93,6 +98,15 @@ class RestClient:
     def delete_checkpoint_from_tinker_path(self, tinker_path: str) -> APIFuture[None]:
         """Remove the checkpoint at ``tinker_path``."""
         return _answer(lambda: self._catalog.store.delete(tinker_path))
+
+    get_training_run_async = async_twin("get_training_run", awaits=True)
+    get_training_run_by_tinker_path_async = async_twin("get_training_run_by_tinker_path", awaits=True)
+    list_training_runs_async = async_twin("list_training_runs", awaits=True)
+    list_checkpoints_async = async_twin("list_checkpoints", awaits=True)
+    list_user_checkpoints_async = async_twin("list_user_checkpoints", awaits=True)
+    get_external_weights_urls_async = async_twin("get_external_weights_urls", awaits=True)
+    delete_checkpoint_async = async_twin("delete_checkpoint", awaits=True)
+    delete_checkpoint_from_tinker_path_async = async_twin("delete_checkpoint_from_tinker_path", awaits=True)
 
     def __repr__(self) -> str:
         return f"<local RestClient of {self._catalog.store.root}>"

@@ -8,6 +8,7 @@ from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
 from transformers import PreTrainedTokenizerBase
 
+from .deprecated import async_twin
 from .errors import LocalBadRequestError
 from .futures import RequestQueue, failed_future
 from .inputs import model_input_tokens
@@ -84,18 +85,6 @@ class SamplingClient:
             lambda: self._sampler.prompt_logprobs(model_input_tokens(prompt, "The prompt"), prompt_logprobs_last_n)
         )
 
-    async def sample_async(
-        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams, **kwargs: Any
-    ) -> types.SampleResponse:
-        """``sample``, awaited: the SDK's async spelling, which seed-style reward code uses."""
-        return await self.sample(prompt, num_samples, sampling_params, **kwargs)
-
-    async def compute_logprobs_async(
-        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
-    ) -> list[float | None]:
-        """``compute_logprobs``, awaited (the SDK's async spelling)."""
-        return await self.compute_logprobs(prompt, prompt_logprobs_last_n)
-
     def get_tokenizer(self) -> PreTrainedTokenizerBase:
         """The base model's tokenizer."""
         return self._sampler.base.tokenizer
@@ -103,6 +92,10 @@ class SamplingClient:
     def get_base_model(self) -> str:
         """The base model's name, e.g. ``minds-tiny``."""
         return self._sampler.base.name
+
+    sample_async = async_twin("sample", awaits=True)
+    compute_logprobs_async = async_twin("compute_logprobs", awaits=True)
+    get_base_model_async = async_twin("get_base_model", awaits=True)
 
     def __repr__(self) -> str:
         return f"<local SamplingClient of {self.get_base_model()!r}>"

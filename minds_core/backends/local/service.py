@@ -24,6 +24,7 @@ from tinker.lib.public_interfaces.backcompat_training_client_future import (
     BackcompatTrainingClientFuture,
 )
 
+from .deprecated import async_twin
 from .errors import LocalBadRequestError
 from .futures import completed_future
 from .lora import LoraSpec
@@ -106,7 +107,7 @@ class ServiceClient:
             _check_optimizer(optimizer)
             return LoraTrainer(self._runtime.models.get(base_model), spec, lora_seed)
 
-        return BackcompatTrainingClientFuture(TrainingClient(self._runtime, _new_run_id())._start(build))
+        return BackcompatTrainingClientFuture(TrainingClient(self._runtime, _new_run_id())._start(build, user_metadata))
 
     def create_training_client_from_state(
         self,
@@ -117,7 +118,7 @@ class ServiceClient:
         optimizer: types.OptimizerConfig | None = None,
     ) -> BackcompatTrainingClientFuture:
         """A new run starting from the adapter weights at ``path`` (fresh optimizer state)."""
-        return self._from_state(path, base_model, with_optimizer=False, optimizer=optimizer)
+        return self._from_state(path, base_model, user_metadata, with_optimizer=False, optimizer=optimizer)
 
     def create_training_client_from_state_with_optimizer(
         self,
@@ -127,7 +128,7 @@ class ServiceClient:
         weights_access_token: str | None = None,
     ) -> BackcompatTrainingClientFuture:
         """A new run resuming exactly from ``path``: adapter weights and AdamW state."""
-        return self._from_state(path, base_model, with_optimizer=True)
+        return self._from_state(path, base_model, user_metadata, with_optimizer=True)
 
     def create_sampling_client(
         self,
@@ -160,10 +161,16 @@ class ServiceClient:
 
     def close(
         self,
-        status: Literal["success", "errored", "interrupted"] = "success",
+        status: Literal["success", "errored", "interrupted"],
         detail: str | None = None,
     ) -> APIFuture[None]:
-        """Stop every client's worker (queued requests still run); remove a temporary root."""
+        """Stop every client's worker (queued requests still run); remove a temporary root.
+
+        As the SDK's, ``status`` (how the work ended) is required: code written against this
+        client runs unchanged on the hosted service.
+        """
+        if status not in _CLOSE_STATUSES:
+            raise ValueError(f"close() takes a status of {', '.join(map(repr, _CLOSE_STATUSES))}; got {status!r}")
         with self._lock:
             if not self._closed:
                 self._closed = True
@@ -171,6 +178,13 @@ class ServiceClient:
                 if self._temporary_root:
                     shutil.rmtree(self.checkpoint_root, ignore_errors=True)
         return completed_future(None)
+
+    create_lora_training_client_async = async_twin("create_lora_training_client", awaits=True)
+    create_training_client_from_state_async = async_twin("create_training_client_from_state", awaits=True)
+    create_training_client_from_state_with_optimizer_async = async_twin(
+        "create_training_client_from_state_with_optimizer", awaits=True
+    )
+    create_sampling_client_async = async_twin("create_sampling_client", awaits=True)
 
     def __enter__(self) -> Self:
         self._check_open()
@@ -182,12 +196,14 @@ class ServiceClient:
         exc_value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.close("success" if exc_type is None else "errored").result()
+        status = "success" if exc_type is None else "errored" if issubclass(exc_type, Exception) else "interrupted"
+        self.close(status).result()
 
     def _from_state(
         self,
         path: str,
         base_model: str | None,
+        user_metadata: dict[str, str] | None,
         *,
         with_optimizer: bool,
         optimizer: types.OptimizerConfig | None = None,
@@ -202,11 +218,14 @@ class ServiceClient:
             trainer.load_state(checkpoint.adapter, checkpoint.optimizer)
             return trainer
 
-        return BackcompatTrainingClientFuture(TrainingClient(self._runtime, _new_run_id())._start(build))
+        return BackcompatTrainingClientFuture(TrainingClient(self._runtime, _new_run_id())._start(build, user_metadata))
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("ServiceClient is closed")
+
+
+_CLOSE_STATUSES = ("success", "errored", "interrupted")
 
 
 def create_service_client(checkpoint_root: str | os.PathLike[str] | None, device: str = "auto") -> ServiceClient:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -14,6 +15,7 @@ from tinker.types.optimizer import OptimParamsBase
 from transformers import PreTrainedTokenizerBase
 
 from .checkpoints import CheckpointContents, CheckpointKind
+from .deprecated import async_twin
 from .errors import LocalBadRequestError
 from .futures import failed_future
 from .inputs import DatumTensors, submitted_datum
@@ -49,11 +51,18 @@ class TrainingClient:
         self._trainer: LoraTrainer
         self._failure: BaseException | None = None  # the failed custom-loss request's error
 
-    def _start(self, build: Callable[[], LoraTrainer]) -> APIFuture[TrainingClient]:
-        """Build the trainer on the worker; the future of this client, ready to use."""
+    def _start(
+        self, build: Callable[[], LoraTrainer], user_metadata: Mapping[str, str] | None = None
+    ) -> APIFuture[TrainingClient]:
+        """Build the trainer on the worker; the future of this client, ready to use.
+
+        The run's ``user_metadata`` is recorded for ``RestClient.get_training_run``.
+        """
 
         def run() -> TrainingClient:
             self._trainer = build()
+            if user_metadata:
+                self._runtime.store.save_run_metadata(self.model_id, user_metadata)
             return self
 
         return self._queue.submit(run)
@@ -183,6 +192,33 @@ class TrainingClient:
             )
         )
 
+    def save_weights_external(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        age_encryption_recipients: list[str] | None = None,
+    ) -> APIFuture[types.SaveWeightsExternalResponse]:
+        """Save the adapter for use outside minds: ``tinker://<model_id>/external_weights/<name>``.
+
+        A standard peft adapter folder (``adapter_config.json`` naming the base model,
+        ``adapter_model.safetensors``), listed and deleted like any checkpoint and fetched
+        with ``RestClient.get_external_weights_urls`` (what ``tinker checkpoint download``
+        does). A namesake is replaced. Encryption to ``age_encryption_recipients`` is not
+        available locally: asking for it fails the request (nothing is written unencrypted).
+        """
+        if age_encryption_recipients:
+            return failed_future(
+                LocalBadRequestError(
+                    "age_encryption_recipients: the local backend cannot encrypt exported weights; "
+                    "leave it unset (the files stay on this machine) or encrypt the download yourself"
+                )
+            )
+        return self._in_turn(
+            lambda: types.SaveWeightsExternalResponse(
+                path=self._save("external_weights", name, True, None, ttl_seconds)
+            )
+        )
+
     def load_state(
         self, path: str, weights_access_token: str | None = None
     ) -> APIFuture[types.LoadWeightsResponse]:
@@ -253,6 +289,19 @@ class TrainingClient:
         """The base model's tokenizer."""
         return self._trainer.base.tokenizer
 
+    forward_async = async_twin("forward", awaits=False)
+    forward_backward_async = async_twin("forward_backward", awaits=False)
+    forward_backward_custom_async = async_twin("forward_backward_custom", awaits=False)
+    optim_step_async = async_twin("optim_step", awaits=False)
+    save_state_async = async_twin("save_state", awaits=False)
+    load_state_async = async_twin("load_state", awaits=False)
+    load_state_with_optimizer_async = async_twin("load_state_with_optimizer", awaits=False)
+    save_weights_for_sampler_async = async_twin("save_weights_for_sampler", awaits=False)
+    save_weights_external_async = async_twin("save_weights_external", awaits=False)
+    get_info_async = async_twin("get_info", awaits=True)
+    create_sampling_client_async = async_twin("create_sampling_client", awaits=True)
+    save_weights_and_get_sampling_client_async = async_twin("save_weights_and_get_sampling_client", awaits=True)
+
     def __repr__(self) -> str:
         return f"<local TrainingClient {self.model_id}>"
 
@@ -286,12 +335,16 @@ class TrainingClient:
             adapter=trainer.adapter_state(),
             optimizer=trainer.optimizer_state() if kind == "weights" else None,
         )
+        adapter_config = trainer.model.peft_config["default"]
+        if kind == "external_weights":  # named by the base model's name, not this machine's folder of it
+            adapter_config = copy.copy(adapter_config)
+            adapter_config.base_model_name_or_path = trainer.base.name
         return self._runtime.store.save(
             self.model_id,
             kind,
             name,
             checkpoint,
-            trainer.model.peft_config["default"],
+            adapter_config,
             overwrite=overwrite,
             user_metadata=user_metadata,
             ttl_seconds=ttl_seconds,

@@ -97,7 +97,7 @@ def test_export_loads_in_plain_peft_with_the_local_samplers_logprobs(trained, tm
     service = ServiceClient(checkpoint_root=trained.run_dir.parent / "_checkpoints")
     sampler = service.create_sampling_client(model_path=trained.checkpoints[-1]["sampler_path"]).result()
     local = sampler.compute_logprobs(tinker.types.ModelInput.from_ints(tokens)).result()[1:]
-    service.close()
+    service.close("success")
 
     config = json.loads((out / "adapter_config.json").read_text())
     assert Path(config["base_model_name_or_path"]) == tiny_model_path()

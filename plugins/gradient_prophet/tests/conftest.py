@@ -83,4 +83,4 @@ async def policy(tmp_path: Path) -> AsyncIterator[Policy]:
     policy = Policy(service, training, ctx)
     await policy.snapshot()
     yield policy
-    service.close()
+    service.close("success")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,7 @@ from typing import Any
 import attrs
 
 from minds_core import ConfigError, MindsError, RunConfig, did_you_mean
-from minds_openreward.settings import ENV_REFERENCE
+from minds_openreward.settings import ENV_REFERENCE, OPTIONAL_REFERENCE
 
 #: Seed key -> dotted minds key, for values copied as they are.
 TOP_LEVEL = {
@@ -44,6 +45,8 @@ SPECIAL = (
     "advantage_calculation", "num_epochs", "max_active_tasks", "max_rollout_concurrency",
     "openreward_run_name", "thinking", "environments", "secrets",
 )  # fmt: skip
+#: The variable the recipe reads its own ORS server's URL from (its ``openreward_environments_url`` setting).
+ENVIRONMENTS_URL_VARIABLE = "OPENREWARD_ENVIRONMENTS_URL"
 #: The recipe's concurrency when neither max_rollout_concurrency nor max_active_tasks is set.
 RECIPE_MAX_ACTIVE_TASKS = 32
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -97,14 +100,15 @@ def _secret_table(value: Any, where: str) -> dict[str, Any]:
 
 
 def _secrets(top: Any, own: Any, env: str, notes: list[str]) -> dict[str, str]:
-    """The secrets one environment receives, as ``$VARIABLE`` references: never a value.
+    """The secrets one environment receives, as variable references: never a value.
 
     As the recipe merges them: the top-level ``secrets`` go to every environment,
     the environment's own override them, ``null`` means "from the variable of
-    that name" (the recipe reads it case-insensitively: ``openai_api_key`` is
-    OPENAI_API_KEY), and ``""`` removes a top-level secret for this environment.
-    A value written in the file is not copied: the reference names the variable
-    to export it in.
+    that name, when it is set" (the recipe reads it case-insensitively:
+    ``openai_api_key`` is OPENAI_API_KEY, and sends nothing when it is unset):
+    ``${VARIABLE:-}``; ``""`` removes a top-level secret for this environment.
+    A value written in the file is not copied: the reference (``$VARIABLE``,
+    required) names the variable to export it in.
     """
     merged = _secret_table(top, "secrets")
     for key, value in _secret_table(own, f"environments.{env}.secrets").items():
@@ -113,17 +117,19 @@ def _secrets(top: Any, own: Any, env: str, notes: list[str]) -> dict[str, str]:
     for key, value in merged.items():
         if value == "":
             continue
-        if isinstance(value, str) and ENV_REFERENCE.match(value):
+        if isinstance(value, str) and (ENV_REFERENCE.match(value) or OPTIONAL_REFERENCE.match(value)):
             out[key] = value
             continue
         variable = key.upper()
         if not _VARIABLE.match(variable):
             raise ConfigError(f"secrets.{key}: not a usable environment variable name; write {key}: \"$VARIABLE\"")
-        if value is not None:
-            notes.append(
-                f"{env}: secrets.{key} is written as a value in the source file; it is not copied into the "
-                f"minds config: export {variable}=<the value> before `minds run`"
-            )
+        if value is None:
+            out[key] = f"${{{variable}:-}}"
+            continue
+        notes.append(
+            f"{env}: secrets.{key} is written as a value in the source file; it is not copied into the "
+            f"minds config: export {variable}=<the value> before `minds run`"
+        )
         out[key] = f"${variable}"
     return out
 
@@ -189,8 +195,15 @@ def _steps(seed: Mapping[str, Any], envs: list[dict[str, Any]], steps: int | Non
     return total
 
 
-def convert(seed: Mapping[str, Any], steps: int | None = None, ignore_unknown: bool = False) -> Conversion:
-    """Map every key of a seed config; unknown keys are an error unless ``ignore_unknown``."""
+def convert(
+    seed: Mapping[str, Any], steps: int | None = None, ignore_unknown: bool = False, environments_url: str | None = None
+) -> Conversion:
+    """Map every key of a seed config; unknown keys are an error unless ``ignore_unknown``.
+
+    ``environments_url`` is the recipe's ``OPENREWARD_ENVIRONMENTS_URL``: the ORS server
+    every environment is served by (your own, e.g. ``http://127.0.0.1:8080``); it becomes
+    each environment's ``base_url``. None or empty: the hosted OpenReward service.
+    """
     config: dict[str, Any] = {"backend": "tinker"}
     notes: list[str] = []
     unknown = []
@@ -226,14 +239,21 @@ def convert(seed: Mapping[str, Any], steps: int | None = None, ignore_unknown: b
         secrets = _secrets(seed.get("secrets"), table.get("secrets"), str(name), notes)
         if secrets:
             entry["args"]["secrets"] = secrets
-            variables.update(ENV_REFERENCE.match(ref).group(1) for ref in secrets.values())
+            variables.update((ENV_REFERENCE.match(ref) or OPTIONAL_REFERENCE.match(ref)).group(1) for ref in secrets.values())
         if seed.get("openreward_run_name"):
             entry["args"]["upload_run_name"] = seed["openreward_run_name"]
+        if environments_url:
+            entry["args"]["base_url"] = environments_url
         envs.append(entry)
         unknown.extend(bad)
     config["envs"] = envs
+    if environments_url:
+        notes.append(f"every environment is served by {environments_url} (OPENREWARD_ENVIRONMENTS_URL): args.base_url")
     if variables:
-        notes.append(f"secrets are read from the environment when the run starts: export {', '.join(sorted(variables))}")
+        notes.append(
+            f"secrets are read from the environment when the run starts ({', '.join(sorted(variables))}); "
+            "one the recipe leaves as null is sent only when its variable is set"
+        )
     _set(config, "rollout.max_turns", 0)
     notes.append("the recipe has no turn limit: rollout.max_turns = 0 (an episode ends at its terminal state or max_total_tokens)")
     _set(config, "rollout.concurrency", _concurrency(seed, envs, notes))
@@ -280,11 +300,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-o", "--output", help="write here (.toml, .yaml or .yml); default: TOML on stdout")
     parser.add_argument("--steps", type=int, help="training steps (needed when num_epochs cannot be turned into steps)")
     parser.add_argument("--ignore-unknown", action="store_true", help="drop unknown keys instead of failing")
+    parser.add_argument(
+        "--environments-url",
+        default=os.environ.get(ENVIRONMENTS_URL_VARIABLE) or None,
+        help=f"your own ORS server serving the environments (as the recipe's ${ENVIRONMENTS_URL_VARIABLE}, "
+        "the default); unset: the hosted OpenReward service",
+    )
     args = parser.parse_args(argv)
     from minds_core import read_config_file
 
     try:
-        conversion = convert(read_config_file(args.source), args.steps, args.ignore_unknown)
+        conversion = convert(read_config_file(args.source), args.steps, args.ignore_unknown, args.environments_url)
         fmt = "toml" if not args.output or Path(args.output).suffix == ".toml" else "yaml"
         if args.output and Path(args.output).suffix not in (".toml", ".yaml", ".yml"):
             raise ConfigError(f"--output {args.output}: use a .toml, .yaml or .yml file name")

@@ -15,6 +15,8 @@ REDUCTIONS = ("sum", "mean", "max", "min")
 TOOL_FORMATS = ("auto", "prompt")
 DEFAULT_KEY_ENV = "OPENREWARD_API_KEY"
 ENV_REFERENCE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
+#: ``${VAR:-}``: the variable's value when it is set; otherwise the secret is not sent (the recipe's ``null``).
+OPTIONAL_REFERENCE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*):-\}$")
 
 
 @attrs.frozen
@@ -102,9 +104,15 @@ def parse_settings(args: Mapping[str, Any]) -> BridgeSettings:
 
 
 def resolve_secrets(secrets: Mapping[str, str]) -> dict[str, str]:
-    """Secret values, with ``$VAR`` / ``${VAR}`` read from the environment; a missing variable is an error."""
+    """Secret values, with ``$VAR`` / ``${VAR}`` read from the environment (a missing variable is an error)
+    and ``${VAR:-}`` read when set (left out otherwise)."""
     resolved = {}
     for name, value in secrets.items():
+        optional = OPTIONAL_REFERENCE.match(value)
+        if optional:
+            if optional.group(1) in os.environ:
+                resolved[name] = os.environ[optional.group(1)]
+            continue
         match = ENV_REFERENCE.match(value)
         if match:
             variable = match.group(1)

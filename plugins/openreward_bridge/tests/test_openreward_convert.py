@@ -113,7 +113,7 @@ def test_every_seed_key_lands_in_the_minds_config(tmp_path: Path, capsys) -> Non
             "min_reward": -1.0,
             "max_reward": 1.0,
             "upload_run_name": "tinker-rl-test-openreward",
-            "secrets": {"OPENAI_API_KEY": "$OPENAI_API_KEY"},
+            "secrets": {"OPENAI_API_KEY": "${OPENAI_API_KEY:-}"},  # named in a list: sent when set, as null
         },
     }
     assert (gsm["group_size"], gsm["args"]["reward_reduction"], gsm["args"]["name"]) == (8, "mean", "MATH/GSM8K")
@@ -261,12 +261,13 @@ def test_recipe_secrets_become_references_and_never_values(tmp_path: Path, monke
     assert converted.returncode == 0, converted.stderr
     data = tomllib.loads(out.read_text())
     who, gsm = data["envs"]
-    # top-level secrets merged into every environment; its own override them; "" removes one
-    assert who["args"]["secrets"] == {"openai_api_key": "$OPENAI_API_KEY", "judge_token": "$JUDGE_TOKEN"}
-    assert gsm["args"]["secrets"] == {"openai_api_key": "$OPENAI_API_KEY", "anthropic_api_key": "$ANTHROPIC_API_KEY"}
+    # top-level secrets merged into every environment; its own override them; "" removes one; null reads the
+    # variable when it is set (${VAR:-}); a value written in the file must be exported ($VAR)
+    assert who["args"]["secrets"] == {"openai_api_key": "${OPENAI_API_KEY:-}", "judge_token": "${JUDGE_TOKEN:-}"}
+    assert gsm["args"]["secrets"] == {"openai_api_key": "$OPENAI_API_KEY", "anthropic_api_key": "${ANTHROPIC_API_KEY:-}"}
     # no turn limit, as in the recipe; concurrency: the recipe's default 32 tasks, below one batch (32 x 16)
     assert data["rollout"]["max_turns"] == 0 and data["rollout"]["concurrency"] == 32
-    assert "export ANTHROPIC_API_KEY, JUDGE_TOKEN, OPENAI_API_KEY" in converted.stderr
+    assert "read from the environment when the run starts (ANTHROPIC_API_KEY, JUDGE_TOKEN, OPENAI_API_KEY)" in converted.stderr
     assert "MATH/GSM8K: secrets.openai_api_key is written as a value in the source file; it is not copied" in converted.stderr
     dry = subprocess.run(
         [str(Path(sys.executable).with_name("minds")), "run", str(out), "--dry-run"], capture_output=True, text=True, timeout=300, check=False
@@ -291,6 +292,35 @@ def test_concurrency_is_capped_at_one_batch(tmp_path: Path, batch: int, rollouts
     source = recipe(tmp_path, batch=batch, rollouts=rollouts)
     source.write_text(source.read_text() + extra)
     assert convert(read_config_file(source)).config["rollout"]["concurrency"] == expected
+
+
+def test_null_secrets_whose_variables_are_unset_are_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The recipe sends a null secret only when its variable is set; a written value must be exported.
+    from minds_openreward.settings import resolve_secrets
+
+    seed = read_config_file(recipe(tmp_path))
+    envs = convert(seed).config["envs"]
+    for name in SECRET_VALUES:
+        monkeypatch.delenv(name, raising=False)
+    assert resolve_secrets(envs[0]["args"]["secrets"]) == {}
+    monkeypatch.setenv("JUDGE_TOKEN", SECRET_VALUES["JUDGE_TOKEN"])
+    assert resolve_secrets(envs[0]["args"]["secrets"]) == {"judge_token": SECRET_VALUES["JUDGE_TOKEN"]}
+    with pytest.raises(ConfigError, match="secrets.openai_api_key: environment variable OPENAI_API_KEY is not set"):
+        resolve_secrets(envs[1]["args"]["secrets"])  # written in the file: its variable is required
+
+
+def test_a_local_ors_server_comes_from_the_recipes_environments_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    source = recipe(tmp_path)
+    monkeypatch.setenv("OPENREWARD_ENVIRONMENTS_URL", "http://127.0.0.1:8080")
+    out = tmp_path / "minds.toml"
+    assert main([str(source), "-o", str(out)]) == 0
+    assert "served by http://127.0.0.1:8080" in capsys.readouterr().err
+    envs = tomllib.loads(out.read_text())["envs"]
+    assert [e["args"]["base_url"] for e in envs] == ["http://127.0.0.1:8080"] * 2
+    assert main([str(source), "-o", str(tmp_path / "other.toml"), "--environments-url", "http://127.0.0.1:9"]) == 0
+    assert {e["args"]["base_url"] for e in tomllib.loads((tmp_path / "other.toml").read_text())["envs"]} == {"http://127.0.0.1:9"}
+    monkeypatch.delenv("OPENREWARD_ENVIRONMENTS_URL")
+    assert all("base_url" not in e["args"] for e in convert(read_config_file(source)).config["envs"])
 
 
 def test_bad_secret_tables_are_named(tmp_path: Path) -> None:

@@ -83,8 +83,8 @@ class VerifiersEnvironment:
         self._inputs: dict[str, dict[str, Any]] = {}
 
     def tasks(self, split: str) -> Sequence[Task]:
-        if split not in SPLITS:
-            raise ConfigError(f"verifiers environment {self.env_id!r} has the splits {', '.join(SPLITS)}, not {split!r}")
+        if split not in SPLITS:  # a KeyError, as the core expects of a split an environment lacks
+            raise KeyError(f"verifiers environment {self.env_id!r} has the splits {', '.join(SPLITS)}, not {split!r}")
         dataset = self.vf_env.get_dataset() if split == "train" else self.vf_env.get_eval_dataset()
         tasks = []
         for row in dataset:

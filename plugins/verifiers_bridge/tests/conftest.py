@@ -26,5 +26,5 @@ async def service(tmp_path: Path) -> AsyncIterator[Any]:
 
     client = create_service_client(tmp_path / "checkpoints")
     yield client
-    client.close()
+    client.close("success")
 

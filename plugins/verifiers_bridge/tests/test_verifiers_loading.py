@@ -33,7 +33,7 @@ def test_tasks_come_from_the_train_and_eval_datasets(vf_environments: Path) -> N
     assert [t.id for t in train] == ["train-0", "train-1", "train-2", "train-3"]
     assert [t.answer for t in evaluation] == ["Paris", "Tokyo"]
     assert train[2].prompt[-1] == {"role": "user", "content": "What is the capital of Peru?"}
-    with pytest.raises(ConfigError, match="has the splits train, eval, not 'test'"):
+    with pytest.raises(KeyError, match="has the splits train, eval, not 'test'"):
         env.tasks("test")
 
 

@@ -39,6 +39,16 @@ def test_single_turn_env_trains(vf_environments: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_eval_every_evaluates_on_the_eval_dataset(vf_environments: Path, tmp_path: Path) -> None:
+    # Split selection asks for "test" first: the environment's lack of it must not stop the run.
+    metrics, _ = _train(
+        tmp_path, "env.args.id=minds_vf_capitals", "env.args.args.num_rows=3", "trainer.eval_every=1",
+        "trainer.eval_tasks=2", "trainer.eval_samples=1",
+    )  # fmt: skip
+    assert all(any(key.startswith("eval/") for key in m) for m in metrics), metrics
+
+
+@pytest.mark.slow
 def test_multi_turn_env_trains(vf_environments: Path, tmp_path: Path) -> None:
     metrics, rollouts = _train(tmp_path, "env.args.id=minds_vf_interview", "env.args.args.turns=3")
     assert all(m["tokens/turns"] == 3 * 6 and m["env/verifiers/vf/num_turns"] == 3 for m in metrics)

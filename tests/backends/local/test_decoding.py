@@ -254,7 +254,7 @@ def test_kv_buffer_places_rows_at_positions_of_their_own() -> None:
 
 
 def test_a_closed_service_refuses_new_samples(service: ServiceClient, sampler: SamplingClient, encode) -> None:
-    service.close()
+    service.close("success")
     with pytest.raises(RuntimeError, match="closed"):
         sampler.sample(types.ModelInput.from_ints(encode("Hi")), 1, GREEDY)
 

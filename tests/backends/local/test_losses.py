@@ -19,12 +19,16 @@ CONFIGS = {
     "cispo": {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
     "dro": {"beta": 0.05},
     "gspo": {"clip_low_threshold": 1 - 3e-4, "clip_high_threshold": 1 + 4e-4},
+    "stable_reinforce": {"kl_coeff": 0.3},
 }
 
 
-def reference(name: str, logp, q, adv, w, cfg: dict[str, float], weighted: bool):
+def reference(name: str, logp, q, adv, w, cfg: dict[str, float], weighted: bool, sampled=None):
     """(loss per token, d loss / d logp) in float64, written out from the formulas by hand."""
     r = torch.exp(logp - q)
+    if name == "stable_reinforce":  # on sampled tokens: fixed-weight r*A*logp, minus kl_coeff * (r - 1 - log r)
+        k = cfg["kl_coeff"]
+        return -w * sampled * (r * adv * logp - k * (r - 1 - (logp - q))), -w * sampled * (r * adv - k * (r - 1))
     lo, hi = cfg.get("clip_low_threshold"), cfg.get("clip_high_threshold")
     if name == "cross_entropy":
         return -w * logp, -w
@@ -59,6 +63,7 @@ def random_inputs(n: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:
         "advantages": adv,
         "weights": weights,
         "sequence_ratio_mask": (adv != 0).double(),  # gspo's sequence ratio averages over the sampled positions
+        "provenance_sampled": (torch.arange(n) >= n // 8).double(),  # stable_reinforce: targets that were sampled
     }
 
 
@@ -72,11 +77,13 @@ def test_token_loss_and_gradient_match_float64_reference(name: str, weighted: bo
     data = random_inputs()
     inputs = {k: v.float().to(device) for k, v in data.items() if k != "logp" and (weighted or k != "weights")}
     logp = data["logp"].float().to(device).requires_grad_(True)
-    loss = token_losses(name, logp, inputs).cpu()
+    loss = token_losses(name, logp, inputs, CONFIGS[name]).cpu()
     loss.sum().backward()
 
     w = data["weights"] if weighted else torch.ones_like(data["logp"])
-    ref_loss, ref_grad = reference(name, data["logp"], data["logprobs"], data["advantages"], w, CONFIGS[name], weighted)
+    ref_loss, ref_grad = reference(
+        name, data["logp"], data["logprobs"], data["advantages"], w, CONFIGS[name], weighted, data["provenance_sampled"]
+    )
     torch.testing.assert_close(loss.double(), ref_loss, rtol=0, atol=1e-5)
     torch.testing.assert_close(logp.grad.cpu().double(), ref_grad, rtol=0, atol=1e-5)
 
@@ -134,8 +141,8 @@ def test_dro_penalty_only_on_sampled_positions() -> None:
 
 def test_unknown_loss_and_config_keys_are_rejected() -> None:
     logp = torch.zeros(2)
-    with pytest.raises(LocalBadRequestError, match="supports: cross_entropy, importance_sampling, ppo, cispo, dro, gspo"):
-        token_losses("stable_reinforce", logp, {})
+    with pytest.raises(LocalBadRequestError, match="supports: cross_entropy, importance_sampling, ppo, cispo, dro, gspo, stable_reinforce"):
+        token_losses("sft", logp, {})
     with pytest.raises(LocalBadRequestError, match="clip_high"):
         token_losses("ppo", logp, {}, {"clip_hi": 2.0})
 

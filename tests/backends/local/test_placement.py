@@ -50,7 +50,7 @@ def test_the_config_key_takes_only_known_devices(tmp_path) -> None:
     with pytest.raises(ConfigError, match="local.device.*must be one of auto, cpu, cuda"):
         load_config(None, ["env.id=x", "local.device=gpu"])
     service = create_local_service(load_config(None, ["env.id=x", "local.device=cpu", f"runs_dir={tmp_path}"]), tmp_path)
-    service.close()
+    service.close("success")
 
 
 CUDA = pytest.param(

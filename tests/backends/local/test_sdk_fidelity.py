@@ -61,7 +61,7 @@ def test_sdk_arguments_are_accepted_and_unknown_ones_warned_as_the_sdk_warns(tmp
                        default_headers_overrides={"h": "v"}, checkpoint_root=tmp_path) as service:
         assert service.checkpoint_root == tmp_path
     theirs = _warnings_of(lambda: tinker.ServiceClient(bogus=1, other=2))
-    ours = _warnings_of(lambda: ServiceClient(bogus=1, other=2, checkpoint_root=tmp_path).close())
+    ours = _warnings_of(lambda: ServiceClient(bogus=1, other=2, checkpoint_root=tmp_path).close("success"))
     assert ours == theirs and ours[0][0] is FutureWarning
     with pytest.raises(TypeError):
         ServiceClient(None, None, tmp_path)  # type: ignore[misc]  # checkpoint_root is keyword-only
@@ -120,7 +120,12 @@ def test_every_loss_the_sdk_names_runs_or_is_a_400_naming_the_supported_ones(
 ) -> None:
     n = len("The cat sat.") - 1
     datum = sft_datum("The cat sat.", logprobs=[-1.0] * n, advantages=[0.5] * n, sequence_ratio_mask=[1.0] * n)
-    if loss in ("stable_reinforce", "custom"):
+    if loss == "stable_reinforce":  # it names the sampled sequence behind every target, as the SDK requires
+        with pytest.raises(tinker.BadRequestError, match="needs every datum to name the sampled sequences"):
+            trainer.forward_backward([datum], loss).result()
+        spans = [types.SampledProvenanceSpan(sequence_id="s", length=n)]
+        datum = datum.with_provenance(model_input=spans, loss_fn_inputs=spans)
+    if loss == "custom":
         assert loss not in LOSSES
         with pytest.raises(tinker.BadRequestError, match=f"supports: {', '.join(LOSSES)}"):
             trainer.forward_backward([datum], loss).result()  # type: ignore[arg-type]
@@ -278,10 +283,15 @@ def test_the_rest_client_lists_reads_downloads_and_deletes_checkpoints(
     info = rest.get_weights_info_by_tinker_path(other_path).result()
     assert (info.base_model, info.is_lora, info.lora_rank) == (DEFAULT_BASE_MODEL, True, 2)
 
-    # the SDK's own download helper fetches the file:// URLs: a standard peft adapter folder
-    _download_external_weights(rest, state, tmp_path / "download", show_progress=False, format="json")
+    # the SDK's own download helper fetches the file:// URLs of external weights: a standard peft adapter folder
+    with pytest.raises(ValueError, match="only accepts external weights checkpoints"):
+        rest.get_external_weights_urls(state)
+    external = trainer.save_weights_external("e").result().path
+    _download_external_weights(rest, external, tmp_path / "download", show_progress=False, format="json")
     downloaded = {p.name for p in (tmp_path / "download").iterdir()}
-    assert {"adapter_model.safetensors", "adapter_config.json", "optimizer.safetensors"} <= downloaded
+    assert {"adapter_model.safetensors", "adapter_config.json"} <= downloaded and "optimizer.safetensors" not in downloaded
+    assert [c.checkpoint_type for c in rest.list_checkpoints(trainer.model_id).result().checkpoints][0] == "external"
+    rest.delete_checkpoint_from_tinker_path(external).result()
 
     rest.delete_checkpoint(trainer.model_id, "weights/a").result()
     rest.delete_checkpoint_from_tinker_path(sampler_path).result()

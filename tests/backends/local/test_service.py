@@ -24,7 +24,7 @@ def test_default_model_name_and_factory(tmp_path: Path) -> None:
     assert DEFAULT_BASE_MODEL == "minds-tiny"
     service = create_service_client(tmp_path)
     assert isinstance(service, ServiceClient) and service.checkpoint_root == tmp_path
-    service.close()
+    service.close("success")
 
 
 def test_tiny_tokenizer_is_lossless_and_speaks_chatml(trainer: TrainingClient) -> None:
@@ -94,7 +94,7 @@ def test_closing_stops_new_requests_and_removes_a_temporary_root(sft_datum) -> N
     client = service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=2).result()
     client.save_state("x").result()
     assert root.is_dir()
-    assert service.close().result() is None
+    assert service.close("success").result() is None
     assert not root.exists()
     with pytest.raises(RuntimeError, match="closed"):
         service.create_lora_training_client(DEFAULT_BASE_MODEL)

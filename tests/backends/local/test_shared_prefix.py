@@ -35,7 +35,20 @@ def rl_datum(tokens: list[int], prompt_length: int, seed: int, topk: int = 0) ->
         "weights": sampled.tolist(),
         "sequence_ratio_mask": sampled.tolist(),  # read by gspo only
     }
-    return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)
+    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)
+    if topk:
+        return datum
+    sequence = f"seq-{seed}"  # provenance, as the cookbook attaches it (read by stable_reinforce only)
+    return datum.with_provenance(
+        model_input=[
+            types.PromptProvenanceSpan(sequence_id=sequence, length=prompt_length),
+            types.SampledProvenanceSpan(sequence_id=sequence, length=n - prompt_length),
+        ],
+        loss_fn_inputs=[
+            types.PromptProvenanceSpan(sequence_id=sequence, offset=1, length=prompt_length - 1),
+            types.SampledProvenanceSpan(sequence_id=sequence, length=n - prompt_length + 1),
+        ],
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,169 @@
+"""What a Tinker user runs first, in process and through ``minds serve`` with the real SDK.
+
+Weights leave the Tinker way (``save_weights_external``, ``tinker checkpoint
+download``), a run's ``user_metadata`` comes back, ``stable_reinforce`` trains on
+datums with provenance as the cookbook builds them, and the deprecated
+``*_async`` methods the OpenReward recipe uses behave alike in both modes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tinker
+import torch
+from peft import PeftModel
+from tinker import types
+from transformers import AutoModelForCausalLM
+
+from minds_core.backends.local import ServiceClient
+from minds_core.backends.local.tiny_model import tiny_model_path
+
+from .conftest import KEY, Served
+
+pytestmark = pytest.mark.slow
+
+TOKENS = [5, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100]
+
+
+def _sft(tokens: list[int]) -> types.Datum:
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": np.array(tokens[1:]), "weights": np.ones(len(tokens) - 1)},
+    )
+
+
+@pytest.fixture(params=["in-process", "served"])
+def clients(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Any]]:
+    """(service, rest client): the local backend in process, or the unmodified SDK against ``minds serve``."""
+    if request.param == "in-process":
+        service: Any = ServiceClient(checkpoint_root=tmp_path / "ckpt")
+    else:
+        served: Served = request.getfixturevalue("served")
+        service = tinker.ServiceClient(base_url=served.url, api_key=KEY)
+    yield service, service.create_rest_client()
+    service.close("success").result(timeout=30)
+
+
+def test_user_metadata_of_a_run_comes_back_with_its_training_run(clients: tuple[Any, Any]) -> None:
+    service, rest = clients
+    metadata = {"renderer_name": "qwen3", "created_by": "a cookbook loop"}
+    trainer = service.create_lora_training_client("minds-tiny", rank=4, seed=0, user_metadata=metadata).result()
+    path = trainer.save_state("first").result().path
+    assert rest.get_training_run_by_tinker_path(path).result().user_metadata == metadata
+    resumed = service.create_training_client_from_state_with_optimizer(path, user_metadata={"renderer_name": "qwen3"}).result()
+    again = resumed.save_state("resumed").result().path
+    assert rest.get_training_run_by_tinker_path(again).result().user_metadata == {"renderer_name": "qwen3"}
+
+
+def test_deprecated_async_methods_run_the_openreward_recipes_loop(clients: tuple[Any, Any]) -> None:
+    service, _ = clients
+
+    async def loop() -> list[float]:
+        trainer = await service.create_lora_training_client_async("minds-tiny", rank=4, seed=0)
+        losses = []
+        for step in range(2):  # as the recipe's main.py: await the *_async call, then await the future it gives
+            fwdbwd_future = await trainer.forward_backward_async([_sft(TOKENS)], loss_fn="cross_entropy")
+            optim_future = await trainer.optim_step_async(types.AdamParams(learning_rate=1e-2))
+            losses.append((await fwdbwd_future).metrics["loss:sum"])
+            await optim_future
+            sampler = await trainer.save_weights_and_get_sampling_client_async(name=f"step_{step + 1:06d}")
+        save_future = await trainer.save_state_async("checkpoint_000002")
+        assert (await save_future).path.endswith("/weights/checkpoint_000002")
+        sampled = await sampler.sample_async(types.ModelInput.from_ints(TOKENS[:4]), 2, types.SamplingParams(max_tokens=3, seed=0))
+        assert len(sampled.sequences) == 2 and await sampler.get_base_model_async() == "minds-tiny"
+        return losses
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        losses = asyncio.run(loop())
+    assert losses[1] < losses[0]
+    deprecated = {str(w.message).split("(")[0] for w in caught if issubclass(w.category, FutureWarning) and "DEPRECATED" in str(w.message)}
+    assert {
+        "DEPRECATED: TrainingClient.forward_backward_async",
+        "DEPRECATED: TrainingClient.optim_step_async",
+        "DEPRECATED: SamplingClient.sample_async",
+    } <= deprecated, deprecated
+
+
+def test_stable_reinforce_trains_on_datums_with_provenance_as_the_cookbook_builds_them(clients: tuple[Any, Any]) -> None:
+    service, _ = clients
+    trainer = service.create_lora_training_client("minds-tiny", rank=4, seed=0).result()
+    sampler = trainer.save_weights_and_get_sampling_client(record_stability_info=True).result()
+    prompt = TOKENS[:5]
+    sampled = sampler.sample(types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=4, seed=3)).result()
+    data = []
+    for sequence, advantage in zip(sampled.sequences, (1.0, -1.0), strict=True):
+        tokens, n = prompt + list(sequence.tokens), len(sequence.tokens)
+        datum = types.Datum(
+            model_input=types.ModelInput.from_ints(tokens[:-1]),
+            loss_fn_inputs={
+                "target_tokens": np.array(tokens[1:]),
+                "logprobs": np.array([0.0] * (len(prompt) - 1) + list(sequence.logprobs), dtype=np.float32),
+                "advantages": np.array([0.0] * (len(prompt) - 1) + [advantage] * n, dtype=np.float32),
+            },
+        )
+        sid = sequence.sequence_id
+        data.append(
+            datum.with_provenance(  # the cookbook's rl_loop: prompt runs, then the sampled run, named by sequence_id
+                model_input=[types.PromptProvenanceSpan(sequence_id=sid, length=len(prompt)), types.SampledProvenanceSpan(sequence_id=sid, length=n - 1)],
+                loss_fn_inputs=[
+                    types.PromptProvenanceSpan(sequence_id=sid, offset=1, length=len(prompt) - 1),
+                    types.SampledProvenanceSpan(sequence_id=sid, length=n),
+                ],
+            )
+        )
+    result = trainer.forward_backward(data, "stable_reinforce", {"kl_coeff": 0.1}).result()
+    step = trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    assert np.isfinite(result.metrics["loss:sum"]) and step.metrics["grad_norm:mean"] > 0
+    # a datum without provenance is the user's error (a 400 in process, a user-category failure over HTTP)
+    with pytest.raises((tinker.BadRequestError, tinker.RequestFailedError), match="needs every datum to name the sampled"):
+        trainer.forward_backward([_sft(TOKENS)], "stable_reinforce").result()
+
+
+def test_tinker_checkpoint_download_of_a_served_run_gives_a_loadable_adapter(
+    served: Served, service: tinker.ServiceClient, tmp_path: Path
+) -> None:
+    trainer = service.create_lora_training_client("minds-tiny", rank=4, seed=0).result()
+    for _ in range(3):
+        trainer.forward_backward([_sft(TOKENS)], "cross_entropy")
+        trainer.optim_step(types.AdamParams(learning_rate=2e-2)).result()
+    external = trainer.save_weights_external("final").result().path
+    assert external.endswith("/external_weights/final")
+    env = {**os.environ, "TINKER_BASE_URL": served.url, "TINKER_API_KEY": KEY}
+    cli = Path(sys.executable).with_name("tinker")
+    done = subprocess.run(
+        [str(cli), "checkpoint", "download", external, "--output", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    folder = tmp_path / external.removeprefix("tinker://").replace("/", "_")
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in folder.iterdir()}
+
+    # the adapter loads with plain peft and scores as the server's trained weights do
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, str(folder)).eval()
+    with torch.no_grad():
+        logits = model(torch.tensor([TOKENS])).logits[0, :-1].log_softmax(-1)
+    ours = logits.gather(1, torch.tensor(TOKENS[1:])[:, None])[:, 0]
+    served_logprobs = trainer.save_weights_and_get_sampling_client().result().compute_logprobs(types.ModelInput.from_ints(TOKENS)).result()[1:]
+    torch.testing.assert_close(ours, torch.tensor(served_logprobs), rtol=0, atol=2e-3)
+
+    # the signed URLs name no server folder, and a tampered one is refused
+    urls = service.create_rest_client().get_external_weights_urls(external).result().urls
+    assert all(url.startswith(f"{served.url}/api/v1/downloads/") for url in urls.values())
+    assert not any("ckpt" in url for url in urls.values())
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urls["adapter_config.json"].replace("signature=", "signature=0"), timeout=30)
+    assert refused.value.code == 401
