@@ -305,7 +305,7 @@ async def test_a_none_step_reward_is_an_invalid_reward_as_documented(tmp_path: P
         zero = await run_rollout(env, task, ctx, EpisodeSettings(renderer, params, RolloutConfig()), seed=0)
         fail = await run_rollout(env, task, ctx, EpisodeSettings(renderer, params, RolloutConfig(invalid_reward="fail")), seed=0)
     finally:
-        service.close()
+        service.close("success")
     assert zero.ok and zero.reward == 0.0 and zero.invalid_reward
     assert not fail.ok and fail.invalid_reward and "invalid reward [None]" in fail.error
 
