@@ -25,7 +25,7 @@ from tinker import types
 from minds_core.backends.local.catalog import Catalog
 from minds_core.backends.local.checkpoints import CheckpointStore
 
-from .downloads import PREFIX as DOWNLOADS, Downloads
+from .downloads import DOWNLOADS_PREFIX, Downloads
 from .engine import Engine
 from .errors import BadRequest, HttpError, NotFound, Unauthorized
 from .wire import (
@@ -115,7 +115,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self, route: Callable[[], tuple[int, bytes | Path, str]]) -> None:
         """Answer with ``route()``'s status and body: bytes, or a file (streamed) from a signed download."""
         try:
-            if not self.path.startswith(DOWNLOADS):  # a signed download URL stands in for the key: urllib sends none
+            if not self.path.startswith(DOWNLOADS_PREFIX):  # a signed download URL stands in for the key: urllib sends none
                 self._check_key()
             status, body, content_type = route()
         except HttpError as exc:
@@ -149,7 +149,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._body()
         path = self.path.split("?", 1)[0]
         engine = self.server.engine
-        if path.startswith(DOWNLOADS):
+        if path.startswith(DOWNLOADS_PREFIX):
             return 200, self.server.downloads.file(self.path), "application/octet-stream"
         if path == "/api/v1/healthz":
             return _json({"status": "ok"})
