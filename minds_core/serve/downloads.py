@@ -25,9 +25,9 @@ from minds_core.backends.local.checkpoints import parse_path
 
 from .errors import BadRequest, NotFound, Unauthorized
 
-__all__ = ["PREFIX", "Downloads"]
+__all__ = ["DOWNLOADS_PREFIX", "Downloads"]
 
-PREFIX = "/api/v1/downloads/"
+DOWNLOADS_PREFIX = "/api/v1/downloads/"
 #: How long a signed URL works (the SDK re-signs within five minutes of the end).
 URL_SECONDS = 3600
 
@@ -52,13 +52,13 @@ class Downloads:
         urls = {}
         for name in files:
             target = f"{run_id}/{checkpoint_id}/{name}"
-            urls[name] = f"{base_url}{PREFIX}{quote(target)}?expires={expires}&signature={self._sign(target, expires)}"
+            urls[name] = f"{base_url}{DOWNLOADS_PREFIX}{quote(target)}?expires={expires}&signature={self._sign(target, expires)}"
         return types.ExternalWeightsUrlsResponse(urls=urls, expires=datetime.fromtimestamp(expires, UTC))
 
     def file(self, url: str) -> Path:
         """The file a signed URL names; 401 when its signature is wrong or it has expired, 404 when the file is gone."""
         parts = urlsplit(url)
-        target = unquote(parts.path.removeprefix(PREFIX))
+        target = unquote(parts.path.removeprefix(DOWNLOADS_PREFIX))
         query = parse_qs(parts.query)
         try:
             expires = int(query["expires"][0])

@@ -37,16 +37,27 @@ def rl_batch(tokens: Callable[..., list[int]]) -> list[types.Datum]:
         seq = tokens(prompt_len + completion_len, seed)
         n = len(seq) - 1
         mask = np.array([0.0] * (prompt_len - 1) + [1.0] * (n - prompt_len + 1), dtype=np.float32)
+        datum = types.Datum(
+            model_input=types.ModelInput.from_ints(seq[:-1]),
+            loss_fn_inputs={
+                "target_tokens": np.array(seq[1:], dtype=np.int64),
+                "weights": mask,
+                "logprobs": (-rng.uniform(1.0, 6.0, n) * mask).astype(np.float32),
+                "advantages": (rng.normal(size=n) * mask).astype(np.float32),
+                "sequence_ratio_mask": mask,
+            },
+        )
+        sid = f"seq-{seed}"  # provenance as the cookbook attaches it (stable_reinforce reads it; it crosses the wire)
         data.append(
-            types.Datum(
-                model_input=types.ModelInput.from_ints(seq[:-1]),
-                loss_fn_inputs={
-                    "target_tokens": np.array(seq[1:], dtype=np.int64),
-                    "weights": mask,
-                    "logprobs": (-rng.uniform(1.0, 6.0, n) * mask).astype(np.float32),
-                    "advantages": (rng.normal(size=n) * mask).astype(np.float32),
-                    "sequence_ratio_mask": mask,
-                },
+            datum.with_provenance(
+                model_input=[
+                    types.PromptProvenanceSpan(sequence_id=sid, length=prompt_len),
+                    types.SampledProvenanceSpan(sequence_id=sid, length=n - prompt_len),
+                ],
+                loss_fn_inputs=[
+                    types.PromptProvenanceSpan(sequence_id=sid, offset=1, length=prompt_len - 1),
+                    types.SampledProvenanceSpan(sequence_id=sid, length=n - prompt_len + 1),
+                ],
             )
         )
     return data
