@@ -263,9 +263,10 @@ def cpu_target(smoke: bool) -> None:
             ours = minds_step(service, model_dir, batch)
             theirs = peft_step(model_dir, batch, "cpu")
             minds_s, peft_s = alternating_medians([ours, theirs], repeats)
+            threads = torch.get_num_threads()  # as the service sets them, for both
     tokens = batch.tokens()
     print(f"CPU, {count} datums of {low}-{high} tokens ({tokens} tokens), rank {RANK}, float32, "
-          f"{torch.get_num_threads()} threads:")  # fmt: skip
+          f"{threads} torch threads:")  # fmt: skip
     print(f"  minds {minds_s:.3f} s, peft (16-row padded micro-batches) {peft_s:.3f} s -> {peft_s / minds_s:.2f}x "
           "(target >= 1.5x)")  # fmt: skip
 

@@ -7,11 +7,15 @@ flattened rows of a pass, or into a pass's log-probs.
 A *wave* runs the members of some groups (datums sharing a prompt, see ``passes``)
 after one prefix pass holding each group's prefix in a row of its own; the datums
 sharing nothing form a wave without a prefix. The rest of each datum (its *body*,
-all of it when it shares nothing) is packed back to back into rows no longer than
-the wave's longest body, with no padding between datums; each body token attends
-causally within its own datum and to its group's prefix (a block-diagonal mask), and
-carries its position in the datum. A micro-batch takes rows while their tokens fit
-the token budget.
+all of it when it shares nothing) is packed back to back into rows as wide as the
+wave's longest body or prefix, with no padding between datums; a row holds bodies
+of one group, so that it carries that group's prefix keys/values once for all of
+them. Each body token attends causally within its own datum and to its group's
+prefix (a block-diagonal mask), and carries its position in the datum.
+
+The token budget bounds what a pass holds at once: a prefix pass takes at most half
+of it, and the micro-batches that continue it take rows while their tokens fit the
+rest.
 """
 
 from __future__ import annotations
@@ -112,8 +116,8 @@ def plan_waves(tokens: Sequence[torch.Tensor], groups: Sequence[Group], tokens_p
         offsets.append(offsets[-1] + length)
     shared = sorted((g for g in groups if g.prefix), key=lambda g: g.prefix)
     waves: list[list[Group]] = []
-    for group in shared:  # as many groups per prefix pass as fit the budget (rows x longest prefix)
-        if waves and (len(waves[-1]) + 1) * group.prefix <= tokens_per_pass:
+    for group in shared:  # as many groups per prefix pass as fit half the budget (rows x longest prefix)
+        if waves and (len(waves[-1]) + 1) * group.prefix <= tokens_per_pass // 2:
             waves[-1].append(group)
         else:
             waves.append([group])
@@ -136,9 +140,10 @@ def _wave(groups: list[Group], tokens: Sequence[torch.Tensor], offsets: Sequence
         token_start += group.prefix
     prefix_sources = token_start * members  # log-probs of the prefix pass, flattened [prefix tokens * members]
     width_prefix = max(g.prefix for g in groups)
+    body_budget = budget - len(groups) * width_prefix if prefix else budget
     batches = [
         _micro_batch(rows, groups, tokens, offsets, source_prefix, members, prefix_sources, width_prefix)
-        for rows in _packed(bodies, budget)
+        for rows in _packed(bodies, body_budget, width_prefix)
     ]
     return Wave(prefix, batches)
 
@@ -163,10 +168,11 @@ def _prefix_pass(groups: list[Group], tokens: Sequence[torch.Tensor], offsets: S
     )
 
 
-def _packed(bodies: list[_Body], budget: int) -> list[list[list[_Body]]]:
+def _packed(bodies: list[_Body], budget: int, min_width: int) -> list[list[list[_Body]]]:
     """Micro-batches of rows of bodies: longest first, each into the first row of its group with room.
 
-    A micro-batch's rows are as wide as its first (longest) body; it takes rows while rows x width fits ``budget``.
+    A micro-batch's rows are as wide as its first (longest) body, or ``min_width``; it takes rows while
+    rows x width fits ``budget``.
     """
     batches: list[list[list[_Body]]] = []
     rows: list[list[_Body]] = []
@@ -183,7 +189,7 @@ def _packed(bodies: list[_Body], budget: int) -> list[list[list[_Body]]]:
                 batches.append(rows)
                 rows, room = [], []
             if not rows:
-                width = body.length
+                width = max(body.length, min_width)
             rows.append([body])
             room.append(width - body.length)
     if rows:
@@ -201,7 +207,7 @@ def _micro_batch(
     prefix_sources: int,
     width_prefix: int,
 ) -> MicroBatch:
-    width = sum(b.length for b in rows[0])
+    width = max(sum(b.length for b in row) for row in rows)
     input_ids = torch.zeros(len(rows), width, dtype=torch.int64)
     positions = torch.zeros(len(rows), width, dtype=torch.int64)
     segment = torch.full((len(rows), width), -1, dtype=torch.int64)  # the body each token belongs to; -1: padding

@@ -86,14 +86,17 @@ def test_shared_prefixes_run_once_and_every_member_reads_its_own_tokens_back() -
     tokens = [torch.cat([prompt_a, t]) for t in tails[:3]] + [torch.cat([prompt_b, t]) for t in tails[3:]]
     tokens.append(rows(11, seed=4)[0])
     groups = [Group(20, [0, 1, 2]), Group(24, [3, 4, 5]), Group(0, [6])]
-    waves = plan_waves(tokens, groups, tokens_per_pass=64)
+    waves = plan_waves(tokens, groups, tokens_per_pass=100)
     assert [w.prefix is not None for w in waves] == [True, False]
-    assert waves[0].prefix.input_ids.shape == (2, 24)  # both prompts in one prefix pass
-    got = rebuilt(tokens, groups, 64)
+    assert waves[0].prefix.input_ids.shape == (2, 24)  # both prompts in one prefix pass (within half the budget)
+    (batch,) = waves[0].micro_batches
+    assert batch.input_ids.shape == (2, 17)  # a row per group (up to the prompt's width), its members back to back
+    assert batch.row_prefix.tolist() == [0, 1] or batch.row_prefix.tolist() == [1, 0]
+    got = rebuilt(tokens, groups, 100)
     assert all(torch.equal(a, b) for a, b in zip(got, tokens, strict=True))
-    for batch in waves[0].micro_batches:
-        positions = batch.position_ids.flatten()[batch.body_index]
-        assert int(positions.min()) >= 20  # members' own tokens continue their prompt's positions
+    positions = batch.position_ids.flatten()[batch.body_index]
+    assert int(positions.min()) >= 20  # members' own tokens continue their prompt's positions
+    assert [len(w.micro_batches) for w in plan_waves(tokens, groups, tokens_per_pass=64)] == [1, 1, 1]  # 2 x 24 > 32
 
 
 def test_chunked_logprobs_equal_full_logits_and_keep_no_logits_for_backward(
