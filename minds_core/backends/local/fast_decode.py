@@ -1,15 +1,17 @@
-"""One decode step of a Llama-family model as plain tensor ops, without transformers' per-module overhead.
+"""One decode step of a Llama-family model as plain tensor ops over ``KVSlots``: a fixed set of kernels.
 
-On small models a decode step is mostly Python: transformers' module calls,
-output records and config look-ups cost about as much as the matmuls. For the
-architectures whose layers are exactly RMSNorm -> attention (q/k/v/o
+For the architectures whose layers are exactly RMSNorm -> attention (q/k/v/o
 projections, optional per-head q/k RMSNorm as in Qwen3, rotary positions) ->
 RMSNorm -> SiLU-gated MLP (Llama, Mistral, Qwen2, Qwen3), ``FastDecoder``
-runs that step straight off the module's weights (the same tensors, no copy).
-A peft model with unmerged LoRA layers (a sampler on a bf16 base) decodes the
-same way, each adapted layer adding its LoRA term as peft computes it: in the
-adapter's dtype, cast back to the layer's. Any other model decodes through its
-own ``forward``. Prefill always does.
+runs a decode step straight off the module's weights (the same tensors, no
+copy), without transformers' per-module overhead, and with no value that
+changes per step outside a tensor: positions come from the slots' device
+tensor, rotary angles from a table built once. So the step can be captured as
+a CUDA graph (``cuda_graphs``). A peft model with unmerged LoRA layers (a
+sampler on a bf16 base, see ``merged``) decodes the same way, each adapted
+layer adding its LoRA term as peft computes it: in the adapter's dtype, cast
+back to the layer's. Any other model decodes through its own ``forward``;
+prefill always does.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .kv_buffer import KVBuffer
+from .kv_slots import KVSlots
 
 __all__ = ["FastDecoder"]
 
@@ -37,6 +39,13 @@ class _Linear:
     lora_a: torch.Tensor | None = None
     lora_b: torch.Tensor | None = None
     scaling: float = 1.0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight, self.bias)
+        if self.lora_a is None or self.lora_b is None:  # set together: a plain layer
+            return y
+        lora = F.linear(F.linear(x.to(self.lora_a.dtype), self.lora_a), self.lora_b)
+        return (y + lora * self.scaling).to(x.dtype)
 
 
 @dataclass(frozen=True)
@@ -68,16 +77,8 @@ def _linear(module: nn.Module) -> _Linear:
     )
 
 
-def _apply(layer: _Linear, x: torch.Tensor) -> torch.Tensor:
-    y = F.linear(x, layer.weight, layer.bias)
-    if layer.lora_a is None or layer.lora_b is None:  # set together: a plain layer
-        return y
-    lora = F.linear(F.linear(x.to(layer.lora_a.dtype), layer.lora_a), layer.lora_b)
-    return (y + lora * layer.scaling).to(x.dtype)
-
-
 class FastDecoder:
-    """Decode steps of one Llama-family model over a ``KVBuffer``; ``for_model`` says whether it applies."""
+    """Decode steps of one Llama-family model over ``KVSlots``; ``for_model`` says whether it applies."""
 
     def __init__(self, model: nn.Module) -> None:
         inner = model.model
@@ -89,10 +90,12 @@ class FastDecoder:
         self.embed = inner.embed_tokens.weight
         self.final_norm = inner.norm.weight
         self.unembed = _linear(model.lm_head)
-        self.inv_freq = inner.rotary_emb.inv_freq
-        self.rope_scaling = float(getattr(inner.rotary_emb, "attention_scaling", 1.0))
-        self._cos = self._sin = torch.empty(0, self.head_dim)
-        self._no_mask = self.embed.new_zeros(1, 1, 1)  # ignored (beta 0), but baddbmm takes one
+        self._cos, self._sin = _rotations(
+            inner.rotary_emb.inv_freq,
+            float(getattr(inner.rotary_emb, "attention_scaling", 1.0)),
+            int(config.max_position_embeddings),
+            self.embed.dtype,
+        )
         self.layers = [
             _Layer(
                 input_norm=layer.input_layernorm.weight,
@@ -135,59 +138,55 @@ class FastDecoder:
             return None
         return cls(model)
 
-    def step(self, cache: KVBuffer, token_ids: torch.Tensor) -> torch.Tensor:
-        """Logits ``[rows, V]`` after feeding each row its token ``token_ids[row]``; the cache advances."""
+    def forward(self, slots: KVSlots, token_ids: torch.Tensor) -> torch.Tensor:
+        """Logits ``[rows, V]`` after feeding each row of the slots' window its token ``token_ids[row]`` at the
+        row's position (its key/value written there; the positions themselves stay as they are)."""
         x = self.embed[token_ids]
         rows, groups = x.shape[0], self.query_heads // self.kv_heads
-        positions, mask = cache.step_inputs(x.dtype, need_mask=False)
-        cos, sin = self._rotations(cache.get_seq_length() + 1, x.dtype)
-        if mask is None:  # every row at the same position: nothing to hide, one rotation for all
-            mask, beta = self._no_mask, 0.0
-            cos, sin = cos[positions[:1]], sin[positions[:1]]  # [1, 1, head_dim]: broadcast over rows
-        else:
-            # The mask as the scores' matrix products lay them out: [rows * kv heads, query heads per kv head,
-            # columns].
-            mask, beta = mask.expand(rows, self.kv_heads, groups, -1).reshape(rows * self.kv_heads, groups, -1), 1.0
-            cos, sin = cos[positions], sin[positions]  # [rows, 1, head_dim]
+        positions = slots.positions[:rows]
+        cos, sin = self._cos[positions][:, None], self._sin[positions][:, None]  # [rows, 1, head_dim]
+        # The mask as the scores' matrix products lay them out: [rows * kv heads, query heads per kv head, columns].
+        mask = slots.mask(x.dtype)[:, None, None].expand(rows, self.kv_heads, groups, -1)
+        mask = mask.reshape(rows * self.kv_heads, groups, -1)
         half = self.head_dim // 2
         for index, layer in enumerate(self.layers):
             h = self._norm(x, layer.input_norm)
             # Queries and keys side by side: one norm and one rotation for both.
-            qk = torch.cat((_apply(layer.q, h), _apply(layer.k, h)), dim=-1).view(rows, -1, self.head_dim)
-            v = _apply(layer.v, h).view(rows, -1, self.head_dim)
+            qk = torch.cat((layer.q(h), layer.k(h)), dim=-1).view(rows, -1, self.head_dim)
+            v = layer.v(h).view(rows, -1, self.head_dim)
             if layer.qk_norm is not None:
                 qk = self._norm(qk, layer.qk_norm)
             qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin)
-            keys, values = cache.update(qk[:, self.query_heads :, None], v[:, :, None], index)
+            keys, values = slots.update(qk[:, self.query_heads :, None], v[:, :, None], index)
             # One query per row: each key/value head's group of query heads against that row's keys,
             # stored transposed, so that ``keys.transpose`` is the layout the product reads fastest.
             q = qk[:, : self.query_heads].reshape(rows * self.kv_heads, groups, self.head_dim)
             keys_t = keys.transpose(-1, -2).reshape(rows * self.kv_heads, self.head_dim, -1)
-            scores = torch.baddbmm(mask, q, keys_t, beta=beta, alpha=layer.scaling)
+            scores = torch.baddbmm(mask, q, keys_t, alpha=layer.scaling)
             probs = scores.softmax(dim=-1, dtype=torch.float32).to(values.dtype)
             attended = torch.bmm(probs, values.reshape(rows * self.kv_heads, -1, self.head_dim))
-            x = x + _apply(layer.o, attended.view(rows, -1))
+            x = x + layer.o(attended.view(rows, -1))
             h = self._norm(x, layer.post_norm)
-            x = x + _apply(layer.down, F.silu(_apply(layer.gate, h)) * _apply(layer.up, h))
-        cache.advance()
-        return _apply(self.unembed, self._norm(x, self.final_norm))
-
-    def _rotations(self, positions: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tables of the rotary cosines and sines ``[positions or more, head_dim]``, computed once (doubling
-        when outgrown). Rotating half the dims is rolling them by half with the first half negated: the
-        sines carry that sign."""
-        if self._cos.shape[0] < positions or self._cos.dtype != dtype:
-            angles = torch.arange(max(positions, 2 * self._cos.shape[0]), device=self.inv_freq.device).float()
-            freqs = angles[:, None] * self.inv_freq.float()
-            self._cos = (torch.cat((freqs, freqs), dim=-1).cos() * self.rope_scaling).to(dtype)
-            self._sin = (torch.cat((-freqs, freqs), dim=-1).sin() * self.rope_scaling).to(dtype)
-        return self._cos, self._sin
+            x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
+        return self.unembed(self._norm(x, self.final_norm))
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """RMSNorm as Llama and Qwen compute it: in float32, scaled after casting back."""
         if x.dtype == torch.float32:
             return _rms_norm(x, self.eps) * weight
         return weight * _rms_norm(x.float(), self.eps).to(x.dtype)
+
+
+def _rotations(
+    inv_freq: torch.Tensor, scaling: float, positions: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tables of the rotary cosines and sines ``[positions, head_dim]``. Rotating half the dims is rolling them by
+    half with the first half negated: the sines carry that sign."""
+    angles = torch.arange(positions, device=inv_freq.device).float()
+    freqs = angles[:, None] * inv_freq.float()
+    cos = (torch.cat((freqs, freqs), dim=-1).cos() * scaling).to(dtype)
+    sin = (torch.cat((-freqs, freqs), dim=-1).sin() * scaling).to(dtype)
+    return cos, sin
 
 
 def _rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:

@@ -33,6 +33,8 @@ class Placement:
     tokens_per_micro_batch: int = 2048
     """Padded input tokens per forward pass (rows x longest row): of a training micro-batch, and of the
     prompts a sampler prefills together."""
+    decode_rows: int = 256
+    """Rows a sampler decodes at once at most (fewer where their keys/values would not fit); more wait for slots."""
 
 
 def resolve_placement(device: str = "auto") -> Placement:
