@@ -77,7 +77,8 @@ class StepGraphs:
         try:
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
-            with torch.cuda.graph(graph, pool=self._pool):
+            # thread_local: other threads (a training step) may use the GPU meanwhile, and allocate.
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 step()
         except Exception as exc:  # noqa: BLE001 - an uncapturable step runs eagerly from now on
             self.eager_reason = f"capture failed: {type(exc).__name__}: {exc}"

@@ -72,7 +72,7 @@ class DecodeSlots:
         self.max_rows = max_rows
         parameter = next(model.parameters())
         self.device = parameter.device
-        fast = FastDecoder.for_model(model)
+        self._fast = fast = FastDecoder.for_model(model)
         self._forward: Callable[[KVSlots, torch.Tensor], torch.Tensor] = (
             fast.forward if fast is not None else _ModelForward(model)
         )
@@ -89,6 +89,12 @@ class DecodeSlots:
             if slots is None:
                 slots = _instances[model] = cls(model, max_rows)
             return slots
+
+    def refresh(self) -> None:
+        """Take up the adapter weights now loaded into the model (a new sampler of a pooled tree: ``merged``)."""
+        if self._fast is not None and self._fast.adapted:
+            with self.lock:
+                self._fast.refresh()
 
     @property
     def slots(self) -> int:

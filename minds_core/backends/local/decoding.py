@@ -175,6 +175,7 @@ class DecodeBatch:
         self.tokens_per_pass = tokens_per_pass  # padded prompt tokens (rows x longest) prefilled in one pass
         self.pending: queue.SimpleQueue[SampleRequest] = queue.SimpleQueue()
         self.slots = DecodeSlots.for_model(model, max_rows)
+        self.slots.refresh()
         self._waiting: deque[_Prefilled] = deque()
         self._rows: list[_Row | None] = []  # per slot
         self._device = next(model.parameters()).device

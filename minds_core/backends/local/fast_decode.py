@@ -10,8 +10,11 @@ tensor, rotary angles from a table built once. So the step can be captured as
 a CUDA graph (``cuda_graphs``). A peft model with unmerged LoRA layers (a
 sampler on a bf16 base, see ``merged``) decodes the same way, each adapted
 layer adding its LoRA term as peft computes it: in the adapter's dtype, cast
-back to the layer's. Any other model decodes through its own ``forward``;
-prefill always does.
+back to the layer's. Layers that read one input (q/k/v; gate/up) run their
+LoRA terms together: their ``A`` factors stacked, their ``B`` factors (times
+the LoRA scale) in one block-diagonal matrix, copied from the adapter by
+``refresh``. Any other model decodes through its own ``forward``; prefill
+always does.
 """
 
 from __future__ import annotations
@@ -30,51 +33,55 @@ _ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForC
 _ROPE_TYPES = frozenset({"default", "linear", "llama3"})  # inverse frequencies fixed at load time
 
 
-@dataclass(frozen=True)
-class _Linear:
-    """A linear layer's weight and bias (the module's own tensors), and its unmerged LoRA factors if any."""
+class _Projection:
+    """Linear layers that read one input, as one: their outputs side by side, and their unmerged LoRA terms
+    (if any) in two matrix products for all of them; see the module doc."""
 
-    weight: torch.Tensor
-    bias: torch.Tensor | None
-    lora_a: torch.Tensor | None = None
-    lora_b: torch.Tensor | None = None
-    scaling: float = 1.0
+    def __init__(self, modules: list[nn.Module]) -> None:
+        bases = [getattr(module, "base_layer", module) for module in modules]
+        self.weights = [base.weight for base in bases]  # the modules' own tensors
+        self.biases = [base.bias for base in bases]
+        self.lora_a = self.lora_b = None
+        self._loras: list[tuple[torch.Tensor, torch.Tensor, float]] = []
+        if modules[0] is not bases[0]:  # peft LoRA layers (never merged by peft here): one adapter per sampler
+            for module in modules:
+                (adapter,) = module.active_adapters
+                a, b = module.lora_A[adapter].weight, module.lora_B[adapter].weight
+                self._loras.append((a, b, float(module.scaling[adapter])))
+            ranks, outs = sum(a.shape[0] for a, _, _ in self._loras), sum(b.shape[0] for _, b, _ in self._loras)
+            a = self._loras[0][0]
+            self.lora_a = a.new_empty(ranks, a.shape[1])
+            self.lora_b = a.new_zeros(outs, ranks)
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Copy the adapter's current factors into the stacked ones (in place: captured steps read them)."""
+        rank = out = 0
+        for a, b, scale in self._loras:
+            assert self.lora_a is not None and self.lora_b is not None
+            self.lora_a[rank : rank + a.shape[0]] = a
+            self.lora_b[out : out + b.shape[0], rank : rank + a.shape[0]] = b * scale
+            rank, out = rank + a.shape[0], out + b.shape[0]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight, self.bias)
-        if self.lora_a is None or self.lora_b is None:  # set together: a plain layer
+        outputs = [F.linear(x, weight, bias) for weight, bias in zip(self.weights, self.biases, strict=True)]
+        y = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
+        if self.lora_a is None or self.lora_b is None:  # set together: plain layers
             return y
         lora = F.linear(F.linear(x.to(self.lora_a.dtype), self.lora_a), self.lora_b)
-        return (y + lora * self.scaling).to(x.dtype)
+        return (y + lora).to(x.dtype)
 
 
 @dataclass(frozen=True)
 class _Layer:
     input_norm: torch.Tensor
-    q: _Linear
-    k: _Linear
-    v: _Linear
-    o: _Linear
+    qkv: _Projection
+    o: _Projection
     qk_norm: torch.Tensor | None  # per-head RMSNorm weights of the query heads then the key heads [Hq + Hk, D]
     post_norm: torch.Tensor
-    gate: _Linear
-    up: _Linear
-    down: _Linear
+    gate_up: _Projection
+    down: _Projection
     scaling: float
-
-
-def _linear(module: nn.Module) -> _Linear:
-    base = getattr(module, "base_layer", None)
-    if base is None:
-        return _Linear(module.weight, module.bias)
-    (adapter,) = module.active_adapters  # a peft LoRA layer (never merged by peft here): one adapter per sampler
-    return _Linear(
-        base.weight,
-        base.bias,
-        module.lora_A[adapter].weight,
-        module.lora_B[adapter].weight,
-        float(module.scaling[adapter]),
-    )
 
 
 class FastDecoder:
@@ -89,7 +96,7 @@ class FastDecoder:
         self.kv_heads = int(config.num_key_value_heads)
         self.embed = inner.embed_tokens.weight
         self.final_norm = inner.norm.weight
-        self.unembed = _linear(model.lm_head)
+        self.unembed = _Projection([model.lm_head])
         self._cos, self._sin = _rotations(
             inner.rotary_emb.inv_freq,
             float(getattr(inner.rotary_emb, "attention_scaling", 1.0)),
@@ -99,15 +106,12 @@ class FastDecoder:
         self.layers = [
             _Layer(
                 input_norm=layer.input_layernorm.weight,
-                q=_linear(layer.self_attn.q_proj),
-                k=_linear(layer.self_attn.k_proj),
-                v=_linear(layer.self_attn.v_proj),
-                o=_linear(layer.self_attn.o_proj),
+                qkv=_Projection([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
+                o=_Projection([layer.self_attn.o_proj]),
                 qk_norm=self._qk_norm(layer.self_attn),
                 post_norm=layer.post_attention_layernorm.weight,
-                gate=_linear(layer.mlp.gate_proj),
-                up=_linear(layer.mlp.up_proj),
-                down=_linear(layer.mlp.down_proj),
+                gate_up=_Projection([layer.mlp.gate_proj, layer.mlp.up_proj]),
+                down=_Projection([layer.mlp.down_proj]),
                 scaling=float(layer.self_attn.scaling),
             )
             for layer in inner.layers
@@ -119,6 +123,19 @@ class FastDecoder:
         query = attention.q_norm.weight.expand(self.query_heads, -1)
         key = attention.k_norm.weight.expand(self.kv_heads, -1)
         return torch.cat((query, key))
+
+    @property
+    def adapted(self) -> bool:
+        """Whether the model has unmerged LoRA layers."""
+        return any(projection.lora_a is not None for projection in self._projections())
+
+    def _projections(self) -> list[_Projection]:
+        return [self.unembed, *(p for layer in self.layers for p in (layer.qkv, layer.o, layer.gate_up, layer.down))]
+
+    def refresh(self) -> None:
+        """Take up the adapter's current weights (a new snapshot loaded into the same module tree)."""
+        for projection in self._projections():
+            projection.refresh()
 
     @classmethod
     def for_model(cls, model: nn.Module) -> FastDecoder | None:
@@ -149,11 +166,13 @@ class FastDecoder:
         mask = slots.mask(x.dtype)[:, None, None].expand(rows, self.kv_heads, groups, -1)
         mask = mask.reshape(rows * self.kv_heads, groups, -1)
         half = self.head_dim // 2
+        qk_width = (self.query_heads + self.kv_heads) * self.head_dim
         for index, layer in enumerate(self.layers):
             h = self._norm(x, layer.input_norm)
             # Queries and keys side by side: one norm and one rotation for both.
-            qk = torch.cat((layer.q(h), layer.k(h)), dim=-1).view(rows, -1, self.head_dim)
-            v = layer.v(h).view(rows, -1, self.head_dim)
+            qkv = layer.qkv(h)
+            qk = qkv[:, :qk_width].view(rows, -1, self.head_dim)
+            v = qkv[:, qk_width:].view(rows, -1, self.head_dim)
             if layer.qk_norm is not None:
                 qk = self._norm(qk, layer.qk_norm)
             qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin)
@@ -167,7 +186,8 @@ class FastDecoder:
             attended = torch.bmm(probs, values.reshape(rows * self.kv_heads, -1, self.head_dim))
             x = x + layer.o(attended.view(rows, -1))
             h = self._norm(x, layer.post_norm)
-            x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
+            gate, up = layer.gate_up(h).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up)
         return self.unembed(self._norm(x, self.final_norm))
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
