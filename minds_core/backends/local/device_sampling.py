@@ -10,8 +10,9 @@ only when rows finish.
 A draw is by inverse CDF: ``u`` uniform in (0, 1), the token is the first
 whose cumulative probability (summed in float64) reaches ``u`` times the total.
 ``u`` is counter-based: a hash of the request's seed, the sample's index and
-the token's index in the sample, so a seeded sample gets the same draws
-whatever else shares its batch, and no generator state is carried. Greedy
+the token's index in the sample (tabled for the whole row when it joins), so a
+seeded sample gets the same draws whatever else shares its batch, and no
+generator state is carried. Greedy
 rows (temperature 0) take the argmax of the logits.
 Reported log-probs are under the model's own distribution at temperature 1,
 before truncation (the policy's ``log p`` that RL losses compare against).
@@ -82,8 +83,8 @@ class Draws:
     ``logits [slots, V]`` (float32) are the next-token logits of each slot; ``tokens`` the tokens
     chosen by the last ``draw`` (what the next forward feeds); ``count`` the tokens each slot has
     sampled, ``done`` whether it stopped (a stop token, or its limit); ``out_tokens``/``out_logprobs``
-    ``[slots, capacity]`` every sampled token and its log-prob; ``written`` the index the last draw
-    wrote at. Free slots are ``done``.
+    ``[slots, capacity]`` every sampled token and its log-prob; ``uniform`` the draws' uniforms for
+    each index; ``written`` the index the last draw wrote at. Free slots are ``done``.
     """
 
     def __init__(self, slots: int, vocab: int, capacity: int, stops: int, device: torch.device) -> None:
@@ -97,7 +98,7 @@ class Draws:
         self.tempered = full(False, torch.bool)
         self.top_k = full(vocab, torch.int64)
         self.top_p = full(1.0, torch.float32)
-        self.key = full(0, torch.int64)
+        self.uniform = full(0.5, torch.float64, capacity)
         self.stop_ids = full(-1, torch.int64, stops)
         self.limit = full(1, torch.int64)
         self.count = full(0, torch.int64)
@@ -122,7 +123,7 @@ class Draws:
 
     def _tensors(self) -> tuple[torch.Tensor, ...]:
         return (
-            self.logits, self.tokens, self.inverse_temperature, self.tempered, self.top_k, self.top_p, self.key,
+            self.logits, self.tokens, self.inverse_temperature, self.tempered, self.top_k, self.top_p, self.uniform,
             self.stop_ids, self.limit, self.count, self.done, self.written, self.out_tokens, self.out_logprobs,
             self.top_ids, self.top_logprobs,
         )  # fmt: skip
@@ -139,7 +140,8 @@ class Draws:
         self.tempered[slots] = column([bool(s.temperature) for s in settings], torch.bool)
         self.top_k[slots] = column([s.top_k if 0 < s.top_k < self.vocab else self.vocab for s in settings], torch.int64)
         self.top_p[slots] = column([s.top_p for s in settings], torch.float32)
-        self.key[slots] = column([s.key for s in settings], torch.int64)
+        keys = column([s.key for s in settings], torch.int64)
+        self.uniform[slots] = uniforms(keys[:, None], torch.arange(self.capacity, device=device))
         stop_ids = torch.full((len(settings), self.stops), -1, dtype=torch.int64)
         for row, s in enumerate(settings):
             stop_ids[row, : len(s.stop_ids)] = torch.tensor(sorted(s.stop_ids), dtype=torch.int64)
@@ -177,6 +179,8 @@ class Draws:
         logits = self.logits[:rows]
         live = ~self.done[:rows]
         count = self.count[:rows]
+        at = count.clamp(max=self.capacity - 1)
+        slot = self.slot_index[:rows]
         choice = logits.argmax(dim=-1) if greedy else None
         if tempered:
             scaled = logits * self.inverse_temperature[:rows, None]
@@ -185,13 +189,11 @@ class Draws:
             # Unnormalised (exp of logits less their max): only the ratio to the total matters. (Not ``softmax``:
             # on the CPU it runs in parallel threads however small the rows, ~10 ms a call on a busy machine.)
             cdf = (scaled - scaled.amax(dim=-1, keepdim=True)).exp_().cumsum(dim=-1, dtype=torch.float64)
-            targets = uniforms(self.key[:rows], count) * cdf[:, -1]
+            targets = self.uniform[slot, at] * cdf[:, -1]
             drawn = torch.searchsorted(cdf, targets[:, None])[:, 0].clamp_(max=self.vocab - 1)
             choice = drawn if choice is None else torch.where(self.tempered[:rows], drawn, choice)
         assert choice is not None, "a draw is greedy or tempered"
         logprobs = logits.gather(1, choice[:, None])[:, 0] - logits.logsumexp(dim=-1)
-        at = count.clamp(max=self.capacity - 1)
-        slot = self.slot_index[:rows]
         self.out_tokens[slot, at] = choice
         self.out_logprobs[slot, at] = logprobs
         self.written[:rows] = at
