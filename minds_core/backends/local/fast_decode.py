@@ -210,7 +210,10 @@ def _rotations(
 
 
 def _rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """``x / sqrt(mean(x^2) + eps)`` over the last dim, as ``layer_norm`` of ``[x, -x]`` (whose mean is 0 and
-    whose variance is ``mean(x^2)``): one fused kernel, where torch's CPU ``rms_norm`` runs several small ops."""
+    """``x / sqrt(mean(x^2) + eps)`` over the last dim: torch's ``rms_norm`` on a GPU (one fused kernel), on the
+    CPU as ``layer_norm`` of ``[x, -x]`` (whose mean is 0 and whose variance is ``mean(x^2)``): one fused kernel,
+    where torch's CPU ``rms_norm`` runs several small ops."""
+    if x.is_cuda:
+        return F.rms_norm(x, (x.shape[-1],), eps=eps)
     width = x.shape[-1]
     return F.layer_norm(torch.cat((x, -x), dim=-1), (2 * width,), eps=eps)[..., :width]
