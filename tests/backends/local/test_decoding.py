@@ -232,3 +232,40 @@ def test_a_closed_service_refuses_new_samples(service: ServiceClient, sampler: S
         sampler.sample(types.ModelInput.from_ints(encode("Hi")), 1, GREEDY)
 
 
+
+
+def test_rows_beyond_the_slots_wait_and_take_the_slots_of_rows_that_finish(
+    sampler: SamplingClient, encode: Callable[[str], list[int]], count_forwards: Callable[..., list[int]]
+) -> None:
+    prompts = [types.ModelInput.from_ints(encode(t)) for t in TEXTS[:3]]
+    params = [GREEDY.model_copy(update={"max_tokens": 4 + 6 * i}) for i in range(3)]
+    alone = [sampler.sample(p, 3, q).result() for p, q in zip(prompts, params, strict=True)]
+    sampler._sampler._batch.slots.max_rows = 4  # before the slots are first made: four at most
+    sizes = count_forwards(sampler)
+    release = held(sampler)
+    futures = [sampler.sample(p, 3, q) for p, q in zip(prompts, params, strict=True)]
+    release.set()
+    together = [f.result(timeout=60) for f in futures]
+    assert sampler._sampler._batch.slots.slots == 4 and max(sizes) == 4
+    for single, batched in zip(alone, together, strict=True):
+        assert [s.tokens for s in batched.sequences] == [s.tokens for s in single.sequences]
+        for a, b in zip(single.sequences, batched.sequences, strict=True):
+            np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-5)
+
+
+def test_rows_move_down_when_the_rest_fit_a_smaller_bucket(
+    sampler: SamplingClient, encode: Callable[[str], list[int]], count_forwards: Callable[..., list[int]]
+) -> None:
+    short, long = (types.ModelInput.from_ints(encode(t)) for t in TEXTS[:2])
+    long_params = GREEDY.model_copy(update={"max_tokens": 12})
+    long_alone = sampler.sample(long, 2, long_params).result()
+    sizes = count_forwards(sampler)
+    release = held(sampler)
+    first = sampler.sample(short, 3, GREEDY)  # slots 0-2: done after 6 tokens
+    second = sampler.sample(long, 2, long_params)  # slots 3-4, then moved to 0-1
+    release.set()
+    first.result(timeout=60)
+    assert [s.tokens for s in second.result(timeout=60).sequences] == [s.tokens for s in long_alone.sequences]
+    # One prefill of both prompts, 5 rows in a bucket of 8 for 6 tokens, then the 2 long rows alone in a
+    # bucket of 2 for their last 6 (the last one not fed back).
+    assert sizes == [2] + [8] * 6 + [2] * 5

@@ -18,7 +18,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL
+from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
 from minds_core.backends.local.decode_slots import _ModelForward
 from minds_core.backends.local.fast_decode import FastDecoder
 from minds_core.backends.local.kv_cache import cache_argument, returned_cache
@@ -27,6 +27,7 @@ from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
 from minds_core.backends.local.models import BaseModelRegistry
 from minds_core.backends.local.placement import Placement
 from minds_core.backends.local.sampling_engine import Sampler
+from minds_core.backends.local.tiny_model import _tokenizer
 
 SIZES = {
     "vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
@@ -192,3 +193,27 @@ def test_a_pooled_tree_decodes_with_each_new_snapshots_adapter() -> None:
         del sampler, future
         gc.collect()
     assert trees[0] is trees[1]  # the second snapshot reused the first one's tree (and its decode slots)
+
+
+def test_a_model_without_a_fast_step_samples_through_its_own_forward(tmp_path) -> None:
+    """An architecture ``FastDecoder`` does not reproduce (GELU MLPs here) decodes eagerly through the model's
+    own ``forward`` over the same slots: greedy samples equal transformers' ``generate``."""
+    tokenizer = _tokenizer()
+    torch.manual_seed(0)
+    config = Qwen3Config(**{**SIZES, "vocab_size": len(tokenizer)}, head_dim=16, hidden_act="gelu",
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    model = Qwen3ForCausalLM(config).eval()
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    prompts = [list(tokenizer.encode(text)) for text in ("Once upon a time", "1+1=")]
+    params = types.SamplingParams(max_tokens=10, temperature=0.0, stop=[])
+    with ServiceClient(device="cpu") as service:
+        sampler = service.create_sampling_client(base_model=str(tmp_path)).result()
+        futures = [sampler.sample(types.ModelInput.from_ints(p), 2, params) for p in prompts]
+        responses = [future.result(timeout=60) for future in futures]
+        assert not sampler._sampler._batch.slots.graphs.capturing
+    for prompt, response in zip(prompts, responses, strict=True):
+        with torch.inference_mode():
+            expected = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=10, min_new_tokens=10)
+        for sequence in response.sequences:
+            assert sequence.tokens == expected[0, len(prompt) :].tolist()
