@@ -32,8 +32,9 @@ from .kv_slots import KVSlots
 
 __all__ = ["DecodeSlots", "Kinds"]
 
-Kinds = tuple[bool, bool, bool]
-"""Whether any row of a step is greedy, is tempered, truncates (top-k/top-p): ``Draws.draw``'s switches."""
+Kinds = tuple[bool, bool, bool, bool]
+"""Whether any row of a step is greedy, is tempered, is tempered at other than 1, truncates (top-k/top-p):
+``Draws.draw``'s switches."""
 
 CPU_KV_BYTES = 2 << 30
 """Keys/values a CPU decode batch may hold; on a GPU, half the free memory when the buffers grow."""

@@ -347,11 +347,13 @@ class DecodeBatch:
             return
         requests = {id(row.request): row.request for row in occupied}.values()
         temperatures = {request.params.temperature for request in requests}
+        vocab = self.slots.draws.vocab
         kinds: Kinds = (
             0 in temperatures,
             bool(temperatures - {0}),
+            bool(temperatures - {0, 1}),
             any(
-                request.params.temperature and (0 < request.params.top_k < self.slots.draws.vocab or request.params.top_p < 1)
+                request.params.temperature and (0 < request.params.top_k < vocab or request.params.top_p < 1)
                 for request in requests
             ),
         )

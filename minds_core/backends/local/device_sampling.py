@@ -172,30 +172,32 @@ class Draws:
             self.top_ids = torch.zeros(shape, dtype=torch.int64, device=self.tokens.device)
             self.top_logprobs = torch.zeros(shape, dtype=torch.float32, device=self.tokens.device)
 
-    def draw(self, rows: int, greedy: bool, tempered: bool, truncated: bool) -> None:
+    def draw(self, rows: int, greedy: bool, tempered: bool, scaled: bool, truncated: bool) -> None:
         """Choose the next token of slots ``0 .. rows - 1`` from their logits, record it and its log-prob, and
-        update the counts and stop flags. ``greedy``/``tempered``/``truncated``: whether any row is greedy, is
-        tempered, truncates (top-k or top-p); the work a batch needs is fixed by them."""
-        logits = self.logits[:rows]
+        update the counts and stop flags. The switches say whether any row is greedy, is tempered, is tempered at
+        other than 1, truncates (top-k or top-p): the work a batch needs is fixed by them."""
         live = ~self.done[:rows]
         count = self.count[:rows]
         at = count.clamp(max=self.capacity - 1)
         slot = self.slot_index[:rows]
-        choice = logits.argmax(dim=-1) if greedy else None
+        logprobs = self.logits[:rows].log_softmax(dim=-1)  # the policy's, at temperature 1: what is reported
+        choice = logprobs.argmax(dim=-1) if greedy else None
         if tempered:
-            scaled = logits * self.inverse_temperature[:rows, None]
-            if truncated:
-                scaled = self._truncate(scaled, rows)
-            # Unnormalised (exp of logits less their max): only the ratio to the total matters. (Not ``softmax``:
-            # on the CPU it runs in parallel threads however small the rows, ~10 ms a call on a busy machine.)
-            cdf = (scaled - scaled.amax(dim=-1, keepdim=True)).exp_().cumsum(dim=-1, dtype=torch.float64)
+            if scaled or truncated:
+                tempered_logprobs = logprobs * self.inverse_temperature[:rows, None]
+                if truncated:
+                    tempered_logprobs = self._truncate(tempered_logprobs, rows)
+                # Unnormalised (less their max, so that nothing underflows): only the ratio to the total matters.
+                weights = (tempered_logprobs - tempered_logprobs.amax(dim=-1, keepdim=True)).exp_()
+            else:
+                weights = logprobs.exp()
+            cdf = weights.cumsum(dim=-1, dtype=torch.float64)
             targets = self.uniform[slot, at] * cdf[:, -1]
             drawn = torch.searchsorted(cdf, targets[:, None])[:, 0].clamp_(max=self.vocab - 1)
             choice = drawn if choice is None else torch.where(self.tempered[:rows], drawn, choice)
         assert choice is not None, "a draw is greedy or tempered"
-        logprobs = logits.gather(1, choice[:, None])[:, 0] - logits.logsumexp(dim=-1)
         self.out_tokens[slot, at] = choice
-        self.out_logprobs[slot, at] = logprobs
+        self.out_logprobs[slot, at] = logprobs.gather(1, choice[:, None])[:, 0]
         self.written[:rows] = at
         self.tokens[:rows] = choice
         stopped = (choice[:, None] == self.stop_ids[:rows]).any(dim=-1)
@@ -214,8 +216,7 @@ class Draws:
 
     def record_top(self, rows: int, k: int) -> None:
         """Record the ``k`` most likely tokens and their log-probs at each row's last sampled position."""
-        logits = self.logits[:rows]
-        top = (logits - logits.logsumexp(dim=-1, keepdim=True)).topk(min(k, self.vocab), dim=-1)
+        top = self.logits[:rows].log_softmax(dim=-1).topk(min(k, self.vocab), dim=-1)
         slot, at = self.slot_index[:rows], self.written[:rows]
         self.top_ids[slot, at, : top.indices.shape[1]] = top.indices
         self.top_logprobs[slot, at, : top.values.shape[1]] = top.values

@@ -29,9 +29,10 @@ def draws_of(logits: torch.Tensor, rows: list[RowSettings], slots: int | None = 
     return draws
 
 
-def kinds(rows: list[RowSettings]) -> tuple[bool, bool, bool]:
+def kinds(rows: list[RowSettings]) -> tuple[bool, bool, bool, bool]:
     truncates = any(r.temperature and (0 < r.top_k < VOCAB or r.top_p < 1) for r in rows)
-    return any(r.temperature == 0 for r in rows), any(r.temperature for r in rows), truncates
+    temperatures = {r.temperature for r in rows}
+    return 0 in temperatures, bool(temperatures - {0}), bool(temperatures - {0, 1}), truncates
 
 
 def frequencies(logits: torch.Tensor, rows: list[RowSettings], copies: int = 32, steps: int = 60) -> torch.Tensor:
@@ -100,12 +101,12 @@ def test_a_seeded_row_draws_the_same_tokens_in_any_slot_beside_any_rows() -> Non
     alone = draws_of(logits[:1], [settings(seed=7, sample=1)])
     crowded = draws_of(logits, [settings(seed=3), settings(0.0), settings(seed=9, top_k=2), settings(seed=7, sample=1)])
     for _ in range(40):
-        alone.draw(1, False, True, False)
-        crowded.draw(4, True, True, True)
+        alone.draw(1, False, True, False, False)
+        crowded.draw(4, True, True, False, True)
     assert torch.equal(alone.out_tokens[0, :40], crowded.out_tokens[3, :40])
     other = draws_of(logits[:1], [settings(seed=7, sample=2)])
     for _ in range(40):
-        other.draw(1, False, True, False)
+        other.draw(1, False, True, False, False)
     assert not torch.equal(other.out_tokens[0, :40], alone.out_tokens[0, :40])  # another sample: another stream
 
 
@@ -115,7 +116,7 @@ def test_stop_tokens_and_limits_end_rows_which_then_count_nothing() -> None:
     rows = [settings(0.0, stop_ids=(5,)), settings(0.0, limit=3), settings(0.0, stop_ids=(4, 7))]
     draws = draws_of(logits, rows, slots=4)
     for _ in range(5):
-        draws.draw(4, True, False, False)
+        draws.draw(4, True, False, False, False)
     assert draws.done.tolist() == [True, True, False, True]  # the free slot stays done
     assert draws.count.tolist() == [1, 3, 5, 0]
     assert draws.out_tokens[1, :3].tolist() == [5, 5, 5]
@@ -127,7 +128,7 @@ def test_rows_move_and_grow_with_their_state(sources: list[int]) -> None:
     logits = torch.randn(4, VOCAB)
     rows = [settings(seed=i, stop_ids=(i,), limit=10 + i) for i in range(4)]
     draws = draws_of(logits, rows)
-    draws.draw(4, False, True, False)
+    draws.draw(4, False, True, False, False)
     before = [t.clone() for t in draws._tensors()]
     targets = list(range(len(sources)))
     draws.move(torch.tensor(sources), torch.tensor(targets))
