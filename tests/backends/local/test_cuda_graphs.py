@@ -4,9 +4,6 @@ code runs eagerly on the CPU in ``test_decoding.py``, ``test_device_sampling.py`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -23,22 +20,15 @@ from minds_core.backends.local.decode_slots import DecodeSlots
 from minds_core.backends.local.device_sampling import RowSettings, row_key
 from minds_core.backends.local.kv_cache import cache_argument, returned_cache
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+from .test_cuda import assert_close_logprobs, gpu_service  # noqa: F401 - gpu_service: a fixture used here
 
-LOGPROB_MAX_ERROR, LOGPROB_MEAN_ERROR = 0.2, 0.03
-"""As in ``test_cuda.py``: a decode step and a full pass sum in other orders, and bf16 rounds logits to 2^-8."""
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 TEXTS = ("The cat sat on the mat.", "1+1=2, 2+2=4", "Hello, world!")
 
 
 @pytest.fixture
-def gpu_service(tmp_path: Path) -> Iterator[ServiceClient]:
-    with ServiceClient(checkpoint_root=tmp_path / "checkpoints", device="cuda") as client:
-        yield client
-
-
-@pytest.fixture
-def gpu_trainer(gpu_service: ServiceClient) -> TrainingClient:
+def gpu_trainer(gpu_service: ServiceClient) -> TrainingClient:  # noqa: F811 - the fixture
     trainer = gpu_service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0).result()
     tokenizer = trainer.get_tokenizer()
     data = []
@@ -64,11 +54,6 @@ def slots_of(sampler: SamplingClient) -> DecodeSlots:
 
 def prompt(sampler: SamplingClient, text: str) -> types.ModelInput:
     return types.ModelInput.from_ints(list(sampler.get_tokenizer().encode(text)))
-
-
-def assert_close_logprobs(got: list[float], want: list[float]) -> None:
-    error = np.abs(np.asarray(got) - np.asarray(want))
-    assert error.max() < LOGPROB_MAX_ERROR and error.mean() < LOGPROB_MEAN_ERROR, (error.max(), error.mean())
 
 
 def test_steps_are_captured_per_bucket_and_replayed(gpu_sampler: SamplingClient) -> None:
