@@ -196,8 +196,9 @@ class DecodeSlots:
         kv, draws = self.kv, self.draws
         assert kv is not None and draws is not None
         kv.window(rows, columns)
-        draws.logits[:rows] = self._forward(kv, draws.tokens[:rows])
-        kv.positions[:rows] += ~draws.done[:rows]
+        row = draws.first(rows)
+        row.logits.copy_(self._forward(kv, row.tokens))
+        kv.advance(~row.done)
 
     def progress(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
         """Whether each of slots ``0 .. rows - 1`` is done, and its count of sampled tokens (a host sync)."""

@@ -21,6 +21,7 @@ before truncation (the policy's ``log p`` that RL losses compare against).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -63,6 +64,26 @@ def uniforms(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     """float64 uniforms in (0, 1), one per (key, counter): the hash's top 53 bits, centred in their interval."""
     bits = (_mix(keys + counters * _signed(_GOLDEN)) >> 11) & ((1 << 53) - 1)
     return (bits.double() + 0.5) * 2.0**-53
+
+
+class Rows(NamedTuple):
+    """Views of the first rows of each per-slot tensor a draw reads or writes (made once per row count)."""
+
+    logits: torch.Tensor
+    done: torch.Tensor
+    count: torch.Tensor
+    slot: torch.Tensor
+    inverse_temperature: torch.Tensor
+    tempered: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    stop_ids: torch.Tensor
+    limit: torch.Tensor
+    written: torch.Tensor
+    tokens: torch.Tensor
+    uniform: torch.Tensor
+    out_tokens: torch.Tensor
+    out_logprobs: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -110,6 +131,19 @@ class Draws:
         self.top_logprobs = full(0.0, torch.float32, capacity, 0)
         self.slot_index = torch.arange(slots, device=device)
         self.vocab_rank = torch.arange(vocab, device=device)
+        self._rows: dict[int, Rows] = {}
+
+    def first(self, rows: int) -> Rows:
+        """Views of slots ``0 .. rows - 1`` of every per-slot tensor (made once per row count)."""
+        views = self._rows.get(rows)
+        if views is None:
+            views = self._rows[rows] = Rows(
+                self.logits[:rows], self.done[:rows], self.count[:rows], self.slot_index[:rows],
+                self.inverse_temperature[:rows, None], self.tempered[:rows], self.top_k[:rows, None],
+                self.top_p[:rows, None], self.stop_ids[:rows], self.limit[:rows], self.written[:rows], self.tokens[:rows],
+                self.uniform[:rows], self.out_tokens[:rows], self.out_logprobs[:rows],
+            )  # fmt: skip
+        return views
 
     @property
     def slots(self) -> int:
@@ -176,47 +210,48 @@ class Draws:
         """Choose the next token of slots ``0 .. rows - 1`` from their logits, record it and its log-prob, and
         update the counts and stop flags. The switches say whether any row is greedy, is tempered, is tempered at
         other than 1, truncates (top-k or top-p): the work a batch needs is fixed by them."""
-        live = ~self.done[:rows]
-        count = self.count[:rows]
-        at = count.clamp(max=self.capacity - 1)
-        slot = self.slot_index[:rows]
-        logprobs = self.logits[:rows].log_softmax(dim=-1)  # the policy's, at temperature 1: what is reported
+        row = self.first(rows)
+        live = ~row.done
+        at = row.count.clamp(max=self.capacity - 1)[:, None]
+        logprobs = row.logits.log_softmax(dim=-1)  # the policy's, at temperature 1: what is reported
         choice = logprobs.argmax(dim=-1) if greedy else None
         if tempered:
             if scaled or truncated:
-                tempered_logprobs = logprobs * self.inverse_temperature[:rows, None]
+                tempered_logprobs = logprobs * row.inverse_temperature
                 if truncated:
-                    tempered_logprobs = self._truncate(tempered_logprobs, rows)
+                    tempered_logprobs = self._truncate(tempered_logprobs, row)
                 # Unnormalised (less their max, so that nothing underflows): only the ratio to the total matters.
                 weights = (tempered_logprobs - tempered_logprobs.amax(dim=-1, keepdim=True)).exp_()
             else:
                 weights = logprobs.exp()
             cdf = weights.cumsum(dim=-1, dtype=torch.float64)
-            targets = self.uniform[slot, at] * cdf[:, -1]
-            drawn = torch.searchsorted(cdf, targets[:, None])[:, 0].clamp_(max=self.vocab - 1)
-            choice = drawn if choice is None else torch.where(self.tempered[:rows], drawn, choice)
+            targets = row.uniform.gather(1, at) * cdf[:, -1:]
+            drawn = torch.searchsorted(cdf, targets)[:, 0].clamp_(max=self.vocab - 1)
+            choice = drawn if choice is None else torch.where(row.tempered, drawn, choice)
         assert choice is not None, "a draw is greedy or tempered"
-        self.out_tokens[slot, at] = choice
-        self.out_logprobs[slot, at] = logprobs.gather(1, choice[:, None])[:, 0]
-        self.written[:rows] = at
-        self.tokens[:rows] = choice
-        stopped = (choice[:, None] == self.stop_ids[:rows]).any(dim=-1)
-        count += live
-        self.done[:rows] |= stopped | (count >= self.limit[:rows])
+        chosen = choice[:, None]
+        row.out_tokens.scatter_(1, at, chosen)
+        row.out_logprobs.scatter_(1, at, logprobs.gather(1, chosen))
+        row.written.copy_(at[:, 0])
+        row.tokens.copy_(choice)
+        stopped = (chosen == row.stop_ids).any(dim=-1)
+        row.count.add_(live)
+        row.done.logical_or_(stopped.logical_or_(row.count >= row.limit))
 
-    def _truncate(self, scaled: torch.Tensor, rows: int) -> torch.Tensor:
+    def _truncate(self, scaled: torch.Tensor, row: Rows) -> torch.Tensor:
         """Tempered logits with the tokens outside each row's top-k, then its top-p, set to -inf."""
         ordered, order = scaled.sort(dim=-1, descending=True)
-        ordered = ordered.masked_fill(self.vocab_rank >= self.top_k[:rows, None], float("-inf"))
+        ordered = ordered.masked_fill(self.vocab_rank >= row.top_k, float("-inf"))
         weights = (ordered - ordered[:, :1]).exp_()  # unnormalised probabilities, largest first
         before = weights.cumsum(dim=-1) - weights
-        top_p = self.top_p[:rows, None]
+        top_p = row.top_p
         outside = (before >= top_p * weights.sum(dim=-1, keepdim=True)) & (top_p < 1)  # the mass before covers top_p
         return torch.empty_like(scaled).scatter_(1, order, ordered.masked_fill(outside, float("-inf")))
 
     def record_top(self, rows: int, k: int) -> None:
         """Record the ``k`` most likely tokens and their log-probs at each row's last sampled position."""
-        top = self.logits[:rows].log_softmax(dim=-1).topk(min(k, self.vocab), dim=-1)
-        slot, at = self.slot_index[:rows], self.written[:rows]
+        row = self.first(rows)
+        top = row.logits.log_softmax(dim=-1).topk(min(k, self.vocab), dim=-1)
+        slot, at = row.slot, row.written
         self.top_ids[slot, at, : top.indices.shape[1]] = top.indices
         self.top_logprobs[slot, at, : top.values.shape[1]] = top.values

@@ -14,11 +14,26 @@ keys/values copied into free slots, and leave by being overwritten.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from transformers.cache_utils import Cache
 
 __all__ = ["KVSlots"]
+
+
+class _Window(NamedTuple):
+    """Views of one step shape: the rows' positions (also as scatter indices into their keys and values), the
+    columns, each layer's rows of keys and values (whole, and in the window)."""
+
+    positions: torch.Tensor
+    key_index: torch.Tensor
+    value_index: torch.Tensor
+    columns: torch.Tensor
+    rows_keys: list[torch.Tensor]
+    rows_values: list[torch.Tensor]
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
 
 
 class KVSlots(Cache):
@@ -35,6 +50,8 @@ class KVSlots(Cache):
         self.slot_index = torch.arange(slots, device=device)
         self.column_index = torch.arange(capacity, device=device)
         self.rows = self.columns = 0
+        self._window: _Window | None = None
+        self._windows: dict[tuple[int, int], _Window] = {}
 
     @property
     def slots(self) -> int:
@@ -53,12 +70,29 @@ class KVSlots(Cache):
         return total // (self.slots * self.capacity)
 
     def window(self, rows: int, columns: int) -> None:
-        """Fix the next step's shape: slots ``0 .. rows - 1``, attending over positions ``0 .. columns - 1``."""
+        """Fix the next step's shape: slots ``0 .. rows - 1``, attending over positions ``0 .. columns - 1``.
+        (The window's views are made once per shape: a CPU step pays for every tensor op.)"""
         self.rows, self.columns = rows, columns
+        views = self._windows.get((rows, columns))
+        if views is None:
+            heads, head_dim = self.values[0].shape[1], self.values[0].shape[3]
+            positions = self.positions[:rows]
+            views = self._windows[(rows, columns)] = _Window(
+                positions,
+                positions[:, None, None, None].expand(rows, heads, head_dim, 1),
+                positions[:, None, None, None].expand(rows, heads, 1, head_dim),
+                self.column_index[:columns],
+                [keys[:rows] for keys in self.keys],
+                [values[:rows] for values in self.values],
+                [keys[:rows, :, :, :columns].transpose(-1, -2) for keys in self.keys],
+                [values[:rows, :, :columns] for values in self.values],
+            )
+        self._window = views
 
     def mask(self, dtype: torch.dtype) -> torch.Tensor:
         """Additive mask ``[rows, columns]`` of the window: 0 up to each row's position (its new token), then -inf."""
-        hidden = self.column_index[: self.columns] > self.positions[: self.rows, None]
+        assert self._window is not None, "window first"
+        hidden = self._window.columns > self._window.positions[:, None]
         return torch.zeros(hidden.shape, dtype=dtype, device=hidden.device).masked_fill_(hidden, torch.finfo(dtype).min)
 
     def update(
@@ -67,11 +101,16 @@ class KVSlots(Cache):
         """Write one token per row (``[rows, heads, 1, head_dim]``) at the row's position; the window's keys and
         values, both ``[rows, heads, columns, head_dim]`` (views: the keys' ``transpose(-1, -2)`` is the stored
         layout). ``window`` fixes the rows and columns."""
-        keys, values = self.keys[layer_idx], self.values[layer_idx]
-        rows, at = self.slot_index[: self.rows], self.positions[: self.rows]
-        keys[rows, :, :, at] = key_states[:, :, 0]
-        values[rows, :, at] = value_states[:, :, 0]
-        return keys[: self.rows, :, :, : self.columns].transpose(-1, -2), values[: self.rows, :, : self.columns]
+        assert self._window is not None, "window first"
+        window = self._window
+        window.rows_keys[layer_idx].scatter_(3, window.key_index, key_states.transpose(-1, -2))
+        window.rows_values[layer_idx].scatter_(2, window.value_index, value_states)
+        return window.keys[layer_idx], window.values[layer_idx]
+
+    def advance(self, fed: torch.Tensor) -> None:
+        """Each row of the window whose ``fed`` is true got its token: its position moves on."""
+        assert self._window is not None, "window first"
+        self._window.positions.add_(fed)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Positions before the window's last column (what a model forward counts as already cached)."""
