@@ -7,7 +7,8 @@ tiny model's byte tokenizer, whose ids are all the prompts use). One run times, 
 
 * minds: ``save_weights_and_get_sampling_client`` of a rank-32 LoRA run (every linear layer), then
   ``sample`` of 8 prompts x 8 samples, 256-token prompts, 256 tokens each, no stop, temperature 1,
-  through the SDK-shaped sampling client (the 8 requests concurrent, as an RL step sends them);
+  through the SDK-shaped sampling client (the 8 requests concurrent, as an RL step sends them); the
+  same from a sampling client of the bare base model (what the adapter's side path costs);
 * transformers ``generate`` of the base model (no adapter) on the 64 rows (each prompt 8 times),
   sampling at temperature 1 for exactly 256 tokens.
 
@@ -105,7 +106,8 @@ def _timed(run, repeats: int) -> float:
 
 
 def sampling_figures(service: ServiceClient, model_dir: Path, shape: Shape, device: str) -> dict[str, float]:
-    """Seconds of minds' sampling (and of the snapshot before it) and of ``generate`` on the same rows."""
+    """Seconds of minds' sampling with the adapter snapshot (and of taking the snapshot), of the bare base model
+    (no adapter: what the LoRA side path costs), and of ``generate`` on the same rows."""
     trainer = service.create_lora_training_client(str(model_dir), rank=shape.rank, seed=0).result()
     start = time.perf_counter()
     sampler = trainer.save_weights_and_get_sampling_client().result()
@@ -113,13 +115,15 @@ def sampling_figures(service: ServiceClient, model_dir: Path, shape: Shape, devi
     prompts = _prompts(shape)
     params = types.SamplingParams(max_tokens=shape.max_tokens, temperature=1.0, seed=0, stop=[])
 
-    def sample() -> None:
-        futures = [sampler.sample(types.ModelInput.from_ints(p), shape.samples, params) for p in prompts]
+    def sample(client) -> None:
+        futures = [client.sample(types.ModelInput.from_ints(p), shape.samples, params) for p in prompts]
         for future in futures:
             assert all(len(s.tokens) == shape.max_tokens for s in future.result().sequences)
 
-    ours = _timed(sample, shape.repeats)
+    ours = _timed(lambda: sample(sampler), shape.repeats)
     graphs = sampler._sampler._batch.slots.graphs.captured  # a peek: how many step shapes were captured
+    base = service.create_sampling_client(base_model=str(model_dir)).result()
+    bare = _timed(lambda: sample(base), shape.repeats)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device).eval()
     rows = torch.tensor(prompts, device=device).repeat_interleave(shape.samples, dim=0)
     tokenizer = sampler.get_tokenizer()
@@ -137,7 +141,10 @@ def sampling_figures(service: ServiceClient, model_dir: Path, shape: Shape, devi
     start = time.perf_counter()
     generate(shape.max_tokens)
     theirs = time.perf_counter() - start
-    return {"minds": ours, "generate": theirs, "save": save_seconds, "graphs": graphs, "tokens": shape.tokens}
+    return {
+        "minds": ours, "minds_base": bare, "generate": theirs, "save": save_seconds, "graphs": graphs,
+        "tokens": shape.tokens,
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -160,7 +167,8 @@ def main() -> None:
             seconds, ratio = targets.get(size, (None, None))
             goal = "" if ratio is None else f" (target >= {ratio:.0f}x" + (f", <= {seconds} s)" if seconds else ")")
             print(f"  {size}: minds {r['minds']:.3f} s = {r['tokens'] / r['minds']:,.0f} tokens/s "
-                  f"({int(r['graphs'])} step graphs captured); generate {r['generate']:.3f} s = "
+                  f"({int(r['graphs'])} step graphs captured; without an adapter {r['minds_base']:.3f} s); "
+                  f"generate {r['generate']:.3f} s = "
                   f"{r['tokens'] / r['generate']:,.0f} tokens/s -> {r['generate'] / r['minds']:.1f}x{goal}; "
                   f"snapshot (save_weights_and_get_sampling_client) {r['save']:.3f} s")  # fmt: skip
 

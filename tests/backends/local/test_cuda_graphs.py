@@ -60,15 +60,14 @@ def test_steps_are_captured_per_bucket_and_replayed(gpu_sampler: SamplingClient)
     slots = slots_of(gpu_sampler)
     assert slots.graphs.capturing, slots.graphs.eager_reason
     params = types.SamplingParams(max_tokens=40, temperature=1.0, seed=3, stop=[])
+    gpu_sampler.sample(prompt(gpu_sampler, TEXTS[1]), 5, params).result()
+    assert slots.slots == 8 and {key[1] for key in slots.graphs._graphs} == {8}  # 5 rows: the bucket of 8
     gpu_sampler.sample(prompt(gpu_sampler, TEXTS[0]), 3, params).result()
     keys = set(slots.graphs._graphs)
-    assert keys and {key[1] for key in keys} == {4}  # 3 rows: the bucket of 4
-    assert {key[0] for key in keys} == {"draw", "forward"}
+    assert {key[1] for key in keys} == {4, 8} and {key[0] for key in keys} == {"draw", "forward"}
     again = gpu_sampler.sample(prompt(gpu_sampler, TEXTS[0]), 3, params).result()
     assert set(slots.graphs._graphs) == keys  # the same shapes: replayed, nothing captured anew
     assert all(len(s.tokens) == 40 for s in again.sequences)
-    gpu_sampler.sample(prompt(gpu_sampler, TEXTS[1]), 5, params).result()
-    assert {key[1] for key in slots.graphs._graphs} == {4, 8}
 
 
 @torch.inference_mode()
