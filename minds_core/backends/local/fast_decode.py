@@ -1,15 +1,20 @@
-"""One decode step of a Llama-family model as plain tensor ops, without transformers' per-module overhead.
+"""One decode step of a Llama-family model as plain tensor ops over ``KVSlots``: a fixed set of kernels.
 
-On small models a decode step is mostly Python: transformers' module calls,
-output records and config look-ups cost about as much as the matmuls. For the
-architectures whose layers are exactly RMSNorm -> attention (q/k/v/o
+For the architectures whose layers are exactly RMSNorm -> attention (q/k/v/o
 projections, optional per-head q/k RMSNorm as in Qwen3, rotary positions) ->
 RMSNorm -> SiLU-gated MLP (Llama, Mistral, Qwen2, Qwen3), ``FastDecoder``
-runs that step straight off the module's weights (the same tensors, no copy).
-A peft model with unmerged LoRA layers (a sampler on a bf16 base) decodes the
-same way, each adapted layer adding its LoRA term as peft computes it: in the
-adapter's dtype, cast back to the layer's. Any other model decodes through its
-own ``forward``. Prefill always does.
+runs a decode step straight off the module's weights (the same tensors, no
+copy), without transformers' per-module overhead, and with no value that
+changes per step outside a tensor: positions come from the slots' device
+tensor, rotary angles from a table built once. So the step can be captured as
+a CUDA graph (``cuda_graphs``). A peft model with unmerged LoRA layers (a
+sampler on a bf16 base, see ``merged``) decodes the same way, each adapted
+layer adding its LoRA term as peft computes it: in the adapter's dtype, cast
+back to the layer's. Layers that read one input (q/k/v; gate/up) run their
+LoRA terms together: their ``A`` factors stacked, their ``B`` factors (times
+the LoRA scale) in one block-diagonal matrix, copied from the adapter by
+``refresh``. Any other model decodes through its own ``forward``; prefill
+always does.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .kv_buffer import KVBuffer
+from .kv_slots import KVSlots
 
 __all__ = ["FastDecoder"]
 
@@ -28,56 +33,59 @@ _ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForC
 _ROPE_TYPES = frozenset({"default", "linear", "llama3"})  # inverse frequencies fixed at load time
 
 
-@dataclass(frozen=True)
-class _Linear:
-    """A linear layer's weight and bias (the module's own tensors), and its unmerged LoRA factors if any."""
+class _Projection:
+    """Linear layers that read one input, as one: their outputs side by side, and their unmerged LoRA terms
+    (if any) in two matrix products for all of them; see the module doc."""
 
-    weight: torch.Tensor
-    bias: torch.Tensor | None
-    lora_a: torch.Tensor | None = None
-    lora_b: torch.Tensor | None = None
-    scaling: float = 1.0
+    def __init__(self, modules: list[nn.Module]) -> None:
+        bases = [getattr(module, "base_layer", module) for module in modules]
+        self.weights = [base.weight for base in bases]  # the modules' own tensors
+        self.biases = [base.bias for base in bases]
+        self.lora_a = self.lora_b = None
+        self._loras: list[tuple[torch.Tensor, torch.Tensor, float]] = []
+        if modules[0] is not bases[0]:  # peft LoRA layers (never merged by peft here): one adapter per sampler
+            for module in modules:
+                (adapter,) = module.active_adapters
+                a, b = module.lora_A[adapter].weight, module.lora_B[adapter].weight
+                self._loras.append((a, b, float(module.scaling[adapter])))
+            ranks, outs = sum(a.shape[0] for a, _, _ in self._loras), sum(b.shape[0] for _, b, _ in self._loras)
+            a = self._loras[0][0]
+            self.lora_a = a.new_empty(ranks, a.shape[1])
+            self.lora_b = a.new_zeros(outs, ranks)
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Copy the adapter's current factors into the stacked ones (in place: captured steps read them)."""
+        rank = out = 0
+        for a, b, scale in self._loras:
+            assert self.lora_a is not None and self.lora_b is not None
+            self.lora_a[rank : rank + a.shape[0]] = a
+            self.lora_b[out : out + b.shape[0], rank : rank + a.shape[0]] = b * scale
+            rank, out = rank + a.shape[0], out + b.shape[0]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        outputs = [F.linear(x, weight, bias) for weight, bias in zip(self.weights, self.biases, strict=True)]
+        y = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
+        if self.lora_a is None or self.lora_b is None:  # set together: plain layers
+            return y
+        lora = F.linear(F.linear(x.to(self.lora_a.dtype), self.lora_a), self.lora_b)
+        return (y + lora).to(x.dtype)
 
 
 @dataclass(frozen=True)
 class _Layer:
     input_norm: torch.Tensor
-    q: _Linear
-    k: _Linear
-    v: _Linear
-    o: _Linear
+    qkv: _Projection
+    o: _Projection
     qk_norm: torch.Tensor | None  # per-head RMSNorm weights of the query heads then the key heads [Hq + Hk, D]
     post_norm: torch.Tensor
-    gate: _Linear
-    up: _Linear
-    down: _Linear
+    gate_up: _Projection
+    down: _Projection
     scaling: float
 
 
-def _linear(module: nn.Module) -> _Linear:
-    base = getattr(module, "base_layer", None)
-    if base is None:
-        return _Linear(module.weight, module.bias)
-    (adapter,) = module.active_adapters  # a peft LoRA layer (never merged by peft here): one adapter per sampler
-    return _Linear(
-        base.weight,
-        base.bias,
-        module.lora_A[adapter].weight,
-        module.lora_B[adapter].weight,
-        float(module.scaling[adapter]),
-    )
-
-
-def _apply(layer: _Linear, x: torch.Tensor) -> torch.Tensor:
-    y = F.linear(x, layer.weight, layer.bias)
-    if layer.lora_a is None or layer.lora_b is None:  # set together: a plain layer
-        return y
-    lora = F.linear(F.linear(x.to(layer.lora_a.dtype), layer.lora_a), layer.lora_b)
-    return (y + lora * layer.scaling).to(x.dtype)
-
-
 class FastDecoder:
-    """Decode steps of one Llama-family model over a ``KVBuffer``; ``for_model`` says whether it applies."""
+    """Decode steps of one Llama-family model over ``KVSlots``; ``for_model`` says whether it applies."""
 
     def __init__(self, model: nn.Module) -> None:
         inner = model.model
@@ -88,23 +96,22 @@ class FastDecoder:
         self.kv_heads = int(config.num_key_value_heads)
         self.embed = inner.embed_tokens.weight
         self.final_norm = inner.norm.weight
-        self.unembed = _linear(model.lm_head)
-        self.inv_freq = inner.rotary_emb.inv_freq
-        self.rope_scaling = float(getattr(inner.rotary_emb, "attention_scaling", 1.0))
-        self._cos = self._sin = torch.empty(0, self.head_dim)
-        self._no_mask = self.embed.new_zeros(1, 1, 1)  # ignored (beta 0), but baddbmm takes one
+        self.unembed = _Projection([model.lm_head])
+        self._cos, self._sin = _rotations(
+            inner.rotary_emb.inv_freq,
+            float(getattr(inner.rotary_emb, "attention_scaling", 1.0)),
+            int(config.max_position_embeddings),
+            self.embed.dtype,
+        )
         self.layers = [
             _Layer(
                 input_norm=layer.input_layernorm.weight,
-                q=_linear(layer.self_attn.q_proj),
-                k=_linear(layer.self_attn.k_proj),
-                v=_linear(layer.self_attn.v_proj),
-                o=_linear(layer.self_attn.o_proj),
+                qkv=_Projection([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
+                o=_Projection([layer.self_attn.o_proj]),
                 qk_norm=self._qk_norm(layer.self_attn),
                 post_norm=layer.post_attention_layernorm.weight,
-                gate=_linear(layer.mlp.gate_proj),
-                up=_linear(layer.mlp.up_proj),
-                down=_linear(layer.mlp.down_proj),
+                gate_up=_Projection([layer.mlp.gate_proj, layer.mlp.up_proj]),
+                down=_Projection([layer.mlp.down_proj]),
                 scaling=float(layer.self_attn.scaling),
             )
             for layer in inner.layers
@@ -116,6 +123,19 @@ class FastDecoder:
         query = attention.q_norm.weight.expand(self.query_heads, -1)
         key = attention.k_norm.weight.expand(self.kv_heads, -1)
         return torch.cat((query, key))
+
+    @property
+    def adapted(self) -> bool:
+        """Whether the model has unmerged LoRA layers."""
+        return any(projection.lora_a is not None for projection in self._projections())
+
+    def _projections(self) -> list[_Projection]:
+        return [self.unembed, *(p for layer in self.layers for p in (layer.qkv, layer.o, layer.gate_up, layer.down))]
+
+    def refresh(self) -> None:
+        """Take up the adapter's current weights (a new snapshot loaded into the same module tree)."""
+        for projection in self._projections():
+            projection.refresh()
 
     @classmethod
     def for_model(cls, model: nn.Module) -> FastDecoder | None:
@@ -135,53 +155,40 @@ class FastDecoder:
             return None
         return cls(model)
 
-    def step(self, cache: KVBuffer, token_ids: torch.Tensor) -> torch.Tensor:
-        """Logits ``[rows, V]`` after feeding each row its token ``token_ids[row]``; the cache advances."""
+    def forward(self, slots: KVSlots, token_ids: torch.Tensor) -> torch.Tensor:
+        """Logits ``[rows, V]`` after feeding each row of the slots' window its token ``token_ids[row]`` at the
+        row's position (its key/value written there; the positions themselves stay as they are)."""
         x = self.embed[token_ids]
         rows, groups = x.shape[0], self.query_heads // self.kv_heads
-        positions, mask = cache.step_inputs(x.dtype, need_mask=False)
-        cos, sin = self._rotations(cache.get_seq_length() + 1, x.dtype)
-        if mask is None:  # every row at the same position: nothing to hide, one rotation for all
-            mask, beta = self._no_mask, 0.0
-            cos, sin = cos[positions[:1]], sin[positions[:1]]  # [1, 1, head_dim]: broadcast over rows
-        else:
-            # The mask as the scores' matrix products lay them out: [rows * kv heads, query heads per kv head,
-            # columns].
-            mask, beta = mask.expand(rows, self.kv_heads, groups, -1).reshape(rows * self.kv_heads, groups, -1), 1.0
-            cos, sin = cos[positions], sin[positions]  # [rows, 1, head_dim]
+        positions = slots.positions[:rows]
+        cos, sin = self._cos[positions][:, None], self._sin[positions][:, None]  # [rows, 1, head_dim]
+        # The mask as the scores' matrix products lay them out: [rows * kv heads, query heads per kv head, columns].
+        mask = slots.mask(x.dtype)[:, None, None].expand(rows, self.kv_heads, groups, -1)
+        mask = mask.reshape(rows * self.kv_heads, groups, -1)
         half = self.head_dim // 2
+        qk_width = (self.query_heads + self.kv_heads) * self.head_dim
         for index, layer in enumerate(self.layers):
             h = self._norm(x, layer.input_norm)
             # Queries and keys side by side: one norm and one rotation for both.
-            qk = torch.cat((_apply(layer.q, h), _apply(layer.k, h)), dim=-1).view(rows, -1, self.head_dim)
-            v = _apply(layer.v, h).view(rows, -1, self.head_dim)
+            qkv = layer.qkv(h)
+            qk = qkv[:, :qk_width].view(rows, -1, self.head_dim)
+            v = qkv[:, qk_width:].view(rows, -1, self.head_dim)
             if layer.qk_norm is not None:
                 qk = self._norm(qk, layer.qk_norm)
             qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin)
-            keys, values = cache.update(qk[:, self.query_heads :, None], v[:, :, None], index)
+            keys, values = slots.update(qk[:, self.query_heads :, None], v[:, :, None], index)
             # One query per row: each key/value head's group of query heads against that row's keys,
             # stored transposed, so that ``keys.transpose`` is the layout the product reads fastest.
             q = qk[:, : self.query_heads].reshape(rows * self.kv_heads, groups, self.head_dim)
             keys_t = keys.transpose(-1, -2).reshape(rows * self.kv_heads, self.head_dim, -1)
-            scores = torch.baddbmm(mask, q, keys_t, beta=beta, alpha=layer.scaling)
+            scores = torch.baddbmm(mask, q, keys_t, alpha=layer.scaling)
             probs = scores.softmax(dim=-1, dtype=torch.float32).to(values.dtype)
             attended = torch.bmm(probs, values.reshape(rows * self.kv_heads, -1, self.head_dim))
-            x = x + _apply(layer.o, attended.view(rows, -1))
+            x = x + layer.o(attended.view(rows, -1))
             h = self._norm(x, layer.post_norm)
-            x = x + _apply(layer.down, F.silu(_apply(layer.gate, h)) * _apply(layer.up, h))
-        cache.advance()
-        return _apply(self.unembed, self._norm(x, self.final_norm))
-
-    def _rotations(self, positions: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tables of the rotary cosines and sines ``[positions or more, head_dim]``, computed once (doubling
-        when outgrown). Rotating half the dims is rolling them by half with the first half negated: the
-        sines carry that sign."""
-        if self._cos.shape[0] < positions or self._cos.dtype != dtype:
-            angles = torch.arange(max(positions, 2 * self._cos.shape[0]), device=self.inv_freq.device).float()
-            freqs = angles[:, None] * self.inv_freq.float()
-            self._cos = (torch.cat((freqs, freqs), dim=-1).cos() * self.rope_scaling).to(dtype)
-            self._sin = (torch.cat((-freqs, freqs), dim=-1).sin() * self.rope_scaling).to(dtype)
-        return self._cos, self._sin
+            gate, up = layer.gate_up(h).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up)
+        return self.unembed(self._norm(x, self.final_norm))
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """RMSNorm as Llama and Qwen compute it: in float32, scaled after casting back."""
@@ -190,8 +197,23 @@ class FastDecoder:
         return weight * _rms_norm(x.float(), self.eps).to(x.dtype)
 
 
+def _rotations(
+    inv_freq: torch.Tensor, scaling: float, positions: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tables of the rotary cosines and sines ``[positions, head_dim]``. Rotating half the dims is rolling them by
+    half with the first half negated: the sines carry that sign."""
+    angles = torch.arange(positions, device=inv_freq.device).float()
+    freqs = angles[:, None] * inv_freq.float()
+    cos = (torch.cat((freqs, freqs), dim=-1).cos() * scaling).to(dtype)
+    sin = (torch.cat((-freqs, freqs), dim=-1).sin() * scaling).to(dtype)
+    return cos, sin
+
+
 def _rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """``x / sqrt(mean(x^2) + eps)`` over the last dim, as ``layer_norm`` of ``[x, -x]`` (whose mean is 0 and
-    whose variance is ``mean(x^2)``): one fused kernel, where torch's CPU ``rms_norm`` runs several small ops."""
+    """``x / sqrt(mean(x^2) + eps)`` over the last dim: torch's ``rms_norm`` on a GPU (one fused kernel), on the
+    CPU as ``layer_norm`` of ``[x, -x]`` (whose mean is 0 and whose variance is ``mean(x^2)``): one fused kernel,
+    where torch's CPU ``rms_norm`` runs several small ops."""
+    if x.is_cuda:
+        return F.rms_norm(x, (x.shape[-1],), eps=eps)
     width = x.shape[-1]
     return F.layer_norm(torch.cat((x, -x), dim=-1), (2 * width,), eps=eps)[..., :width]

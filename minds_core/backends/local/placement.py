@@ -32,6 +32,8 @@ class Placement:
     dtype: torch.dtype
     tokens_per_micro_batch: int = 2048
     """Padded input tokens per forward pass (rows x longest row) of the prompts a sampler prefills together."""
+    decode_rows: int = 256
+    """Rows a sampler decodes at once at most (fewer where their keys/values would not fit); more wait for slots."""
     train_tokens_per_micro_batch: int = 2048
     """Input tokens per training micro-batch (packed rows x row width): its activations bound a step's memory."""
 

@@ -32,7 +32,8 @@ class Sampler:
     def __init__(self, base: BaseModel, model: nn.Module) -> None:
         self.base = base
         self.model = model
-        self._batch = DecodeBatch(model, base.tokenizer, base.placement.tokens_per_micro_batch)
+        placement = base.placement
+        self._batch = DecodeBatch(model, base.tokenizer, placement.tokens_per_micro_batch, placement.decode_rows)
 
     @classmethod
     def for_base(cls, base: BaseModel) -> Sampler:
@@ -92,7 +93,7 @@ class Sampler:
                 params=params,
                 max_tokens=max_tokens,
                 stop=self._stop_rule(params.stop),
-                generator=torch.Generator(device=self.device).manual_seed(seed),
+                seed=seed,
                 topk=topk_sample_logprobs,
                 topk_prompt=topk_prompt_logprobs,
                 include_prompt_logprobs=include_prompt_logprobs,

@@ -1,0 +1,218 @@
+"""The device side of a decode batch: slots' keys/values and sampling state, and the step over them.
+
+A step over the first ``rows`` slots is two fixed-shape parts: ``draw`` (choose
+each row's token from its logits, record it, update counts and stop flags;
+``device_sampling``) and ``forward`` (feed the tokens at the rows' positions,
+write their keys/values, compute the next logits; ``fast_decode``). Each part is
+a CUDA graph per shape where the device allows (``cuda_graphs``): ``rows`` is
+bucketed to a power of two, the attended ``columns`` to a few sizes per octave,
+so a batch replays a handful of graphs. Nothing here syncs with the host but
+``progress`` and ``read``, which the host calls every few steps.
+
+One ``DecodeSlots`` serves one model (``for_model``), across the samplers that
+use it in turn: samplers of successive snapshots of an adapter reuse the same
+pooled module tree (``merged``), and so the same buffers and graphs.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .cuda_graphs import StepGraphs
+from .device_sampling import Draws, RowSettings
+from .fast_decode import FastDecoder
+from .kv_cache import cache_argument
+from .kv_slots import KVSlots
+
+__all__ = ["DecodeSlots", "Kinds"]
+
+Kinds = tuple[bool, bool, bool, bool]
+"""Whether any row of a step is greedy, is tempered, is tempered at other than 1, truncates (top-k/top-p):
+``Draws.draw``'s switches."""
+
+CPU_KV_BYTES = 2 << 30
+"""Keys/values a CPU decode batch may hold; on a GPU, half the free memory when the buffers grow."""
+
+_instances: weakref.WeakKeyDictionary[nn.Module, DecodeSlots] = weakref.WeakKeyDictionary()
+_instances_lock = threading.Lock()
+
+
+def _power_of_two(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+class _ModelForward:
+    """A decode step through the model's own ``forward`` (architectures ``FastDecoder`` does not reproduce)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self._model = weakref.ref(model)  # the model owns its DecodeSlots, not the other way round
+
+    def __call__(self, slots: KVSlots, token_ids: torch.Tensor) -> torch.Tensor:
+        model = self._model()
+        assert model is not None, "a model's decode slots outlive it only unused"
+        out = model(
+            input_ids=token_ids[:, None],
+            position_ids=slots.positions[: slots.rows, None],
+            attention_mask=slots.mask(slots.keys[0].dtype)[:, None, None],
+            **cache_argument(slots),
+        )
+        return out.logits[:, -1]
+
+
+class DecodeSlots:
+    """Decode slots of one model on its device; see the module doc. Hold ``lock`` while using them."""
+
+    def __init__(self, model: nn.Module, max_rows: int) -> None:
+        self.lock = threading.Lock()
+        self.max_rows = max_rows
+        parameter = next(model.parameters())
+        self.device = parameter.device
+        self._fast = fast = FastDecoder.for_model(model)
+        self._forward: Callable[[KVSlots, torch.Tensor], torch.Tensor] = (
+            fast.forward if fast is not None else _ModelForward(model)
+        )
+        reason = None if fast is not None else f"{type(model).__name__} decodes through its own forward"
+        self.graphs = StepGraphs(self.device, reason)
+        self.kv: KVSlots | None = None
+        self.draws: Draws | None = None
+
+    @classmethod
+    def for_model(cls, model: nn.Module, max_rows: int) -> DecodeSlots:
+        """The decode slots of ``model`` (made on first use, kept while the model lives)."""
+        with _instances_lock:
+            slots = _instances.get(model)
+            if slots is None:
+                slots = _instances[model] = cls(model, max_rows)
+            return slots
+
+    def refresh(self) -> None:
+        """Take up the adapter weights now loaded into the model (a new sampler of a pooled tree: ``merged``)."""
+        if self._fast is not None and self._fast.adapted:
+            with self.lock:
+                self._fast.refresh()
+
+    @property
+    def slots(self) -> int:
+        """Slots held (0 before the first ``reserve``)."""
+        return self.kv.slots if self.kv is not None else 0
+
+    @property
+    def capacity(self) -> int:
+        """Positions per slot."""
+        return self.kv.capacity if self.kv is not None else 0
+
+    def reserve(
+        self, rows: int, capacity: int, stops: int, like: Sequence[tuple[torch.Tensor, torch.Tensor]], vocab: int
+    ) -> int:
+        """Make room for ``rows`` slots of ``capacity`` positions (as far as ``max_rows`` and memory allow; at least
+        one slot) and ``stops`` stop tokens per row; keys/values shaped as ``like``'s. Growing keeps every slot's
+        contents and drops the captured graphs. Returns the slots held."""
+        granule = 256 if self.graphs.capturing else 64
+        capacity = max(-(-capacity // granule) * granule, self.capacity)
+        stops = max(_power_of_two(stops), 4, self.draws.stops if self.draws is not None else 0)
+        rows = min(_power_of_two(rows), _power_of_two(self.max_rows))
+        per_slot = capacity * sum(2 * k.shape[1] * k.shape[3] * k.element_size() for k, _ in like)
+        rows = max(min(rows, self._kv_budget() // per_slot), self.slots, 1)
+        if (
+            rows <= self.slots
+            and capacity <= self.capacity
+            and self.draws is not None
+            and stops <= self.draws.stops
+            and self.draws.vocab == vocab
+        ):
+            return self.slots
+        k = like[0][0]
+        kv = KVSlots(len(like), k.shape[1], k.shape[3], rows, capacity, k.dtype, self.device)
+        draws = Draws(rows, vocab, capacity, stops, self.device)
+        if self.kv is not None and self.draws is not None and self.draws.vocab == vocab:
+            kv.copy_from(self.kv)
+            draws.copy_from(self.draws)
+        self.kv = self.draws = None  # the old buffers go before the graphs that read them
+        self.graphs.clear()
+        self.kv, self.draws = kv, draws
+        return rows
+
+    def _kv_budget(self) -> int:
+        if self.device.type != "cuda":
+            return CPU_KV_BYTES
+        held = self.kv.bytes_per_position * self.slots * self.capacity if self.kv is not None else 0
+        return held + torch.cuda.mem_get_info(self.device)[0] // 2
+
+    def bucket(self, rows: int) -> int:
+        """The rows a step over slots ``0 .. rows - 1`` runs: the next power of two, within the slots held."""
+        return min(_power_of_two(rows), self.slots)
+
+    def columns(self, columns: int) -> int:
+        """The positions a step attends over to cover ``columns``: as captured graphs are keyed, a few sizes per
+        octave (multiples of 128, of a quarter of the octave past 512); exactly ``columns`` when steps run eagerly."""
+        if self.graphs.capturing:
+            granule = max(128, _power_of_two(columns) // 8)
+            columns = -(-columns // granule) * granule
+        return min(columns, self.capacity)
+
+    def join(
+        self, slots: list[int], prompt_kv: Sequence[tuple[torch.Tensor, torch.Tensor]], logits: torch.Tensor,
+        settings: list[RowSettings],
+    ) -> None:  # fmt: skip
+        """Start a row in each of ``slots``: one prompt's keys/values, its next-token logits, each row's settings."""
+        assert self.kv is not None and self.draws is not None, "reserve first"
+        index = torch.tensor(slots, device=self.device)
+        self.kv.fill(index, prompt_kv)
+        self.draws.join(index, logits, settings)
+
+    def leave(self, slots: list[int]) -> None:
+        """Free ``slots``."""
+        assert self.draws is not None
+        if slots:
+            self.draws.leave(torch.tensor(slots, device=self.device))
+
+    def move(self, source: list[int], target: list[int]) -> None:
+        """Copy the rows in slots ``source`` onto slots ``target``, and free ``source``."""
+        assert self.kv is not None and self.draws is not None
+        src, dst = torch.tensor(source, device=self.device), torch.tensor(target, device=self.device)
+        self.kv.move(src, dst)
+        self.draws.move(src, dst)
+        self.draws.leave(src)
+
+    def step(self, rows: int, columns: int, kinds: Kinds, top: int, feed: bool = True) -> None:
+        """One token for slots ``0 .. rows - 1``: draw it (and its ``top`` log-probs), then feed it (unless no row
+        goes on: ``feed`` off)."""
+        draws = self.draws
+        assert draws is not None
+        self.graphs.run(("draw", rows, kinds), lambda: draws.draw(rows, *kinds))
+        if top:
+            draws.want_top(top)
+            draws.record_top(rows, top)
+        if feed:
+            self.graphs.run(("forward", rows, columns), lambda: self._feed(rows, columns))
+
+    def _feed(self, rows: int, columns: int) -> None:
+        kv, draws = self.kv, self.draws
+        assert kv is not None and draws is not None
+        kv.window(rows, columns)
+        row = draws.first(rows)
+        row.logits.copy_(self._forward(kv, row.tokens))
+        kv.advance(~row.done)
+
+    def progress(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each of slots ``0 .. rows - 1`` is done, and its count of sampled tokens (a host sync)."""
+        assert self.draws is not None
+        both = torch.stack((self.draws.done[:rows].long(), self.draws.count[:rows])).cpu().numpy()
+        return both[0].astype(bool), both[1]
+
+    def read(self, slots: list[int], length: int, top: int = 0) -> tuple[np.ndarray, ...]:
+        """The first ``length`` sampled tokens and log-probs of ``slots`` (and the ``top`` ids and log-probs per
+        token when asked), as host arrays ``[len(slots), length(, top)]``."""
+        draws = self.draws
+        assert draws is not None
+        index = torch.tensor(slots, device=self.device)
+        parts = [draws.out_tokens[index, :length], draws.out_logprobs[index, :length]]
+        if top:
+            parts += [draws.top_ids[index, :length, :top], draws.top_logprobs[index, :length, :top]]
+        return tuple(part.cpu().numpy() for part in parts)

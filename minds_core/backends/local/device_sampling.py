@@ -1,0 +1,257 @@
+"""Choosing decode slots' next tokens on the device: temperature, top-k/top-p, seeded draws, log-probs, stops.
+
+Every setting that differs per row (temperature, top-k, top-p, seed, stop
+tokens, token limit) and every count that changes per step lives in a device
+tensor indexed by slot, so one ``draw`` serves any mix of requests, needs no
+host sync, and a CUDA graph can capture it. Each row's sampled tokens and
+their log-probs are written into per-slot output buffers, read by the host
+only when rows finish.
+
+A draw is by inverse CDF: ``u`` uniform in (0, 1), the token is the first
+whose cumulative probability (summed in float64) reaches ``u`` times the total.
+``u`` is counter-based: a hash of the request's seed, the sample's index and
+the token's index in the sample (tabled for the whole row when it joins), so a
+seeded sample gets the same draws whatever else shares its batch, and no
+generator state is carried. Greedy
+rows (temperature 0) take the argmax of the logits.
+Reported log-probs are under the model's own distribution at temperature 1,
+before truncation (the policy's ``log p`` that RL losses compare against).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+__all__ = ["Draws", "RowSettings", "row_key"]
+
+_GOLDEN = 0x9E3779B97F4A7C15
+_MIX = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
+_MASK64 = (1 << 64) - 1
+
+
+def _signed(value: int) -> int:
+    """A 64-bit pattern as the int64 that holds it."""
+    value &= _MASK64
+    return value - (1 << 64) if value >> 63 else value
+
+
+def _mix_int(value: int) -> int:
+    """splitmix64's finaliser on a Python int (64-bit wrap-around)."""
+    value &= _MASK64
+    value = ((value ^ (value >> 30)) * _MIX[0]) & _MASK64
+    value = ((value ^ (value >> 27)) * _MIX[1]) & _MASK64
+    return value ^ (value >> 31)
+
+
+def row_key(seed: int, sample: int) -> int:
+    """The int64 key of sample ``sample`` of a request seeded ``seed``: its draws' stream."""
+    return _signed(_mix_int(seed ^ _mix_int(sample + _GOLDEN)))
+
+
+def _mix(z: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser on int64 tensors (multiplications wrap; shifts made logical by masking)."""
+    z = z ^ ((z >> 30) & ((1 << 34) - 1))
+    z = z * _signed(_MIX[0])
+    z = z ^ ((z >> 27) & ((1 << 37) - 1))
+    z = z * _signed(_MIX[1])
+    return z ^ ((z >> 31) & ((1 << 33) - 1))
+
+
+def uniforms(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """float64 uniforms in (0, 1), one per (key, counter): the hash's top 53 bits, centred in their interval."""
+    bits = (_mix(keys + counters * _signed(_GOLDEN)) >> 11) & ((1 << 53) - 1)
+    return (bits.double() + 0.5) * 2.0**-53
+
+
+class Rows(NamedTuple):
+    """Views of the first rows of each per-slot tensor a draw reads or writes (made once per row count)."""
+
+    logits: torch.Tensor
+    done: torch.Tensor
+    count: torch.Tensor
+    slot: torch.Tensor
+    inverse_temperature: torch.Tensor
+    tempered: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    stop_ids: torch.Tensor
+    limit: torch.Tensor
+    written: torch.Tensor
+    tokens: torch.Tensor
+    uniform: torch.Tensor
+    out_tokens: torch.Tensor
+    out_logprobs: torch.Tensor
+
+
+@dataclass(frozen=True)
+class RowSettings:
+    """What one row samples with (host side, written into the slot when the row joins)."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    key: int
+    stop_ids: tuple[int, ...]
+    limit: int
+
+
+class Draws:
+    """The sampling state of ``slots`` decode slots on ``device``; see the module doc.
+
+    ``logits [slots, V]`` (float32) are the next-token logits of each slot; ``tokens`` the tokens
+    chosen by the last ``draw`` (what the next forward feeds); ``count`` the tokens each slot has
+    sampled, ``done`` whether it stopped (a stop token, or its limit); ``out_tokens``/``out_logprobs``
+    ``[slots, capacity]`` every sampled token and its log-prob; ``uniform`` the draws' uniforms for
+    each index; ``written`` the index the last draw wrote at. Free slots are ``done``.
+    """
+
+    def __init__(self, slots: int, vocab: int, capacity: int, stops: int, device: torch.device) -> None:
+        def full(value: float | bool, dtype: torch.dtype, *shape: int) -> torch.Tensor:
+            return torch.full((slots, *shape), value, dtype=dtype, device=device)
+
+        self.vocab, self.capacity = vocab, capacity
+        self.logits = full(0.0, torch.float32, vocab)
+        self.tokens = full(0, torch.int64)
+        self.inverse_temperature = full(1.0, torch.float32)
+        self.tempered = full(False, torch.bool)
+        self.top_k = full(vocab, torch.int64)
+        self.top_p = full(1.0, torch.float32)
+        self.uniform = full(0.5, torch.float64, capacity)
+        self.stop_ids = full(-1, torch.int64, stops)
+        self.limit = full(1, torch.int64)
+        self.count = full(0, torch.int64)
+        self.done = full(True, torch.bool)
+        self.written = full(0, torch.int64)
+        self.out_tokens = full(0, torch.int64, capacity)
+        self.out_logprobs = full(0.0, torch.float32, capacity)
+        self.top_ids = full(0, torch.int64, capacity, 0)
+        self.top_logprobs = full(0.0, torch.float32, capacity, 0)
+        self.slot_index = torch.arange(slots, device=device)
+        self.vocab_rank = torch.arange(vocab, device=device)
+        self._rows: dict[int, Rows] = {}
+
+    def first(self, rows: int) -> Rows:
+        """Views of slots ``0 .. rows - 1`` of every per-slot tensor (made once per row count)."""
+        views = self._rows.get(rows)
+        if views is None:
+            views = self._rows[rows] = Rows(
+                self.logits[:rows], self.done[:rows], self.count[:rows], self.slot_index[:rows],
+                self.inverse_temperature[:rows, None], self.tempered[:rows], self.top_k[:rows, None],
+                self.top_p[:rows, None], self.stop_ids[:rows], self.limit[:rows], self.written[:rows], self.tokens[:rows],
+                self.uniform[:rows], self.out_tokens[:rows], self.out_logprobs[:rows],
+            )  # fmt: skip
+        return views
+
+    @property
+    def slots(self) -> int:
+        """Slots held."""
+        return len(self.tokens)
+
+    @property
+    def stops(self) -> int:
+        """Stop tokens a slot can hold."""
+        return self.stop_ids.shape[1]
+
+    def _tensors(self) -> tuple[torch.Tensor, ...]:
+        return (
+            self.logits, self.tokens, self.inverse_temperature, self.tempered, self.top_k, self.top_p, self.uniform,
+            self.stop_ids, self.limit, self.count, self.done, self.written, self.out_tokens, self.out_logprobs,
+            self.top_ids, self.top_logprobs,
+        )  # fmt: skip
+
+    def join(self, slots: torch.Tensor, logits: torch.Tensor, settings: list[RowSettings]) -> None:
+        """Start a row in each of ``slots`` with next-token ``logits [V]`` and its own settings."""
+        device = self.tokens.device
+
+        def column(values: list, dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype).to(device)
+
+        self.logits[slots] = logits.float()
+        self.inverse_temperature[slots] = column([1 / s.temperature if s.temperature else 1.0 for s in settings], torch.float32)
+        self.tempered[slots] = column([bool(s.temperature) for s in settings], torch.bool)
+        self.top_k[slots] = column([s.top_k if 0 < s.top_k < self.vocab else self.vocab for s in settings], torch.int64)
+        self.top_p[slots] = column([s.top_p for s in settings], torch.float32)
+        keys = column([s.key for s in settings], torch.int64)
+        self.uniform[slots] = uniforms(keys[:, None], torch.arange(self.capacity, device=device))
+        stop_ids = torch.full((len(settings), self.stops), -1, dtype=torch.int64)
+        for row, s in enumerate(settings):
+            stop_ids[row, : len(s.stop_ids)] = torch.tensor(sorted(s.stop_ids), dtype=torch.int64)
+        self.stop_ids[slots] = stop_ids.to(device)
+        self.limit[slots] = column([s.limit for s in settings], torch.int64)
+        self.count[slots] = 0
+        self.done[slots] = False
+
+    def leave(self, slots: torch.Tensor) -> None:
+        """Free ``slots``: they compute on (in a batch's bucket) but count nothing."""
+        self.done[slots] = True
+
+    def move(self, source: torch.Tensor, target: torch.Tensor) -> None:
+        """Copy slots ``source`` onto slots ``target``."""
+        for tensor in self._tensors():
+            tensor[target] = tensor[source]
+
+    def copy_from(self, old: Draws) -> None:
+        """Take over the rows of an ``old`` state that is no larger in any dimension (growing)."""
+        self.want_top(old.top_ids.shape[-1])
+        for new, kept in zip(self._tensors(), old._tensors(), strict=True):
+            new[tuple(map(slice, kept.shape))] = kept
+
+    def want_top(self, k: int) -> None:
+        """Make room for ``k`` top log-probs per sampled token."""
+        if self.top_ids.shape[-1] < k:
+            shape = (*self.out_tokens.shape, k)
+            self.top_ids = torch.zeros(shape, dtype=torch.int64, device=self.tokens.device)
+            self.top_logprobs = torch.zeros(shape, dtype=torch.float32, device=self.tokens.device)
+
+    def draw(self, rows: int, greedy: bool, tempered: bool, scaled: bool, truncated: bool) -> None:
+        """Choose the next token of slots ``0 .. rows - 1`` from their logits, record it and its log-prob, and
+        update the counts and stop flags. The switches say whether any row is greedy, is tempered, is tempered at
+        other than 1, truncates (top-k or top-p): the work a batch needs is fixed by them."""
+        row = self.first(rows)
+        live = ~row.done
+        at = row.count.clamp(max=self.capacity - 1)[:, None]
+        logprobs = row.logits.log_softmax(dim=-1)  # the policy's, at temperature 1: what is reported
+        choice = logprobs.argmax(dim=-1) if greedy else None
+        if tempered:
+            if scaled or truncated:
+                tempered_logprobs = logprobs * row.inverse_temperature
+                if truncated:
+                    tempered_logprobs = self._truncate(tempered_logprobs, row)
+                # Unnormalised (less their max, so that nothing underflows): only the ratio to the total matters.
+                weights = (tempered_logprobs - tempered_logprobs.amax(dim=-1, keepdim=True)).exp_()
+            else:
+                weights = logprobs.exp()
+            cdf = weights.cumsum(dim=-1, dtype=torch.float64)
+            targets = row.uniform.gather(1, at) * cdf[:, -1:]
+            drawn = torch.searchsorted(cdf, targets)[:, 0].clamp_(max=self.vocab - 1)
+            choice = drawn if choice is None else torch.where(row.tempered, drawn, choice)
+        assert choice is not None, "a draw is greedy or tempered"
+        chosen = choice[:, None]
+        row.out_tokens.scatter_(1, at, chosen)
+        row.out_logprobs.scatter_(1, at, logprobs.gather(1, chosen))
+        row.written.copy_(at[:, 0])
+        row.tokens.copy_(choice)
+        stopped = (chosen == row.stop_ids).any(dim=-1)
+        row.count.add_(live)
+        row.done.logical_or_(stopped.logical_or_(row.count >= row.limit))
+
+    def _truncate(self, scaled: torch.Tensor, row: Rows) -> torch.Tensor:
+        """Tempered logits with the tokens outside each row's top-k, then its top-p, set to -inf."""
+        ordered, order = scaled.sort(dim=-1, descending=True)
+        ordered = ordered.masked_fill(self.vocab_rank >= row.top_k, float("-inf"))
+        weights = (ordered - ordered[:, :1]).exp_()  # unnormalised probabilities, largest first
+        before = weights.cumsum(dim=-1) - weights
+        top_p = row.top_p
+        outside = (before >= top_p * weights.sum(dim=-1, keepdim=True)) & (top_p < 1)  # the mass before covers top_p
+        return torch.empty_like(scaled).scatter_(1, order, ordered.masked_fill(outside, float("-inf")))
+
+    def record_top(self, rows: int, k: int) -> None:
+        """Record the ``k`` most likely tokens and their log-probs at each row's last sampled position."""
+        row = self.first(rows)
+        top = row.logits.log_softmax(dim=-1).topk(min(k, self.vocab), dim=-1)
+        slot, at = row.slot, row.written
+        self.top_ids[slot, at, : top.indices.shape[1]] = top.indices
+        self.top_logprobs[slot, at, : top.values.shape[1]] = top.values
