@@ -12,11 +12,14 @@ import json
 import math
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 import minds_core.backends.local.checkpoints as checkpoint_files
@@ -123,8 +126,8 @@ def test_disk_full_mid_run_stops_with_one_line_and_the_run_resumes_whole(plugins
 
 @pytest.mark.slow
 def test_a_full_checkpoint_store_stops_the_run_naming_the_file(plugins, tmp_path, monkeypatch):
-    def full(tensors, filename, *args, **kwargs):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(filename))
+    def full(tensors, filename, *args, **kwargs):  # what safetensors raises on a full disk (seen on a full tmpfs)
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
     monkeypatch.setattr(checkpoint_files, "save_file", full)  # the checkpoint store's write call
     with pytest.raises(RunFileError) as stopped:
@@ -159,6 +162,47 @@ def test_any_other_os_error_is_one_line_without_a_traceback(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
     assert err == f"minds: error: cannot read or write {tmp_path}/file/foo: Not a directory (ENOTDIR, errno 20)\n"
+
+
+FULL_FS_SCRIPT = """
+mount -t tmpfs -o size=900k tmpfs fs || exit 99
+"$PY" -m minds_core.cli run $ARGS --steps 8 --name r --set runs_dir=fs/runs > first.out 2> first.err; echo $? > first.rc
+cp -r fs/runs after_first
+mount -o remount,size=64m fs
+"$PY" -m minds_core.cli run --resume fs/runs/r > second.out 2> second.err; echo $? > second.rc
+cp -r fs/runs after_second
+"""
+
+
+def _can_mount_tmpfs() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs user namespaces (unshare -Urm) to mount a small tmpfs")
+def test_a_real_full_filesystem_mid_run_then_resume_after_freeing_space(installed_plugin, tmp_path):
+    (tmp_path / "fs").mkdir()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
+    environ.update(PYTHONPATH=str(installed_plugin("toy_plugin")), PY=sys.executable, ARGS=" ".join(
+        ["--env", "toy_char_share", "--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4",
+         "--set", "sampling.max_tokens=32", "--set", "metrics.sinks=[]", "--set", "trainer.save_every=1"]))  # fmt: skip
+    # a 900 KiB tmpfs holds about three checkpoints of the tiny model: the run fills it a few steps in
+    done = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", FULL_FS_SCRIPT],
+                          cwd=tmp_path, env=environ, timeout=600)  # fmt: skip
+    assert done.returncode == 0
+    first_err = (tmp_path / "first.err").read_text()
+    assert (tmp_path / "first.rc").read_text().strip() == "1", first_err[-2000:]
+    assert "Traceback" not in first_err
+    last = first_err.strip().splitlines()[-1]
+    assert last.startswith("minds: error: cannot write fs/") and "No space left on device (ENOSPC, errno 28)" in last
+    assert last.endswith("continue with: minds run --resume fs/runs/r")
+    steps = [row["step"] for row in _strict_rows(tmp_path / "after_first" / "r" / METRICS_FILE)]
+    assert steps == list(range(len(steps))) and len(steps) < 8
+    assert (tmp_path / "second.rc").read_text().strip() == "0", (tmp_path / "second.err").read_text()[-2000:]
+    assert [row["step"] for row in _strict_rows(tmp_path / "after_second" / "r" / METRICS_FILE)] == list(range(8))
 
 
 # ---------------------------------------------------------------- damaged files
