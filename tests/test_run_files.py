@@ -205,6 +205,36 @@ def test_a_real_full_filesystem_mid_run_then_resume_after_freeing_space(installe
     assert [row["step"] for row in _strict_rows(tmp_path / "after_second" / "r" / METRICS_FILE)] == list(range(8))
 
 
+def test_a_run_that_cannot_write_its_config_leaves_no_folder_behind(tmp_path, full_folder):
+    full_folder(tmp_path, errno.ENOSPC)
+    with pytest.raises(RunFileError) as refused:
+        RunDirectory.create(_config(tmp_path))
+    assert str(refused.value) == f"cannot write {tmp_path}/r/.config.yaml.tmp: No space left on device (ENOSPC, errno 28)"
+    assert not (tmp_path / "r").exists()  # nothing to resume: the same command starts it again
+
+
+def test_a_log_file_that_cannot_be_written_is_dropped_without_ending_the_run(capsys):
+    from minds_core import logs
+
+    class FullLogFile:
+        """A fake for train.log on a full disk."""
+
+        name = "runs/r/train.log"
+
+        def write(self, _text: str) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    full = FullLogFile()
+    logs.configure("json", "info")
+    logs.add_log_file(full)
+    logs.get_logger("test").info("still logged")
+    logs.get_logger("test").info("and again")
+    err = capsys.readouterr().err
+    assert err.count("minds: cannot write runs/r/train.log (No space left on device): logs go to stderr only") == 1
+    assert '"event": "still logged"' in err and '"event": "and again"' in err
+    logs.remove_log_file(full)
+
+
 # ---------------------------------------------------------------- damaged files
 
 

@@ -105,6 +105,10 @@ class CheckpointStore:
             (staging / _META).write_text(json.dumps(meta, indent=2))
             os.chmod(staging, 0o755)
             _publish(staging, final, path, overwrite)
+        except OSError as exc:
+            if exc.filename or exc.errno is None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(staging)) from exc  # a failed write() names no file: name the folder
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return path
