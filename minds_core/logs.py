@@ -44,9 +44,13 @@ class _Tee:
     def __call__(self, logger: Any, name: str, event_dict: dict[str, Any]) -> Any:
         if _log_files:
             line = mask(self.plain(logger, name, dict(event_dict)))
-            for fh in _log_files:
-                fh.write(f"{line}\n")
-                fh.flush()
+            for fh in list(_log_files):
+                try:
+                    fh.write(f"{line}\n")
+                    fh.flush()
+                except OSError as exc:  # a full disk: the file is dropped, logging never ends a run
+                    remove_log_file(fh)
+                    console().print(f"minds: cannot write {getattr(fh, 'name', 'a log file')} ({exc.strerror}): logs go to stderr only")
         return mask(self.renderer(logger, name, event_dict))
 
 

@@ -278,13 +278,13 @@ async def _train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins
         await session.start_training(last.state_path if last else (config.trainer.resume_from or None), with_optimizer=last is not None)
         loop = RLLoop(session, await ReferenceScorer.start(session.service, config, session.backoff))
         run = claims.enter_context(RunDirectory.create(config)) if resume_dir is None else RunDirectory.resume(resume_dir, config, start)
-        sinks = session.open_sinks(run)  # after the claim: sinks write into the folder
-        envs = [h.name for h in session.envs]
-        log.info("training", run=str(run.path), backend=session.backend, envs=envs, steps=config.trainer.steps, start=start)
         try:
+            sinks = session.open_sinks(run)  # after the claim: sinks write into the folder
+            envs = [h.name for h in session.envs]
+            log.info("training", run=str(run.path), backend=session.backend, envs=envs, steps=config.trainer.steps, start=start)
             session.summary = await loop.run(run, sinks, start)
         except ServiceCallError as exc:  # keep what the run trained, say how to continue it
             raise exc.resumable(run.path, await loop.save_after_failure(run, exc.intact_after)) from exc.error
-        except OSError as exc:  # the checkpoint store or a sink's file: disk full, read-only
+        except OSError as exc:  # the checkpoint store, train.log or a sink's file: disk full, read-only
             raise file_error(exc, "write", run.path) from None
     return session.summary

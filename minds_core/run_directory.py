@@ -59,10 +59,12 @@ class RunFileError(MindsError):
     """A run file that cannot be written or read (disk full, read-only, damaged); the message says how to continue."""
 
 
-def file_error(exc: OSError, doing: str, run_dir: Path | None = None) -> RunFileError:
-    """One line for a failed file operation: what failed, the path, the errno, and (given the run) the resume command."""
+def file_error(exc: OSError, doing: str, run_dir: Path | None = None, file: Path | None = None) -> RunFileError:
+    """One line for a failed file operation: what failed, the path (``file`` when the error has none; else the run's
+    folder), the errno, and (given the run) the resume command."""
     code = errno.errorcode.get(exc.errno or 0, "")
-    where = f" {exc.filename}" if exc.filename else ""
+    name = exc.filename or file
+    where = f" {name}" if name else (f" in {run_dir}" if run_dir else "")
     reason = f"{exc.strerror or exc} ({code}, errno {exc.errno})" if code else str(exc)
     follow = f"; files already written are intact: fix the cause, then continue with: minds run --resume {run_dir}" if run_dir else ""
     return RunFileError(f"cannot {doing}{where}: {reason}{follow}")
@@ -257,14 +259,14 @@ class RunDirectory:
             raise UsageError(_exists_message(path)) from None
         except OSError as exc:
             raise file_error(exc, "make the run folder") from None
-        run = cls(path, RunLock(path).acquire())
+        lock = RunLock(path).acquire()
         try:
-            run.write_config(config)
-        except RunFileError:
-            run.close()
-            shutil.rmtree(path, ignore_errors=True)  # nothing of the run was written yet: leave no half-made folder
-            raise
-        return run
+            _write_config(path, config)
+        except OSError as exc:  # nothing of the run was written yet: leave no half-made folder to resume
+            lock.release()
+            shutil.rmtree(path, ignore_errors=True)
+            raise file_error(exc, "write", file=path / CONFIG_FILE) from None
+        return cls(path, lock)
 
     @classmethod
     def resume(cls, path: Path, config: RunConfig, next_step: int) -> RunDirectory:
@@ -275,7 +277,7 @@ class RunDirectory:
         run = cls(path)
         changes = config_changes(_saved_config(path), config)
         run.truncate_after(next_step)
-        with run._writing():
+        with run._writing(path / RESUMES_FILE):
             append_line(path / RESUMES_FILE, {"step": next_step, "time": time.time(), "changed": redact({k: list(v) for k, v in changes.items()})})
         run.write_config(config)
         return run
@@ -292,18 +294,16 @@ class RunDirectory:
         self.close()
 
     @contextlib.contextmanager
-    def _writing(self) -> Iterator[None]:
-        """A failed write (disk full, read-only folder) as one line saying how to continue the run."""
+    def _writing(self, file: Path) -> Iterator[None]:
+        """A failed write of ``file`` (disk full, read-only folder) as one line saying how to continue the run."""
         try:
             yield
         except OSError as exc:
-            raise file_error(exc, "write", self.path) from None
+            raise file_error(exc, "write", self.path, file) from None
 
     def write_config(self, config: RunConfig) -> None:
-        with self._writing():
-            tmp = self.path / f".{CONFIG_FILE}.tmp"
-            tmp.write_text(dump_yaml(config), encoding="utf-8")
-            os.replace(tmp, self.path / CONFIG_FILE)
+        with self._writing(self.path / CONFIG_FILE):
+            _write_config(self.path, config)
 
     def checkpoints(self) -> list[CheckpointRecord]:
         """Every checkpoint line; a RunFileError naming the line when one is not what minds writes."""
@@ -331,7 +331,7 @@ class RunDirectory:
         earlier = [row for row in rows if row.get("state_path") != checkpoint.state_path]
         rolling = [index for index, row in enumerate(earlier) if CheckpointRecord(**row).rolling]
         outdated = set(rolling[: max(0, len(rolling) + checkpoint.rolling - ROLLING_KEPT)])
-        with self._writing():
+        with self._writing(path):
             if len(earlier) == len(rows) and not outdated:
                 append_line(path, attrs.asdict(checkpoint))
                 return []
@@ -341,11 +341,11 @@ class RunDirectory:
 
     def log_metrics(self, record: dict[str, Any]) -> None:
         """Append one step's metrics to metrics.jsonl, durable when this returns."""
-        with self._writing():
+        with self._writing(self.path / METRICS_FILE):
             append_line(self.path / METRICS_FILE, record)
 
     def log_rollouts(self, records: list[dict[str, Any]]) -> None:
-        with self._writing():
+        with self._writing(self.path / ROLLOUTS_FILE):
             for record in records:
                 append_line(self.path / ROLLOUTS_FILE, record)
 
@@ -356,9 +356,16 @@ class RunDirectory:
             path = self.path / name
             if path.exists():
                 kept[path] = [row for number, row in _read_whole(path) if _step_of(path, number, row) < next_step]
-        with self._writing():
-            for path, rows in kept.items():
+        for path, rows in kept.items():
+            with self._writing(path):
                 _rewrite_jsonl(path, rows)
+
+
+def _write_config(folder: Path, config: RunConfig) -> None:
+    """``config.yaml`` replaced at once (secrets redacted)."""
+    tmp = folder / f".{CONFIG_FILE}.tmp"
+    tmp.write_text(dump_yaml(config), encoding="utf-8")
+    os.replace(tmp, folder / CONFIG_FILE)
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:

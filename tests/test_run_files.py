@@ -1,8 +1,9 @@
 """I/O errors and damaged run files: one line naming the file, the errno and how to continue; data never corrupted.
 
-A full disk or read-only folder cannot be made here without privileges (and
-chmod does not stop root), so both are simulated at the write call by a fake
-that fails writes below one folder with the real errno; everything else is real.
+A full disk and a read-only filesystem are made for real (a small tmpfs in a
+user namespace, where the machine allows one); the in-process tests simulate
+them at the write call with fakes that fail with the real errno (chmod does not
+stop root). Everything else is real.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import json
 import math
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 import minds_core.backends.local.checkpoints as checkpoint_files
@@ -123,8 +127,8 @@ def test_disk_full_mid_run_stops_with_one_line_and_the_run_resumes_whole(plugins
 
 @pytest.mark.slow
 def test_a_full_checkpoint_store_stops_the_run_naming_the_file(plugins, tmp_path, monkeypatch):
-    def full(tensors, filename, *args, **kwargs):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(filename))
+    def full(tensors, filename, *args, **kwargs):  # what safetensors raises on a full disk (seen on a full tmpfs)
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
     monkeypatch.setattr(checkpoint_files, "save_file", full)  # the checkpoint store's write call
     with pytest.raises(RunFileError) as stopped:
@@ -159,6 +163,110 @@ def test_any_other_os_error_is_one_line_without_a_traceback(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
     assert err == f"minds: error: cannot read or write {tmp_path}/file/foo: Not a directory (ENOTDIR, errno 20)\n"
+
+
+FULL_FS_SCRIPT = """
+mount -t tmpfs -o size=900k tmpfs fs || exit 99
+"$PY" -m minds_core.cli run $ARGS --steps 8 --name r --set runs_dir=fs/runs > first.out 2> first.err; echo $? > first.rc
+cp -r fs/runs after_first
+mount -o remount,size=64m fs
+"$PY" -m minds_core.cli run --resume fs/runs/r > second.out 2> second.err; echo $? > second.rc
+cp -r fs/runs after_second
+"""
+
+
+def _can_mount_tmpfs() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+def _in_namespace(script: str, tmp_path: Path, installed_plugin) -> None:
+    """Run ``script`` (sh) in tmp_path as root of its own user and mount namespace, where it can mount tmpfs on ./fs."""
+    (tmp_path / "fs").mkdir()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
+    environ.update(PYTHONPATH=str(installed_plugin("toy_plugin")), PY=sys.executable, ARGS=" ".join(
+        ["--env", "toy_char_share", "--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4",
+         "--set", "sampling.max_tokens=32", "--set", "metrics.sinks=[]", "--set", "trainer.save_every=1"]))  # fmt: skip
+    done = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
+                          cwd=tmp_path, env=environ, timeout=600)  # fmt: skip
+    assert done.returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs user namespaces (unshare -Urm) to mount a small tmpfs")
+def test_a_real_full_filesystem_mid_run_then_resume_after_freeing_space(installed_plugin, tmp_path):
+    # a 900 KiB tmpfs holds about three checkpoints of the tiny model: the run fills it a few steps in
+    _in_namespace(FULL_FS_SCRIPT, tmp_path, installed_plugin)
+    first_err = (tmp_path / "first.err").read_text()
+    assert (tmp_path / "first.rc").read_text().strip() == "1", first_err[-2000:]
+    assert "Traceback" not in first_err
+    last = first_err.strip().splitlines()[-1]
+    assert last.startswith("minds: error: cannot write fs/") and "No space left on device (ENOSPC, errno 28)" in last
+    assert last.endswith("continue with: minds run --resume fs/runs/r")
+    steps = [row["step"] for row in _strict_rows(tmp_path / "after_first" / "r" / METRICS_FILE)]
+    assert steps == list(range(len(steps))) and len(steps) < 8
+    assert (tmp_path / "second.rc").read_text().strip() == "0", (tmp_path / "second.err").read_text()[-2000:]
+    assert [row["step"] for row in _strict_rows(tmp_path / "after_second" / "r" / METRICS_FILE)] == list(range(8))
+
+
+def test_a_run_that_cannot_write_its_config_leaves_no_folder_behind(tmp_path, full_folder):
+    full_folder(tmp_path, errno.ENOSPC)
+    with pytest.raises(RunFileError) as refused:
+        RunDirectory.create(_config(tmp_path))
+    assert str(refused.value) == f"cannot write {tmp_path}/r/.config.yaml.tmp: No space left on device (ENOSPC, errno 28)"
+    assert not (tmp_path / "r").exists()  # nothing to resume: the same command starts it again
+
+
+def test_a_log_file_that_cannot_be_written_is_dropped_without_ending_the_run(capsys):
+    from minds_core import logs
+
+    class FullLogFile:
+        """A fake for train.log on a full disk."""
+
+        name = "runs/r/train.log"
+
+        def write(self, _text: str) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    full = FullLogFile()
+    logs.configure("json", "info")
+    logs.add_log_file(full)
+    logs.get_logger("test").info("still logged")
+    logs.get_logger("test").info("and again")
+    err = capsys.readouterr().err
+    assert err.count("minds: cannot write runs/r/train.log (No space left on device): logs go to stderr only") == 1
+    assert '"event": "still logged"' in err and '"event": "and again"' in err
+    logs.remove_log_file(full)
+
+
+READ_ONLY_SCRIPT = """
+mount -t tmpfs -o size=64m tmpfs fs || exit 99
+"$PY" -m minds_core.cli run $ARGS --steps 1 --name r --set runs_dir=fs/runs > first.out 2> first.err; echo $? > first.rc
+cp -r fs/runs before
+mount -o remount,ro fs
+"$PY" -m minds_core.cli run --resume fs/runs/r --steps 2 > second.out 2> second.err; echo $? > second.rc
+cp -r fs/runs after
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs user namespaces (unshare -Urm) to mount a small tmpfs")
+def test_a_resume_on_a_real_read_only_filesystem_stops_before_any_work(installed_plugin, tmp_path):
+    _in_namespace(READ_ONLY_SCRIPT, tmp_path, installed_plugin)
+    assert (tmp_path / "first.rc").read_text().strip() == "0", (tmp_path / "first.err").read_text()[-2000:]
+    err = (tmp_path / "second.err").read_text()
+    assert (tmp_path / "second.rc").read_text().strip() == "1" and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1] == (
+        "minds: error: cannot claim the run folder (open its lock file) fs/runs/r/.lock: Read-only file system (EROFS, "
+        "errno 30); files already written are intact: fix the cause, then continue with: minds run --resume fs/runs/r"
+    )
+    assert _tree(tmp_path / "after") == _tree(tmp_path / "before")
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
 
 
 # ---------------------------------------------------------------- damaged files

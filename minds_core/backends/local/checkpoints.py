@@ -96,9 +96,9 @@ class CheckpointStore:
         staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=final.parent))
         try:
             adapter_config.save_pretrained(str(staging))
-            save_file(checkpoint.adapter, staging / _ADAPTER)
+            _write_tensors(checkpoint.adapter, staging / _ADAPTER)
             if checkpoint.optimizer is not None:
-                save_file(checkpoint.optimizer, staging / _OPTIMIZER)
+                _write_tensors(checkpoint.optimizer, staging / _OPTIMIZER)
             now = datetime.now(UTC)
             meta = {
                 "format": _FORMAT,
@@ -112,6 +112,10 @@ class CheckpointStore:
             (staging / _META).write_text(json.dumps(meta, indent=2))
             os.chmod(staging, 0o755)
             _publish(staging, final, path, overwrite)
+        except OSError as exc:
+            if exc.filename or exc.errno is None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(staging)) from exc  # a failed write() names no file: name the folder
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return path
@@ -212,6 +216,17 @@ def _read_meta(directory: Path) -> dict[str, Any] | None:
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
     return meta if isinstance(meta, dict) else None
+
+
+def _write_tensors(tensors: Mapping[str, torch.Tensor], file: Path) -> None:
+    """``save_file``, its I/O failures (a full disk, a read-only folder) raised as the OSError they are."""
+    try:
+        save_file(dict(tensors), file)
+    except SafetensorError as exc:  # e.g. "I/O error: No space left on device (os error 28)"
+        code = re.search(r"\(os error (\d+)\)", str(exc))
+        if code is None:
+            raise
+        raise OSError(int(code[1]), os.strerror(int(code[1])), str(file)) from exc
 
 
 def _tensors(file: Path, path: str) -> dict[str, torch.Tensor]:
