@@ -172,7 +172,7 @@ class RLLoop:
         next_launch = start
         rewards: list[float] = []
         began = time.perf_counter()
-        stop = StopOnSignal(f"minds run --resume {run.path}")
+        stop = StopOnSignal(f"minds run --resume {run.shown}")
         stop.install()
         try:
             for step in range(start, steps):
@@ -210,7 +210,7 @@ class RLLoop:
                 if stopping and step < steps - 1:
                     raise RunInterrupted(
                         f"stopped by {stop.signal_name} after step {step} ({step + 1} of {steps} done); checkpoint saved. "
-                        f"Continue with: minds run --resume {run.path}",
+                        f"Continue with: minds run --resume {run.shown}",
                         stop.signum or 0,
                     )
         finally:
@@ -249,5 +249,5 @@ async def train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins 
         try:
             session.summary = await loop.run(run, sinks, start)
         except ServiceCallError as exc:  # keep what the run trained, say how to continue it
-            raise exc.resumable(run.path, await loop.save_after_failure(run, exc.intact_after)) from exc.error
+            raise exc.resumable(run.shown, await loop.save_after_failure(run, exc.intact_after)) from exc.error
     return session.summary
