@@ -21,6 +21,7 @@ import pytest
 
 from minds_core import logs
 from minds_core.config import load_config
+from minds_core.errors import MindsError
 from minds_core.plugin_errors import MAX_ERROR_CHARS, PluginExit, contained, raised_by_plugin
 from minds_core.plugins import load_plugins
 from minds_core.training import train
@@ -64,6 +65,12 @@ def test_a_base_exception_from_an_episode_fails_only_its_rollouts(hostile_plugin
     assert row["rollouts/failed"] == row["rollouts/total"] == 4
     assert [r["error"] for r in rollouts] == [error] * 4
     assert summary["not_trained"]  # every group failed: the run says so (the command exits 1), never a silent 0
+
+
+def test_sys_exit_while_loading_the_environment_is_a_load_failure_naming_it(hostile_plugins, tmp_path):
+    with pytest.raises(MindsError, match="environment 'hostile' failed to load: SystemExit: 0"):
+        train(load_config(None, [*FAST, f"runs_dir={tmp_path}", "env.args.escape=load_exit"]), plugins=hostile_plugins)
+    assert not any(tmp_path.iterdir())
 
 
 def test_a_huge_error_is_stored_cut(hostile_plugins, tmp_path):
