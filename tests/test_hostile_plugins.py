@@ -22,7 +22,12 @@ import pytest
 from minds_core import logs
 from minds_core.config import load_config
 from minds_core.errors import MindsError
-from minds_core.plugin_errors import MAX_ERROR_CHARS, PluginExit, contained, raised_by_plugin
+from minds_core.plugin_errors import (
+    MAX_ERROR_CHARS,
+    PluginExit,
+    contained,
+    raised_by_plugin,
+)
 from minds_core.plugins import load_plugins
 from minds_core.training import train
 
@@ -129,7 +134,7 @@ def _minds(installed_plugin, tmp_path: Path, *args: str) -> subprocess.Completed
     return subprocess.run(
         [sys.executable, "-m", "minds_core.cli", "--log-format", "json", "run", "--env", "hostile", "--backend", "local",
          "--name", "run", "--set", f"runs_dir={tmp_path}", *(f"--set={o}" for o in FAST[1:6]), *args],
-        capture_output=True, text=True, cwd=tmp_path, env=environ, timeout=300,
+        check=False, capture_output=True, text=True, cwd=tmp_path, env=environ, timeout=300,
     )  # fmt: skip
 
 
