@@ -195,7 +195,7 @@ class RLLoop:
         next_launch = start
         rewards: list[float] = []
         began = time.perf_counter()
-        stop = StopOnSignal(f"minds run --resume {run.path}")
+        stop = StopOnSignal(f"minds run --resume {run.shown}")
         stop.install()
         try:
             for step in range(start, steps):
@@ -234,7 +234,7 @@ class RLLoop:
                 if stopping and step < steps - 1:
                     raise RunInterrupted(
                         f"stopped by {stop.signal_name} after step {step} ({step + 1} of {steps} done); checkpoint saved. "
-                        f"Continue with: minds run --resume {run.path}",
+                        f"Continue with: minds run --resume {run.shown}",
                         stop.signum or 0,
                     )
         finally:
@@ -284,7 +284,7 @@ async def _train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins
             log.info("training", run=str(run.path), backend=session.backend, envs=envs, steps=config.trainer.steps, start=start)
             session.summary = await loop.run(run, sinks, start)
         except ServiceCallError as exc:  # keep what the run trained, say how to continue it
-            raise exc.resumable(run.path, await loop.save_after_failure(run, exc.intact_after)) from exc.error
+            raise exc.resumable(run.shown, await loop.save_after_failure(run, exc.intact_after)) from exc.error
         except OSError as exc:  # the checkpoint store, train.log or a sink's file: disk full, read-only
-            raise file_error(exc, "write", run.path) from None
+            raise file_error(exc, "write", run.shown) from None
     return session.summary

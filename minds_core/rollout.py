@@ -13,7 +13,12 @@ import tinker
 from minds_core.coalesce import GroupSampler
 from minds_core.config import RolloutConfig
 from minds_core.conversation import Conversation
-from minds_core.envs.rubric import INVALID_PARTS_METRIC, MAX_REWARD, as_reward, maybe_await
+from minds_core.envs.rubric import (
+    INVALID_PARTS_METRIC,
+    MAX_REWARD,
+    as_reward,
+    maybe_await,
+)
 from minds_core.envs.turns import take_turns
 from minds_core.envs.types import (
     Context,

@@ -238,6 +238,8 @@ class RunDirectory:
     def __init__(self, path: Path, lock: RunLock | None = None) -> None:
         self.path = path
         self.lock = lock
+        #: How messages name the folder (``minds run --resume ...``): relative to the working directory when inside it.
+        self.shown = path.relative_to(Path.cwd()) if path.is_absolute() and path.is_relative_to(Path.cwd()) else path
 
     @staticmethod
     def ensure_new(config: RunConfig) -> None:

@@ -21,7 +21,13 @@ import pytest
 
 from minds_core import logs
 from minds_core.config import load_config
-from minds_core.plugin_errors import MAX_ERROR_CHARS, PluginExit, contained, raised_by_plugin
+from minds_core.errors import MindsError
+from minds_core.plugin_errors import (
+    MAX_ERROR_CHARS,
+    PluginExit,
+    contained,
+    raised_by_plugin,
+)
 from minds_core.plugins import load_plugins
 from minds_core.training import train
 
@@ -64,6 +70,12 @@ def test_a_base_exception_from_an_episode_fails_only_its_rollouts(hostile_plugin
     assert row["rollouts/failed"] == row["rollouts/total"] == 4
     assert [r["error"] for r in rollouts] == [error] * 4
     assert summary["not_trained"]  # every group failed: the run says so (the command exits 1), never a silent 0
+
+
+def test_sys_exit_while_loading_the_environment_is_a_load_failure_naming_it(hostile_plugins, tmp_path):
+    with pytest.raises(MindsError, match="environment 'hostile' failed to load: SystemExit: 0"):
+        train(load_config(None, [*FAST, f"runs_dir={tmp_path}", "env.args.escape=load_exit"]), plugins=hostile_plugins)
+    assert not any(tmp_path.iterdir())
 
 
 def test_a_huge_error_is_stored_cut(hostile_plugins, tmp_path):
@@ -122,7 +134,7 @@ def _minds(installed_plugin, tmp_path: Path, *args: str) -> subprocess.Completed
     return subprocess.run(
         [sys.executable, "-m", "minds_core.cli", "--log-format", "json", "run", "--env", "hostile", "--backend", "local",
          "--name", "run", "--set", f"runs_dir={tmp_path}", *(f"--set={o}" for o in FAST[1:6]), *args],
-        capture_output=True, text=True, cwd=tmp_path, env=environ, timeout=300,
+        check=False, capture_output=True, text=True, cwd=tmp_path, env=environ, timeout=300,
     )  # fmt: skip
 
 

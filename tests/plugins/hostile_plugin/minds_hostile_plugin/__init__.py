@@ -72,10 +72,13 @@ class HostileEnvironment:
             sys.exit(4)
 
 
+def load_hostile(escape: str = "none", secret: str = "", elsewhere: str = "/", **unused) -> HostileEnvironment:
+    """The environment; ``load_exit`` makes loading it call sys.exit(0)."""
+    if escape == "load_exit":
+        sys.exit(0)
+    return HostileEnvironment(escape, secret, elsewhere)
+
+
 @hookimpl
 def minds_register_environments(register):
-    register(
-        "hostile",
-        lambda escape="none", secret="", elsewhere="/", **unused: HostileEnvironment(escape, secret, elsewhere),
-        "episodes that try to end, hang, move or flood the run (escape=...)",
-    )
+    register("hostile", load_hostile, "episodes that try to end, hang, move or flood the run (escape=...)")
