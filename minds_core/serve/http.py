@@ -49,7 +49,6 @@ from .errors import (
     Unauthorized,
 )
 from .limits import ServeLimits
-from .owners import client_of
 from .wire import (
     PROTO_CONTENT_TYPE,
     decode_forward_backward,
@@ -323,7 +322,7 @@ class _Handler(BaseHTTPRequestHandler):
             if method != self.command:
                 allowed.append(method)
                 continue
-            client = client_of(self.headers.get("X-API-Key", ""))
+            client = self.server.engine.owners.client_of(self.headers.get("X-API-Key", ""))
             value = handler(_Call(self.server.engine, client, match.groups(), self.path, raw, self.headers, self.server))
             return value if isinstance(value, tuple) else _json(value)
         if allowed:

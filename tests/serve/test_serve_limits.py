@@ -1,9 +1,10 @@
-"""``ServeLimits`` without a server: what each check refuses and says, the flags, and a zstd bomb decoded in bounded memory."""
+"""``ServeLimits`` and ``RunOwners`` without a server: what each check refuses and says, the flags, a zstd bomb decoded in bounded memory, keyed client digests."""
 
 from __future__ import annotations
 
 import argparse
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,12 +12,14 @@ import zstandard
 from tinker import types
 from tinker.proto.request_conv import forward_backward_request_to_proto
 
+from minds_core.errors import UsageError
 from minds_core.serve.errors import BadRequest, PayloadTooLarge, public_detail
 from minds_core.serve.limits import (
     ServeLimits,
     add_limit_arguments,
     limits_from_arguments,
 )
+from minds_core.serve.owners import SECRET_FILE, RunOwners
 from minds_core.serve.wire import decode_forward_backward
 
 
@@ -109,3 +112,21 @@ def test_server_paths_are_named_not_shown() -> None:
     hidden = {"/srv/ckpt": "<checkpoint root>", "/srv/ckpt/real": "<checkpoint root>"}
     shown = public_detail("No checkpoint (looked in /srv/ckpt/real/run/weights/x)", hidden)
     assert shown == "No checkpoint (looked in <checkpoint root>/run/weights/x)"
+
+
+def test_clients_are_kept_as_keyed_digests_that_a_restarted_server_on_the_root_recomputes(tmp_path: Path) -> None:
+    owners = RunOwners(tmp_path)
+    alice, bob = owners.client_of("tml-alice"), owners.client_of("tml-bob")
+    assert alice != bob and owners.client_of("tml-alice") == alice
+    owners.claim("local-run", alice)
+    again = RunOwners(tmp_path)  # a restarted server on the same root
+    assert again.client_of("tml-alice") == alice
+    assert again.visible("local-run", alice) and not again.visible("local-run", bob)
+    assert again.visible("local-unclaimed", bob)  # runs no client of a server made are shared
+    assert RunOwners(tmp_path / "other").client_of("tml-alice") != alice  # another root, another secret
+    stored = "".join(path.read_text() for path in tmp_path.iterdir() if path.is_file())
+    assert "tml-alice" not in stored
+    assert (tmp_path / SECRET_FILE).stat().st_mode & 0o077 == 0
+    (tmp_path / SECRET_FILE).write_text("not hex")
+    with pytest.raises(UsageError, match="serve-owners.secret in the --checkpoint-root is not minds serve's"):
+        RunOwners(tmp_path)
