@@ -7,7 +7,8 @@ Fixtures, available in any pytest session where minds-core is installed:
 - ``minds_env_run``: train an environment for a few steps on the local backend
   (the tiny model) and get back what the run wrote (a RunResult).
 
-Also ``run_minds`` (a short ``minds run`` in this process) and pages in headless Chromium.
+Also ``run_minds`` (a short ``minds run`` in this process), ``with_sampled_provenance`` (an RL
+datum as the tinker-cookbook's loops annotate it) and pages in headless Chromium.
 """
 
 from __future__ import annotations
@@ -22,10 +23,29 @@ import sys
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import tinker
 
 import attrs
 import pytest
+
+
+def with_sampled_provenance(datum: tinker.types.Datum, prompt_length: int, sequence_id: str) -> tinker.types.Datum:
+    """``datum`` (a prompt of ``prompt_length`` tokens, then one sampled sequence) with its provenance, as the
+    tinker-cookbook's RL loop attaches it for ``stable_reinforce``: prompt runs, then the sampled run."""
+    from tinker.types import PromptProvenanceSpan as prompt
+    from tinker.types import SampledProvenanceSpan as sampled
+
+    n = datum.model_input.length
+    return datum.with_provenance(
+        model_input=[prompt(sequence_id=sequence_id, length=prompt_length), sampled(sequence_id=sequence_id, length=n - prompt_length)],
+        loss_fn_inputs=[
+            prompt(sequence_id=sequence_id, offset=1, length=prompt_length - 1),
+            sampled(sequence_id=sequence_id, length=n - prompt_length + 1),
+        ],
+    )
 
 
 @attrs.frozen
@@ -62,7 +82,12 @@ def run_minds(
     ``quiet`` selects no metric sink (metrics.jsonl only, no progress bar) unless an override says otherwise.
     """
     from minds_core.cli import main
-    from minds_core.run_directory import CHECKPOINTS_FILE, METRICS_FILE, ROLLOUTS_FILE, read_jsonl
+    from minds_core.run_directory import (
+        CHECKPOINTS_FILE,
+        METRICS_FILE,
+        ROLLOUTS_FILE,
+        read_jsonl,
+    )
 
     sets = ["metrics.sinks=[]"] if quiet else []
     argv = ["run", *args, "--name", name, "--set", f"runs_dir={runs_dir}"]

@@ -15,6 +15,7 @@ from tinker import types
 
 from minds_core.backends.local import ServiceClient
 from minds_core.backends.local.losses import LOSSES
+from minds_core.testing import with_sampled_provenance
 
 from .conftest import KEY
 
@@ -47,19 +48,7 @@ def rl_batch(tokens: Callable[..., list[int]]) -> list[types.Datum]:
                 "sequence_ratio_mask": mask,
             },
         )
-        sid = f"seq-{seed}"  # provenance as the cookbook attaches it (stable_reinforce reads it; it crosses the wire)
-        data.append(
-            datum.with_provenance(
-                model_input=[
-                    types.PromptProvenanceSpan(sequence_id=sid, length=prompt_len),
-                    types.SampledProvenanceSpan(sequence_id=sid, length=n - prompt_len),
-                ],
-                loss_fn_inputs=[
-                    types.PromptProvenanceSpan(sequence_id=sid, offset=1, length=prompt_len - 1),
-                    types.SampledProvenanceSpan(sequence_id=sid, length=n - prompt_len + 1),
-                ],
-            )
-        )
+        data.append(with_sampled_provenance(datum, prompt_len, f"seq-{seed}"))  # stable_reinforce reads it; it crosses the wire
     return data
 
 

@@ -29,6 +29,7 @@ from transformers import AutoModelForCausalLM
 
 from minds_core.backends.local import ServiceClient
 from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.testing import with_sampled_provenance
 
 from .conftest import KEY, Served
 
@@ -114,16 +115,7 @@ def test_stable_reinforce_trains_on_datums_with_provenance_as_the_cookbook_build
                 "advantages": np.array([0.0] * (len(prompt) - 1) + [advantage] * n, dtype=np.float32),
             },
         )
-        sid = sequence.sequence_id
-        data.append(
-            datum.with_provenance(  # the cookbook's rl_loop: prompt runs, then the sampled run, named by sequence_id
-                model_input=[types.PromptProvenanceSpan(sequence_id=sid, length=len(prompt)), types.SampledProvenanceSpan(sequence_id=sid, length=n - 1)],
-                loss_fn_inputs=[
-                    types.PromptProvenanceSpan(sequence_id=sid, offset=1, length=len(prompt) - 1),
-                    types.SampledProvenanceSpan(sequence_id=sid, length=n),
-                ],
-            )
-        )
+        data.append(with_sampled_provenance(datum, len(prompt), sequence.sequence_id))  # as the cookbook's rl_loop
     result = trainer.forward_backward(data, "stable_reinforce", {"kl_coeff": 0.1}).result()
     step = trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     assert np.isfinite(result.metrics["loss:sum"]) and step.metrics["grad_norm:mean"] > 0

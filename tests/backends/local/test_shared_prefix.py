@@ -11,6 +11,7 @@ from tinker import types
 from minds_core.backends.local import TrainingClient, passes
 from minds_core.backends.local.inputs import submitted_datum
 from minds_core.backends.local.losses import LOSSES
+from minds_core.testing import with_sampled_provenance
 
 PROMPT = "<|im_start|>user\nWhat is 12+34? Answer with a number.<|im_end|>\n<|im_start|>assistant\n"
 COMPLETIONS = ("46<|im_end|>", "It is 46.<|im_end|>", "4.", "Forty-six, I think.<|im_end|>")
@@ -38,17 +39,7 @@ def rl_datum(tokens: list[int], prompt_length: int, seed: int, topk: int = 0) ->
     datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)
     if topk:
         return datum
-    sequence = f"seq-{seed}"  # provenance, as the cookbook attaches it (read by stable_reinforce only)
-    return datum.with_provenance(
-        model_input=[
-            types.PromptProvenanceSpan(sequence_id=sequence, length=prompt_length),
-            types.SampledProvenanceSpan(sequence_id=sequence, length=n - prompt_length),
-        ],
-        loss_fn_inputs=[
-            types.PromptProvenanceSpan(sequence_id=sequence, offset=1, length=prompt_length - 1),
-            types.SampledProvenanceSpan(sequence_id=sequence, length=n - prompt_length + 1),
-        ],
-    )
+    return with_sampled_provenance(datum, prompt_length, f"seq-{seed}")  # as the cookbook attaches it (stable_reinforce)
 
 
 @pytest.fixture(autouse=True)
