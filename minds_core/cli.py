@@ -208,16 +208,16 @@ def _run_command(args: argparse.Namespace) -> int:
     # Before torch is imported: the names the config uses (plugin collisions surface in load_plugins).
     plugins = load_plugins()
     check_names(config, plugins.registry)
+    if resume:
+        from minds_core.run_directory import check_resume_changes
+
+        check_resume_changes(Path(resume), config)
     if args.dry_run:
         from minds_core.envs.loading import check_args
         from minds_core.presets import describe
 
         for cfg in config.environments:
             check_args(cfg, plugins.registry)  # [env.args] as the run checks them, building nothing
-        if resume:
-            from minds_core.run_directory import check_resume_changes
-
-            check_resume_changes(Path(resume), config)
         print("".join(f"# {line}\n" for line in describe(config)) + dump_yaml(config), end="")
         return 0
     from minds_core.backends import choose_backend
