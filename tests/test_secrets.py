@@ -15,10 +15,10 @@ from minds_core.run_directory import RunDirectory
 SECRET_NUMBER = "12345678"
 
 
-def test_numbers_under_secret_named_keys_are_redacted_by_dry_run(capsys, tmp_path):
-    path = tmp_path / "run.toml"
+def test_numbers_under_secret_named_keys_are_redacted_by_dry_run(capsys, tmp_path, any_args_env):
+    path = tmp_path / "run.toml"  # an environment that takes these [env.args]: --dry-run checks them as the run does
     path.write_text(
-        '[env]\nid = "ghost_trace"\n'
+        f'[env]\nid = "{any_args_env}"\n'
         f"[env.args]\naccess_token = {SECRET_NUMBER}\nclient_secret = 4.5\n"
         f"[env.args.credentials]\npin = {SECRET_NUMBER}\nkeys = [{SECRET_NUMBER}, 99]\n"
     )
