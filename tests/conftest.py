@@ -76,3 +76,14 @@ def plugins():
 
     logs.configure("json", "warning")
     return load_plugins(extra=[("toy", minds_toy_plugin)])
+
+
+@pytest.fixture
+def any_args_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The id of a one-row seed-style environment whose loader takes any [env.args] (the working folder is tmp_path)."""
+    (tmp_path / "any_args.py").write_text(
+        "from types import SimpleNamespace\n\n\ndef load_environment(**args):\n"
+        "    return SimpleNamespace(dataset=[{'question': 'q'}], step=lambda text: {'reward': 0.0})\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    return "./any_args.py"

@@ -102,14 +102,9 @@ def test_seed_000_layout_maps_to_canonical_keys(tmp_path):
     assert config.env.args == {"difficulty": "hard"} and config.tinker.api_key_env == "MY_KEY"
 
 
-def test_secrets_are_redacted_in_dry_run(capsys, tmp_path, monkeypatch):
-    # an environment that takes any [env.args]: --dry-run loads it with them, as the run does
-    (tmp_path / "any_args.py").write_text(
-        "from types import SimpleNamespace\n\n\ndef load_environment(**args):\n"
-        "    return SimpleNamespace(dataset=[{'question': 'q'}], step=lambda text: {'reward': 0.0})\n"
-    )
-    monkeypatch.chdir(tmp_path)
-    code = main(["run", "--env", "./any_args.py", "--set", "tinker.api_key=tml-supersecret",
+def test_secrets_are_redacted_in_dry_run(capsys, any_args_env):
+    # an environment that takes any [env.args]: --dry-run checks them as the run does
+    code = main(["run", "--env", any_args_env, "--set", "tinker.api_key=tml-supersecret",
                  "--set", "env.args.secrets={openai_api_key: sk-abc}", "--set", "env.args.token=t0k", "--dry-run"])
     out = capsys.readouterr().out
     assert code == 0
