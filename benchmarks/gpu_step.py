@@ -190,10 +190,16 @@ def timed(make: Callable[[], Callable[[], None]], repeats: int, device: str) -> 
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    step = make()
-    seconds = alternating_medians([step], repeats)[0]
+    try:
+        step = make()
+        seconds = alternating_medians([step], repeats)[0]
+        del step
+    except RuntimeError as exc:  # torch.OutOfMemoryError, or the training client's error carrying it
+        if "out of memory" not in str(exc).lower():
+            raise
+        print(f"  (out of GPU memory: {str(exc).splitlines()[0][:160]})")
+        seconds = float("nan")
     peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else 0.0
-    del step
     gc.collect()
     return Timed(seconds, peak)
 

@@ -57,6 +57,7 @@ LossInputs = Mapping[str, torch.Tensor]
 
 DATUM_INDEX = "datum_index"
 """The loss input naming each token's datum (int64 ``[N]``) where several datums' tokens are concatenated."""
+
 TokenLossFn = Callable[[torch.Tensor, LossInputs, Mapping[str, float]], torch.Tensor]
 
 

@@ -171,8 +171,8 @@ def _prefix_pass(groups: list[Group], tokens: Sequence[torch.Tensor], offsets: S
 def _packed(bodies: list[_Body], budget: int, min_width: int) -> list[list[list[_Body]]]:
     """Micro-batches of rows of bodies: longest first, each into the first row of its group with room.
 
-    A micro-batch's rows are as wide as its first (longest) body, or ``min_width``; it takes rows while
-    rows x width fits ``budget``.
+    A micro-batch's rows are as wide as its first (longest) body, or ``min_width`` where that holds two of
+    them; it takes rows while rows x width fits ``budget``.
     """
     batches: list[list[list[_Body]]] = []
     rows: list[list[_Body]] = []
@@ -189,7 +189,7 @@ def _packed(bodies: list[_Body], budget: int, min_width: int) -> list[list[list[
                 batches.append(rows)
                 rows, room = [], []
             if not rows:
-                width = max(body.length, min_width)
+                width = min_width if 2 * body.length <= min_width else body.length
             rows.append([body])
             room.append(width - body.length)
     if rows:

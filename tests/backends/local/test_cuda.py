@@ -198,7 +198,7 @@ def test_chunked_logprobs_equal_full_logprobs_and_hold_one_chunk_of_a_large_voca
     head.logprobs(many, targets).sum().backward()
     peak = torch.cuda.max_memory_allocated() - before
     assert many.grad is not None and torch.isfinite(many.grad).all()
-    assert peak < 2**30, peak  # the float32 logits of these tokens alone would take 5 GiB
+    assert peak < 2 * 2**30, peak  # a few copies of a 441-token chunk; these tokens' float32 logits alone take 4.6 GiB
 
 
 def test_adamw_is_fused_on_the_gpu_and_resumed_state_steps(gpu_service: ServiceClient, gpu_trainer) -> None:

@@ -224,3 +224,13 @@ def test_a_group_shares_its_prompt_only_when_that_saves_more_than_a_pass_costs(t
         cost.record(tokens, 1e-4 * (200 + tokens))  # the line through all four points: 139.5 tokens
     assert [g.prefix for g in engine._groups(items, True)] == [0]
     assert [g.prefix for g in engine._groups(items, False)] == [40]  # forward-only passes: nothing timed yet
+
+
+def test_bodies_too_long_to_pair_up_within_the_prompt_width_get_rows_of_their_own_length() -> None:
+    prompt = rows(16, seed=7)[0]
+    tails = rows(15, 15, 15, seed=8)
+    tokens = [torch.cat([prompt, t]) for t in tails]
+    (wave,) = plan_waves(tokens, [Group(16, [0, 1, 2])], tokens_per_pass=1000)
+    (batch,) = wave.micro_batches
+    assert batch.input_ids.shape == (3, 15)  # no padding to the prompt's 16 tokens: one body fills each row
+    assert batch.attention_mask is None  # and plain causal attention after the full prompt is right
