@@ -81,9 +81,10 @@ def plugins():
 @pytest.fixture
 def any_args_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """The id of a one-row seed-style environment whose loader takes any [env.args] (the working folder is tmp_path)."""
-    (tmp_path / "any_args.py").write_text(
+    module = "any_args_" + "".join(c if c.isalnum() else "_" for c in tmp_path.name)  # one module name per test
+    (tmp_path / f"{module}.py").write_text(
         "from types import SimpleNamespace\n\n\ndef load_environment(**args):\n"
         "    return SimpleNamespace(dataset=[{'question': 'q'}], step=lambda text: {'reward': 0.0})\n"
     )
     monkeypatch.chdir(tmp_path)
-    return "./any_args.py"
+    return f"./{module}.py"

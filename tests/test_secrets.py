@@ -1,6 +1,9 @@
-"""Secret-named values are never shown, whatever their type: not by --dry-run, not in config.yaml, not in errors."""
+"""Secrets are never shown, whatever their type or spelling: not by --dry-run, not in config.yaml, not in errors,
+and no value minds knows is printed or written (the masking of everything a run writes: test_secret_leaks.py)."""
 
 from __future__ import annotations
+
+import io
 
 import attrs
 import pytest
@@ -8,9 +11,11 @@ import pytest
 from minds_core import arg, at_least, env_args
 from minds_core.cli import main
 from minds_core.config import load_config
-from minds_core.config.secrets import REDACTED, redact
+from minds_core.config.masking import MaskedStream, mask, mask_data, remember
+from minds_core.config.secrets import REDACTED, is_secret_key, redact, secret_values
 from minds_core.errors import ConfigError
 from minds_core.run_directory import RunDirectory
+from minds_core.sinks.wandb import redact_arguments
 
 SECRET_NUMBER = "12345678"
 
@@ -73,3 +78,83 @@ def test_environment_argument_checks_do_not_echo_secret_values():
     assert "env.args.auth_token" in str(raised.value) and SECRET_NUMBER not in str(raised.value)
     with pytest.raises(ConfigError, match="env.args.num_examples = -3: must be an integer >= 1"):
         env_args(_TokenArgs, {"num_examples": -3}, env="demo")
+
+
+#: Common names of settings that hold secrets, in the spellings configs and headers use.
+SECRET_NAMES = [
+    "api_key", "apiKey", "x-api-key", "X-Api-Key", "openai_api_key", "secret", "client_secret", "clientSecret",
+    "secret_key", "aws_secret_access_key", "access_key", "private_key", "signing_key", "encryption_key",
+    "password", "DB_PASSWORD", "passwd", "pwd", "pass", "passphrase", "token", "access_token", "refresh_token",
+    "id_token", "auth_token", "hf_token", "GITHUB_TOKEN", "bearer", "auth", "authorization", "Authorization",
+    "cookie", "Set-Cookie", "session", "session_id", "credentials", "credential", "sentry_dsn",
+]  # fmt: skip
+ORDINARY_NAMES = [
+    "max_tokens", "stop_token", "eos_token", "pad_token", "num_tokens", "max_total_tokens", "tokenizer", "api_key_env",
+    "TINKER_API_KEY_ENV", "key", "sort_key", "cache_key", "author", "auth_method", "password_file", "session_dir",
+    "secrets_file", "base_url", "name", "value", "passes", "pass_at_k",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+def test_common_secret_names_are_secret_in_any_spelling(name):
+    assert is_secret_key(name)
+
+
+@pytest.mark.parametrize("name", ORDINARY_NAMES)
+def test_ordinary_names_stay_visible(name):
+    assert not is_secret_key(name)
+
+
+URL = "https://bob:hunter2-pw@db.example.com/v1?api_key=AKIA-QUERY-77&page=2"
+HEADERS = '[{name: Authorization, value: "Bearer sk-header-5150"}, {name: Accept, value: application/json}]'
+
+
+def test_url_passwords_query_secrets_and_header_pairs_are_redacted_in_dry_run_and_config_yaml(capsys, tmp_path, any_args_env):
+    args = ["--env", any_args_env, "--set", f"env.args.endpoint={URL}", "--set", f"env.args.headers={HEADERS}"]
+    assert main(["run", *args, "--dry-run"]) == 0
+    shown = capsys.readouterr().out
+    config = load_config(None, ["env.id=x", f"runs_dir={tmp_path}", "name=r", f"env.args.endpoint={URL}", f"env.args.headers={HEADERS}"])
+    written = (RunDirectory.create(config).path / "config.yaml").read_text()
+    for text in (shown, written):
+        assert "hunter2-pw" not in text and "AKIA-QUERY-77" not in text and "sk-header-5150" not in text
+        assert "https://bob:***@db.example.com/v1?api_key=***&page=2" in text
+        assert "application/json" in text  # a pair whose name is not secret stays
+
+
+def test_an_error_message_never_shows_a_url_password():
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, [f"trainer.steps={URL}"])
+    assert "trainer.steps='https://bob:***@db.example.com/v1?api_key=***&page=2': expected" in str(raised.value)
+    assert "hunter2-pw" not in str(raised.value) and "AKIA-QUERY-77" not in str(raised.value)
+
+
+def test_secret_values_are_those_redacted_and_those_of_the_variables_named():
+    config = {"tinker": {"api_key": "", "api_key_env": "MY_SERVICE_KEY"}, "env": {"args": {
+        "endpoint": URL, "headers": [{"name": "X-Api-Key", "value": "xk-12345678"}], "password": 31415926,
+        "secrets": ["JUDGE_VARIABLE"], "judge": {"secrets": {"OPENAI_API_KEY": "${OPENAI_VARIABLE}"}}, "prompt": "hello"}}}  # fmt: skip
+    environ = {"MY_SERVICE_KEY": "from-the-env-42", "JUDGE_VARIABLE": "judge-value-7", "HF_TOKEN": "hf_abcdef",
+               "OPENAI_VARIABLE": "sk-openai-3", "PWD": "/work", "HOME": "/root"}  # fmt: skip
+    assert secret_values(config, environ) == {
+        "hunter2-pw", "AKIA-QUERY-77", "xk-12345678", "31415926", "from-the-env-42", "judge-value-7", "hf_abcdef",
+        "sk-openai-3",
+    }  # fmt: skip
+
+
+def test_mask_hides_known_values_in_text_records_and_streams():
+    remember(["sk-masked-0001", "short"])
+    line = 'failed: {"key": "sk-masked-0001"} at https://u:pw-in-url@h/ and short'
+    assert mask(line) == 'failed: {"key": "***"} at https://u:***@h/ and short'  # values under MIN_CHARS are not searched
+    assert mask_data({"error": "sk-masked-0001", "sk-masked-0001": [1, "x sk-masked-0001"], "n": 3}) == {
+        "error": "***", "***": [1, "x ***"], "n": 3
+    }
+    out = io.StringIO()
+    MaskedStream(out).write("echo sk-masked-0001\n")
+    assert out.getvalue() == "echo ***\n"
+
+
+def test_the_command_line_w_and_b_stores_has_no_secret():
+    remember(["sk-argv-known-99"])
+    argv = ["minds", "run", "--set", "tinker.api_key=abc", "--set=env.args.hf_token=t", "--set", "trainer.steps=3",
+            "--set", "env.args.prompt=use sk-argv-known-99"]  # fmt: skip
+    assert redact_arguments(argv) == ["minds", "run", "--set", "tinker.api_key=***", "--set=env.args.hf_token=***",
+                                      "--set", "trainer.steps=3", "--set", "env.args.prompt=use ***"]  # fmt: skip
