@@ -16,6 +16,7 @@ from minds_core.backends.local.losses import LOSSES, token_losses
 from minds_core.backends.local.models import target_logprobs
 from minds_core.backends.local.packing import Group, plan_waves
 from minds_core.backends.local.pass_cost import PassCost
+from minds_core.testing import with_sampled_provenance
 
 CONFIGS = {"dro": {"beta": 0.5}}  # a penalty large enough to matter in the gradients
 
@@ -137,7 +138,7 @@ def float64_alone(name: str, datum: types.Datum) -> Callable:
 
     def loss(data: list[types.Datum], logprobs: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         (lp,) = logprobs
-        inputs = {k: v.to_torch().double() for k, v in datum.loss_fn_inputs.items() if k != "target_tokens"}
+        inputs = {k: v.double() for k, v in submitted_datum(datum, 0).inputs.items() if k != "target_tokens"}
         return token_losses(name, lp.double(), inputs, CONFIGS.get(name)).sum(), {}
 
     return loss
@@ -160,7 +161,7 @@ def test_packed_gradients_equal_each_datum_alone_in_float64(
     monkeypatch.setattr(passes.LossPasses, "__init__", small_micro_batches)
     gen = torch.Generator().manual_seed(5)
     data = []
-    for n in (30, 5, 17, 30, 2, 11, 8, 23):
+    for n in (30, 5, 17, 30, 3, 11, 8, 23):
         tokens = torch.randint(0, 250, (n + 1,), generator=gen)
         sampled = (torch.rand(n, generator=gen) > 0.2).float()
         inputs = {
@@ -170,7 +171,8 @@ def test_packed_gradients_equal_each_datum_alone_in_float64(
             "weights": sampled.tolist(),
             "sequence_ratio_mask": sampled.tolist(),
         }
-        data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1].tolist()), loss_fn_inputs=inputs))
+        datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1].tolist()), loss_fn_inputs=inputs)
+        data.append(with_sampled_provenance(datum, max(2, n // 3), f"seq-{n}"))  # stable_reinforce reads it
     packed, alone = new_trainer(seed=4), new_trainer(seed=4)
     for client in (packed, alone):  # one step first, so that lora_B is not zero and every factor gets gradients
         client.forward_backward(data[:1], "cross_entropy")
