@@ -34,8 +34,9 @@ class Placement:
     """Padded input tokens per forward pass (rows x longest row) of the prompts a sampler prefills together."""
     decode_rows: int = 256
     """Rows a sampler decodes at once at most (fewer where their keys/values would not fit); more wait for slots."""
-    train_tokens_per_micro_batch: int = 2048
-    """Input tokens per training micro-batch (packed rows x row width): its activations bound a step's memory."""
+    train_tokens_per_micro_batch: int = 1024
+    """Input tokens per training micro-batch (packed rows x row width, a prompt pass and the passes continuing it
+    together): its activations bound a step's memory."""
 
 
 def resolve_placement(device: str = "auto") -> Placement:
