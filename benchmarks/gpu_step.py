@@ -141,6 +141,36 @@ def minds_step(service: ServiceClient, model_dir: Path, batch: Batch) -> Callabl
     return step
 
 
+def rl_step(service: ServiceClient, model_dir: Path, shape: Shape, vocab: int) -> Callable[[], None]:
+    """One whole RL step as ``minds run`` takes it: a snapshot of the adapter, ``groups`` prompts x ``group_size``
+    samples of ``max_tokens`` from it (no stop), and a training step (importance_sampling + AdamW) on them all."""
+    trainer = service.create_lora_training_client(str(model_dir), rank=RANK, seed=0).result()
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, vocab, (shape.prompt_tokens,), generator=gen).tolist() for _ in range(shape.groups)]
+    params = types.SamplingParams(max_tokens=shape.max_tokens, temperature=1.0, seed=0, stop=[])
+
+    def step() -> None:
+        sampler = trainer.save_weights_and_get_sampling_client().result()
+        futures = [sampler.sample(types.ModelInput.from_ints(p), shape.group_size, params) for p in prompts]
+        data = []
+        for prompt, future in zip(prompts, futures, strict=True):
+            sequences = future.result().sequences
+            rewards = torch.randn(len(sequences), generator=gen)
+            for sequence, advantage in zip(sequences, (rewards - rewards.mean()).tolist(), strict=True):
+                row = prompt + sequence.tokens
+                sampled = (torch.arange(len(row) - 1) >= len(prompt) - 1).float()
+                logprobs = torch.cat([torch.zeros(len(prompt) - 1), torch.tensor(sequence.logprobs)])
+                data.append(types.Datum(
+                    model_input=types.ModelInput.from_ints(row[:-1]),
+                    loss_fn_inputs={"target_tokens": row[1:], "logprobs": logprobs, "advantages": sampled * advantage},
+                ))  # fmt: skip
+        out = trainer.forward_backward(data, "importance_sampling")
+        trainer.optim_step(ADAM).result()
+        out.result()
+
+    return step
+
+
 def peft_step(model_dir: Path, batch: Batch, device: str, rows_per_micro_batch: int = 16) -> Callable[[], None]:
     """The hand-written loop: peft LoRA (float32 factors) on the modules minds adapts, bf16 autocast on a GPU,
     micro-batches of ``rows_per_micro_batch`` rows right-padded to their longest, full logits, AdamW."""
@@ -238,6 +268,7 @@ def gpu_shape(name: str, shape: Shape, device: str, rate: float, smoke: bool) ->
             results["minds, unrelated rows"] = timed(
                 lambda: minds_step(service, model_dir, unrelated), shape.repeats, device
             )
+            whole = timed(lambda: rl_step(service, model_dir, shape, config.vocab_size), shape.repeats, device)
         results["peft, 16-row micro-batches"] = timed(lambda: peft_step(model_dir, grouped, device), shape.repeats, device)
         with torch.device("meta"):
             params = matmul_params(Qwen3ForCausalLM(config))
@@ -252,6 +283,8 @@ def gpu_shape(name: str, shape: Shape, device: str, rate: float, smoke: bool) ->
               f"floor  peak {r.peak_gib:6.2f} GiB  -> {baseline.seconds / r.seconds:5.2f}x the peft step"
               + (f", memory {r.peak_gib / baseline.peak_gib:.2f}x" if baseline.peak_gib else ""))  # fmt: skip
     print("  target: minds >= 1.5x the peft step at no more peak memory")
+    print(f"  whole RL step (snapshot + {len(grouped.rows)} x {shape.max_tokens} tokens sampled + training on all of "
+          f"them): {whole.seconds:.3f} s, peak {whole.peak_gib:.2f} GiB (target <= 2.5 s for 0.6B on an H100/H200)")
 
 
 def cpu_target(smoke: bool) -> None:
