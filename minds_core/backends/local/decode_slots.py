@@ -180,9 +180,13 @@ class DecodeSlots:
         self.draws.move(src, dst)
         self.draws.leave(src)
 
-    def step(self, rows: int, columns: int, kinds: Kinds, top: int, feed: bool = True) -> None:
+    def step(self, rows: int, reach: int, kinds: Kinds, top: int, feed: bool = True, aligned: bool = False) -> None:
         """One token for slots ``0 .. rows - 1``: draw it (and its ``top`` log-probs), then feed it (unless no row
-        goes on: ``feed`` off)."""
+        goes on: ``feed`` off) attending over ``reach`` positions (``columns`` of them, captured). ``aligned``:
+        every row that goes on is fed at position ``reach - 1``, so that an eager step needs no mask (a captured
+        one attends over more columns than that, and masks them)."""
+        columns = self.columns(reach)
+        aligned = aligned and not self.graphs.capturing
         draws = self.draws
         assert draws is not None
         self.graphs.run(("draw", rows, kinds), lambda: draws.draw(rows, *kinds))
@@ -190,12 +194,12 @@ class DecodeSlots:
             draws.want_top(top)
             draws.record_top(rows, top)
         if feed:
-            self.graphs.run(("forward", rows, columns), lambda: self._feed(rows, columns))
+            self.graphs.run(("forward", rows, columns, aligned), lambda: self._feed(rows, columns, aligned))
 
-    def _feed(self, rows: int, columns: int) -> None:
+    def _feed(self, rows: int, columns: int, aligned: bool) -> None:
         kv, draws = self.kv, self.draws
         assert kv is not None and draws is not None
-        kv.window(rows, columns)
+        kv.window(rows, columns, aligned)
         row = draws.first(rows)
         row.logits.copy_(self._forward(kv, row.tokens))
         kv.advance(~row.done)

@@ -362,11 +362,13 @@ class DecodeBatch:
         steps = min(row.remaining for row in occupied)
         if any(request.stop.token_ids or request.stop.strings for request in requests):
             steps = min(steps, CHECK_EVERY)
-        fed = max(row.prompt_length + row.steps for row in occupied)  # the furthest position a step feeds
+        positions = {row.prompt_length + row.steps for row in occupied}  # where the next step feeds each row
+        fed, aligned = max(positions), len(positions) == 1
         last = all(row.remaining == steps for row in occupied) and not self._waiting  # then all rows end
         taken = 0
         while taken < steps and not (taken and not self.pending.empty()):  # a newcomer ends the run of steps
-            self.slots.step(rows, self.slots.columns(fed + taken + 1), kinds, top, feed=not (last and taken == steps - 1))
+            feed = not (last and taken == steps - 1)
+            self.slots.step(rows, fed + taken + 1, kinds, top, feed=feed, aligned=aligned)
             taken += 1
         for row in occupied:
             row.steps += taken

@@ -103,6 +103,7 @@ class FastDecoder:
             int(config.max_position_embeddings),
             self.embed.dtype,
         )
+        self._no_mask = self.embed.new_zeros(1, 1, 1)  # ignored (beta 0), but baddbmm takes one
         self.layers = [
             _Layer(
                 input_norm=layer.input_layernorm.weight,
@@ -162,9 +163,13 @@ class FastDecoder:
         rows, groups = x.shape[0], self.query_heads // self.kv_heads
         positions = slots.positions[:rows]
         cos, sin = self._cos[positions][:, None], self._sin[positions][:, None]  # [rows, 1, head_dim]
-        # The mask as the scores' matrix products lay them out: [rows * kv heads, query heads per kv head, columns].
-        mask = slots.mask(x.dtype)[:, None, None].expand(rows, self.kv_heads, groups, -1)
-        mask = mask.reshape(rows * self.kv_heads, groups, -1)
+        if slots.aligned:  # every row that goes on attends to every column: nothing to hide
+            mask, beta = self._no_mask, 0.0
+        else:
+            # The mask as the scores' matrix products lay them out: [rows * kv heads, query heads per kv head,
+            # columns].
+            mask = slots.mask(x.dtype)[:, None, None].expand(rows, self.kv_heads, groups, -1)
+            mask, beta = mask.reshape(rows * self.kv_heads, groups, -1), 1.0
         half = self.head_dim // 2
         qk_width = (self.query_heads + self.kv_heads) * self.head_dim
         for index, layer in enumerate(self.layers):
@@ -181,7 +186,7 @@ class FastDecoder:
             # stored transposed, so that ``keys.transpose`` is the layout the product reads fastest.
             q = qk[:, : self.query_heads].reshape(rows * self.kv_heads, groups, self.head_dim)
             keys_t = keys.transpose(-1, -2).reshape(rows * self.kv_heads, self.head_dim, -1)
-            scores = torch.baddbmm(mask, q, keys_t, alpha=layer.scaling)
+            scores = torch.baddbmm(mask, q, keys_t, beta=beta, alpha=layer.scaling)
             probs = scores.softmax(dim=-1, dtype=torch.float32).to(values.dtype)
             attended = torch.bmm(probs, values.reshape(rows * self.kv_heads, -1, self.head_dim))
             x = x + layer.o(attended.view(rows, -1))

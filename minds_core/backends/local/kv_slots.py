@@ -50,6 +50,7 @@ class KVSlots(Cache):
         self.slot_index = torch.arange(slots, device=device)
         self.column_index = torch.arange(capacity, device=device)
         self.rows = self.columns = 0
+        self.aligned = False  # every live row of the window is at position ``columns - 1``: nothing to mask
         self._window: _Window | None = None
         self._windows: dict[tuple[int, int], _Window] = {}
 
@@ -69,10 +70,12 @@ class KVSlots(Cache):
         total = sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
         return total // (self.slots * self.capacity)
 
-    def window(self, rows: int, columns: int) -> None:
-        """Fix the next step's shape: slots ``0 .. rows - 1``, attending over positions ``0 .. columns - 1``.
+    def window(self, rows: int, columns: int, aligned: bool = False) -> None:
+        """Fix the next step's shape: slots ``0 .. rows - 1``, attending over positions ``0 .. columns - 1``;
+        ``aligned``: every row that goes on is at position ``columns - 1`` (the samples of one prompt), so that
+        no mask is needed (rows that stopped compute on garbage, unread).
         (The window's views are made once per shape: a CPU step pays for every tensor op.)"""
-        self.rows, self.columns = rows, columns
+        self.rows, self.columns, self.aligned = rows, columns, aligned
         views = self._windows.get((rows, columns))
         if views is None:
             heads, head_dim = self.values[0].shape[1], self.values[0].shape[3]

@@ -92,7 +92,7 @@ def test_replayed_steps_compute_what_eager_steps_do() -> None:
             row = RowSettings(1.0, -1, 1.0, row_key(slot, 0), (), 30)
             slots.join([slot], kv, out.logits[0, -1], [row])
         for step in range(30):
-            slots.step(4, slots.columns(22 + step), (False, True, False, False), 0)
+            slots.step(4, 22 + step, (False, True, False, False), 0)
         done, counts = slots.progress(4)
         assert done[:3].all() and counts[:3].tolist() == [30] * 3
         columns = {slots.columns(22 + step) for step in range(30)}

@@ -73,10 +73,10 @@ def count_forwards() -> Iterator[Callable[..., list[int]]]:
         slots = batch.slots
         step = slots.step
 
-        def counted_step(rows: int, *args: object, feed: bool = True) -> None:
+        def counted_step(rows: int, *args: object, feed: bool = True, **kwargs: object) -> None:
             if feed:
                 counted(rows)
-            step(rows, *args, feed=feed)
+            step(rows, *args, feed=feed, **kwargs)
 
         slots.step = counted_step  # on this model's decode slots only
         undo.append(lambda: delattr(slots, "step"))

@@ -73,10 +73,11 @@ def steps(model: torch.nn.Module, prompts: list[list[int]], decode, count: int) 
     """Logits of ``count`` greedy steps of every row (fed its own argmax) through ``decode(slots, tokens)``."""
     slots = filled(model, prompts)
     rows = 2 * len(prompts)
+    aligned = len({len(prompt) for prompt in prompts}) == 1  # every row at one position: no mask
     tokens = torch.arange(3, 3 + rows)
     out = []
     for _ in range(count):
-        slots.window(rows, int(slots.positions[:rows].max()) + 1)
+        slots.window(rows, int(slots.positions[:rows].max()) + 1, aligned)
         logits = decode(slots, tokens)
         slots.positions[:rows] += 1
         out.append(logits)
