@@ -47,7 +47,6 @@ class KVSlots(Cache):
         self.keys = [torch.zeros(slots, heads, head_dim, capacity, dtype=dtype, device=device) for _ in range(layers)]
         self.values = [torch.zeros(slots, heads, capacity, head_dim, dtype=dtype, device=device) for _ in range(layers)]
         self.positions = torch.zeros(slots, dtype=torch.int64, device=device)
-        self.slot_index = torch.arange(slots, device=device)
         self.column_index = torch.arange(capacity, device=device)
         self.rows = self.columns = 0
         self.aligned = False  # every live row of the window is at position ``columns - 1``: nothing to mask
