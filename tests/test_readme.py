@@ -64,3 +64,26 @@ def test_the_capitals_example_reward_rises_on_minds_tiny(minds_plugin, minds_env
     assert run.exit_code == 0
     rewards = [row["reward/mean"] for row in run.metrics]
     assert len(rewards) == 20 and sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.05, rewards
+
+
+def _anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings (code blocks left out)."""
+    prose = re.sub(r"```.*?```", "", markdown, flags=re.S)
+    titles = re.findall(r"^#+ (.+)$", prose, re.M)
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-") for title in titles}
+
+
+def test_every_link_between_the_readme_and_docs_resolves():
+    """The README points to pages under docs/ and they point back: every such link reaches a file and a heading."""
+    root = Path(__file__).resolve().parents[1]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in _anchors(linked.read_text())):
+                broken.append(f"{page.relative_to(root)}: {target}")
+    assert len(pages) > 1 and broken == []
