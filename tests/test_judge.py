@@ -92,7 +92,8 @@ class _Endpoint(BaseHTTPRequestHandler):
             import tinker
 
             prompt = tinker.types.ModelInput.from_ints(cls.renderer.prompt_tokens(body["messages"]))
-            params = tinker.types.SamplingParams(max_tokens=body["max_tokens"], temperature=body["temperature"])
+            # greedy: the fake judge's verdict must not depend on chance (sampled, its tiny model mistypes "Score" now and then)
+            params = tinker.types.SamplingParams(max_tokens=body["max_tokens"], temperature=0.0)
             tokens = cls.sampler.sample(prompt, 1, params).result().sequences[0].tokens
         finally:
             with cls.lock:
