@@ -214,10 +214,6 @@ def _run_command(args: argparse.Namespace) -> int:
         check_resume_changes(Path(resume), config)
     plugins = load_plugins()
     check_names(config, plugins.registry)
-    if resume:
-        from minds_core.run_directory import check_resume_changes
-
-        check_resume_changes(Path(resume), config)
     if args.dry_run:
         from minds_core.envs.loading import check_args
         from minds_core.presets import describe
