@@ -24,6 +24,7 @@ from minds_core.training import train
 
 QUESTION = "Does the reply contain the letter a?"
 KEY = "judge-key-do-not-leak"
+VERDICTS = [f"Score: {n}" for n in range(11)]
 
 
 def test_parse_score_takes_the_last_score_in_range():
@@ -91,14 +92,24 @@ class _Endpoint(BaseHTTPRequestHandler):
             time.sleep(0.3)
             import tinker
 
-            prompt = tinker.types.ModelInput.from_ints(cls.renderer.prompt_tokens(body["messages"]))
-            # greedy: the fake judge's verdict must not depend on chance (sampled, its tiny model mistypes "Score" now and then)
-            params = tinker.types.SamplingParams(max_tokens=body["max_tokens"], temperature=0.0)
-            tokens = cls.sampler.sample(prompt, 1, params).result().sequences[0].tokens
+            prompt = cls.renderer.prompt_tokens(body["messages"])
+            verdict = max(VERDICTS, key=lambda text: cls._log_likelihood(prompt, cls.renderer.encode(text)))
         finally:
             with cls.lock:
                 cls.in_flight -= 1
-        self._reply(200, {"choices": [{"message": {"role": "assistant", "content": cls.renderer.decode(tokens)}}]})
+        self._reply(200, {"choices": [{"message": {"role": "assistant", "content": verdict}}]})
+
+    @classmethod
+    def _log_likelihood(cls, prompt: list[int], reply: list[int]) -> float:
+        """The judge model's log-probability of ``reply`` after ``prompt``.
+
+        The endpoint answers with the most likely well-formed verdict (constrained decoding): free decoding of the
+        tiny model mistypes "Score" on replies unlike its training data, even greedily, which made this test flaky.
+        """
+        import tinker
+
+        logprobs = cls.sampler.compute_logprobs(tinker.types.ModelInput.from_ints(prompt + reply)).result()
+        return sum(logprobs[len(prompt):])
 
     def _reply(self, status: int, payload: dict) -> None:
         data = json.dumps(payload).encode()
