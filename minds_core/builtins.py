@@ -6,8 +6,14 @@ from minds_core import hookimpl
 from minds_core.advantages import ESTIMATORS
 from minds_core.backends import LocalBackend
 from minds_core.backends.tinker import TinkerBackend
-from minds_core.hookspecs import Register
-from minds_core.losses import BUILTIN_LOSSES, CUSTOM_LOSSES
+from minds_core.contracts import (
+    AdvantageEstimator,
+    BackendFactory,
+    Register,
+    RewardFunction,
+    SinkFactory,
+)
+from minds_core.losses import BUILTIN_LOSSES, CUSTOM_LOSSES, CustomLoss
 from minds_core.rewards import REWARD_FUNCTIONS
 from minds_core.sinks.console import ConsoleSink
 from minds_core.sinks.report import ReportSink
@@ -15,19 +21,19 @@ from minds_core.sinks.wandb import WandbSink
 
 
 @hookimpl
-def minds_register_advantage_estimators(register: Register) -> None:
+def minds_register_advantage_estimators(register: Register[AdvantageEstimator]) -> None:
     for name, (fn, description) in ESTIMATORS.items():
         register(name, fn, description)
 
 
 @hookimpl
-def minds_register_reward_functions(register: Register) -> None:
+def minds_register_reward_functions(register: Register[RewardFunction]) -> None:
     for name, (fn, description) in REWARD_FUNCTIONS.items():
         register(name, fn, description)
 
 
 @hookimpl
-def minds_register_losses(register: Register) -> None:
+def minds_register_losses(register: Register[str | CustomLoss]) -> None:
     for name, description in BUILTIN_LOSSES.items():
         register(name, name, f"Tinker built-in: {description}")
     for name, (loss, description) in CUSTOM_LOSSES.items():
@@ -35,13 +41,13 @@ def minds_register_losses(register: Register) -> None:
 
 
 @hookimpl
-def minds_register_metric_sinks(register: Register) -> None:
+def minds_register_metric_sinks(register: Register[SinkFactory]) -> None:
     register("console", ConsoleSink, "progress with reward and health (a bar on a terminal, JSON events otherwise), tables of samples, <run>/train.log")
     register("report", lambda config, run_dir: ReportSink(run_dir, config.metrics.report_every), "<run>/report.html, refreshed every metrics.report_every steps")
     register("wandb", WandbSink, "Weights & Biases (needs the wandb extra and metrics.wandb_project)")
 
 
 @hookimpl
-def minds_register_backends(register: Register) -> None:
+def minds_register_backends(register: Register[BackendFactory]) -> None:
     register("local", LocalBackend(), "in-process Tinker-compatible service on torch + peft")
     register("tinker", TinkerBackend(), "the hosted Tinker service (needs an API key)")

@@ -9,14 +9,17 @@ namespaced by a dot, ``<environment or plugin>.<name>`` (the core's own are
 
 from __future__ import annotations
 
+import inspect
 import re
+import reprlib
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import attrs
 
 from minds_core.envs.types import Environment
+from minds_core.losses import CustomLoss
 
 if TYPE_CHECKING:
     from minds_core.config import RunConfig
@@ -25,11 +28,19 @@ if TYPE_CHECKING:
 NAME_RULE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 REWARD_NAME_RULE = re.compile(rf"{NAME_RULE.pattern}\.{NAME_RULE.pattern}")
 
+Part_contra = TypeVar("Part_contra", contravariant=True)
 
-class Register(Protocol):
-    """The callback every hook receives; call it once per part the plugin provides."""
 
-    def __call__(self, name: str, obj: Any, description: str = "") -> None:
+class Register(Protocol[Part_contra]):
+    """The callback every hook receives, typed by what its hook registers; call it once per part the plugin provides.
+
+    Each hook's ``register`` is a ``Register[<that kind's protocol>]`` (``Register[EnvironmentLoader]``, ...),
+    so that a type checker sees what the object must be. Registration checks it too: a name that breaks
+    its rule or an object minds cannot call as its kind's protocol is not registered, and the plugin is
+    reported broken.
+    """
+
+    def __call__(self, name: str, obj: Part_contra, description: str = "") -> None:
         """Register ``obj`` under ``name``.
 
         :param name: the name configs and the command line use (see NAME_RULE);
@@ -158,3 +169,104 @@ class EnvironmentAdapter(Protocol):
         Returns None when the object is not this adapter's kind.
         """
         ...
+
+
+@attrs.frozen
+class Contract:
+    """What registration checks of one kind of part: its names' rule and how minds calls its objects."""
+
+    protocol: Any  #: what the kind's hook takes (its ``register`` is a ``Register[protocol]``)
+    call: str  #: how minds calls an object of the kind, for messages: ``loader(**args) (an EnvironmentLoader)``
+    positional: int | None  #: the positional arguments minds passes it; None: keyword arguments only
+    name_rule: re.Pattern[str] = NAME_RULE  #: the rule the kind's names follow
+    methods: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)  #: optional methods minds calls when present -> their positional arguments
+
+    def problems(self, obj: Any) -> list[str]:
+        """Why minds could not call ``obj`` (and its optional methods) as this kind; empty when it can."""
+        found = [_call_problem(obj, self.call, self.positional)]
+        for method, arguments in self.methods.items():
+            if hasattr(obj, method):
+                found.append(_call_problem(getattr(obj, method), f"{method}({', '.join(arguments)})", len(arguments)))
+        return [problem for problem in found if problem]
+
+
+class LossContract(Contract):
+    """A loss is the name of a loss the service computes, or a ``CustomLoss`` whose function minds calls."""
+
+    def problems(self, obj: Any) -> list[str]:
+        if isinstance(obj, CustomLoss):
+            return super().problems(obj.fn)
+        if isinstance(obj, str):
+            return [] if obj else ["the loss is an empty str; name a loss the service computes, such as 'ppo'"]
+        return [f"{_shown(obj)} is neither the name of a loss the service computes (a str) nor a CustomLoss"]
+
+
+#: Registry kind -> what its hook registers and how registration checks it.
+CONTRACTS: dict[str, Contract] = {
+    "environments": Contract(EnvironmentLoader, "loader(**args) (an EnvironmentLoader)", None),
+    "reward_functions": Contract(RewardFunction, "fn(**inputs) (a RewardFunction)", None, REWARD_NAME_RULE),
+    "advantage_estimators": Contract(AdvantageEstimator, "fn(rewards) (an AdvantageEstimator)", 1),
+    "losses": LossContract(str | CustomLoss, "fn(data, logprobs) (the LossFunction of a CustomLoss)", 2),
+    "metric_sinks": Contract(SinkFactory, "factory(config, run_dir) (a SinkFactory)", 2),
+    "backends": Contract(BackendFactory, "factory(config, run_dir) (a BackendFactory)", 2, methods={"can_serve": ("config",)}),
+    "environment_adapters": Contract(EnvironmentAdapter, "adapter(obj, env_id) (an EnvironmentAdapter)", 2),
+}
+
+
+def registration_problems(kind: str, name: Any, obj: Any, description: Any, plugin: str) -> list[str]:
+    """Everything wrong with registering ``obj`` as ``name`` of ``kind`` for ``plugin``; empty when nothing is."""
+    contract = CONTRACTS[kind]
+    named = isinstance(name, str) and contract.name_rule.fullmatch(name)
+    found = [] if named else [_name_problem(name, contract.name_rule, plugin)]
+    found += contract.problems(obj)
+    if not isinstance(description, str):
+        found.append(f"the description is {_shown(description)}, not a str (one line shown by `minds plugins`)")
+    return found
+
+
+def _name_problem(name: Any, rule: re.Pattern[str], plugin: str) -> str:
+    if not isinstance(name, str):
+        return f"the name is {_shown(name)}, not a str"
+    if rule is REWARD_NAME_RULE:
+        namespace, _, rest = name.rpartition(".")
+        fixed = f"{_words(namespace or plugin)}.{_words(rest)}"
+        said = "REWARD_NAME_RULE: '<plugin>.<name>', each lower-case words joined by '_', e.g. 'ghost_trace.latent_logprob'"
+    else:
+        fixed = _words(name)
+        said = "NAME_RULE: lower-case words joined by '_', e.g. 'ghost_trace'"
+    hint = f"; say {fixed!r}" if rule.fullmatch(fixed) else ""
+    return f"the name breaks {said}{hint}"
+
+
+def _words(text: str) -> str:
+    """``text`` as lower-case words joined by ``_``: ``Bad Name!`` -> ``bad_name``."""
+    return "_".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def _call_problem(obj: Any, call: str, positional: int | None) -> str | None:
+    """Why minds could not call ``obj`` as ``call``; None when it can or its signature cannot be read."""
+    if not callable(obj):
+        return f"{_shown(obj)} is not callable as {call}"
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):  # no signature to read (some builtins): the call itself will tell
+        return None
+    if positional is None:
+        stuck = [p.name for p in signature.parameters.values() if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]
+        if stuck:
+            return f"{_shown(obj)} {signature} cannot be called as {call}: it takes {', '.join(stuck)} by position only"
+        return None
+    try:
+        signature.bind(*[None] * positional)
+    except TypeError as exc:
+        return f"{_shown(obj)} {signature} cannot be called as {call}: {exc}"
+    return None
+
+
+def _shown(obj: Any) -> str:
+    """``obj`` in a message: a function or class by its name, another callable by its type, anything else by its value."""
+    if isinstance(obj, type) or inspect.isroutine(obj):
+        return getattr(obj, "__name__", repr(obj))
+    if callable(obj):
+        return f"a {type(obj).__name__} object"
+    return f"{type(obj).__name__} {reprlib.repr(obj)}"

@@ -1,12 +1,15 @@
 """The plugin contract: one hook per extension point of minds.
 
-Every hook receives a ``register`` callback (``minds_core.Register``). Call it
-once per part you provide:
+Every hook receives a ``register`` callback, typed by what the hook registers
+(``minds_core.Register[EnvironmentLoader]``, ...). Call it once per part you provide:
 
     register(name, obj, description="one line shown by `minds plugins`")
 
 What ``obj`` must be is a typed protocol per hook (``minds_core.EnvironmentLoader``,
 ``RewardFunction``, ...), and names follow one rule (``minds_core.NAME_RULE``).
+Registration checks both: a name that breaks the rule, or an object minds cannot
+call as its protocol says, is not registered and its plugin is reported broken
+(its other parts still load).
 
 The registry records which plugin registered each name; two plugins registering
 the same name is an error that names both. Hooks run once per process, when the
@@ -18,7 +21,16 @@ from __future__ import annotations
 
 import pluggy
 
-from minds_core.contracts import Register
+from minds_core.contracts import (
+    AdvantageEstimator,
+    BackendFactory,
+    EnvironmentAdapter,
+    EnvironmentLoader,
+    Register,
+    RewardFunction,
+    SinkFactory,
+)
+from minds_core.losses import CustomLoss
 
 PROJECT = "minds"
 
@@ -26,7 +38,7 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 
 
 @hookspec
-def minds_register_environments(register: Register) -> None:
+def minds_register_environments(register: Register[EnvironmentLoader]) -> None:
     """Provide environments: tasks to train on and the episodes that score them.
 
     :param register: takes ``(name, loader: EnvironmentLoader, description)``,
@@ -46,7 +58,7 @@ def minds_register_environments(register: Register) -> None:
 
 
 @hookspec
-def minds_register_reward_functions(register: Register) -> None:
+def minds_register_reward_functions(register: Register[RewardFunction]) -> None:
     """Provide named reward functions that configs can put in a rubric.
 
     :param register: takes ``(name, fn: RewardFunction, description)``, each
@@ -76,7 +88,7 @@ def minds_register_reward_functions(register: Register) -> None:
 
 
 @hookspec
-def minds_register_advantage_estimators(register: Register) -> None:
+def minds_register_advantage_estimators(register: Register[AdvantageEstimator]) -> None:
     """Provide ways to turn a group's rewards into advantages.
 
     :param register: takes ``(name, fn: AdvantageEstimator, description)``;
@@ -93,7 +105,7 @@ def minds_register_advantage_estimators(register: Register) -> None:
 
 
 @hookspec
-def minds_register_losses(register: Register) -> None:
+def minds_register_losses(register: Register[str | CustomLoss]) -> None:
     """Provide policy losses the trainer can select with ``trainer.loss_fn``.
 
     :param register: takes ``(name, loss: str | CustomLoss, description)``:
@@ -112,7 +124,7 @@ def minds_register_losses(register: Register) -> None:
 
 
 @hookspec
-def minds_register_metric_sinks(register: Register) -> None:
+def minds_register_metric_sinks(register: Register[SinkFactory]) -> None:
     """Provide destinations for per-step metrics.
 
     :param register: takes ``(name, factory: SinkFactory, description)``;
@@ -132,7 +144,7 @@ def minds_register_metric_sinks(register: Register) -> None:
 
 
 @hookspec
-def minds_register_backends(register: Register) -> None:
+def minds_register_backends(register: Register[BackendFactory]) -> None:
     """Provide a training/sampling service speaking the Tinker client API.
 
     :param register: takes ``(name, factory: BackendFactory, description)``;
@@ -154,7 +166,7 @@ def minds_register_backends(register: Register) -> None:
 
 
 @hookspec
-def minds_register_environment_adapters(register: Register) -> None:
+def minds_register_environment_adapters(register: Register[EnvironmentAdapter]) -> None:
     """Provide adapters that train objects of another framework returned by a loose ``load_environment()``.
 
     :param register: takes ``(name, adapter: EnvironmentAdapter, description)``;

@@ -12,6 +12,7 @@ import attrs
 import pluggy
 
 from minds_core import hookspecs
+from minds_core.contracts import registration_problems
 from minds_core.errors import ConfigError, PluginError, UnknownNameError, did_you_mean
 
 ENTRY_POINT_GROUP = "minds"
@@ -67,16 +68,22 @@ class PluginInfo:
 
 
 class Registry:
-    """Named parts of every kind, each remembering its plugin; duplicates are errors."""
+    """Named parts of every kind, each remembering its plugin; what breaks its kind's contract or is a duplicate is an error."""
 
     def __init__(self) -> None:
         self._entries: dict[str, dict[str, Entry]] = {kind: {} for kind in HOOK_KINDS.values()}
         self._conflicts: dict[tuple[str, str], list[str]] = {}
+        self._rejected: dict[tuple[str, str], str] = {}
 
     def add(self, kind: str, name: str, obj: Any, description: str, plugin: str) -> None:
-        """Register ``name``; raises PluginError naming both plugins on a duplicate."""
-        if not isinstance(name, str) or not name:
-            raise PluginError(f"{singular(kind)} name must be a non-empty string, got {name!r}")
+        """Register ``name``; raises PluginError naming the plugin when the name or object breaks the kind's
+        contract (``minds_core.contracts.CONTRACTS``), and naming both plugins on a duplicate."""
+        problems = registration_problems(kind, name, obj, description, plugin)
+        if problems:
+            message = f"{singular(kind)} {name!r} of plugin {plugin!r} is not registered: {'; '.join(problems)}"
+            if isinstance(name, str):
+                self._rejected[(kind, name)] = message
+            raise PluginError(message)
         existing = self._entries[kind].get(name)
         if existing is not None:
             owners = self._conflicts.setdefault((kind, name), [existing.plugin])
@@ -99,6 +106,8 @@ class Registry:
         try:
             return self._entries[kind][name]
         except KeyError:
+            if (kind, name) in self._rejected:
+                raise PluginError(f"{self._rejected[kind, name]} (fix the plugin, or disable it with MINDS_DISABLE_PLUGINS)") from None
             raise UnknownNameError(self._unknown_message(kind, name)) from None
 
     def lookup(self, kind: str, name: str, key: str) -> Entry:
