@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -13,26 +14,44 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_PLUGINS = Path(__file__).parent / "plugins"
-#: The toy fixture plugin is importable by every test module (its environment classes are used directly);
-#: tests in this process register it through the ``plugins`` fixture, tests of real processes install it
-#: with ``installed_plugin``.
-sys.path.insert(0, str(FIXTURE_PLUGINS / "toy_plugin"))
+
+
+def copy_fixture_plugin(name: str, into: Path) -> Path:
+    """A copy of the fixture plugin distribution tests/plugins/NAME in ``into``, without build leftovers.
+
+    Tests import and build fixture plugins from copies only: nothing is written into the tree, and
+    no ``*.egg-info`` left there by hand registers a plugin for the tests.
+    """
+    leftovers = shutil.ignore_patterns("*.egg-info", "build", "dist", "__pycache__")
+    return Path(shutil.copytree(FIXTURE_PLUGINS / name, into / name, ignore=leftovers))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Make the toy fixture plugin importable by every test module (its environment classes are used directly).
+
+    Tests in this process register it through the ``plugins`` fixture; tests of real processes install it
+    with ``installed_plugin``.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="minds-fixture-plugins-"))
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    sys.path.insert(0, str(copy_fixture_plugin("toy_plugin", folder)))
 
 
 @pytest.fixture(scope="session")
-def installed_plugin(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """Install a fixture plugin distribution with pip into its own folder; returns the folder.
+def fixture_plugin_copy(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``fixture_plugin_copy(NAME)``: a new copy of tests/plugins/NAME in a temporary folder, to import or build."""
+    return lambda name: copy_fixture_plugin(name, tmp_path_factory.mktemp(f"src-{name}"))
 
-    pip builds from a copy of the source: a build in place would leave ``build/`` and ``*.egg-info``
-    in tests/plugins, where the egg-info (on sys.path, see above) would register the plugin for
-    every later test of the session.
-    """
+
+@pytest.fixture(scope="session")
+def installed_plugin(tmp_path_factory: pytest.TempPathFactory, fixture_plugin_copy: Callable[[str], Path]) -> Callable[[str], Path]:
+    """Install a fixture plugin distribution with pip into its own folder; returns the folder (built from a copy)."""
     cache: dict[str, Path] = {}
 
     def install(name: str) -> Path:
         if name not in cache:
             target = tmp_path_factory.mktemp(f"site-{name}")
-            source = shutil.copytree(FIXTURE_PLUGINS / name, tmp_path_factory.mktemp(f"src-{name}") / name)
+            source = fixture_plugin_copy(name)
             subprocess.run(
                 [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                  "--target", str(target), str(source)],

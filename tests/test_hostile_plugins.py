@@ -31,16 +31,15 @@ from minds_core.plugin_errors import (
 from minds_core.plugins import load_plugins
 from minds_core.training import train
 
-HOSTILE = Path(__file__).parent / "plugins" / "hostile_plugin"
 FAST = ["env.id=hostile", "sampling.max_tokens=4", "trainer.group_size=2", "trainer.groups_per_batch=2", "trainer.steps=1",
         "metrics.sinks=[]", "name=run"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def hostile_plugins():
-    """The installed plugins plus the hostile fixture plugin, registered in-process."""
+def hostile_plugins(fixture_plugin_copy):
+    """The installed plugins plus the hostile fixture plugin (imported from a copy), registered in-process."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(HOSTILE))
+        patch.syspath_prepend(str(fixture_plugin_copy("hostile_plugin")))
         import minds_hostile_plugin
 
         logs.configure("json", "warning")

@@ -10,7 +10,6 @@ fail with the SDK's own ``tinker.InternalServerError`` (503) or
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,7 @@ from minds_core.plugins import load_plugins
 from minds_core.run_directory import resume_config_path
 from minds_core.training import train
 
-sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toy_plugin"))
-import minds_toy_plugin
+import minds_toy_plugin  # importable through tests/conftest.py
 
 FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[]",
         "env.id=toy_char_share", "backend=flaky", "trainer.save_every=1", "name=run"]  # fmt: skip
