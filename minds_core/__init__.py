@@ -11,7 +11,7 @@ no more than pluggy.
 
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -90,6 +90,78 @@ _PUBLIC: dict[str, str] = {
     "strip_tool_calls": "minds_core.text",
     "think_text": "minds_core.text",
 }
+
+if TYPE_CHECKING:  # what type checkers see of the names imported on first use (a test holds it to _PUBLIC)
+    from minds_core.config import RunConfig, build_config, read_config_file  # noqa: F401
+    from minds_core.contracts import (  # noqa: F401
+        NAME_RULE,
+        REWARD_NAME_RULE,
+        AdvantageEstimator,
+        BackendFactory,
+        BackendFit,
+        EnvironmentAdapter,
+        EnvironmentLoader,
+        LossFunction,
+        MetricSink,
+        OpenEnvironment,
+        Register,
+        RewardFunction,
+        SinkFactory,
+    )
+    from minds_core.envs.args import (  # noqa: F401
+        Rule,
+        above,
+        arg,
+        at_least,
+        env_args,
+        non_empty_subset_of,
+        one_of,
+        within,
+    )
+    from minds_core.envs.calling import lenient  # noqa: F401
+    from minds_core.envs.rubric import (  # noqa: F401
+        GROUP_REWARD_INPUTS,
+        REWARD_INPUTS,
+        Rubric,
+        RubricScore,
+        as_reward,
+        call_with_available,
+        maybe_await,
+    )
+    from minds_core.envs.sampler import PolicySampler  # noqa: F401
+    from minds_core.envs.single_turn import (  # noqa: F401
+        SingleTurnEnvironment,
+        prompt_messages,
+        report_metric,
+        score_completion,
+    )
+    from minds_core.envs.turns import take_turns  # noqa: F401
+    from minds_core.envs.types import (  # noqa: F401
+        Context,
+        Environment,
+        Episode,
+        EpisodeConversation,
+        Message,
+        SelfDrivingEpisode,
+        StepResult,
+        Task,
+        TokenBudgetExhausted,
+    )
+    from minds_core.errors import ConfigError, MindsError, UsageError, did_you_mean  # noqa: F401
+    from minds_core.logs import get_logger  # noqa: F401
+    from minds_core.losses import CustomLoss  # noqa: F401
+    from minds_core.text import (  # noqa: F401
+        TOOL_CALL_CLOSE,
+        TOOL_CALL_OPEN,
+        MalformedToolCall,
+        ToolCall,
+        normalize_minus,
+        parse_tool_calls,
+        strip_code_fences,
+        strip_think,
+        strip_tool_calls,
+        think_text,
+    )
 
 __all__ = ["__version__", "hookimpl"]
 __all__ += list(_PUBLIC)

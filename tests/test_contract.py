@@ -84,6 +84,14 @@ def test_the_public_face_exports_what_it_lists() -> None:
         minds_core.not_public  # noqa: B018
 
 
+def test_type_checkers_see_every_public_name_where_it_is_imported_from() -> None:
+    tree = ast.parse((ROOT / "minds_core" / "__init__.py").read_text())
+    (block,) = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"]
+    seen = {alias.name: node.module for node in block.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert seen == minds_core._PUBLIC
+    assert (ROOT / "minds_core" / "py.typed").is_file()  # a type checker reads an installed minds-core's types
+
+
 def test_importing_the_public_face_loads_a_name_s_module_only_when_it_is_used() -> None:
     # a fresh process: this one has long imported everything
     code = (
