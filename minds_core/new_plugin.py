@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from minds_core.contracts import NAME_RULE
 from minds_core.errors import UsageError
-
-#: A plugin name: lower case, starting with a letter; it names the environment and the package ``minds_NAME``.
-PLUGIN_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 PYPROJECT = """\
 [build-system]
@@ -198,8 +195,8 @@ def plugin_files(name: str) -> dict[str, str]:
 
 def write_plugin(name: str, parent: Path = Path(".")) -> Path:
     """Write the plugin ``name`` into the new folder ``PARENT/NAME`` and return that folder."""
-    if not PLUGIN_NAME.match(name):
-        raise UsageError(f"plugin name {name!r}: use lower-case letters, digits and _, starting with a letter")
+    if not NAME_RULE.fullmatch(name):  # it names the environment and the package minds_NAME
+        raise UsageError(f"plugin name {name!r}: use lower-case words of letters and digits joined by _, starting with a letter")
     folder = Path(parent) / name
     if folder.exists():
         raise UsageError(f"{folder} already exists; choose another name or --dir")

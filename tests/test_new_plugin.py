@@ -46,10 +46,10 @@ def test_the_written_package_registers_through_minds(tmp_path, monkeypatch, mind
     assert [t.id for t in env.tasks("test")] == ["test/0", "test/1"]
 
 
-@pytest.mark.parametrize(("name", "message"), [("Demo", "lower-case"), ("2x", "lower-case"), ("my-env", "lower-case")])
-def test_a_bad_name_is_refused(tmp_path, capsys, name, message):
+@pytest.mark.parametrize("name", ["Demo", "2x", "my-env", "demo_", "my__env"])  # the last two break NAME_RULE too
+def test_a_bad_name_is_refused(tmp_path, capsys, name):
     assert main(["new-plugin", name, "--dir", str(tmp_path)]) == 2
-    assert message in capsys.readouterr().err
+    assert "lower-case words" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
 
