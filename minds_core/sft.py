@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import math
 import random
@@ -194,7 +195,8 @@ async def _train_sft(config: RunConfig, plugins: Plugins, resume_dir: Path | Non
     last = RunDirectory(resume_dir).last_checkpoint() if resume_dir is not None else None
     start = last.step + 1 if last else 0
     async with door:
-        client = await door.start_training(last.state_path if last else (config.trainer.resume_from or None), with_optimizer=last is not None)
+        state_path = last.state_path if last else (config.trainer.resume_from or None)
+        client = await door.start_training(state_path, with_optimizer=last is not None)
         try:
             renderer = Renderer(client.get_tokenizer(), config.model.chat_template_args)
             data = SftData(
@@ -209,7 +211,8 @@ async def _train_sft(config: RunConfig, plugins: Plugins, resume_dir: Path | Non
         try:
             if last is not None:
                 log.info("resuming", run=str(run.path), step=start, checkpoint=last.state_path)
-            log.info("sft", run=str(run.path), backend=door.backend, train=len(data.train), held_out=len(data.held_out), steps=config.trainer.steps)
+            sizes = {"train": len(data.train), "held_out": len(data.held_out)}
+            log.info("sft", run=str(run.path), backend=door.backend, **sizes, steps=config.trainer.steps)
             summary = await _loop(door, client, data, run, sinks, start)
         except ServiceCallError as exc:  # say what the run kept and how to continue it
             last = run.last_checkpoint()
@@ -240,9 +243,8 @@ async def _loop(door: ServiceLifetime, client: Any, data: SftData, run: RunDirec
             step_began = time.perf_counter()
             batch = [data.train[index] for _, index in schedule.batch(step)]
             adam = adam_params(cfg, step)
-            output = await apply_update(
-                lambda: client.forward_backward(batch, "cross_entropy"), lambda: client.optim_step(adam), step, door.backoff
-            )
+            forward_backward = functools.partial(client.forward_backward, batch, "cross_entropy")
+            output = await apply_update(forward_backward, functools.partial(client.optim_step, adam), step, door.backoff)
             loss, tokens = mean_nll(batch, output)
             if tokens:
                 check_losses({"train/loss": loss}, step, run)

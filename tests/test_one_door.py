@@ -148,8 +148,8 @@ class NoExport:
 
 
 @pytest.mark.parametrize(
-    ("error", "status"), [(None, "success"), (ValueError("bug"), "errored"), (KeyboardInterrupt(), "interrupted"),
-                          (RunInterrupted("stopped", signal.SIGINT), "interrupted")],  # fmt: skip
+    ("error", "status"),
+    [(None, "success"), (ValueError("bug"), "errored"), (KeyboardInterrupt(), "interrupted"), (RunInterrupted("stop", 2), "interrupted")],
 )
 def test_the_service_is_closed_once_with_how_the_command_ended(error, status):
     factory = NoExport()
@@ -165,9 +165,9 @@ def test_the_service_is_closed_once_with_how_the_command_ended(error, status):
 
 
 def test_a_backend_without_export_adapter_says_so_and_names_itself(tmp_path):
-    with ServiceLifetime(load_config(None, ["backend=mine"]), "mine", NoExport()) as door:
-        with pytest.raises(UsageError, match=r"backend 'mine' cannot export checkpoints \(its factory has no export_adapter\)"):
-            door.export_adapter("tinker://run/weights/step-000000", tmp_path)
+    refused = pytest.raises(UsageError, match=r"backend 'mine' cannot export checkpoints \(its factory has no export_adapter\)")
+    with ServiceLifetime(load_config(None, ["backend=mine"]), "mine", NoExport()) as door, refused:
+        door.export_adapter("tinker://run/weights/step-000000", tmp_path)
 
 
 def test_auto_picks_from_the_registry_and_the_config_names_the_choice():
