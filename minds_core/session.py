@@ -22,7 +22,7 @@ import attrs
 import tinker
 
 from minds_core.backends import sampler_tokenizer
-from minds_core.backends.retry import REJECTIONS, call_service
+from minds_core.backends.retry import REJECTIONS
 from minds_core.config import EnvConfig, RunConfig
 from minds_core.envs.loading import build_environment
 from minds_core.envs.types import Context, Task, needs_policy_checkpoint
@@ -118,7 +118,7 @@ class Session:
         self.service = door.service
         self.backend = door.backend  #: the registered name of the backend serving the run
         self.limiter = asyncio.Semaphore(config.rollout.concurrency)  #: rollouts in flight at once
-        self.backoff = door.backoff
+        self.backoff = door.backoff  #: the door's retries, for the loop's own requests
         self.training_client: Any = None
         self.renderer: Renderer | None = None
         self.settings: list[EpisodeSettings] = []  #: per environment, what its rollouts run with
@@ -205,10 +205,10 @@ class Session:
             # only this version's rollouts read it: let the service expire it (1 h is the minimum TTL)
             name = f"policy-v{version:06d}"
             save = lambda: self.training_client.save_state(name, ttl_seconds=3600, overwrite=True)
-            saved, _ = await call_service(where, "save_state", save, self.backoff)
+            saved = await self.door.call(where, "save_state", save)
             checkpoint = saved.path
         sample = self.training_client.save_weights_and_get_sampling_client
-        sampler, _ = await call_service(where, "save_weights_and_get_sampling_client", sample, self.backoff)
+        sampler = await self.door.call(where, "save_weights_and_get_sampling_client", sample)
         return Policy(version, sampler, checkpoint)
 
     def context(self, policy: Policy, step: int) -> Context:
