@@ -32,6 +32,7 @@ _PUBLIC: dict[str, str] = {
     "NAME_RULE": "minds_core.contracts",
     "REWARD_NAME_RULE": "minds_core.contracts",
     "AdvantageEstimator": "minds_core.contracts",
+    "BackendExport": "minds_core.contracts",
     "BackendFactory": "minds_core.contracts",
     "BackendFit": "minds_core.contracts",
     "EnvironmentAdapter": "minds_core.contracts",

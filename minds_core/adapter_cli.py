@@ -8,8 +8,10 @@ stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -193,13 +195,16 @@ def _print_summary(summary: dict[str, Any]) -> None:
 # ---------------------------------------------------------------- sample and chat
 
 
-def _open_chat_model(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
-    """The service, a ChatModel on the checkpoint's weights, and the system prompt to use."""
+@contextlib.contextmanager
+def _chat_model(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
+    """A ChatModel on the checkpoint's weights and the system prompt to use, while its service is open."""
     import tinker
 
+    from minds_core.backends.retry import REJECTIONS
     from minds_core.chat import ChatModel
     from minds_core.errors import UsageError
     from minds_core.plugins import load_plugins
+    from minds_core.service import ServiceLifetime
 
     if args.max_tokens is not None and args.max_tokens < 1:
         raise UsageError(f"--max-tokens {args.max_tokens}: must be >= 1")
@@ -209,13 +214,6 @@ def _open_chat_model(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
     ref = _resolve(args, plugins.registry)
     config = ref.config
     system = _env_system_prompt(config, plugins) if args.env_system else args.system
-    factory = plugins.registry.lookup("backends", config.backend, "backend").obj
-    service = _connected(factory(config, Path(config.runs_dir) / (config.name or "_adhoc")))
-    try:
-        sampler = service.create_sampling_client(model_path=ref.sampler_path).result()
-    except (tinker.BadRequestError, tinker.NotFoundError, tinker.AuthenticationError, tinker.PermissionDeniedError) as exc:
-        _close(service)
-        raise UsageError(f"cannot sample from {ref.sampler_path}: {exc}") from None
     s = config.sampling
     params = tinker.types.SamplingParams(
         max_tokens=args.max_tokens or s.max_tokens,
@@ -224,7 +222,12 @@ def _open_chat_model(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
         top_k=s.top_k,
         seed=args.seed,
     )
-    return service, ChatModel.create(sampler, config.model.base_model, config.model.chat_template_args, params), system
+    with ServiceLifetime.choose(config, plugins.registry) as door:
+        try:
+            sampler = door.service.create_sampling_client(model_path=ref.sampler_path).result()
+        except REJECTIONS as exc:
+            raise UsageError(f"cannot sample from {ref.sampler_path}: {exc}") from None
+        yield ChatModel.create(sampler, config.model.base_model, config.model.chat_template_args, params), system
 
 
 def _env_system_prompt(config: Any, plugins: Any) -> str:
@@ -251,23 +254,6 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
     return prompt
 
 
-def _connected(opened: Any) -> Any:
-    """The backend's service: a hosted backend's factory returns a coroutine that connects, run here to its end."""
-    import asyncio
-    import inspect
-
-    return asyncio.run(opened) if inspect.iscoroutine(opened) else opened
-
-
-def _close(service: Any) -> None:
-    """End the service session as a finished piece of work (the SDK requires a status)."""
-    close = getattr(service, "close", None)
-    if callable(close):
-        result = close("success")
-        if hasattr(result, "result"):
-            result.result()
-
-
 def _sample(args: argparse.Namespace) -> int:
     from minds_core.chat import REQUEST_ERRORS, opening
     from minds_core.errors import UsageError
@@ -275,13 +261,11 @@ def _sample(args: argparse.Namespace) -> int:
 
     if args.num_samples < 1:
         raise UsageError(f"-n {args.num_samples}: must be >= 1")
-    service, model, system = _open_chat_model(args)
-    try:
-        replies = model.reply([*opening(system), {"role": "user", "content": args.prompt}], args.num_samples)
-    except REQUEST_ERRORS as exc:
-        raise UsageError(f"the service rejected the request: {exc}") from None
-    finally:
-        _close(service)
+    with _chat_model(args) as (model, system):
+        try:
+            replies = model.reply([*opening(system), {"role": "user", "content": args.prompt}], args.num_samples)
+        except REQUEST_ERRORS as exc:
+            raise UsageError(f"the service rejected the request: {exc}") from None
     for index, reply in enumerate(replies):
         if args.json:
             print(json.dumps({"sample": index, "text": reply.text, "tokens": reply.tokens, "stop_reason": reply.stop_reason, "logprob": reply.logprob}))
@@ -295,11 +279,8 @@ def _sample(args: argparse.Namespace) -> int:
 def _chat(args: argparse.Namespace) -> int:
     from minds_core.chat import chat_loop
 
-    service, model, system = _open_chat_model(args)
-    try:
+    with _chat_model(args) as (model, system):
         chat_loop(model, system, sys.stdin, sys.stdout, read=input if sys.stdin.isatty() else None)
-    finally:
-        _close(service)
     return 0
 
 
@@ -308,21 +289,13 @@ def _chat(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from minds_core.export import export_checkpoint
+    from minds_core.plugins import load_plugins
+    from minds_core.service import ServiceLifetime
 
-    ref = _resolve(args)
-    service = rest = None
-    if ref.config.backend == "tinker":
-        import tinker
-
-        from minds_core.backends.tinker import create_tinker_service, resolve_api_key
-
-        service = _connected(create_tinker_service(ref.config, Path(ref.config.runs_dir)))
-        rest = tinker.RestClient(base_url=ref.config.tinker.base_url or None, api_key=resolve_api_key(ref.config.tinker))
-    try:
-        written = export_checkpoint(ref, Path(args.out_dir), merge=args.merge, service=service, rest=rest)
-    finally:
-        if service is not None:
-            _close(service)
+    registry = load_plugins().registry
+    ref = _resolve(args, registry)
+    with ServiceLifetime.choose(ref.config, registry) as door:
+        written = export_checkpoint(ref, Path(args.out_dir), door, merge=args.merge)
     if args.json:
         print(json.dumps(written, indent=2))
     else:

@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     sft = commands.add_parser("sft", parents=[shared], help="supervised fine-tuning on chat conversations (trainer.mode = sft)")
     _add_run_arguments(sft)
     sft.add_argument("--data", metavar="PATH", help='jsonl with one {"messages": [...]} per line (sets sft.data)')
+    sft.add_argument("--resume", metavar="DIR", help="continue the SFT run in DIR (runs/<name>) at its next step")
     report = commands.add_parser("report", parents=[shared], help="write a run's HTML report (curves, health, sampled rollouts)")
     report.add_argument("run_dir", metavar="RUN_DIR", help="the run folder, runs/<name>")
     report.add_argument("-o", "--output", metavar="FILE", help="where to write it (default RUN_DIR/report.html)")
@@ -204,7 +205,7 @@ def _run_command(args: argparse.Namespace) -> int:
     from minds_core.names import check_names
     from minds_core.plugins import load_plugins
 
-    resume = getattr(args, "resume", None)  # minds sft has no --resume
+    resume = args.resume
     config = _resolve_config(args, resume)
     # Before torch is imported, in the order the run checks, the same with --dry-run: what a resumed run is,
     # then the names the config uses (plugin collisions surface in load_plugins).

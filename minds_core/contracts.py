@@ -148,6 +148,8 @@ class BackendFactory(Protocol):
 
     It may also have ``can_serve(config) -> BackendFit``; ``backend = "auto"``
     asks every registered backend that has it and picks among those that serve.
+    And it may have ``export_adapter(config, service, checkpoint, out_dir) -> str``
+    (see ``BackendExport``), which ``minds export`` asks for a checkpoint's files.
     """
 
     def __call__(self, config: RunConfig, run_dir: Path) -> Any:
@@ -155,6 +157,21 @@ class BackendFactory(Protocol):
         :param run_dir: the run's folder (may not exist yet).
 
         Returns the service, or an awaitable of it (to check a connection on the run's event loop).
+        """
+        ...
+
+
+class BackendExport(Protocol):
+    """A backend factory's optional ``export_adapter``: a checkpoint of its service as a PEFT adapter's files."""
+
+    def export_adapter(self, config: RunConfig, service: Any, checkpoint: str, out_dir: Path) -> str:
+        """:param config: the config of the run that saved the checkpoint (or the one given with ``--config``).
+        :param service: the open service this factory made for the command (from ``__call__``).
+        :param checkpoint: the ``tinker://`` path: the saved state when the run recorded one, else the sampler weights.
+        :param out_dir: an empty folder to write ``adapter_config.json`` and ``adapter_model.safetensors`` into.
+
+        Returns the base model's name (written into ``adapter_config.json`` when the files do not name it).
+        Raise ``UsageError`` for a checkpoint that cannot be exported, saying why.
         """
         ...
 

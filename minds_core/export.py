@@ -5,8 +5,11 @@ The result loads without minds::
     base = AutoModelForCausalLM.from_pretrained(BASE_DIR_OR_HUB_ID)
     model = PeftModel.from_pretrained(base, OUT_DIR)
 
-Local checkpoints are read from the local backend's store. Hosted ones are
-downloaded the way the tinker SDK downloads a checkpoint: the saved state is
+The backend holding the checkpoint writes the adapter's files
+(``BackendFactory.export_adapter``, asked through the command's
+``ServiceLifetime``); minds adds the provenance and model card, and merges.
+The local backend reads its own store (``export_local``). The hosted one
+downloads the way the tinker SDK downloads a checkpoint (``export_hosted``): the saved state is
 loaded into a training client, written out as *external weights* (a PEFT
 adapter: ``adapter_config.json`` + ``adapter_model.safetensors``), fetched
 file by file through the signed URLs of ``RestClient.get_external_weights_urls``,
@@ -26,11 +29,15 @@ import urllib.error
 import urllib.request
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minds_core.checkpoint_ref import CheckpointRef
+from minds_core.config import RunConfig
 from minds_core.errors import MindsError, UsageError
 from minds_core.logs import get_logger
+
+if TYPE_CHECKING:
+    from minds_core.service import ServiceLifetime
 
 log = get_logger("export")
 
@@ -46,26 +53,21 @@ MERGED_DIR = "merged"
 _EXPORT_TTL_SECONDS = 3600
 
 
-def export_checkpoint(ref: CheckpointRef, out_dir: Path, *, merge: bool = False, service: Any = None, rest: Any = None) -> dict[str, Any]:
+def export_checkpoint(ref: CheckpointRef, out_dir: Path, door: ServiceLifetime, *, merge: bool = False) -> dict[str, Any]:
     """Write ``ref``'s adapter to ``out_dir`` (and the merged model to ``out_dir/merged``); what was written.
 
     ``out_dir`` must not exist or be empty; it is filled in a staging folder
     and renamed into place, so a failed export leaves nothing half-written.
-    The hosted path uses ``service`` (a ``tinker.ServiceClient``) and ``rest``
-    (a ``tinker.RestClient``).
+    ``door`` is the open service of the backend holding the checkpoint; it writes the adapter's files.
     """
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise UsageError(f"{out_dir} already exists and is not empty: export to a new folder")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
-        backend = ref.config.backend
-        if backend == "local":
-            source, base_model = _export_local(ref, staging)
-        elif backend == "tinker":
-            source, base_model = export_hosted(ref, staging, service, rest)
-        else:
-            raise UsageError(f"minds export reads local and tinker checkpoints, not backend {backend!r}")
+        source = ref.state_path or ref.sampler_path  # the full state when known: a hosted service lets only it be downloaded
+        base_model = door.export_adapter(source, staging)
+        _check_adapter(staging, base_model)
         info = {"source": source, "base_model": base_model, "step": ref.step}
         (staging / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         (staging / MODEL_CARD).write_text(model_card(ref, staging, source), encoding="utf-8")  # over peft's blank template
@@ -105,8 +107,8 @@ def model_card(ref: CheckpointRef, adapter_dir: Path, source: str) -> str:
     )
 
 
-def _export_local(ref: CheckpointRef, out: Path) -> tuple[str, str]:
-    """The local store's adapter, put on its base model and saved by peft itself; (path read, base model)."""
+def export_local(config: RunConfig, path: str, out: Path) -> str:
+    """The local store's adapter, put on its base model and saved by peft itself; the base model's name."""
     from minds_core.backends import local_checkpoint_root
     from minds_core.backends.local.checkpoints import CheckpointStore
     from minds_core.backends.local.errors import LocalBadRequestError, LocalNotFoundError
@@ -114,24 +116,23 @@ def _export_local(ref: CheckpointRef, out: Path) -> tuple[str, str]:
     from minds_core.backends.local.models import BaseModelRegistry
     from minds_core.backends.local.placement import resolve_placement
 
-    path = ref.sampler_path or ref.state_path
     try:
-        checkpoint = CheckpointStore(local_checkpoint_root(ref.config)).load(path, with_optimizer=False)
+        checkpoint = CheckpointStore(local_checkpoint_root(config)).load(path, with_optimizer=False)
         base = BaseModelRegistry(resolve_placement("cpu")).get(checkpoint.base_model)  # float32 on the CPU: exact adapter weights
     except (LocalNotFoundError, LocalBadRequestError) as exc:
         raise UsageError(f"cannot export {path}: {exc}") from None
     model = attach_lora(base.model, checkpoint.lora, seed=0)
     load_adapter_state(model, checkpoint.adapter)
     model.save_pretrained(str(out), save_embedding_layers=False)  # the adapter only, as the store keeps it
-    return path, checkpoint.base_model
+    return checkpoint.base_model
 
 
-def export_hosted(ref: CheckpointRef, out: Path, service: Any, rest: Any) -> tuple[str, str]:
-    """Download a hosted checkpoint's adapter into ``out``; (its path, the base model's name)."""
-    path = ref.state_path
-    if path is None:
+def export_hosted(path: str, out: Path, service: Any, rest: Any) -> str:
+    """Download a hosted checkpoint's adapter into ``out`` through ``service`` (a ``tinker.ServiceClient``) and
+    ``rest`` (its ``RestClient``); the base model's name."""
+    if "/sampler_weights/" in path:
         raise UsageError(
-            f"{ref.sampler_path} is a sampler checkpoint, which the service does not let anyone download: "
+            f"{path} is a sampler checkpoint, which the service does not let anyone download: "
             "export the run folder or its tinker://.../weights/... state_path (checkpoints.jsonl)"
         )
     if "/external_weights/" in path:
@@ -146,9 +147,7 @@ def export_hosted(ref: CheckpointRef, out: Path, service: Any, rest: Any) -> tup
                 rest.delete_checkpoint_from_tinker_path(export).result()
             except Exception as exc:  # noqa: BLE001 - the download stands; the export expires on its own
                 log.warning("could not delete the temporary export; it expires in an hour", path=export, error=str(exc))
-    info = rest.get_weights_info_by_tinker_path(path).result()
-    _complete_adapter_config(out, info.base_model)
-    return path, info.base_model
+    return rest.get_weights_info_by_tinker_path(path).result().base_model
 
 
 def download_external_weights(rest: Any, path: str, out: Path) -> list[str]:
@@ -174,12 +173,12 @@ def download_external_weights(rest: Any, path: str, out: Path) -> list[str]:
     return written
 
 
-def _complete_adapter_config(out: Path, base_model: str) -> None:
-    """Check the download is a PEFT adapter and that its config names the base model."""
+def _check_adapter(out: Path, base_model: str) -> None:
+    """Check the backend wrote a PEFT adapter and that its config names the base model."""
     config_path = out / ADAPTER_CONFIG
     if not config_path.is_file() or not (out / ADAPTER_WEIGHTS).is_file():
         found = ", ".join(sorted(p.name for p in out.iterdir())) or "nothing"
-        raise MindsError(f"the downloaded checkpoint is not a PEFT adapter (expected {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS}; got {found})")
+        raise MindsError(f"the exported checkpoint is not a PEFT adapter (expected {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS}; got {found})")
     config = json.loads(config_path.read_text(encoding="utf-8"))
     if not isinstance(config.get("base_model_name_or_path"), str) or not config["base_model_name_or_path"]:
         config["base_model_name_or_path"] = base_model

@@ -36,10 +36,11 @@ def _problems(config: RunConfig, registry: Registry) -> Iterator[str]:
     for key, cfg in _env_keys(config):
         yield from _env_problems(key, cfg, registry)
     lookups = [
-        ("losses", config.trainer.loss_fn, "trainer.loss_fn"),
         ("advantage_estimators", config.trainer.advantage, "trainer.advantage"),
         *(("metric_sinks", sink, "metrics.sinks") for sink in config.metrics.sinks),
     ]
+    if config.trainer.mode != "sft":  # SFT trains with the service's cross_entropy, whatever trainer.loss_fn says
+        lookups.insert(0, ("losses", config.trainer.loss_fn, "trainer.loss_fn"))
     if config.backend != AUTO_BACKEND:
         lookups.append(("backends", config.backend, "backend"))
     for kind, name, key in lookups:

@@ -28,7 +28,7 @@ from minds_core.backends.retry import ServiceCallError
 from minds_core.config import RunConfig
 from minds_core.data_processing import ProcessedBatch, ProcessingSettings, process_batch
 from minds_core.evaluation import EVAL_DIR, EvalPlan, check_splits, evaluate_policy, save_evaluation
-from minds_core.interrupt import RunInterrupted, StopOnSignal
+from minds_core.interrupt import RunInterrupted
 from minds_core.kl_reference import ReferenceScorer
 from minds_core.logs import get_logger
 from minds_core.outcome import TrainingOutcome
@@ -164,7 +164,7 @@ class RLLoop:
         if not left:
             return
         try:
-            rest = self.session.rest_client()
+            rest = self.session.door.rest_client()
             while left:
                 await asyncio.to_thread(lambda path=left[0]: rest.delete_checkpoint_from_tinker_path(path).result())
                 left.pop(0)
@@ -195,8 +195,7 @@ class RLLoop:
         next_launch = start
         rewards: list[float] = []
         began = time.perf_counter()
-        stop = StopOnSignal(f"minds run --resume {run.shown}")
-        stop.install()
+        stop = self.session.door.stop_on_signal(f"minds run --resume {run.shown}")
         try:
             for step in range(start, steps):
                 step_began = time.perf_counter()

@@ -48,7 +48,8 @@ RESUMES_FILE = "resumes.jsonl"
 LOCK_FILE = ".lock"
 
 #: Config keys (and everything under them) that make a run what it is: a resume may not change them.
-FIXED_ON_RESUME = ("env", "envs", "model", "backend", "tinker.base_url", "seed", "name", "runs_dir")
+FIXED_ON_RESUME = ("env", "envs", "model", "backend", "tinker.base_url", "seed", "name", "runs_dir", "trainer.mode", "sft.data",
+                   "sft.eval_data", "sft.eval_fraction")
 #: What the names of periodic state-only saves start with (``rolling-0``, ``rolling-1``: slots taken in turn).
 ROLLING_PREFIX = "rolling-"
 #: How many periodic saves a run keeps, across resumes: the newest.

@@ -13,7 +13,6 @@ episode its ``Context``.
 from __future__ import annotations
 
 import asyncio
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -22,14 +21,12 @@ from typing import Any, Self
 import attrs
 import tinker
 
-from minds_core.backends import choose_backend, sampler_tokenizer
-from minds_core.backends.retry import REJECTIONS, Backoff, call_service
+from minds_core.backends import sampler_tokenizer
+from minds_core.backends.retry import REJECTIONS
 from minds_core.config import EnvConfig, RunConfig
 from minds_core.envs.loading import build_environment
-from minds_core.envs.rubric import maybe_await
 from minds_core.envs.types import Context, Task, needs_policy_checkpoint
 from minds_core.errors import ConfigError, MindsError, UsageError
-from minds_core.interrupt import RunInterrupted
 from minds_core.logs import get_logger
 from minds_core.names import check_names
 from minds_core.plugin_errors import error_text, raised_by_plugin
@@ -37,6 +34,7 @@ from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
 from minds_core.rollout import EpisodeSettings, close_quietly
 from minds_core.run_directory import RunDirectory, default_run_name, secrets_not_given
+from minds_core.service import ServiceLifetime
 from minds_core.sinks import SinkSet
 
 log = get_logger("trainer")
@@ -109,38 +107,18 @@ def sampling_params(config: RunConfig, cfg: EnvConfig) -> tinker.types.SamplingP
     )
 
 
-async def close_service(service: Any, status: str) -> None:
-    """End the service session (the hosted SDK records success, errored or interrupted); a failure is only logged."""
-    close = getattr(service, "close", None)
-    if callable(close):
-        try:
-            await maybe_await(close(status))
-        except BaseException as exc:  # closing never hides the run's own outcome, nor sets its exit code
-            if not raised_by_plugin(exc):
-                raise
-            log.warning("closing the service failed", error=error_text(exc))
-
-
-def exit_status(error: BaseException | None) -> str:
-    """How a run ended, as the service session records it."""
-    if error is None:
-        return "success"
-    if isinstance(error, (KeyboardInterrupt, asyncio.CancelledError, RunInterrupted)):
-        return "interrupted"
-    return "errored"
-
-
 class Session:
     """One run's environments, service, policy clients and metric sinks; an async context manager that closes them."""
 
-    def __init__(self, config: RunConfig, plugins: Plugins, envs: list[EnvHandle], service: Any, backend: str) -> None:
+    def __init__(self, config: RunConfig, plugins: Plugins, envs: list[EnvHandle], door: ServiceLifetime) -> None:
         self.config = config
         self.plugins = plugins
         self.envs = envs
-        self.service = service
-        self.backend = backend  #: the registered name of the backend serving the run
+        self.door = door  #: the service's lifetime: its backend, retries, signals and closing
+        self.service = door.service
+        self.backend = door.backend  #: the registered name of the backend serving the run
         self.limiter = asyncio.Semaphore(config.rollout.concurrency)  #: rollouts in flight at once
-        self.backoff = Backoff()
+        self.backoff = door.backoff  #: the door's retries, for the loop's own requests
         self.training_client: Any = None
         self.renderer: Renderer | None = None
         self.settings: list[EpisodeSettings] = []  #: per environment, what its rollouts run with
@@ -162,11 +140,8 @@ class Session:
         elif not config.name:
             config = attrs.evolve(config, name=default_run_name(config))
         check_names(config, plugins.registry)
-        choice = choose_backend(config, plugins.registry)
-        factory = plugins.registry.lookup("backends", choice.name, "backend").obj
-        if config.backend == "auto":
-            log.info("backend chosen", backend=choice.name, reason=choice.reason)
-            config = attrs.evolve(config, backend=choice.name)  # the run's config.yaml and report name the backend used
+        door = ServiceLifetime.choose(config, plugins.registry)
+        config = door.config
         try:
             envs = load_environments(config, plugins)
         except MindsError as exc:
@@ -178,8 +153,7 @@ class Session:
                 f"{', '.join(forgotten)}; pass them again (--set KEY=VALUE), or set the environment variable "
                 "the environment reads them from"
             ) from exc
-        service = await maybe_await(factory(config, Path(config.runs_dir) / config.name))  # a backend may check its connection
-        return cls(config, plugins, envs, service, choice.name)
+        return cls(config, plugins, envs, await door.open())
 
     async def __aenter__(self) -> Self:
         return self
@@ -189,7 +163,7 @@ class Session:
             self.sinks.close(self.summary)  # also on an error or Ctrl-C: the progress bar stops, files stay whole
         for handle in self.envs:
             await close_quietly(handle.env, f"environment {handle.name}")
-        await close_service(self.service, exit_status(error))
+        await self.door.close(error)
 
     def open_sinks(self, run: RunDirectory) -> SinkSet:
         """The configured metric sinks, writing into ``run``'s folder; closed with ``summary`` when the session ends."""
@@ -199,26 +173,12 @@ class Session:
 
     async def start_training(self, state_path: str | None, with_optimizer: bool) -> None:
         """Create the policy's training client: a new LoRA adapter, or one restored from ``state_path``."""
-        cfg = self.config
-        try:  # the hosted SDK starts its session (and may fail) when the first client is requested
-            if state_path and with_optimizer:
-                future = self.service.create_training_client_from_state_with_optimizer(state_path)
-            elif state_path:
-                future = self.service.create_training_client_from_state(state_path)
-            else:
-                future = self.service.create_lora_training_client(
-                    base_model=cfg.model.base_model,
-                    rank=cfg.model.lora_rank,
-                    seed=cfg.seed,
-                    train_unembed=cfg.model.train_unembed,
-                )
-            self.training_client = await future
+        self.training_client = await self.door.start_training(state_path, with_optimizer)
+        try:
             self._use_tokenizer(self.training_client.get_tokenizer())
         except (TemplateError, *REJECTIONS) as exc:
-            start = f"from {state_path}" if state_path else f"on {cfg.model.base_model!r}"
+            start = f"from {state_path}" if state_path else f"on {self.config.model.base_model!r}"
             raise UsageError(f"cannot start training {start}: {exc}") from None
-        except tinker.APIConnectionError as exc:
-            raise UsageError(f"cannot start training on {cfg.model.base_model!r}: the service stopped answering ({exc})") from None
 
     async def start_sampling(self, model_path: str | None, state_path: str | None = None) -> Policy:
         """A policy to evaluate without any training client: the weights at ``model_path``, else the base model."""
@@ -245,21 +205,11 @@ class Session:
             # only this version's rollouts read it: let the service expire it (1 h is the minimum TTL)
             name = f"policy-v{version:06d}"
             save = lambda: self.training_client.save_state(name, ttl_seconds=3600, overwrite=True)
-            saved, _ = await call_service(where, "save_state", save, self.backoff)
+            saved = await self.door.call(where, "save_state", save)
             checkpoint = saved.path
         sample = self.training_client.save_weights_and_get_sampling_client
-        sampler, _ = await call_service(where, "save_weights_and_get_sampling_client", sample, self.backoff)
+        sampler = await self.door.call(where, "save_weights_and_get_sampling_client", sample)
         return Policy(version, sampler, checkpoint)
-
-    def rest_client(self) -> Any:
-        """The service's ``RestClient`` (checkpoints: list, info, delete), on the service's own URL and key.
-
-        Both backends make one with ``create_rest_client()``; the SDK deprecates it (with a
-        FutureWarning) for ``tinker.RestClient()``, which only the hosted backend could build.
-        """
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            return self.service.create_rest_client()
 
     def context(self, policy: Policy, step: int) -> Context:
         """What an episode of ``step`` receives: ``policy``'s sampler, the service and the renderer."""

@@ -17,6 +17,8 @@ each assistant message (content and end-of-turn marker) is weighted 1, the rest
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import math
 import random
@@ -28,21 +30,22 @@ from typing import Any
 import attrs
 import tinker
 
-from minds_core.backends import choose_backend
-from minds_core.backends.retry import REJECTIONS
+from minds_core.backends.retry import ServiceCallError
 from minds_core.config import RunConfig
-from minds_core.envs.rubric import maybe_await
 from minds_core.envs.single_turn import prompt_messages
 from minds_core.envs.types import Message
 from minds_core.errors import ConfigError, UsageError
+from minds_core.interrupt import RunInterrupted
 from minds_core.logs import get_logger
+from minds_core.names import check_names
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
-from minds_core.run_directory import CheckpointRecord, RunDirectory, default_run_name
+from minds_core.run_directory import RunDirectory, RunLock, default_run_name, file_error
 from minds_core.schedule import DataSchedule
-from minds_core.session import close_service, load_environments
+from minds_core.service import ServiceLifetime
+from minds_core.session import load_environments
 from minds_core.sinks import SinkSet
-from minds_core.training_requests import adam_params, check_losses
+from minds_core.training_requests import adam_params, apply_update, check_losses, save_checkpoint
 
 log = get_logger("sft")
 
@@ -175,96 +178,102 @@ def _conversations(config: RunConfig, plugins: Plugins) -> list[list[Message]]:
 # ---------------------------------------------------------------- the loop
 
 
-async def _train_sft(config: RunConfig, plugins: Plugins) -> dict[str, Any]:
-    if not config.name:
+async def _train_sft(config: RunConfig, plugins: Plugins, resume_dir: Path | None, claims: contextlib.ExitStack) -> dict[str, Any]:
+    if resume_dir is not None:
+        config = attrs.evolve(config, name=resume_dir.name, runs_dir=str(resume_dir.parent))
+    elif not config.name:
         config = attrs.evolve(config, name=default_run_name(config))
-    conversations = _conversations(config, plugins)
-    train_conversations, held_conversations = _split(conversations, config)
+    check_names(config, plugins.registry)
+    door = ServiceLifetime.choose(config, plugins.registry)
+    # the run's config.yaml and report say what ran: the backend chosen, and SFT's one loss
+    config = door.config = attrs.evolve(door.config, trainer=attrs.evolve(config.trainer, loss_fn="cross_entropy"))
+    train_conversations, held_conversations = _split(_conversations(config, plugins), config)
     if not train_conversations:
         raise ConfigError(f"nothing left to train on after holding out sft.eval_fraction = {config.sft.eval_fraction}")
-    backend = choose_backend(config, plugins.registry).name
-    factory = plugins.registry.lookup("backends", backend, "backend").obj
-    # the run's config.yaml and report say what ran: the backend chosen, and SFT's one loss
-    config = attrs.evolve(config, backend=backend, trainer=attrs.evolve(config.trainer, loss_fn="cross_entropy"))
-    for sink in config.metrics.sinks:
-        plugins.registry.lookup("metric_sinks", sink, "metrics.sinks")
-    RunDirectory.ensure_new(config)
-    service = await maybe_await(factory(config, Path(config.runs_dir) / config.name))  # a backend may check its connection
-    status = "errored"
-    try:
+    if resume_dir is None:
+        RunDirectory.ensure_new(config)
+    last = RunDirectory(resume_dir).last_checkpoint() if resume_dir is not None else None
+    start = last.step + 1 if last else 0
+    async with door:
+        state_path = last.state_path if last else (config.trainer.resume_from or None)
+        client = await door.start_training(state_path, with_optimizer=last is not None)
         try:
-            client = await (
-                service.create_training_client_from_state(config.trainer.resume_from)
-                if config.trainer.resume_from
-                else service.create_lora_training_client(
-                    base_model=config.model.base_model, rank=config.model.lora_rank, seed=config.seed, train_unembed=config.model.train_unembed
-                )
-            )
             renderer = Renderer(client.get_tokenizer(), config.model.chat_template_args)
             data = SftData(
                 [build_datum(*tokenize(renderer, c)) for c in train_conversations],
                 [build_datum(*tokenize(renderer, c)) for c in held_conversations],
             )
-        except (TemplateError, *REJECTIONS) as exc:
+        except TemplateError as exc:
             raise UsageError(f"cannot start SFT on {config.model.base_model!r}: {exc}") from None
-        run = RunDirectory.create(config)
+        run = claims.enter_context(RunDirectory.create(config)) if resume_dir is None else RunDirectory.resume(resume_dir, config, start)
         sinks = SinkSet(config, plugins.registry, run)
         summary: dict[str, Any] = {"run_dir": str(run.path), "stopped": "early"}
         try:
-            log.info("sft", run=str(run.path), backend=backend, train=len(data.train), held_out=len(data.held_out), steps=config.trainer.steps)
-            summary = await _loop(config, client, data, run, sinks)
+            if last is not None:
+                log.info("resuming", run=str(run.path), step=start, checkpoint=last.state_path)
+            sizes = {"train": len(data.train), "held_out": len(data.held_out)}
+            log.info("sft", run=str(run.path), backend=door.backend, **sizes, steps=config.trainer.steps)
+            summary = await _loop(door, client, data, run, sinks, start)
+        except ServiceCallError as exc:  # say what the run kept and how to continue it
+            last = run.last_checkpoint()
+            raise exc.resumable(run.shown, last.step if last else None) from exc.error
+        except OSError as exc:  # the checkpoint store, train.log or a sink's file: disk full, read-only
+            raise file_error(exc, "write", run.shown) from None
         finally:
             sinks.close(summary)
-            run.close()
-        status = "success"
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        status = "interrupted"
-        raise
-    finally:
-        await close_service(service, status)
     return summary
 
 
-async def _held_out_loss(client: Any, data: list[tinker.Datum]) -> float:
-    output = await client.forward(data, "cross_entropy")
+async def _held_out_loss(door: ServiceLifetime, client: Any, data: list[tinker.Datum], step: int) -> float:
+    output = await door.call(f"step {step}", "forward", lambda: client.forward(data, "cross_entropy"))
     return mean_nll(data, output)[0]
 
 
-async def _loop(config: RunConfig, client: Any, data: SftData, run: RunDirectory, sinks: SinkSet) -> dict[str, Any]:
+async def _loop(door: ServiceLifetime, client: Any, data: SftData, run: RunDirectory, sinks: SinkSet, start: int) -> dict[str, Any]:
+    """Steps ``start`` .. ``trainer.steps - 1``; a first SIGINT/SIGTERM stops after a saved step."""
+    config = door.config
     cfg = config.trainer
     schedule = DataSchedule(config.seed, [1.0], [len(data.train)], config.sft.batch_size)
     began = time.perf_counter()
-    first_eval = await _held_out_loss(client, data.held_out) if data.held_out else None
+    first_eval = await _held_out_loss(door, client, data.held_out, start) if data.held_out and start == 0 else None
     last_eval = first_eval
-    for step in range(cfg.steps):
-        step_began = time.perf_counter()
-        batch = [data.train[index] for _, index in schedule.batch(step)]
-        adam = adam_params(cfg, step)
-        forward_backward = client.forward_backward(batch, "cross_entropy")
-        optim = client.optim_step(adam)
-        loss, tokens = mean_nll(batch, await forward_backward)
-        await optim
-        if tokens:
-            check_losses({"train/loss": loss}, step, run)
-        record: dict[str, Any] = {
-            "step": step, "train/loss": loss, "train/tokens": tokens, "train/learning_rate": adam.learning_rate, "train/datums": len(batch)
-        }
-        if step == 0 and first_eval is not None:
-            record["eval/loss_before"] = first_eval
-        last_step = step == cfg.steps - 1
-        if data.held_out and (last_step or (config.sft.eval_every and (step + 1) % config.sft.eval_every == 0)):
-            last_eval = record["eval/loss"] = await _held_out_loss(client, data.held_out)
-        checkpoint = None
-        if last_step or (cfg.save_every and (step + 1) % cfg.save_every == 0):
-            state = client.save_state(f"step-{step:06d}", overwrite=True)
-            sampler = client.save_weights_for_sampler(f"step-{step:06d}")
-            checkpoint = CheckpointRecord(step=step, state_path=(await state).path, sampler_path=(await sampler).path)
-        record["time/step"] = time.perf_counter() - step_began
-        sinks.write(record)
-        if checkpoint is not None:
-            run.record_checkpoint(checkpoint)
+    stop = door.stop_on_signal(f"minds sft --resume {run.shown}")
+    try:
+        for step in range(start, cfg.steps):
+            step_began = time.perf_counter()
+            batch = [data.train[index] for _, index in schedule.batch(step)]
+            adam = adam_params(cfg, step)
+            forward_backward = functools.partial(client.forward_backward, batch, "cross_entropy")
+            output = await apply_update(forward_backward, functools.partial(client.optim_step, adam), step, door.backoff)
+            loss, tokens = mean_nll(batch, output)
+            if tokens:
+                check_losses({"train/loss": loss}, step, run)
+            record: dict[str, Any] = {
+                "step": step, "train/loss": loss, "train/tokens": tokens, "train/learning_rate": adam.learning_rate, "train/datums": len(batch)
+            }
+            if step == 0 and first_eval is not None:
+                record["eval/loss_before"] = first_eval
+            last_step = step == cfg.steps - 1
+            if data.held_out and (last_step or (config.sft.eval_every and (step + 1) % config.sft.eval_every == 0)):
+                last_eval = record["eval/loss"] = await _held_out_loss(door, client, data.held_out, step)
+            stopping = stop.requested
+            checkpoint = None
+            if last_step or stopping or (cfg.save_every and (step + 1) % cfg.save_every == 0):
+                checkpoint = await save_checkpoint(client, step, f"step-{step:06d}", door.backoff, with_sampler=True)
+            record["time/step"] = time.perf_counter() - step_began
+            sinks.write(record)
+            if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics
+                run.record_checkpoint(checkpoint)
+            if stopping and not last_step:
+                raise RunInterrupted(
+                    f"stopped by {stop.signal_name} after step {step} ({step + 1} of {cfg.steps} done); checkpoint saved. "
+                    f"Continue with: minds sft --resume {run.shown}",
+                    stop.signum or 0,
+                )
+    finally:
+        stop.restore()
     return {
-        "steps": cfg.steps,
+        "steps": cfg.steps - start,
         "eval/loss_before": first_eval,
         "eval/loss_after": last_eval,
         "seconds": time.perf_counter() - began,
@@ -272,7 +281,11 @@ async def _loop(config: RunConfig, client: Any, data: SftData, run: RunDirectory
     }
 
 
-def train_sft(config: RunConfig, plugins: Plugins | None = None) -> dict[str, Any]:
-    """Supervised fine-tuning as the config says; returns a summary with the held-out loss before and after."""
+def train_sft(config: RunConfig, plugins: Plugins | None = None, resume_dir: Path | None = None) -> dict[str, Any]:
+    """Supervised fine-tuning as the config says (or resumed from ``resume_dir``'s last checkpoint); returns a
+    summary with the held-out loss before and after. A resumed run's folder is locked from its first read."""
     plugins = plugins or load_plugins()
-    return asyncio.run(_train_sft(config, plugins))
+    with contextlib.ExitStack() as claims:
+        if resume_dir is not None:
+            claims.enter_context(RunLock(resume_dir))
+        return asyncio.run(_train_sft(config, plugins, resume_dir, claims))

@@ -10,7 +10,6 @@ import attrs
 
 from minds_core.config import RunConfig, to_dict
 from minds_core.config.masking import seal
-from minds_core.errors import UsageError
 from minds_core.plugins import Plugins
 
 
@@ -27,11 +26,9 @@ def train(config: RunConfig, resume_dir: Path | None = None, plugins: Plugins | 
     else:
         config = attrs.evolve(config, runs_dir=str(Path(config.runs_dir).absolute()))
     if config.trainer.mode == "sft":
-        if resume_dir is not None:
-            raise UsageError("--resume continues RL runs; start SFT from saved weights with trainer.resume_from")
         from minds_core.sft import train_sft
 
-        return train_sft(config, plugins)
+        return train_sft(config, plugins, resume_dir)
     from minds_core.rl_loop import train_rl
 
     return asyncio.run(train_rl(config, resume_dir, plugins))

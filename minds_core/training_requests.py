@@ -1,4 +1,4 @@
-"""What the RL loop asks of the training client: one optimizer step, and checkpoints; transient failures retried.
+"""What a training loop (RL or SFT) asks of the training client: one optimizer step, and checkpoints; transient failures retried.
 
 When a request fails for good, the ``ServiceCallError`` records in
 ``intact_after`` the last step whose update the training state still holds
@@ -8,6 +8,7 @@ exactly, so that the loop can checkpoint it before the run ends.
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import tinker
@@ -39,13 +40,7 @@ def adam_params(cfg: TrainerConfig, step: int) -> tinker.types.AdamParams:
 async def train_step(
     client: Any, datums: list[tinker.Datum], loss: Any, cfg: TrainerConfig, step: int, backoff: Backoff
 ) -> dict[str, float]:
-    """Submit forward_backward and optim_step back to back, then await both; ``train/*`` and KL metrics.
-
-    ``loss`` is a registered loss: a service loss name or a ``CustomLoss``. When
-    forward_backward had to be sent again, the optim_step submitted with the
-    failed try is let finish and a fresh one follows the gradients that did arrive.
-    When either fails for good, the error's ``intact_after`` is ``step - 1``.
-    """
+    """One optimizer step on ``datums`` with ``loss`` (a service loss name or a ``CustomLoss``); ``train/*`` and KL metrics."""
     adam = adam_params(cfg, step)
 
     def forward_backward() -> Any:
@@ -53,9 +48,21 @@ async def train_step(
             return client.forward_backward_custom(datums, loss.fn)
         return client.forward_backward(datums, loss, dict(cfg.loss_fn_config) or None)
 
-    def optim_step() -> Any:
-        return client.optim_step(adam)
+    result = await apply_update(forward_backward, lambda: client.optim_step(adam), step, backoff)
+    metrics = {"train/learning_rate": adam.learning_rate, **{f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}}
+    metrics.update(sampler_train_kl(datums, result.loss_fn_outputs or []))
+    return metrics
 
+
+async def apply_update(
+    forward_backward: Callable[[], Awaitable[Any]], optim_step: Callable[[], Awaitable[Any]], step: int, backoff: Backoff
+) -> Any:
+    """Submit forward_backward and optim_step back to back, then await both; forward_backward's result.
+
+    When forward_backward had to be sent again, the optim_step submitted with the
+    failed try is let finish and a fresh one follows the gradients that did arrive.
+    When either fails for good, the error's ``intact_after`` is ``step - 1``.
+    """
     where = f"step {step}"
     first_backward = send_now(forward_backward)
     first_optim = send_now(optim_step)
@@ -73,9 +80,7 @@ async def train_step(
     except ServiceCallError as exc:
         exc.intact_after = step - 1
         raise
-    metrics = {"train/learning_rate": adam.learning_rate, **{f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}}
-    metrics.update(sampler_train_kl(datums, result.loss_fn_outputs or []))
-    return metrics
+    return result
 
 
 async def save_checkpoint(client: Any, step: int, name: str, backoff: Backoff, *, with_sampler: bool) -> CheckpointRecord:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import io
 from types import SimpleNamespace
 
@@ -50,7 +51,7 @@ def test_chat_shows_control_bytes(hostile_model: ChatModel) -> None:
 
 
 def test_sample_shows_control_bytes_and_json_keeps_the_text(hostile_model: ChatModel, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    monkeypatch.setattr(adapter_cli, "_open_chat_model", lambda args: (None, hostile_model, None))
+    monkeypatch.setattr(adapter_cli, "_chat_model", lambda args: contextlib.nullcontext((hostile_model, None)))
     assert main(["sample", "runs/any", "--prompt", "hi"]) == 0
     assert capsys.readouterr().out == "ok␛[2J␇␛[H!\n"
     assert main(["sample", "runs/any", "--prompt", "hi", "--json"]) == 0

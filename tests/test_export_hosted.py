@@ -1,7 +1,8 @@
 """Exporting a hosted checkpoint through the SDK's download of external weights.
 
 The hosted service cannot be reached here, so its two clients are fakes
-(``FakeHostedService``, ``FakeRestClient``) answering with real ``tinker.types``;
+(``FakeHostedService``, ``FakeRestClient``), reached through the real tinker
+backend's ``export_adapter``, answering with real ``tinker.types``;
 the adapter files they point at are a real PEFT adapter built from a trained
 local checkpoint and fetched over real HTTP from a server on 127.0.0.1, as the
 signed URLs of ``RestClient.get_external_weights_urls`` are.
@@ -28,12 +29,15 @@ from peft import PeftModel  # noqa: E402
 from tinker import types  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
+from minds_core.backends import LocalBackend  # noqa: E402
 from minds_core.backends.local import ServiceClient  # noqa: E402
+from minds_core.backends.tinker import TinkerBackend  # noqa: E402
 from minds_core.backends.local.tiny_model import DEFAULT_BASE_MODEL, tiny_model_path  # noqa: E402
 from minds_core.checkpoint_ref import resolve_checkpoint  # noqa: E402
 from minds_core.datums import build_datum  # noqa: E402
 from minds_core.errors import MindsError, UsageError  # noqa: E402
 from minds_core.export import export_checkpoint  # noqa: E402
+from minds_core.service import ServiceLifetime  # noqa: E402
 
 TOKENS = [5, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100]
 STATE = "tinker://run-hosted/weights/step-000003"
@@ -57,10 +61,14 @@ class FakeTrainingClient:
 
 
 class FakeHostedService:
-    """Fake of tinker.ServiceClient: loads a saved state into a (fake) training client."""
+    """Fake of tinker.ServiceClient: loads a saved state into a (fake) training client; its RestClient is ``rest``."""
 
-    def __init__(self) -> None:
+    def __init__(self, rest: FakeRestClient) -> None:
         self.calls: list = []
+        self.rest = rest
+
+    def create_rest_client(self) -> FakeRestClient:
+        return self.rest
 
     def create_training_client_from_state(self, path: str, user_metadata: dict | None = None) -> concurrent.futures.Future:
         self.calls.append(("create_training_client_from_state", path))
@@ -100,7 +108,9 @@ def trained(tmp_path_factory) -> dict[str, Any]:
     logprobs = sampler.compute_logprobs(types.ModelInput.from_ints(TOKENS)).result()[1:]
     service.close("success")
     served = root / "served"
-    export_checkpoint(resolve_checkpoint(path, None, [f"runs_dir={root / 'runs'}", "backend=local"]), served)
+    ref = resolve_checkpoint(path, None, [f"runs_dir={root / 'runs'}", "backend=local"])
+    with ServiceLifetime(ref.config, "local", LocalBackend()) as door:
+        export_checkpoint(ref, served, door)
     config = json.loads((served / "adapter_config.json").read_text())
     del config["base_model_name_or_path"]  # the service's files do not name a base on this machine
     (served / "adapter_config.json").write_text(json.dumps(config))
@@ -123,8 +133,10 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         """No access log in the test output."""
 
 
-def _hosted_ref(path: str = STATE):
-    return resolve_checkpoint(path, None, ["backend=tinker"])
+def _export(path: str, out, service: FakeHostedService) -> dict[str, Any]:
+    """``path`` exported through the real tinker backend's ``export_adapter``, its service the fake."""
+    ref = resolve_checkpoint(path, None, ["backend=tinker"])
+    return export_checkpoint(ref, out, ServiceLifetime(ref.config, "tinker", TinkerBackend(), service=service))
 
 
 def _urls(base: str) -> dict[str, str]:
@@ -138,9 +150,10 @@ def _logprobs(model: torch.nn.Module) -> list[float]:
 
 
 def test_a_hosted_checkpoint_is_downloaded_as_a_peft_adapter(trained, file_server, tmp_path):
-    service, rest = FakeHostedService(), FakeRestClient(_urls(file_server))
+    rest = FakeRestClient(_urls(file_server))
+    service = FakeHostedService(rest)
     out = tmp_path / "adapter"
-    written = export_checkpoint(_hosted_ref(), out, service=service, rest=rest)
+    written = _export(STATE, out, service)
     assert written["base_model"] == str(tiny_model_path()) and written["source"] == STATE
     assert service.calls == [("create_training_client_from_state", STATE), ("save_weights_external", "minds-export", 3600)]
     assert rest.deleted == ["tinker://run-export/external_weights/minds-export"]  # the temporary export is removed
@@ -152,15 +165,16 @@ def test_a_hosted_checkpoint_is_downloaded_as_a_peft_adapter(trained, file_serve
 
 
 def test_external_weights_are_downloaded_directly(file_server, tmp_path):
-    service, rest = FakeHostedService(), FakeRestClient(_urls(file_server))
-    export_checkpoint(_hosted_ref("tinker://run-x/external_weights/final"), tmp_path / "a", service=service, rest=rest)
+    rest = FakeRestClient(_urls(file_server))
+    service = FakeHostedService(rest)
+    _export("tinker://run-x/external_weights/final", tmp_path / "a", service)
     assert service.calls == [] and rest.deleted == []
     assert (tmp_path / "a" / "adapter_model.safetensors").stat().st_size > 0
 
 
 def test_sampler_checkpoints_cannot_be_downloaded(tmp_path):
     with pytest.raises(UsageError, match="sampler checkpoint.*state_path"):
-        export_checkpoint(_hosted_ref("tinker://run-x/sampler_weights/s"), tmp_path / "a", service=FakeHostedService(), rest=FakeRestClient({}))
+        _export("tinker://run-x/sampler_weights/s", tmp_path / "a", FakeHostedService(FakeRestClient({})))
     assert not (tmp_path / "a").exists()
 
 
@@ -176,7 +190,7 @@ def test_sampler_checkpoints_cannot_be_downloaded(tmp_path):
 def test_bad_downloads_are_reported_and_leave_nothing(file_server, tmp_path, names, error, message):
     rest = FakeRestClient({name: f"{file_server}/{source}" for name, source in names.items()})
     with pytest.raises(error, match=message):
-        export_checkpoint(_hosted_ref(), tmp_path / "a", service=FakeHostedService(), rest=rest)
+        _export(STATE, tmp_path / "a", FakeHostedService(rest))
     assert list(tmp_path.iterdir()) == []
     assert rest.deleted == ["tinker://run-export/external_weights/minds-export"]
 
@@ -188,6 +202,7 @@ def test_the_fakes_mirror_the_installed_sdk():
         (tinker.RestClient, "get_weights_info_by_tinker_path", ()),
         (tinker.RestClient, "delete_checkpoint_from_tinker_path", ()),
         (tinker.ServiceClient, "create_training_client_from_state", ("user_metadata",)),
+        (tinker.ServiceClient, "create_rest_client", ()),
         (tinker.TrainingClient, "save_weights_external", ("ttl_seconds",)),
     ):
         parameters = inspect.signature(getattr(cls, name)).parameters

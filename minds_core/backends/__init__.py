@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,17 @@ def choose_backend(config: RunConfig, registry: Registry) -> BackendChoice:
     return BackendChoice(chosen, "; ".join([*passed, fits[chosen].reason]))
 
 
+def rest_client(service: Any) -> Any:
+    """The service's ``RestClient`` (checkpoints: list, info, delete), on the service's own URL and key.
+
+    Both built-in backends make one with ``create_rest_client()``; the SDK deprecates it (with a
+    FutureWarning) for ``tinker.RestClient()``, which only the hosted backend could build.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return service.create_rest_client()
+
+
 def local_checkpoint_root(config: RunConfig) -> Path:
     """Where the local backend keeps checkpoints: ``<runs_dir>/_checkpoints``."""
     return Path(config.runs_dir) / "_checkpoints"
@@ -77,6 +89,12 @@ class LocalBackend:
 
     def can_serve(self, config: RunConfig) -> BackendFit:
         return BackendFit(True, "the local backend trains on this machine", preference=0)
+
+    def export_adapter(self, config: RunConfig, service: Any, checkpoint: str, out_dir: Path) -> str:
+        """The adapter of ``checkpoint``, read from the local store (the service is not needed)."""
+        from minds_core.export import export_local
+
+        return export_local(config, checkpoint, out_dir)
 
 
 def create_local_service(config: RunConfig, run_dir: Path) -> Any:

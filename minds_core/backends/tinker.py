@@ -46,6 +46,13 @@ class TinkerBackend:
             return BackendFit(False, f"{local_only}, which the hosted service cannot serve; the key in {where} is not used", 1)
         return BackendFit(True, f"a Tinker API key is configured ({where}) and model {config.model.base_model!r} is not local", 1)
 
+    def export_adapter(self, config: RunConfig, service: Any, checkpoint: str, out_dir: Path) -> str:
+        """The adapter of ``checkpoint`` (a saved state), downloaded as the SDK downloads external weights."""
+        from minds_core.backends import rest_client
+        from minds_core.export import export_hosted
+
+        return export_hosted(checkpoint, out_dir, service, rest_client(service))
+
 
 def create_tinker_service(config: RunConfig, run_dir: Path) -> Coroutine[Any, Any, Any]:
     """A ``tinker.ServiceClient`` for the hosted service, once it answers; clear errors before any work.

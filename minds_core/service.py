@@ -1,0 +1,162 @@
+"""The one door to a training service: how every command that talks to one opens and closes it.
+
+``ServiceLifetime.choose`` picks the backend from the registry (``backend =
+"auto"`` asks every registered backend, and the choice is logged) before
+anything is built; ``open`` calls the backend's factory (awaiting a connection
+check when it returns one). Used as ``async with`` (RL, eval, SFT) or ``with``
+(sample, chat, export, which call the service's futures synchronously), the
+lifetime closes the service when the command ends, however it ends, telling it
+``success``, ``errored`` or ``interrupted``. In between it sends requests with
+the run's retries (``call``), turns Ctrl-C/SIGTERM into a request to stop
+after the step in flight (``stop_on_signal``), and asks the backend for a
+checkpoint's adapter files (``export_adapter``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self, TypeVar
+
+import attrs
+import tinker
+
+from minds_core.backends import choose_backend, rest_client
+from minds_core.backends.retry import REJECTIONS, Backoff, call_service
+from minds_core.config import RunConfig
+from minds_core.envs.rubric import maybe_await
+from minds_core.errors import MindsError, UsageError
+from minds_core.interrupt import RunInterrupted, StopOnSignal
+from minds_core.logs import get_logger
+from minds_core.plugin_errors import error_text, raised_by_plugin
+
+if TYPE_CHECKING:
+    from minds_core.plugins import Registry
+
+T = TypeVar("T")
+log = get_logger("service")
+
+
+def exit_status(error: BaseException | None) -> str:
+    """How a command ended, as the service session records it."""
+    if error is None:
+        return "success"
+    if isinstance(error, (KeyboardInterrupt, asyncio.CancelledError, RunInterrupted)):
+        return "interrupted"
+    return "errored"
+
+
+@attrs.define
+class ServiceLifetime:
+    """One command's training service: the backend chosen, the service once open, its retries and signals."""
+
+    config: RunConfig  #: the command's config, its ``backend`` the one chosen (never ``auto``)
+    backend: str  #: the registered name of the backend
+    factory: Any  #: the registered ``BackendFactory``
+    backoff: Backoff = attrs.field(factory=Backoff)  #: how transient service failures are retried
+    service: Any = None  #: the service client, once ``open``
+    _stop: StopOnSignal | None = None
+    _closed: bool = False
+
+    @classmethod
+    def choose(cls, config: RunConfig, registry: Registry) -> ServiceLifetime:
+        """The backend the config names, or the one ``auto`` picks (logged with why); nothing is opened yet."""
+        choice = choose_backend(config, registry)
+        factory = registry.lookup("backends", choice.name, "backend").obj
+        if config.backend == "auto":
+            log.info("backend chosen", backend=choice.name, reason=choice.reason)
+            config = attrs.evolve(config, backend=choice.name)  # a run's config.yaml and report name the backend used
+        return cls(config, choice.name, factory)
+
+    async def open(self, run_dir: Path | None = None) -> Self:
+        """Make the service (``run_dir``: the run's folder, default ``<runs_dir>/<name>``); a backend may check its connection."""
+        if self.service is None:
+            run_dir = run_dir or Path(self.config.runs_dir) / (self.config.name or "_adhoc")
+            self.service = await maybe_await(self.factory(self.config, run_dir))
+        return self
+
+    async def close(self, error: BaseException | None = None) -> None:
+        """Give the signals back and end the service session (once); a failure to close is only logged."""
+        if self._stop is not None:
+            self._stop.restore()
+        if self._closed or self.service is None:
+            return
+        self._closed = True
+        close = getattr(self.service, "close", None)
+        if not callable(close):
+            return
+        try:
+            done = await maybe_await(close(exit_status(error)))
+            if callable(getattr(done, "result", None)):  # a future the SDK returns without awaiting it
+                done.result()
+        except BaseException as exc:  # closing never hides the command's own outcome, nor sets its exit code
+            if not raised_by_plugin(exc):
+                raise
+            log.warning("closing the service failed", backend=self.backend, error=error_text(exc))
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close(error)
+
+    def __enter__(self) -> Self:
+        """For commands without an event loop of their own (sample, chat, export)."""
+        return asyncio.run(self.open())
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        asyncio.run(self.close(error))
+
+    async def call(self, where: str, request: str, send: Callable[[], Awaitable[T]]) -> T:
+        """``send()``'s result, transient failures retried (``ServiceCallError`` when it fails for good)."""
+        result, _ = await call_service(where, request, send, self.backoff)
+        return result
+
+    async def start_training(self, state_path: str | None, with_optimizer: bool) -> Any:
+        """A training client: a new LoRA adapter on the config's model, or one restored from ``state_path``.
+
+        A rejected request (bad model, key or checkpoint) or a service that stopped answering is a UsageError.
+        """
+        cfg = self.config
+        try:  # the hosted SDK starts its session (and may fail) when the first client is requested
+            if state_path and with_optimizer:
+                return await self.service.create_training_client_from_state_with_optimizer(state_path)
+            if state_path:
+                return await self.service.create_training_client_from_state(state_path)
+            return await self.service.create_lora_training_client(
+                base_model=cfg.model.base_model, rank=cfg.model.lora_rank, seed=cfg.seed, train_unembed=cfg.model.train_unembed
+            )
+        except REJECTIONS as exc:
+            start = f"from {state_path}" if state_path else f"on {cfg.model.base_model!r}"
+            raise UsageError(f"cannot start training {start}: {exc}") from None
+        except tinker.APIConnectionError as exc:
+            raise UsageError(f"cannot start training on {cfg.model.base_model!r}: the service stopped answering ({exc})") from None
+
+    def rest_client(self) -> Any:
+        """The service's ``RestClient`` (checkpoints: list, info, delete)."""
+        return rest_client(self.service)
+
+    def stop_on_signal(self, resume_hint: str) -> StopOnSignal:
+        """From now until ``restore`` (or ``close``), SIGINT/SIGTERM ask the loop to stop after its step (call on the loop)."""
+        self._stop = StopOnSignal(resume_hint)
+        self._stop.install()
+        return self._stop
+
+    def export_adapter(self, checkpoint: str, out_dir: Path) -> str:
+        """Write ``checkpoint``'s adapter as a PEFT folder into ``out_dir`` (the backend reads it); its base model's name."""
+        export = getattr(self.factory, "export_adapter", None)
+        if not callable(export):
+            raise UsageError(
+                f"backend {self.backend!r} cannot export checkpoints (its factory has no export_adapter); "
+                "sample from the checkpoint with minds sample, or ask the backend's author for export_adapter"
+            )
+        try:
+            return export(self.config, self.service, checkpoint, out_dir)
+        except (MindsError, OSError):  # a clear message already, or a file error the command reports
+            raise
+        except Exception as exc:
+            if not raised_by_plugin(exc):
+                raise
+            raise MindsError(f"backend {self.backend!r} failed to export {checkpoint}: {error_text(exc)}") from exc
