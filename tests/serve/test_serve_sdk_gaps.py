@@ -218,3 +218,56 @@ def test_tinker_checkpoint_download_of_a_training_checkpoint_exports_renews_its_
     assert listed[state] is not None and listed[state] > datetime.now(UTC) + timedelta(hours=23)
     assert _tinker_cli(served, "checkpoint", "set-ttl", state, "--remove").returncode == 0
     assert rest.get_training_run_by_tinker_path(state).result().last_checkpoint.expires_at is None
+
+
+def test_the_cookbooks_weights_download_of_a_training_checkpoint_decrypts_a_loadable_adapter(
+    served: Served, service: tinker.ServiceClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tinker_cookbook.weights.download: a new run from the checkpoint, an export age-encrypted to a fresh key, deleted after."""
+    from tinker_cookbook import weights
+
+    monkeypatch.setenv("TINKER_API_KEY", KEY)
+    trainer = _trained(service)
+    state = trainer.save_state("final").result().path
+    rest = tinker.RestClient(base_url=served.url, api_key=KEY)
+    before = {c.tinker_path for c in rest.list_user_checkpoints(limit=1000).result().checkpoints}
+    out = tmp_path / "adapter"
+    assert weights.download(tinker_path=state, output_dir=str(out), base_url=served.url) == str(out)
+    assert sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    _assert_scores_as_the_server(out, trainer)
+    assert {c.tinker_path for c in rest.list_user_checkpoints(limit=1000).result().checkpoints} == before
+
+
+def test_external_weights_encrypted_to_age_recipients_hold_no_plaintext_and_decrypt_to_the_adapter(
+    clients: tuple[Any, Any], tmp_path: Path
+) -> None:
+    import pyrage
+    from safetensors.torch import load as load_tensors
+
+    service, rest = clients
+    trainer = _trained(service)
+    identity = pyrage.x25519.Identity.generate()
+    sealed = trainer.save_weights_external("sealed", age_encryption_recipients=[str(identity.to_public())]).result().path
+    plain = trainer.save_weights_external("plain").result().path
+
+    def fetch(path: str) -> dict[str, bytes]:
+        urls = rest.get_external_weights_urls(path).result().urls
+        return {name: urllib.request.urlopen(url, timeout=30).read() for name, url in urls.items()}
+
+    sealed_files, plain_files = fetch(sealed), fetch(plain)
+    assert sorted(sealed_files) == ["adapter_config.json.age", "adapter_model.safetensors.age"]
+    assert sorted(plain_files) == ["adapter_config.json", "adapter_model.safetensors"]
+    opened = {name.removesuffix(".age"): pyrage.decrypt(data, [identity]) for name, data in sealed_files.items()}
+    assert opened["adapter_config.json"] == plain_files["adapter_config.json"]
+    expected = load_tensors(plain_files["adapter_model.safetensors"])
+    for name, tensor in load_tensors(opened["adapter_model.safetensors"]).items():
+        torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0)
+    assert not any(plain_files["adapter_model.safetensors"][-64:] in data for data in sealed_files.values())
+
+    refused = (tinker.BadRequestError, tinker.RequestFailedError)  # a 400 in process, a user-category failure over HTTP
+    with pytest.raises(refused, match="cannot be loaded"):
+        service.create_training_client_from_state(sealed).result()
+    with pytest.raises(refused, match=r"age_encryption_recipients\[1\].*not an age public key"):
+        trainer.save_weights_external("bad", age_encryption_recipients=[str(identity.to_public()), "age1nope"]).result()
+    with pytest.raises(tinker.NotFoundError):
+        rest.get_external_weights_urls(plain.replace("/plain", "/bad")).result()  # nothing was written

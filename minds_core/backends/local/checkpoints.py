@@ -29,7 +29,7 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -40,17 +40,21 @@ from peft import PeftConfig
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from .age import SUFFIX as AGE_SUFFIX
+from .age import encrypt_files
 from .errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
 from .lora import AdapterState, LoraSpec
 from .training_engine import OptimizerState
 
-__all__ = ["CheckpointContents", "CheckpointKind", "CheckpointStore", "parse_path"]
+__all__ = ["METADATA_FILE", "CheckpointContents", "CheckpointKind", "CheckpointStore", "parse_path"]
 
 CheckpointKind = Literal["weights", "sampler_weights", "external_weights"]
 KINDS: tuple[CheckpointKind, ...] = ("weights", "sampler_weights", "external_weights")
 
 _FORMAT = "minds-local-checkpoint/1"
 _META = "minds_checkpoint.json"
+#: minds' own record of a checkpoint, beside its files (not one of the files a download hands out).
+METADATA_FILE = _META
 _ADAPTER = "adapter_model.safetensors"
 _OPTIMIZER = "optimizer.safetensors"
 _RUN = "run.json"
@@ -87,8 +91,12 @@ class CheckpointStore:
         overwrite: bool,
         user_metadata: dict[str, str] | None = None,
         ttl_seconds: int | None = None,
+        age_keys: Sequence[Any] = (),
     ) -> str:
-        """Write ``checkpoint`` atomically; its tinker path. With ``ttl_seconds`` it expires that long from now."""
+        """Write ``checkpoint`` atomically; its tinker path. With ``ttl_seconds`` it expires that long from now.
+
+        With ``age_keys`` (``age.parse_recipients``) its tensors and adapter config are written encrypted, as
+        ``<file>.age``: such a checkpoint can be downloaded, not loaded."""
         _check_segment(name, "checkpoint name")
         if ttl_seconds is not None and (type(ttl_seconds) is not int or ttl_seconds < 1):
             raise LocalBadRequestError(f"ttl_seconds must be a whole number of seconds >= 1, or None; got {ttl_seconds!r}")
@@ -102,6 +110,8 @@ class CheckpointStore:
             _write_tensors(checkpoint.adapter, staging / _ADAPTER)
             if checkpoint.optimizer is not None:
                 _write_tensors(checkpoint.optimizer, staging / _OPTIMIZER)
+            if age_keys:
+                encrypt_files(sorted(staging.iterdir()), age_keys)
             now = datetime.now(UTC)
             meta = {
                 "format": _FORMAT,
@@ -134,6 +144,11 @@ class CheckpointStore:
             raise LocalNotFoundError(f"No checkpoint at {path} (looked in {directory}); {self._siblings(directory)}")
         if _is_expired(meta):
             raise LocalNotFoundError(f"Checkpoint {path} expired at {meta['expires_at']} (its ttl_seconds ran out)")
+        if (directory / f"{_ADAPTER}{AGE_SUFFIX}").is_file():
+            raise LocalBadRequestError(
+                f"{path} was saved encrypted to its age_encryption_recipients: download it "
+                "(get_external_weights_urls, tinker checkpoint download) and decrypt it; it cannot be loaded"
+            )
         if with_optimizer and not (directory / _OPTIMIZER).is_file():
             raise LocalBadRequestError(
                 f"{path} has no optimizer state: pass a tinker://<run>/weights/<name> path from save_state"
