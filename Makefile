@@ -5,6 +5,9 @@ PY := $(VENV)/bin/python
 INSTALL := $(PY) -m pip install --quiet -c constraints.txt
 PLUGINS := $(sort $(dir $(wildcard plugins/*/pyproject.toml)))
 STAMP := $(VENV)/.installed
+# tinker-cookbook's loops are run against minds in the tests. Its own requirements name tml-renderers>=0.4.1,
+# which the package index lacks and which only Inkling/Kimi models use: its other requirements are the
+# cookbook extra, and the cookbook itself goes in without resolving (--no-deps).
 COOKBOOK := 0.6.1
 
 .PHONY: setup demo test bench clean
@@ -13,9 +16,6 @@ $(STAMP): pyproject.toml constraints.txt $(wildcard plugins/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(INSTALL) --upgrade pip
 	$(INSTALL) -e ".[local,dev,cookbook]" $(foreach p,$(PLUGINS),-e $(p))
-	# tinker-cookbook's loops are run against minds in the tests. Its own requirements name tml-renderers>=0.4.1,
-	# which the package index lacks and which only Inkling/Kimi models use: its other requirements are the
-	# cookbook extra, and the cookbook itself goes in without resolving.
 	$(INSTALL) --no-deps tinker-cookbook==$(COOKBOOK)
 	touch $(STAMP)
 
