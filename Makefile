@@ -5,13 +5,18 @@ PY := $(VENV)/bin/python
 INSTALL := $(PY) -m pip install --quiet -c constraints.txt
 PLUGINS := $(sort $(dir $(wildcard plugins/*/pyproject.toml)))
 STAMP := $(VENV)/.installed
+# tinker-cookbook's loops are run against minds in the tests. Its own requirements name tml-renderers>=0.4.1,
+# which the package index lacks and which only Inkling/Kimi models use: its other requirements are the
+# cookbook extra, and the cookbook itself goes in without resolving (--no-deps).
+COOKBOOK := 0.6.1
 
 .PHONY: setup demo test bench clean
 
 $(STAMP): pyproject.toml constraints.txt $(wildcard plugins/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(INSTALL) --upgrade pip
-	$(INSTALL) -e ".[local,dev]" $(foreach p,$(PLUGINS),-e $(p))
+	$(INSTALL) -e ".[local,dev,cookbook]" $(foreach p,$(PLUGINS),-e $(p))
+	$(INSTALL) --no-deps tinker-cookbook==$(COOKBOOK)
 	touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv with minds-core and every plugin

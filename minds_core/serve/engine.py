@@ -404,15 +404,11 @@ class Engine:
         self._check_run_visible(run_id, owner)
         self._rest(lambda: self.rest.delete_checkpoint(run_id, checkpoint_id).result(), f"No checkpoint {checkpoint_id!r} in run {run_id!r}")
 
-    def set_checkpoint_ttl(self, run_id: str, checkpoint_id: str, owner: str) -> None:
-        """Refused (a saved checkpoint's ttl is fixed here), after the checkpoint is found as any request's is."""
+    def set_checkpoint_ttl(self, run_id: str, checkpoint_id: str, ttl_seconds: Any, owner: str) -> None:
+        """Move (or, with None, remove) the expiry of a checkpoint ``owner`` may see."""
         self._check_run_visible(run_id, owner)
-        if not any(item.checkpoint_id == checkpoint_id for item in self.rest.list_checkpoints(run_id).result().checkpoints):
-            raise NotFound(f"No checkpoint {checkpoint_id!r} in run {run_id!r}")
-        raise BadRequest(
-            "minds serve cannot change a saved checkpoint's ttl: give ttl_seconds when saving it "
-            "(save_state / save_weights_for_sampler), or delete it with delete_checkpoint_from_tinker_path"
-        )
+        path = f"tinker://{run_id}/{checkpoint_id}"
+        self._rest(lambda: self.rest.set_checkpoint_ttl_from_tinker_path(path, ttl_seconds).result(), f"No checkpoint {checkpoint_id!r} in run {run_id!r}")
 
     def _check_run_visible(self, run_id: str, owner: str) -> None:
         if not self.owners.visible(run_id, owner):

@@ -38,7 +38,8 @@ from tinker import types
 from minds_core.backends.local.catalog import Catalog
 from minds_core.backends.local.checkpoints import CheckpointStore
 
-from .downloads import DOWNLOADS_PREFIX as DOWNLOADS, Downloads
+from .downloads import DOWNLOADS_PREFIX as DOWNLOADS
+from .downloads import Downloads
 from .engine import Engine
 from .errors import (
     BadRequest,
@@ -190,6 +191,14 @@ def _external_weights_urls(call: _Call) -> Any:
     return call.server.downloads.urls(run_id, checkpoint_id, f"http://{host}")
 
 
+def _set_ttl(call: _Call) -> Any:
+    """``{"ttl_seconds": seconds or null}``: the checkpoint expires that long from now, or never."""
+    body = call.json()
+    if "ttl_seconds" not in body:
+        raise BadRequest('Setting a checkpoint\'s ttl takes {"ttl_seconds": <seconds from now, or null to never expire>}')
+    return call.engine.set_checkpoint_ttl(*call.parts, body["ttl_seconds"], call.client)
+
+
 def _unsupported(why: str) -> Callable[[_Call], Any]:
     def refuse(call: _Call) -> Any:
         raise BadRequest(f"minds serve does not support this: {why}")
@@ -260,7 +269,7 @@ ROUTES: list[tuple[str, str, Callable[[_Call], Any]]] = [
     ("DELETE", _CHECKPOINT, lambda c: c.engine.delete_checkpoint(c.parts[0], c.parts[1], c.client)),
     ("GET", _CHECKPOINT + "/external_weights_urls", _external_weights_urls),
     ("GET", DOWNLOADS + r"(.+)", lambda c: (200, c.server.downloads.file(c.url), "application/octet-stream")),
-    ("PUT", _CHECKPOINT + "/ttl", lambda c: c.engine.set_checkpoint_ttl(c.parts[0], c.parts[1], c.client)),
+    ("PUT", _CHECKPOINT + "/ttl", _set_ttl),
     ("POST", _CHECKPOINT + "/publish", _NO_PUBLISHING),
     ("DELETE", _CHECKPOINT + "/publish", _NO_PUBLISHING),
     ("POST", "/api/v1/weights_info", lambda c: c.engine.weights_info(str(c.json().get("tinker_path", "")), c.client)),

@@ -278,8 +278,9 @@ def test_the_rest_client_gets_working_answers_or_a_4xx_saying_what_to_do(guarded
     trainer = service.create_lora_training_client("minds-tiny", rank=2, seed=0).result()
     path = trainer.save_state("ttl").result().path
     rest = tinker.RestClient(base_url=guarded.url, api_key=VICTIM)
-    with pytest.raises(tinker.BadRequestError, match="ttl_seconds when saving"):
-        rest.set_checkpoint_ttl_from_tinker_path(path, 3600).result()
+    rest.set_checkpoint_ttl_from_tinker_path(path, 3600).result()
+    with pytest.raises(tinker.BadRequestError, match="from 3600 .1 hour. to"):
+        rest.set_checkpoint_ttl_from_tinker_path(path, 59).result()
     with pytest.raises(tinker.BadRequestError, match="not published"):
         rest.publish_checkpoint_from_tinker_path(path).result()
     with pytest.raises(tinker.NotFoundError):

@@ -12,10 +12,12 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 import warnings
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,27 @@ def test_user_metadata_of_a_run_comes_back_with_its_training_run(clients: tuple[
     resumed = service.create_training_client_from_state_with_optimizer(path, user_metadata={"renderer_name": "qwen3"}).result()
     again = resumed.save_state("resumed").result().path
     assert rest.get_training_run_by_tinker_path(again).result().user_metadata == {"renderer_name": "qwen3"}
+
+
+def test_set_checkpoint_ttl_moves_or_removes_a_checkpoints_expiry_and_is_honored(clients: tuple[Any, Any]) -> None:
+    service, rest = clients
+    trainer = service.create_lora_training_client("minds-tiny", rank=4, seed=0).result()
+    short = trainer.save_state("short", ttl_seconds=1).result().path
+    later = trainer.save_weights_for_sampler("later").result().path
+
+    rest.set_checkpoint_ttl_from_tinker_path(short, None).result()  # kept: the 1 s expiry is gone
+    rest.set_checkpoint_ttl_from_tinker_path(later, 7200).result()
+    time.sleep(1.1)
+    listed = {c.tinker_path: c.expires_at for c in rest.list_checkpoints(trainer.model_id).result().checkpoints}
+    assert listed[short] is None
+    assert abs(listed[later] - (datetime.now(UTC) + timedelta(seconds=7200))) < timedelta(minutes=1)
+    service.create_training_client_from_state(short).result()  # still loads
+
+    for wrong in (59, 10 * 366 * 24 * 3600, 3600.5, True):
+        with pytest.raises(tinker.BadRequestError, match=r"ttl_seconds must be a whole number of seconds from 3600 \(1 hour\)"):
+            rest.set_checkpoint_ttl_from_tinker_path(short, wrong).result()
+    with pytest.raises(tinker.NotFoundError):
+        rest.set_checkpoint_ttl_from_tinker_path(short.replace("/short", "/gone"), 3600).result()
 
 
 def test_deprecated_async_methods_run_the_openreward_recipes_loop(clients: tuple[Any, Any]) -> None:
@@ -124,26 +147,32 @@ def test_stable_reinforce_trains_on_datums_with_provenance_as_the_cookbook_build
         trainer.forward_backward([_sft(TOKENS)], "stable_reinforce").result()
 
 
-def test_tinker_checkpoint_download_of_a_served_run_gives_a_loadable_adapter(
-    served: Served, service: tinker.ServiceClient, tmp_path: Path
-) -> None:
+def _tinker_cli(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
+    """The SDK's own ``tinker`` command, pointed at ``served``."""
+    env = {**os.environ, "TINKER_BASE_URL": served.url, "TINKER_API_KEY": KEY}
+    cli = Path(sys.executable).with_name("tinker")
+    return subprocess.run([str(cli), *args], capture_output=True, text=True, env=env, timeout=120, check=False)
+
+
+def _tinker_download(served: Served, path: str, output: Path) -> Path:
+    """``tinker checkpoint download PATH --output OUTPUT``; the folder it made, holding a peft adapter."""
+    done = _tinker_cli(served, "checkpoint", "download", path, "--output", str(output))
+    assert done.returncode == 0, done.stdout + done.stderr
+    folder = output / path.removeprefix("tinker://").replace("/", "_")
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in folder.iterdir()}
+    return folder
+
+
+def _trained(service: tinker.ServiceClient) -> tinker.TrainingClient:
     trainer = service.create_lora_training_client("minds-tiny", rank=4, seed=0).result()
     for _ in range(3):
         trainer.forward_backward([_sft(TOKENS)], "cross_entropy")
         trainer.optim_step(types.AdamParams(learning_rate=2e-2)).result()
-    external = trainer.save_weights_external("final").result().path
-    assert external.endswith("/external_weights/final")
-    env = {**os.environ, "TINKER_BASE_URL": served.url, "TINKER_API_KEY": KEY}
-    cli = Path(sys.executable).with_name("tinker")
-    done = subprocess.run(
-        [str(cli), "checkpoint", "download", external, "--output", str(tmp_path)],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    folder = tmp_path / external.removeprefix("tinker://").replace("/", "_")
-    assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in folder.iterdir()}
+    return trainer
 
-    # the adapter loads with plain peft and scores as the server's trained weights do
+
+def _assert_scores_as_the_server(folder: Path, trainer: tinker.TrainingClient) -> None:
+    """The adapter in ``folder`` loads with plain peft and scores as the server's trained weights do."""
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.float32)
     model = PeftModel.from_pretrained(base, str(folder)).eval()
     with torch.no_grad():
@@ -152,6 +181,16 @@ def test_tinker_checkpoint_download_of_a_served_run_gives_a_loadable_adapter(
     served_logprobs = trainer.save_weights_and_get_sampling_client().result().compute_logprobs(types.ModelInput.from_ints(TOKENS)).result()[1:]
     torch.testing.assert_close(ours, torch.tensor(served_logprobs), rtol=0, atol=2e-3)
 
+
+def test_tinker_checkpoint_download_of_a_served_run_gives_a_loadable_adapter(
+    served: Served, service: tinker.ServiceClient, tmp_path: Path
+) -> None:
+    trainer = _trained(service)
+    external = trainer.save_weights_external("final").result().path
+    assert external.endswith("/external_weights/final")
+    folder = _tinker_download(served, external, tmp_path)
+    _assert_scores_as_the_server(folder, trainer)
+
     # the signed URLs name no server folder, and a tampered one is refused
     urls = service.create_rest_client().get_external_weights_urls(external).result().urls
     assert all(url.startswith(f"{served.url}/api/v1/downloads/") for url in urls.values())
@@ -159,3 +198,76 @@ def test_tinker_checkpoint_download_of_a_served_run_gives_a_loadable_adapter(
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(urls["adapter_config.json"].replace("signature=", "signature=0"), timeout=30)
     assert refused.value.code == 401
+
+
+def test_tinker_checkpoint_download_of_a_training_checkpoint_exports_renews_its_ttl_and_cleans_up(
+    served: Served, service: tinker.ServiceClient, tmp_path: Path
+) -> None:
+    """A ``weights/`` path: the CLI loads it into a new run, exports it with a ttl, renews that ttl, deletes the export."""
+    trainer = _trained(service)
+    state = trainer.save_state("final").result().path
+    rest = tinker.RestClient(base_url=served.url, api_key=KEY)
+    before = {c.tinker_path for c in rest.list_user_checkpoints(limit=1000).result().checkpoints}
+    _assert_scores_as_the_server(_tinker_download(served, state, tmp_path), trainer)
+    after = {c.tinker_path for c in rest.list_user_checkpoints(limit=1000).result().checkpoints}
+    assert after == before  # the temporary export is gone
+
+    # and the CLI's own ttl command, both ways
+    assert _tinker_cli(served, "checkpoint", "set-ttl", state, "--ttl", "86400").returncode == 0
+    listed = {c.tinker_path: c.expires_at for c in rest.list_checkpoints(trainer.model_id).result().checkpoints}
+    assert listed[state] is not None and listed[state] > datetime.now(UTC) + timedelta(hours=23)
+    assert _tinker_cli(served, "checkpoint", "set-ttl", state, "--remove").returncode == 0
+    assert rest.get_training_run_by_tinker_path(state).result().last_checkpoint.expires_at is None
+
+
+def test_the_cookbooks_weights_download_of_a_training_checkpoint_decrypts_a_loadable_adapter(
+    served: Served, service: tinker.ServiceClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tinker_cookbook.weights.download: a new run from the checkpoint, an export age-encrypted to a fresh key, deleted after."""
+    from tinker_cookbook import weights
+
+    monkeypatch.setenv("TINKER_API_KEY", KEY)
+    trainer = _trained(service)
+    state = trainer.save_state("final").result().path
+    rest = tinker.RestClient(base_url=served.url, api_key=KEY)
+    before = {c.tinker_path for c in rest.list_user_checkpoints(limit=1000).result().checkpoints}
+    out = tmp_path / "adapter"
+    assert weights.download(tinker_path=state, output_dir=str(out), base_url=served.url) == str(out)
+    assert sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    _assert_scores_as_the_server(out, trainer)
+    assert {c.tinker_path for c in rest.list_user_checkpoints(limit=1000).result().checkpoints} == before
+
+
+def test_external_weights_encrypted_to_age_recipients_hold_no_plaintext_and_decrypt_to_the_adapter(
+    clients: tuple[Any, Any], tmp_path: Path
+) -> None:
+    import pyrage
+    from safetensors.torch import load as load_tensors
+
+    service, rest = clients
+    trainer = _trained(service)
+    identity = pyrage.x25519.Identity.generate()
+    sealed = trainer.save_weights_external("sealed", age_encryption_recipients=[str(identity.to_public())]).result().path
+    plain = trainer.save_weights_external("plain").result().path
+
+    def fetch(path: str) -> dict[str, bytes]:
+        urls = rest.get_external_weights_urls(path).result().urls
+        return {name: urllib.request.urlopen(url, timeout=30).read() for name, url in urls.items()}
+
+    sealed_files, plain_files = fetch(sealed), fetch(plain)
+    assert sorted(sealed_files) == ["adapter_config.json.age", "adapter_model.safetensors.age"]
+    assert sorted(plain_files) == ["adapter_config.json", "adapter_model.safetensors"]
+    opened = {name.removesuffix(".age"): pyrage.decrypt(data, [identity]) for name, data in sealed_files.items()}
+    assert opened["adapter_config.json"] == plain_files["adapter_config.json"]
+    expected = load_tensors(plain_files["adapter_model.safetensors"])
+    for name, tensor in load_tensors(opened["adapter_model.safetensors"]).items():
+        torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0)
+    assert not any(plain_files["adapter_model.safetensors"][-64:] in data for data in sealed_files.values())
+
+    refused = (tinker.BadRequestError, tinker.RequestFailedError)  # a 400 in process, a user-category failure over HTTP
+    with pytest.raises(refused, match="cannot be loaded"):
+        service.create_training_client_from_state(sealed).result()
+    with pytest.raises(refused, match=r"age_encryption_recipients\[1\].*not an age public key"):
+        trainer.save_weights_external("bad", age_encryption_recipients=[str(identity.to_public()), "age1nope"]).result()
+    with pytest.raises(tinker.NotFoundError):
+        rest.get_external_weights_urls(plain.replace("/plain", "/bad")).result()  # nothing was written

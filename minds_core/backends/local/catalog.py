@@ -15,7 +15,7 @@ from typing import Any
 
 from tinker import types
 
-from .checkpoints import CheckpointStore, parse_path
+from .checkpoints import METADATA_FILE, CheckpointStore, parse_path
 from .errors import LocalNotFoundError
 
 __all__ = ["Catalog"]
@@ -82,9 +82,10 @@ class Catalog:
         return _checkpoint(*self._found(tinker_path))
 
     def files(self, tinker_path: str) -> dict[str, Path]:
-        """The checkpoint's files, by their path relative to its folder."""
+        """The checkpoint's files as a download hands them out, by their path relative to its folder (minds' record left out)."""
         folder = self._found(tinker_path)[0]
-        return {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*")) if p.is_file()}
+        found = sorted(p for p in folder.rglob("*") if p.is_file() and p != folder / METADATA_FILE)
+        return {str(p.relative_to(folder)): p for p in found}
 
     def delete(self, run_id: str, checkpoint_id: str) -> None:
         """Remove a run's checkpoint (``checkpoint_id`` as listed: ``<kind>/<name>``, e.g. ``weights/step-10``)."""

@@ -14,7 +14,8 @@ no partial checkpoint; any service on the same root resolves the paths.
 A checkpoint saved with ``ttl_seconds`` records ``expires_at`` in its metadata;
 once past it, it is gone as far as any reader can tell (loading it is a 404,
 listings leave it out), and its folder is removed by the next ``sweep`` (every
-save and every listing runs one).
+save and every listing runs one). ``set_ttl`` moves a saved checkpoint's
+``expires_at`` (or clears it), as the SDK's ``set_checkpoint_ttl_from_tinker_path``.
 
 A run's own ``user_metadata`` (given when its training client was made) is kept
 in ``<root>/<run_id>/run.json``, for ``RestClient.get_training_run``.
@@ -28,7 +29,7 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -39,22 +40,28 @@ from peft import PeftConfig
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from .age import SUFFIX as AGE_SUFFIX
+from .age import encrypt_files
 from .errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
 from .lora import AdapterState, LoraSpec
 from .training_engine import OptimizerState
 
-__all__ = ["CheckpointContents", "CheckpointKind", "CheckpointStore", "parse_path"]
+__all__ = ["METADATA_FILE", "CheckpointContents", "CheckpointKind", "CheckpointStore", "parse_path"]
 
 CheckpointKind = Literal["weights", "sampler_weights", "external_weights"]
 KINDS: tuple[CheckpointKind, ...] = ("weights", "sampler_weights", "external_weights")
 
 _FORMAT = "minds-local-checkpoint/1"
 _META = "minds_checkpoint.json"
+#: minds' own record of a checkpoint, beside its files (not one of the files a download hands out).
+METADATA_FILE = _META
 _ADAPTER = "adapter_model.safetensors"
 _OPTIMIZER = "optimizer.safetensors"
 _RUN = "run.json"
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:=+-]*\Z")
 _SCHEME = "tinker://"
+#: The range ``set_ttl`` takes, as the SDK documents ``set_checkpoint_ttl_from_tinker_path``'s: 1 hour to 10 years.
+SET_TTL_RANGE = (3600, 10 * 365 * 24 * 3600)
 
 
 @dataclass(frozen=True)
@@ -84,8 +91,12 @@ class CheckpointStore:
         overwrite: bool,
         user_metadata: dict[str, str] | None = None,
         ttl_seconds: int | None = None,
+        age_keys: Sequence[Any] = (),
     ) -> str:
-        """Write ``checkpoint`` atomically; its tinker path. With ``ttl_seconds`` it expires that long from now."""
+        """Write ``checkpoint`` atomically; its tinker path. With ``ttl_seconds`` it expires that long from now.
+
+        With ``age_keys`` (``age.parse_recipients``) its tensors and adapter config are written encrypted, as
+        ``<file>.age``: such a checkpoint can be downloaded, not loaded."""
         _check_segment(name, "checkpoint name")
         if ttl_seconds is not None and (type(ttl_seconds) is not int or ttl_seconds < 1):
             raise LocalBadRequestError(f"ttl_seconds must be a whole number of seconds >= 1, or None; got {ttl_seconds!r}")
@@ -99,6 +110,8 @@ class CheckpointStore:
             _write_tensors(checkpoint.adapter, staging / _ADAPTER)
             if checkpoint.optimizer is not None:
                 _write_tensors(checkpoint.optimizer, staging / _OPTIMIZER)
+            if age_keys:
+                encrypt_files(sorted(staging.iterdir()), age_keys)
             now = datetime.now(UTC)
             meta = {
                 "format": _FORMAT,
@@ -131,6 +144,11 @@ class CheckpointStore:
             raise LocalNotFoundError(f"No checkpoint at {path} (looked in {directory}); {self._siblings(directory)}")
         if _is_expired(meta):
             raise LocalNotFoundError(f"Checkpoint {path} expired at {meta['expires_at']} (its ttl_seconds ran out)")
+        if (directory / f"{_ADAPTER}{AGE_SUFFIX}").is_file():
+            raise LocalBadRequestError(
+                f"{path} was saved encrypted to its age_encryption_recipients: download it "
+                "(get_external_weights_urls, tinker checkpoint download) and decrypt it; it cannot be loaded"
+            )
         if with_optimizer and not (directory / _OPTIMIZER).is_file():
             raise LocalBadRequestError(
                 f"{path} has no optimizer state: pass a tinker://<run>/weights/<name> path from save_state"
@@ -184,6 +202,33 @@ class CheckpointStore:
             return json.loads((self.root / run_id / _RUN).read_text())["user_metadata"]
         except FileNotFoundError:
             return {}
+
+    def set_ttl(self, path: str, ttl_seconds: int | None) -> None:
+        """Make the checkpoint at tinker ``path`` expire ``ttl_seconds`` from now, or never (None).
+
+        A 404 when there is none (or it has expired), a 400 when ``ttl_seconds`` is outside ``SET_TTL_RANGE``.
+        The metadata is replaced atomically, so a reader sees the old expiry or the new one."""
+        low, high = SET_TTL_RANGE
+        if ttl_seconds is not None and (type(ttl_seconds) is not int or not low <= ttl_seconds <= high):
+            raise LocalBadRequestError(
+                f"ttl_seconds must be a whole number of seconds from {low} (1 hour) to {high} (10 years), "
+                f"or None to remove the expiry; got {ttl_seconds!r}"
+            )
+        run_id, kind, name = parse_path(path)
+        directory = self.root / run_id / kind / name
+        meta = _read_meta(directory)
+        if meta is None or _is_expired(meta):
+            raise LocalNotFoundError(f"No checkpoint at {path} (or it has expired)")
+        expires = None if ttl_seconds is None else datetime.now(UTC) + timedelta(seconds=ttl_seconds)
+        meta["expires_at"] = None if expires is None else expires.isoformat()
+        staging = directory.parent / f".{name}.{_META}.{uuid.uuid4().hex}.tmp"  # beside the folder: never downloaded
+        try:
+            staging.write_text(json.dumps(meta, indent=2))
+            os.replace(staging, directory / _META)
+        except FileNotFoundError:  # deleted (or swept) meanwhile
+            raise LocalNotFoundError(f"No checkpoint at {path} (it was deleted while its ttl was being set)") from None
+        finally:
+            staging.unlink(missing_ok=True)
 
     def delete(self, path: str) -> None:
         """Remove the checkpoint at tinker ``path`` (404 when there is none, or it has expired)."""

@@ -99,6 +99,10 @@ class RestClient:
         """Remove the checkpoint at ``tinker_path``."""
         return _answer(lambda: self._catalog.store.delete(tinker_path))
 
+    def set_checkpoint_ttl_from_tinker_path(self, tinker_path: str, ttl_seconds: int | None) -> APIFuture[None]:
+        """Make the checkpoint expire ``ttl_seconds`` (1 hour to 10 years) from now, or never with None."""
+        return _answer(lambda: self._catalog.store.set_ttl(tinker_path, ttl_seconds))
+
     get_training_run_async = async_twin("get_training_run", awaits=True)
     get_training_run_by_tinker_path_async = async_twin("get_training_run_by_tinker_path", awaits=True)
     list_training_runs_async = async_twin("list_training_runs", awaits=True)
@@ -107,6 +111,7 @@ class RestClient:
     get_external_weights_urls_async = async_twin("get_external_weights_urls", awaits=True)
     delete_checkpoint_async = async_twin("delete_checkpoint", awaits=True)
     delete_checkpoint_from_tinker_path_async = async_twin("delete_checkpoint_from_tinker_path", awaits=True)
+    set_checkpoint_ttl_from_tinker_path_async = async_twin("set_checkpoint_ttl_from_tinker_path", awaits=True)
 
     def __repr__(self) -> str:
         return f"<local RestClient of {self._catalog.store.root}>"

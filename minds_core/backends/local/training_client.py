@@ -14,6 +14,7 @@ from tinker.lib.public_interfaces.backcompat_sampling_client_future import (
 from tinker.types.optimizer import OptimParamsBase
 from transformers import PreTrainedTokenizerBase
 
+from .age import parse_recipients
 from .checkpoints import CheckpointContents, CheckpointKind
 from .deprecated import async_twin
 from .errors import LocalBadRequestError
@@ -203,19 +204,16 @@ class TrainingClient:
         A standard peft adapter folder (``adapter_config.json`` naming the base model,
         ``adapter_model.safetensors``), listed and deleted like any checkpoint and fetched
         with ``RestClient.get_external_weights_urls`` (what ``tinker checkpoint download``
-        does). A namesake is replaced. Encryption to ``age_encryption_recipients`` is not
-        available locally: asking for it fails the request (nothing is written unencrypted).
+        does). A namesake is replaced. With ``age_encryption_recipients`` (age ``age1...`` or SSH
+        public keys) each file is written encrypted to all of them, as ``<name>.age`` (``age``).
         """
-        if age_encryption_recipients:
-            return failed_future(
-                LocalBadRequestError(
-                    "age_encryption_recipients: the local backend cannot encrypt exported weights; "
-                    "leave it unset (the files stay on this machine) or encrypt the download yourself"
-                )
-            )
+        try:
+            keys = parse_recipients(age_encryption_recipients or [])
+        except LocalBadRequestError as exc:
+            return failed_future(exc)
         return self._in_turn(
             lambda: types.SaveWeightsExternalResponse(
-                path=self._save("external_weights", name, True, None, ttl_seconds)
+                path=self._save("external_weights", name, True, None, ttl_seconds, keys)
             )
         )
 
@@ -327,6 +325,7 @@ class TrainingClient:
         overwrite: bool,
         user_metadata: dict[str, str] | None,
         ttl_seconds: int | None,
+        age_keys: Sequence[Any] = (),
     ) -> str:
         trainer = self._trainer
         checkpoint = CheckpointContents(
@@ -348,6 +347,7 @@ class TrainingClient:
             overwrite=overwrite,
             user_metadata=user_metadata,
             ttl_seconds=ttl_seconds,
+            age_keys=age_keys,
         )
 
 
