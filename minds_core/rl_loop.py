@@ -34,6 +34,7 @@ from minds_core.logs import get_logger
 from minds_core.outcome import TrainingOutcome
 from minds_core.plugins import Plugins
 from minds_core.rollout import Group, run_group
+from minds_core.rollout_records import group_record
 from minds_core.run_directory import (
     ROLLING_KEPT,
     ROLLING_PREFIX,
@@ -46,7 +47,7 @@ from minds_core.run_directory import (
 from minds_core.schedule import DataSchedule
 from minds_core.session import Policy, Session
 from minds_core.sinks import SinkSet
-from minds_core.stats import batch_metrics, rollout_records
+from minds_core.stats import batch_metrics
 from minds_core.training_requests import check_losses, save_checkpoint, train_step
 
 log = get_logger("trainer")
@@ -214,7 +215,7 @@ class RLLoop:
                 policy = await self.session.policy(policy.version + 1)
                 record = self.record(batch, processed, train_metrics, policy)
                 record.update({"time/sample": batch.seconds, "time/wait_for_batch": waited, "time/train": time.perf_counter() - train_began})
-                run.log_rollouts(rollout_records(step, batch.groups, self.config.metrics.rollouts_per_step))
+                run.log_rollouts([group_record(g, step=step) for g in batch.groups[: self.config.metrics.rollouts_per_step]])
                 if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step == steps - 1):
                     record.update(await self.evaluate(policy, run, step))
                 save_began = time.perf_counter()
