@@ -71,6 +71,21 @@ class StopOnSignal:
             signal.signal(signum, handler)
         self._previous.clear()
 
+    def __enter__(self) -> StopOnSignal:
+        self.install()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.restore()
+
+    def interrupted(self, step: int, steps: int) -> RunInterrupted:
+        """The error that ends a run stopped by the signal after ``step`` (of ``steps``), its checkpoint saved."""
+        return RunInterrupted(
+            f"stopped by {self.signal_name} after step {step} ({step + 1} of {steps} done); checkpoint saved. "
+            f"Continue with: {self.resume_hint}",
+            self.signum or 0,
+        )
+
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.signum is not None:
             name = signal.Signals(signum).name

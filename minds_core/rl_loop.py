@@ -8,6 +8,8 @@
 - record: one metrics line (and a few rollouts) per step; ``trainer.eval_every`` adds ``eval/*``;
 - save: the last step, every ``trainer.save_every`` steps (two rolling slots), and on Ctrl-C/SIGTERM.
 
+When to evaluate and save, the batches sampled ahead and the step's timings live in ``rl_pacing``.
+
 With ``max_steps_off_policy = k`` the batches of the next k steps are sampled
 while this one trains, with samplers at most k updates old.
 """
@@ -28,11 +30,12 @@ from minds_core.backends.retry import ServiceCallError
 from minds_core.config import RunConfig
 from minds_core.data_processing import ProcessedBatch, ProcessingSettings, process_batch
 from minds_core.evaluation import EVAL_DIR, EvalPlan, check_splits, evaluate_policy, save_evaluation
-from minds_core.interrupt import RunInterrupted, StopOnSignal
+from minds_core.interrupt import StopOnSignal
 from minds_core.kl_reference import ReferenceScorer
 from minds_core.logs import get_logger
 from minds_core.outcome import TrainingOutcome
 from minds_core.plugins import Plugins
+from minds_core.rl_pacing import BatchesAhead, Cadence, Save, StepTimer
 from minds_core.rollout import Group, run_group
 from minds_core.rollout_records import group_record
 from minds_core.run_directory import (
@@ -189,61 +192,41 @@ class RLLoop:
 
     async def run(self, run: RunDirectory, sinks: SinkSet, start: int) -> dict[str, Any]:
         """Steps ``start`` .. ``trainer.steps - 1``; the run's summary. A first SIGINT/SIGTERM stops after a saved step."""
-        cfg = self.config.trainer
-        steps, ahead = cfg.steps, cfg.max_steps_off_policy
+        cadence = Cadence.from_config(self.config.trainer)
+        ahead = BatchesAhead(self.collect, start, cadence.steps, self.config.trainer.max_steps_off_policy)
         policy = await self.session.policy(start)
-        pending: dict[int, asyncio.Task[Batch]] = {}
-        next_launch = start
         rewards: list[float] = []
         began = time.perf_counter()
-        stop = StopOnSignal(f"minds run --resume {run.shown}")
-        stop.install()
-        try:
-            for step in range(start, steps):
-                step_began = time.perf_counter()
-                while next_launch < steps and next_launch <= step + ahead:
-                    pending[next_launch] = asyncio.create_task(self.collect(next_launch, policy))
-                    next_launch += 1
-                batch = await pending.pop(step)
-                waited = time.perf_counter() - step_began
+        with StopOnSignal(f"minds run --resume {run.shown}") as stop, ahead:
+            for step in range(start, cadence.steps):
+                timer = StepTimer()
+                with timer.stage("wait_for_batch"):
+                    batch = await ahead.take(step, policy)
                 await self.score(batch)
                 processed = process_batch(batch.groups, self.processing)
                 self.outcome.record(step, len(processed.datums), batch.groups)
-                train_began = time.perf_counter()
-                train_metrics = await self.train(processed.datums, step)
-                check_losses({k: v for k, v in train_metrics.items() if k.startswith("train/loss")}, step, run)
-                policy = await self.session.policy(policy.version + 1)
+                with timer.stage("train"):
+                    train_metrics = await self.train(processed.datums, step)
+                    check_losses({k: v for k, v in train_metrics.items() if k.startswith("train/loss")}, step, run)
+                    policy = await self.session.policy(policy.version + 1)
                 record = self.record(batch, processed, train_metrics, policy)
-                record.update({"time/sample": batch.seconds, "time/wait_for_batch": waited, "time/train": time.perf_counter() - train_began})
                 run.log_rollouts([group_record(g, step=step) for g in batch.groups[: self.config.metrics.rollouts_per_step]])
-                if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step == steps - 1):
+                if cadence.evaluates(step):
                     record.update(await self.evaluate(policy, run, step))
-                save_began = time.perf_counter()
                 stopping = stop.requested
-                checkpoint = None
-                if step == steps - 1 or stopping:
-                    checkpoint = await self.save(step)
-                elif cfg.save_every and (step + 1) % cfg.save_every == 0:
-                    checkpoint = await self.save(step, rolling=True)
-                record["time/save"] = time.perf_counter() - save_began
-                record["time/step"] = time.perf_counter() - step_began
+                with timer.stage("save"):
+                    due = cadence.save(step, stopping)
+                    checkpoint = await self.save(step, rolling=due is Save.ROLLING) if due else None
+                record.update({"time/sample": batch.seconds, **timer.metrics()})
                 sinks.write(record)
                 if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics
                     await self.delete(run.record_checkpoint(checkpoint))
                 if "reward/mean" in record:
                     rewards.append(record["reward/mean"])
-                if stopping and step < steps - 1:
-                    raise RunInterrupted(
-                        f"stopped by {stop.signal_name} after step {step} ({step + 1} of {steps} done); checkpoint saved. "
-                        f"Continue with: minds run --resume {run.shown}",
-                        stop.signum or 0,
-                    )
-        finally:
-            stop.restore()
-            for task in pending.values():
-                task.cancel()
+                if stopping and not cadence.is_last(step):
+                    raise stop.interrupted(step, cadence.steps)
         return {
-            "steps": steps - start,
+            "steps": cadence.steps - start,
             "reward/first": rewards[0] if rewards else None,
             "reward/last": rewards[-1] if rewards else None,
             "seconds": time.perf_counter() - began,
