@@ -52,7 +52,8 @@ def loss_inputs(loss: str | CustomLoss, key: str = "trainer.loss_fn") -> tuple[s
 
     A service loss name minds does not know (a plugin's) reads none.
     """
-    from minds_core.datums import EXTRA_INPUTS  # here: datums imports tinker, and `minds plugins` loads this module
+    # imported here: datums imports tinker, and `minds plugins` loads this module
+    from minds_core.datums import EXTRA_INPUTS
 
     declared = loss.inputs if isinstance(loss, CustomLoss) else BUILTIN_LOSSES.get(loss, BuiltinLoss("")).inputs
     unknown = [name for name in declared if name not in EXTRA_INPUTS]

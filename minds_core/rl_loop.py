@@ -120,15 +120,26 @@ class RLLoop:
             exc.intact_after = batch.step - 1
             raise
 
-    async def train(self, datums: list[tinker.Datum], step: int) -> dict[str, float]:
-        """One optimizer step on ``datums`` (none: the step is skipped); ``train/*`` metrics."""
+    def process(self, batch: Batch) -> ProcessedBatch:
+        """The batch's datums (``data_processing``); the outcome remembers whether the step had any."""
+        processed = process_batch(batch.groups, self.processing)
+        self.outcome.record(batch.step, len(processed.datums), batch.groups)
+        return processed
+
+    async def train(self, datums: list[tinker.Datum], step: int, run: RunDirectory) -> dict[str, float]:
+        """One optimizer step on ``datums`` (none: the step is skipped); ``train/*`` metrics. A non-finite loss stops the run."""
         if not datums:
             return {"train/skipped": 1.0}
         client, cfg = self.session.training_client, self.config.trainer
-        return await train_step(client, datums, self.loss, cfg, step, self.session.backoff)
+        metrics = await train_step(client, datums, self.loss, cfg, step, self.session.backoff)
+        check_losses({k: v for k, v in metrics.items() if k.startswith("train/loss")}, step, run)
+        return metrics
 
-    def record(self, batch: Batch, processed: ProcessedBatch, train_metrics: dict[str, float], policy: Policy) -> dict[str, Any]:
-        """The step's metrics line, without its timings."""
+    async def record(
+        self, batch: Batch, processed: ProcessedBatch, train_metrics: dict[str, float], policy: Policy, run: RunDirectory, evaluate: bool
+    ) -> dict[str, Any]:
+        """The step's metrics line without its timings (``eval/*`` too when ``evaluate``); its first groups to rollouts.jsonl."""
+        run.log_rollouts([group_record(g, step=batch.step) for g in batch.groups[: self.config.metrics.rollouts_per_step]])
         record = batch_metrics(batch.groups, self.session.envs)
         record.update(train_metrics)
         record.update(processed.metrics)
@@ -139,6 +150,8 @@ class RLLoop:
                 "sampler/staleness": policy.version - 1 - batch.policy_version,
             }
         )
+        if evaluate:
+            record.update(await self.evaluate(policy, run, batch.step))
         return record
 
     async def evaluate(self, policy: Policy, run: RunDirectory, step: int) -> dict[str, float]:
@@ -147,6 +160,10 @@ class RLLoop:
         evaluation = await evaluate_policy(self.session, policy, plan, step=step, require_held_out=True)
         save_evaluation(run.path / EVAL_DIR / f"step-{step:06d}.jsonl", evaluation, {"step": step})
         return evaluation.metrics()
+
+    async def save_due(self, step: int, due: Save | None) -> CheckpointRecord | None:
+        """What the cadence asks ``step`` to save (nothing: None)."""
+        return await self.save(step, rolling=due is Save.ROLLING) if due else None
 
     async def save(self, step: int, rolling: bool = False) -> CheckpointRecord:
         """Save weights + optimizer (to resume) and sampler weights (to sample from); recorded by the caller.
@@ -203,20 +220,14 @@ class RLLoop:
                 with timer.stage("wait_for_batch"):
                     batch = await ahead.take(step, policy)
                 await self.score(batch)
-                processed = process_batch(batch.groups, self.processing)
-                self.outcome.record(step, len(processed.datums), batch.groups)
+                processed = self.process(batch)
                 with timer.stage("train"):
-                    train_metrics = await self.train(processed.datums, step)
-                    check_losses({k: v for k, v in train_metrics.items() if k.startswith("train/loss")}, step, run)
+                    train_metrics = await self.train(processed.datums, step, run)
                     policy = await self.session.policy(policy.version + 1)
-                record = self.record(batch, processed, train_metrics, policy)
-                run.log_rollouts([group_record(g, step=step) for g in batch.groups[: self.config.metrics.rollouts_per_step]])
-                if cadence.evaluates(step):
-                    record.update(await self.evaluate(policy, run, step))
+                record = await self.record(batch, processed, train_metrics, policy, run, cadence.evaluates(step))
                 stopping = stop.requested
                 with timer.stage("save"):
-                    due = cadence.save(step, stopping)
-                    checkpoint = await self.save(step, rolling=due is Save.ROLLING) if due else None
+                    checkpoint = await self.save_due(step, cadence.save(step, stopping))
                 record.update({"time/sample": batch.seconds, **timer.metrics()})
                 sinks.write(record)
                 if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics

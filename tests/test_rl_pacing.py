@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 
 import pytest
 
@@ -40,18 +41,21 @@ def test_batches_ahead_launch_k_steps_ahead_with_the_newest_policy_and_cancel_th
     launched: list[tuple[int, str]] = []
     gate = asyncio.Event()
 
-    async def collect(step: int, policy: str) -> str:
-        launched.append((step, policy))
+    async def sample(step: int, policy: str) -> str:
         if step >= 3:
             await gate.wait()  # never set: still running when the block ends
         return f"batch {step} by {policy}"
+
+    def collect(step: int, policy: str) -> Coroutine[None, None, str]:
+        launched.append((step, policy))  # when the collection is launched, not when it first runs
+        return sample(step, policy)
 
     async def main() -> tuple[list[str], list[asyncio.Task[str]]]:
         with BatchesAhead(collect, start=1, steps=5, ahead=2) as ahead:
             first = await ahead.take(1, "v1")  # launches steps 1, 2, 3
             second = await ahead.take(2, "v2")  # launches step 4 with the newer policy
             running = list(ahead.pending.values())
-        await asyncio.sleep(0)
+        await asyncio.gather(*running, return_exceptions=True)
         return [first, second], running
 
     batches, running = asyncio.run(main())
