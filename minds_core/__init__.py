@@ -23,8 +23,8 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
 
 #: Every public name -> the internal module that defines it. RunConfig, build_config and
-#: read_config_file are for tools that write or check configs; env_args, arg and the rules
-#: (at_least, within, ...) declare and check [env.args].
+#: read_config_file are for tools that write or check configs; arg and the rules (at_least,
+#: within, ...) declare settings the way the run config's schema does, and env_args checks [env.args].
 _PUBLIC: dict[str, str] = {
     "RunConfig": "minds_core.config",
     "build_config": "minds_core.config",
