@@ -56,8 +56,11 @@ class StopOnSignal:
         return signal.Signals(self.signum).name if self.signum is not None else ""
 
     def install(self) -> None:
-        """Take over SIGINT and SIGTERM (from the event loop's thread; signals reach only the main thread, elsewhere a no-op)."""
-        if threading.current_thread() is not threading.main_thread():
+        """Take over SIGINT and SIGTERM (from the event loop's thread; signals reach only the main thread, elsewhere a no-op).
+
+        Installing again before ``restore`` changes nothing: the handlers to restore stay the ones found first.
+        """
+        if threading.current_thread() is not threading.main_thread() or self._previous:
             return
         self._loop = asyncio.get_running_loop()
         for signum in SIGNALS:

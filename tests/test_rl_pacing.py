@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Coroutine
 
 import pytest
 
 from minds_core.config import TrainerConfig
+from minds_core.interrupt import StopOnSignal
 from minds_core.rl_pacing import BatchesAhead, Cadence, Save, StepTimer
 
 
@@ -80,3 +82,20 @@ def test_batches_ahead_on_policy_collects_one_step_at_a_time() -> None:
             return out
 
     assert asyncio.run(main()) == [0, 10, 20]
+
+
+def test_stop_on_signal_as_a_block_gives_the_handlers_back_even_when_installed_twice():
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+    async def main() -> None:
+        with StopOnSignal("minds run --resume x") as stop:
+            stop.install()  # an owner that installed it already: the first handlers are still the ones restored
+            assert signal.getsignal(signal.SIGINT) == stop._handle
+            signal.raise_signal(signal.SIGTERM)  # the first signal only asks the loop to stop
+            assert stop.requested and stop.signal_name == "SIGTERM"
+            interrupted = stop.interrupted(2, 5)
+            assert interrupted.exit_code == 128 + signal.SIGTERM
+            assert "after step 2 (3 of 5 done)" in str(interrupted) and "minds run --resume x" in str(interrupted)
+
+    asyncio.run(main())
+    assert {signum: signal.getsignal(signum) for signum in before} == before
