@@ -23,8 +23,8 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
 
 #: Every public name -> the internal module that defines it. RunConfig, build_config and
-#: read_config_file are for tools that write or check configs; env_args, arg and the rules
-#: (at_least, within, ...) declare and check [env.args].
+#: read_config_file are for tools that write or check configs; arg and the rules (at_least,
+#: within, ...) declare settings the way the run config's schema does, and env_args checks [env.args].
 _PUBLIC: dict[str, str] = {
     "RunConfig": "minds_core.config",
     "build_config": "minds_core.config",
@@ -43,14 +43,14 @@ _PUBLIC: dict[str, str] = {
     "Register": "minds_core.contracts",
     "RewardFunction": "minds_core.contracts",
     "SinkFactory": "minds_core.contracts",
-    "Rule": "minds_core.envs.args",
-    "above": "minds_core.envs.args",
-    "arg": "minds_core.envs.args",
-    "at_least": "minds_core.envs.args",
+    "Rule": "minds_core.config.rules",
+    "above": "minds_core.config.rules",
+    "arg": "minds_core.config.rules",
+    "at_least": "minds_core.config.rules",
     "env_args": "minds_core.envs.args",
-    "non_empty_subset_of": "minds_core.envs.args",
-    "one_of": "minds_core.envs.args",
-    "within": "minds_core.envs.args",
+    "non_empty_subset_of": "minds_core.config.rules",
+    "one_of": "minds_core.config.rules",
+    "within": "minds_core.config.rules",
     "lenient": "minds_core.envs.calling",
     "GROUP_REWARD_INPUTS": "minds_core.envs.rubric",
     "REWARD_INPUTS": "minds_core.envs.rubric",

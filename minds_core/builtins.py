@@ -34,8 +34,8 @@ def minds_register_reward_functions(register: Register[RewardFunction]) -> None:
 
 @hookimpl
 def minds_register_losses(register: Register[str | CustomLoss]) -> None:
-    for name, description in BUILTIN_LOSSES.items():
-        register(name, name, f"Tinker built-in: {description}")
+    for name, loss in BUILTIN_LOSSES.items():
+        register(name, name, f"Tinker built-in: {loss.description}")
     for name, (loss, description) in CUSTOM_LOSSES.items():
         register(name, loss, description)
 

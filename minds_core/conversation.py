@@ -7,6 +7,7 @@ sampler's log-probabilities).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,20 @@ from minds_core.envs.types import Message, TokenBudgetExhausted
 from minds_core.render import Renderer
 
 
+class StopReason(enum.StrEnum):
+    """Why a sampled turn ended (``tinker.types.StopReason``); str-valued, so JSON holds the plain word."""
+
+    #: a stop token (the turn is complete)
+    STOP = "stop"
+    #: its max_tokens (the reply was cut off)
+    LENGTH = "length"
+
+    @classmethod
+    def of(cls, reason: object) -> StopReason:
+        """A sampler's stop reason: anything but a stop token counts as cut off at its length."""
+        return cls.STOP if reason == cls.STOP else cls.LENGTH
+
+
 @attrs.define
 class Conversation:
     """Messages and the exact token sequence of one rollout (an ``EpisodeConversation``).
@@ -24,8 +39,7 @@ class Conversation:
     ``tokens[i]`` was sampled when ``sampled[i]``; then ``logprobs[i]`` is the
     sampler's log-probability of it and ``turn_ids[i]`` numbers the sampled turn.
     ``replies`` holds the decoded text of each sampled turn and
-    ``stop_reasons`` why each ended (``"stop"``: a stop token; ``"length"``:
-    it reached its max_tokens).
+    ``stop_reasons`` why each ended; ``turns`` and ``last_stopped`` are read from them.
     """
 
     renderer: Renderer
@@ -40,10 +54,8 @@ class Conversation:
     logprobs: list[float] = attrs.field(factory=list)
     turn_ids: list[int] = attrs.field(factory=list)
     replies: list[str] = attrs.field(factory=list)
-    stop_reasons: list[str] = attrs.field(factory=list)
+    stop_reasons: list[StopReason] = attrs.field(factory=list)
     prompt: list[Message] = attrs.field(factory=list)
-    turns: int = 0
-    last_stopped: bool = True
     truncated: bool = False
 
     def _extend(self, tokens: Sequence[int], logprobs: Sequence[float] | None = None) -> None:
@@ -99,13 +111,21 @@ class Conversation:
         if len(sequence.tokens) != len(sequence.logprobs or []):
             raise ValueError("the sampler returned tokens without one log-probability each")
         self._extend(sequence.tokens, sequence.logprobs)
-        self.turns += 1
-        self.last_stopped = sequence.stop_reason == "stop"
-        self.stop_reasons.append(str(sequence.stop_reason))
+        self.stop_reasons.append(StopReason.of(sequence.stop_reason))
         text = self.renderer.decode(sequence.tokens)
         self.replies.append(text)
         self.messages.append({"role": "assistant", "content": text})
         return text
+
+    @property
+    def turns(self) -> int:
+        """How many turns were sampled."""
+        return len(self.stop_reasons)
+
+    @property
+    def last_stopped(self) -> bool:
+        """Whether the last sampled turn ended on a stop token (True before any turn)."""
+        return not self.stop_reasons or self.stop_reasons[-1] == StopReason.STOP
 
     @property
     def sampled_tokens(self) -> int:

@@ -23,6 +23,7 @@ from minds_core.aggregation import token_scales
 from minds_core.config import RunConfig
 from minds_core.datums import build_datum
 from minds_core.length import is_truncated, overlong_penalty, window_tokens
+from minds_core.losses import CustomLoss, loss_inputs
 from minds_core.rollout import Group, Rollout
 
 #: A group's rewards -> one advantage per rollout (a registered ``advantage_estimators`` entry).
@@ -47,11 +48,11 @@ class ProcessingSettings:
     kl_penalty: float = 0.0
     #: The metric the mean sampled-token KL is reported under.
     kl_metric: str = "kl/sampler_base"
-    #: Whether datums carry the ``sequence_ratio_mask`` input (the ``gspo`` loss reads it).
-    sequence_ratio_mask: bool = False
+    #: The datum inputs the loss reads beyond the base ones (``losses.loss_inputs``), e.g. gspo's ``sequence_ratio_mask``.
+    extra_inputs: tuple[str, ...] = ()
 
     @classmethod
-    def from_config(cls, config: RunConfig, estimator: Estimator, loss: object) -> ProcessingSettings:
+    def from_config(cls, config: RunConfig, estimator: Estimator, loss: str | CustomLoss) -> ProcessingSettings:
         """The settings of ``config``; ``estimator`` and ``loss`` are the registry's objects for its names."""
         trainer, max_tokens = config.trainer, config.sampling.max_tokens
         return cls(
@@ -62,7 +63,7 @@ class ProcessingSettings:
             overlong_window=window_tokens(trainer.overlong_penalty_window, max_tokens),
             kl_penalty=trainer.kl_penalty,
             kl_metric="kl/sampler_reference" if trainer.kl_reference else "kl/sampler_base",
-            sequence_ratio_mask=loss == "gspo",
+            extra_inputs=loss_inputs(loss),
         )
 
 
@@ -113,12 +114,12 @@ def token_advantages(rollout: Rollout, kl_penalty: float) -> tuple[list[float], 
     return kl_penalized(advantage, terms, kl_penalty), [t for t, s in zip(terms, conv.sampled) if s]
 
 
-def rollout_datum(rollout: Rollout, per_token: Sequence[float], sequence_ratio_mask: bool) -> tinker.Datum | None:
+def rollout_datum(rollout: Rollout, per_token: Sequence[float], extra_inputs: Sequence[str]) -> tinker.Datum | None:
     """The datum of ``rollout`` with these per-token advantages; None when no sampled token has a nonzero one."""
     conv = rollout.conversation
     if len(conv.tokens) < 2 or not any(a != 0 and s for a, s in zip(per_token, conv.sampled)):
         return None
-    return build_datum(conv.tokens, conv.sampled, conv.logprobs, per_token, sequence_ratio_mask)
+    return build_datum(conv.tokens, conv.sampled, conv.logprobs, per_token, extra_inputs)
 
 
 def process_batch(groups: Sequence[Group], settings: ProcessingSettings) -> ProcessedBatch:
@@ -132,7 +133,7 @@ def process_batch(groups: Sequence[Group], settings: ProcessingSettings) -> Proc
     for rollout, scale in zip(trained, scales):
         per_token, kl = token_advantages(rollout, settings.kl_penalty)
         kl_values.extend(kl)
-        datum = rollout_datum(rollout, [a * scale for a in per_token], settings.sequence_ratio_mask)
+        datum = rollout_datum(rollout, [a * scale for a in per_token], settings.extra_inputs)
         if datum is not None:
             datums.append(datum)
     metrics: dict[str, float] = {}

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import tinker
+
+#: What every datum carries: the tokens each input position predicts, the sampler's log-probs, the advantages.
+BASE_INPUTS = ("target_tokens", "logprobs", "advantages")
+
+#: The further inputs a loss may ask for (``CustomLoss.inputs``, ``BUILTIN_LOSSES``): name -> its
+#: per-target values from the sampled mask of the targets.
+EXTRA_INPUTS: dict[str, Callable[[Sequence[bool]], list[float]]] = {
+    # 1 on sampled targets: the tokens gspo's sequence ratio averages over
+    "sequence_ratio_mask": lambda sampled: [1.0 if s else 0.0 for s in sampled],
+}
 
 
 def build_datum(
@@ -12,7 +22,7 @@ def build_datum(
     sampled: Sequence[bool],
     logprobs: Sequence[float],
     advantages: Sequence[float],
-    sequence_ratio_mask: bool = False,
+    extra_inputs: Collection[str] = (),
 ) -> tinker.Datum:
     """One datum for a full sequence.
 
@@ -20,8 +30,7 @@ def build_datum(
     position i predicts token i + 1, so target i carries the sampler logprob and
     advantage of token i + 1 when that token was sampled, and 0 otherwise
     (prompt, tool output and template tokens). ``advantages`` is per token.
-    ``sequence_ratio_mask`` adds that input (1 on sampled targets) for the
-    ``gspo`` loss, whose sequence ratio averages over those tokens.
+    ``extra_inputs`` names inputs of EXTRA_INPUTS the loss reads beyond BASE_INPUTS.
     """
     n = len(tokens)
     if n < 2:
@@ -36,7 +45,6 @@ def build_datum(
         "logprobs": tinker.TensorData(data=target_logprobs, dtype="float32", shape=[n - 1]),
         "advantages": tinker.TensorData(data=target_advantages, dtype="float32", shape=[n - 1]),
     }
-    if sequence_ratio_mask:
-        mask = [1.0 if sampled[i] else 0.0 for i in range(1, n)]
-        inputs["sequence_ratio_mask"] = tinker.TensorData(data=mask, dtype="float32", shape=[n - 1])
+    for name in extra_inputs:
+        inputs[name] = tinker.TensorData(data=EXTRA_INPUTS[name](sampled[1:]), dtype="float32", shape=[n - 1])
     return tinker.Datum(model_input=tinker.types.ModelInput.from_ints(list(tokens[:-1])), loss_fn_inputs=inputs)

@@ -1,7 +1,7 @@
 """Evaluating a policy: the first N tasks of a (held-out) split, K samples each, scored by the environment.
 
 Used by ``minds eval`` on a checkpoint and by ``trainer.eval_every`` during a
-run. Every rollout is kept (``eval/<name>.jsonl``); the summary has the mean
+run. Every rollout is kept (``eval/<name>.jsonl``, one line per task in ``rollout_records``' shape); the summary has the mean
 reward with a task-clustered 95% interval, pass@k when rewards are binary,
 and the mean of each rubric component. Failed rollouts are counted and left
 out of the means, never scored 0.
@@ -26,6 +26,7 @@ from minds_core.errors import ConfigError
 from minds_core.eval_stats import mean_interval, pass_at_ks
 from minds_core.logs import get_logger
 from minds_core.rollout import Group, run_group
+from minds_core.rollout_records import components, group_record
 from minds_core.session import EnvHandle, Policy, Session
 
 if TYPE_CHECKING:
@@ -38,10 +39,6 @@ HELD_OUT_SPLITS = ("test", "eval", "validation")
 
 #: Folder of a run that holds its evaluations.
 EVAL_DIR = "eval"
-
-#: Rubric parts arrive as step metrics named ``reward/<part>``.
-_COMPONENT_PREFIX = "reward/"
-
 
 @attrs.frozen
 class EvalPlan:
@@ -118,45 +115,8 @@ class Evaluation:
         return {f"eval/{key}": value for key, value in self.summary().items() if isinstance(value, (int, float))}
 
     def records(self) -> list[dict[str, Any]]:
-        """One JSON-ready row per rollout: prompt, every turn, reward, components and errors."""
-        rows = []
-        for group in self.groups:
-            for index, rollout in enumerate(group.rollouts):
-                conv = rollout.conversation
-                prompt = list(conv.prompt) if conv else []
-                rows.append(
-                    {
-                        "env": group.env_name,
-                        "split": self.splits[group.env_name],
-                        "task": group.task.id,
-                        "answer": _jsonable(group.task.answer),
-                        "sample": index,
-                        "prompt": prompt,
-                        "turns": list(conv.messages[len(prompt) :]) if conv else [],
-                        "completion": list(conv.replies) if conv else [],
-                        "reward": rollout.reward if rollout.ok else None,
-                        "components": _components(rollout.metrics) if rollout.ok else {},
-                        "metrics": dict(rollout.metrics),
-                        "sampled_tokens": conv.sampled_tokens if conv else 0,
-                        "truncated": bool(conv and conv.truncated),
-                        "hit_max_tokens": bool(conv and conv.turns and not conv.last_stopped),
-                        "error": rollout.error,
-                        "timed_out": rollout.timed_out,
-                    }
-                )
-        return rows
-
-
-def _components(metrics: dict[str, float]) -> dict[str, float]:
-    return {k[len(_COMPONENT_PREFIX) :]: v for k, v in metrics.items() if k.startswith(_COMPONENT_PREFIX)}
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-    return value
+        """One JSON-ready line per task: its split and every sample (``rollout_records``' shape, as in ``rollouts.jsonl``)."""
+        return [group_record(group, split=self.splits[group.env_name]) for group in self.groups]
 
 
 def _statistics(groups: Sequence[Group]) -> dict[str, Any]:
@@ -171,14 +131,14 @@ def _statistics(groups: Sequence[Group]) -> dict[str, Any]:
     out["rollouts/total"] = len(rollouts)
     out["rollouts/failed"] = sum(not r.ok for r in rollouts)
     out["rollouts/timed_out"] = sum(r.timed_out for r in rollouts)
-    finished = [r.conversation for r in rollouts if r.ok and r.conversation is not None]
+    finished = [r.conversation for r in rollouts if r.ok]
     out["rollouts/truncated"] = sum(c.truncated for c in finished)
     out["rollouts/hit_max_tokens"] = sum(c.turns > 0 and not c.last_stopped for c in finished)
     out.update({f"pass@{k}": value for k, value in pass_at_ks(per_task).items()})
     parts: dict[str, list[float]] = {}
     for rollout in rollouts:
         if rollout.ok:
-            for name, value in _components(rollout.metrics).items():
+            for name, value in components(rollout.metrics).items():
                 parts.setdefault(name, []).append(value)
     out.update({f"component/{name}": statistics.fmean(values) for name, values in sorted(parts.items())})
     return out

@@ -46,7 +46,7 @@ async def score_group(rubric: Rubric, task: Task, rollouts: Sequence[Rollout], c
         return
     n = len(ok)
     available = {
-        "completions": [r.conversation.replies[-1] if r.conversation and r.conversation.replies else "" for r in ok],
+        "completions": [r.conversation.replies[-1] if r.conversation.replies else "" for r in ok],
         "prompts": [task.prompt] * n,
         "tasks": [task] * n,
         "answers": [task.answer] * n,

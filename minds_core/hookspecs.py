@@ -113,7 +113,8 @@ def minds_register_losses(register: Register[str | CustomLoss]) -> None:
         built-in: ``"ppo"``; ``trainer.loss_fn_config`` is passed along), or a
         ``minds_core.CustomLoss`` around a ``LossFunction`` (``(data, logprobs)
         -> (loss_tensor, metrics)``), run through
-        ``TrainingClient.forward_backward_custom``.
+        ``TrainingClient.forward_backward_custom``; its ``inputs`` name the
+        datum inputs it reads beyond target_tokens, logprobs and advantages.
 
     Example::
 

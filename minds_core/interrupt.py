@@ -56,8 +56,11 @@ class StopOnSignal:
         return signal.Signals(self.signum).name if self.signum is not None else ""
 
     def install(self) -> None:
-        """Take over SIGINT and SIGTERM (from the event loop's thread; signals reach only the main thread, elsewhere a no-op)."""
-        if threading.current_thread() is not threading.main_thread():
+        """Take over SIGINT and SIGTERM (from the event loop's thread; signals reach only the main thread, elsewhere a no-op).
+
+        Installing again before ``restore`` changes nothing: the handlers to restore stay the ones found first.
+        """
+        if threading.current_thread() is not threading.main_thread() or self._previous:
             return
         self._loop = asyncio.get_running_loop()
         for signum in SIGNALS:
@@ -70,6 +73,21 @@ class StopOnSignal:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
+
+    def __enter__(self) -> StopOnSignal:
+        self.install()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.restore()
+
+    def interrupted(self, step: int, steps: int) -> RunInterrupted:
+        """The error that ends a run stopped by the signal after ``step`` (of ``steps``), its checkpoint saved."""
+        return RunInterrupted(
+            f"stopped by {self.signal_name} after step {step} ({step + 1} of {steps} done); checkpoint saved. "
+            f"Continue with: {self.resume_hint}",
+            self.signum or 0,
+        )
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.signum is not None:

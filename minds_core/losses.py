@@ -7,13 +7,29 @@ from typing import Any
 
 import attrs
 
+from minds_core.errors import ConfigError
+
+
+@attrs.frozen
+class BuiltinLoss:
+    """A loss the service computes itself, registered under its Tinker name."""
+
+    #: what it computes, for ``minds plugins``
+    description: str
+    #: the datum inputs it reads beyond target_tokens, logprobs and advantages (names of ``datums.EXTRA_INPUTS``)
+    inputs: tuple[str, ...] = ()
+
+
 #: Losses the service computes itself (see shared/reference/tinker.md for the formulas).
 BUILTIN_LOSSES = {
-    "importance_sampling": "sum of r * A, r = p / q (REINFORCE with an importance ratio)",
-    "ppo": "clipped importance ratio (clip_low_threshold, clip_high_threshold)",
-    "cispo": "clipped ratio as a stop-gradient weight on log p * A",
-    "dro": "log p * A with a quadratic penalty on log p - log q (beta)",
-    "gspo": "PPO's clip on the sequence-level ratio exp(mean log p/q) (GSPO-token; needs sequence_ratio_mask)",
+    "importance_sampling": BuiltinLoss("sum of r * A, r = p / q (REINFORCE with an importance ratio)"),
+    "ppo": BuiltinLoss("clipped importance ratio (clip_low_threshold, clip_high_threshold)"),
+    "cispo": BuiltinLoss("clipped ratio as a stop-gradient weight on log p * A"),
+    "dro": BuiltinLoss("log p * A with a quadratic penalty on log p - log q (beta)"),
+    "gspo": BuiltinLoss(
+        "PPO's clip on the sequence-level ratio exp(mean log p/q) (GSPO-token; reads sequence_ratio_mask)",
+        inputs=("sequence_ratio_mask",),
+    ),
 }
 
 
@@ -22,10 +38,31 @@ class CustomLoss:
     """A loss computed on the client: ``fn(data, logprobs) -> (loss, metrics)``.
 
     ``logprobs[i]`` is a torch tensor (requires grad) of the target-token
-    log-probabilities of ``data[i]``; the loss is a scalar tensor.
+    log-probabilities of ``data[i]``; the loss is a scalar tensor. ``inputs``
+    names the datum inputs ``fn`` reads beyond ``target_tokens``, ``logprobs``
+    and ``advantages`` (e.g. ``("sequence_ratio_mask",)``), so every datum carries them.
     """
 
     fn: Callable[[list[Any], list[Any]], tuple[Any, dict[str, float]]]
+    inputs: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+
+def loss_inputs(loss: str | CustomLoss, key: str = "trainer.loss_fn") -> tuple[str, ...]:
+    """The datum inputs a registered loss reads beyond the base ones; a ConfigError naming ``key`` when minds cannot make one.
+
+    A service loss name minds does not know (a plugin's) reads none.
+    """
+    # imported here: datums imports tinker, and `minds plugins` loads this module
+    from minds_core.datums import EXTRA_INPUTS
+
+    declared = loss.inputs if isinstance(loss, CustomLoss) else BUILTIN_LOSSES.get(loss, BuiltinLoss("")).inputs
+    unknown = [name for name in declared if name not in EXTRA_INPUTS]
+    if unknown:
+        raise ConfigError(
+            f"{key}: the loss reads datum inputs minds cannot make: {', '.join(unknown)}; "
+            f"a loss may ask for: {', '.join(EXTRA_INPUTS)}"
+        )
+    return declared
 
 
 def _column(datum: Any, key: str) -> Any:

@@ -10,7 +10,7 @@ import attrs
 
 from minds_core.advantages import is_constant
 from minds_core.logs import get_logger
-from minds_core.rollout import Group
+from minds_core.rollout import Dropped, Group
 
 log = get_logger("trainer")
 
@@ -33,8 +33,8 @@ def no_datum_reason(groups: Sequence[Group]) -> str:
         return f"all {_count(len(rollouts), 'rollout')} failed (first error: {first[:_ERROR_CHARS]})"
     kept = [g for g in groups if not g.dropped]
     if not kept:
-        failures = sum(g.dropped == "failures" for g in groups)
-        constant = sum(g.dropped == "constant" for g in groups)
+        failures = sum(g.dropped is Dropped.FAILURES for g in groups)
+        constant = sum(g.dropped is Dropped.CONSTANT for g in groups)
         parts = []
         if failures:
             parts.append(f"{failures} with more failed rollouts than max_failing_rollouts")

@@ -8,6 +8,8 @@
 - record: one metrics line (and a few rollouts) per step; ``trainer.eval_every`` adds ``eval/*``;
 - save: the last step, every ``trainer.save_every`` steps (two rolling slots), and on Ctrl-C/SIGTERM.
 
+When to evaluate and save, the batches sampled ahead and the step's timings live in ``rl_pacing``.
+
 With ``max_steps_off_policy = k`` the batches of the next k steps are sampled
 while this one trains, with samplers at most k updates old.
 """
@@ -28,12 +30,13 @@ from minds_core.backends.retry import ServiceCallError
 from minds_core.config import RunConfig
 from minds_core.data_processing import ProcessedBatch, ProcessingSettings, process_batch
 from minds_core.evaluation import EVAL_DIR, EvalPlan, check_splits, evaluate_policy, save_evaluation
-from minds_core.interrupt import RunInterrupted
 from minds_core.kl_reference import ReferenceScorer
 from minds_core.logs import get_logger
 from minds_core.outcome import TrainingOutcome
 from minds_core.plugins import Plugins
+from minds_core.rl_pacing import BatchesAhead, Cadence, Save, StepTimer
 from minds_core.rollout import Group, run_group
+from minds_core.rollout_records import group_record
 from minds_core.run_directory import (
     ROLLING_KEPT,
     ROLLING_PREFIX,
@@ -46,7 +49,7 @@ from minds_core.run_directory import (
 from minds_core.schedule import DataSchedule
 from minds_core.session import Policy, Session
 from minds_core.sinks import SinkSet
-from minds_core.stats import batch_metrics, rollout_records
+from minds_core.stats import batch_metrics
 from minds_core.training_requests import check_losses, save_checkpoint, train_step
 
 log = get_logger("trainer")
@@ -116,15 +119,26 @@ class RLLoop:
             exc.intact_after = batch.step - 1
             raise
 
-    async def train(self, datums: list[tinker.Datum], step: int) -> dict[str, float]:
-        """One optimizer step on ``datums`` (none: the step is skipped); ``train/*`` metrics."""
+    def process(self, batch: Batch) -> ProcessedBatch:
+        """The batch's datums (``data_processing``); the outcome remembers whether the step had any."""
+        processed = process_batch(batch.groups, self.processing)
+        self.outcome.record(batch.step, len(processed.datums), batch.groups)
+        return processed
+
+    async def train(self, datums: list[tinker.Datum], step: int, run: RunDirectory) -> dict[str, float]:
+        """One optimizer step on ``datums`` (none: the step is skipped); ``train/*`` metrics. A non-finite loss stops the run."""
         if not datums:
             return {"train/skipped": 1.0}
         client, cfg = self.session.training_client, self.config.trainer
-        return await train_step(client, datums, self.loss, cfg, step, self.session.backoff)
+        metrics = await train_step(client, datums, self.loss, cfg, step, self.session.backoff)
+        check_losses({k: v for k, v in metrics.items() if k.startswith("train/loss")}, step, run)
+        return metrics
 
-    def record(self, batch: Batch, processed: ProcessedBatch, train_metrics: dict[str, float], policy: Policy) -> dict[str, Any]:
-        """The step's metrics line, without its timings."""
+    async def record(
+        self, batch: Batch, processed: ProcessedBatch, train_metrics: dict[str, float], policy: Policy, run: RunDirectory, evaluate: bool
+    ) -> dict[str, Any]:
+        """The step's metrics line without its timings (``eval/*`` too when ``evaluate``); its first groups to rollouts.jsonl."""
+        run.log_rollouts([group_record(g, step=batch.step) for g in batch.groups[: self.config.metrics.rollouts_per_step]])
         record = batch_metrics(batch.groups, self.session.envs)
         record.update(train_metrics)
         record.update(processed.metrics)
@@ -135,6 +149,8 @@ class RLLoop:
                 "sampler/staleness": policy.version - 1 - batch.policy_version,
             }
         )
+        if evaluate:
+            record.update(await self.evaluate(policy, run, batch.step))
         return record
 
     async def evaluate(self, policy: Policy, run: RunDirectory, step: int) -> dict[str, float]:
@@ -143,6 +159,10 @@ class RLLoop:
         evaluation = await evaluate_policy(self.session, policy, plan, step=step, require_held_out=True)
         save_evaluation(run.path / EVAL_DIR / f"step-{step:06d}.jsonl", evaluation, {"step": step})
         return evaluation.metrics()
+
+    async def save_due(self, step: int, due: Save | None) -> CheckpointRecord | None:
+        """What the cadence asks ``step`` to save (nothing: None)."""
+        return await self.save(step, rolling=due is Save.ROLLING) if due else None
 
     async def save(self, step: int, rolling: bool = False) -> CheckpointRecord:
         """Save weights + optimizer (to resume) and sampler weights (to sample from); recorded by the caller.
@@ -188,60 +208,35 @@ class RLLoop:
 
     async def run(self, run: RunDirectory, sinks: SinkSet, start: int) -> dict[str, Any]:
         """Steps ``start`` .. ``trainer.steps - 1``; the run's summary. A first SIGINT/SIGTERM stops after a saved step."""
-        cfg = self.config.trainer
-        steps, ahead = cfg.steps, cfg.max_steps_off_policy
+        cadence = Cadence.from_config(self.config.trainer)
+        ahead = BatchesAhead(self.collect, start, cadence.steps, self.config.trainer.max_steps_off_policy)
         policy = await self.session.policy(start)
-        pending: dict[int, asyncio.Task[Batch]] = {}
-        next_launch = start
         rewards: list[float] = []
         began = time.perf_counter()
-        stop = self.session.door.stop_on_signal(f"minds run --resume {run.shown}")
-        try:
-            for step in range(start, steps):
-                step_began = time.perf_counter()
-                while next_launch < steps and next_launch <= step + ahead:
-                    pending[next_launch] = asyncio.create_task(self.collect(next_launch, policy))
-                    next_launch += 1
-                batch = await pending.pop(step)
-                waited = time.perf_counter() - step_began
+        with self.session.door.stop_on_signal(f"minds run --resume {run.shown}") as stop, ahead:
+            for step in range(start, cadence.steps):
+                timer = StepTimer()
+                with timer.stage("wait_for_batch"):
+                    batch = await ahead.take(step, policy)
                 await self.score(batch)
-                processed = process_batch(batch.groups, self.processing)
-                self.outcome.record(step, len(processed.datums), batch.groups)
-                train_began = time.perf_counter()
-                train_metrics = await self.train(processed.datums, step)
-                check_losses({k: v for k, v in train_metrics.items() if k.startswith("train/loss")}, step, run)
-                policy = await self.session.policy(policy.version + 1)
-                record = self.record(batch, processed, train_metrics, policy)
-                record.update({"time/sample": batch.seconds, "time/wait_for_batch": waited, "time/train": time.perf_counter() - train_began})
-                run.log_rollouts(rollout_records(step, batch.groups, self.config.metrics.rollouts_per_step))
-                if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step == steps - 1):
-                    record.update(await self.evaluate(policy, run, step))
-                save_began = time.perf_counter()
+                processed = self.process(batch)
+                with timer.stage("train"):
+                    train_metrics = await self.train(processed.datums, step, run)
+                    policy = await self.session.policy(policy.version + 1)
+                record = await self.record(batch, processed, train_metrics, policy, run, cadence.evaluates(step))
                 stopping = stop.requested
-                checkpoint = None
-                if step == steps - 1 or stopping:
-                    checkpoint = await self.save(step)
-                elif cfg.save_every and (step + 1) % cfg.save_every == 0:
-                    checkpoint = await self.save(step, rolling=True)
-                record["time/save"] = time.perf_counter() - save_began
-                record["time/step"] = time.perf_counter() - step_began
+                with timer.stage("save"):
+                    checkpoint = await self.save_due(step, cadence.save(step, stopping))
+                record.update({"time/sample": batch.seconds, **timer.metrics()})
                 sinks.write(record)
                 if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics
                     await self.delete(run.record_checkpoint(checkpoint))
                 if "reward/mean" in record:
                     rewards.append(record["reward/mean"])
-                if stopping and step < steps - 1:
-                    raise RunInterrupted(
-                        f"stopped by {stop.signal_name} after step {step} ({step + 1} of {steps} done); checkpoint saved. "
-                        f"Continue with: minds run --resume {run.shown}",
-                        stop.signum or 0,
-                    )
-        finally:
-            stop.restore()
-            for task in pending.values():
-                task.cancel()
+                if stopping and not cadence.is_last(step):
+                    raise stop.interrupted(step, cadence.steps)
         return {
-            "steps": steps - start,
+            "steps": cadence.steps - start,
             "reward/first": rewards[0] if rewards else None,
             "reward/last": rewards[-1] if rewards else None,
             "seconds": time.perf_counter() - began,

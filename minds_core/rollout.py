@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import math
 from collections.abc import Callable
 from typing import Any
@@ -40,7 +41,7 @@ log = get_logger("rollout")
 class Rollout:
     """One finished (or failed) episode."""
 
-    conversation: Conversation | None
+    conversation: Conversation
     reward: float = 0.0
     metrics: dict[str, float] = attrs.field(factory=dict)
     error: str | None = None
@@ -59,6 +60,15 @@ class Rollout:
         return self.error is None
 
 
+class Dropped(enum.StrEnum):
+    """Why a group was left out of training; str-valued, so JSON holds the plain word."""
+
+    #: more failed rollouts than ``max_failing_rollouts``, or none succeeded
+    FAILURES = "failures"
+    #: all rewards equal (``rollout.drop_constant_reward_groups``)
+    CONSTANT = "constant"
+
+
 @attrs.define
 class Group:
     """The rollouts of one task; the unit advantages are computed over."""
@@ -66,7 +76,8 @@ class Group:
     env_name: str
     task: Task
     rollouts: list[Rollout]
-    dropped: str | None = None  # "failures" | "constant" | None
+    #: why the group is not trained on; None: it is (a plain "failures"/"constant" is taken as its Dropped)
+    dropped: Dropped | None = attrs.field(default=None, converter=attrs.converters.optional(Dropped))
 
     @property
     def ok_rollouts(self) -> list[Rollout]:
@@ -207,9 +218,9 @@ async def run_group(
     group = Group(env_name, task, rollouts)
     rewards = [r.reward for r in group.ok_rollouts]
     if group.failures > max_failing or not rewards:
-        group.dropped = "failures"
+        group.dropped = Dropped.FAILURES
     elif settings.rollout.drop_constant_reward_groups and max(rewards) - min(rewards) < 1e-8:
-        group.dropped = "constant"
+        group.dropped = Dropped.CONSTANT
     for rollout in rollouts:
         if rollout.error:
             log.warning("rollout failed", env=env_name, task=task.id, error=rollout.error[:300], attempts=rollout.attempts)

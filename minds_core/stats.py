@@ -1,21 +1,16 @@
-"""Per-step metrics and the rollout samples written next to them."""
+"""Per-step metrics of a batch of rollout groups (what ``rollouts.jsonl`` holds is ``rollout_records``)."""
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from minds_core.conversation import Conversation
-from minds_core.rollout import Group, Rollout
-
-#: Rollout metrics under this prefix are the parts of a rubric's reward (see score_completion).
-COMPONENT_PREFIX = "reward/"
-#: Why a sampled turn ended (tinker.types.StopReason): a stop token, or its max_tokens.
-STOP_REASONS = ("stop", "length")
+from minds_core.conversation import Conversation, StopReason
+from minds_core.rollout import Dropped, Group
+from minds_core.rollout_records import COMPONENT_PREFIX
 
 
 def finite_mean(values: Sequence[float]) -> float:
@@ -60,11 +55,11 @@ def health_metrics(groups: Sequence[Group], conversations: Sequence[Conversation
     if scored:
         record["groups/zero_variance_frac"] = sum(max(rs) - min(rs) < 1e-8 for rs in scored) / len(scored)
     record.update(describe("tokens/completion", [c.sampled_tokens for c in conversations]))
-    stops = Counter({reason: 0 for reason in STOP_REASONS})
+    stops = Counter({reason: 0 for reason in StopReason})
     stops.update(reason for c in conversations for reason in c.stop_reasons)
     record.update({f"stop/{reason}": float(count) for reason, count in stops.items()})
     if stops.total():
-        record["stop/length_frac"] = stops["length"] / sum(stops.values())
+        record["stop/length_frac"] = stops[StopReason.LENGTH] / sum(stops.values())
     surprisal = [-lp for c in conversations for lp, s in zip(c.logprobs, c.sampled) if s]
     if surprisal:
         record["sampler/neg_logprob"] = statistics.fmean(surprisal)
@@ -105,7 +100,7 @@ def batch_metrics(groups: Sequence[Group], envs: Sequence[Any]) -> dict[str, Any
     record: dict[str, Any] = {}
     record.update(describe("reward", [r.reward for r in ok]))
     record.update(describe("advantage", [r.advantage for r in rollouts if r.advantage is not None]))
-    conversations = [r.conversation for r in ok if r.conversation is not None]
+    conversations = [r.conversation for r in ok]
     record.update(health_metrics(groups, conversations))
     record.update(
         {
@@ -119,8 +114,8 @@ def batch_metrics(groups: Sequence[Group], envs: Sequence[Any]) -> dict[str, Any
             "rollouts/retried": sum(r.attempts > 1 for r in rollouts),
             "rollouts/truncated": sum(c.truncated for c in conversations),
             "groups/total": len(groups),
-            "groups/dropped_failures": sum(g.dropped == "failures" for g in groups),
-            "groups/dropped_constant": sum(g.dropped == "constant" for g in groups),
+            "groups/dropped_failures": sum(g.dropped is Dropped.FAILURES for g in groups),
+            "groups/dropped_constant": sum(g.dropped is Dropped.CONSTANT for g in groups),
         }
     )
     for handle in envs:
@@ -137,71 +132,3 @@ def batch_metrics(groups: Sequence[Group], envs: Sequence[Any]) -> dict[str, Any
             record[f"{prefix}/reward_max"] = max(r.reward for r in env_ok)
         record.update(_mean_metrics((r.metrics for r in env_ok), prefix))
     return record
-
-
-def rollout_records(step: int, groups: Sequence[Group], limit: int) -> list[dict[str, Any]]:
-    """The first ``limit`` groups of a step, readable: prompt, every turn, rewards and their parts."""
-    records = []
-    for group in groups[:limit]:
-        first = next((r.conversation for r in group.rollouts if r.conversation and r.conversation.prompt), None)
-        records.append(
-            {
-                "step": step,
-                "env": group.env_name,
-                "task": group.task.id,
-                "dropped": group.dropped,
-                "prompt": [_message(m) for m in first.prompt] if first else None,
-                "rollouts": [_rollout_record(r) for r in group.rollouts],
-            }
-        )
-    return records
-
-
-def _rollout_record(rollout: Rollout) -> dict[str, Any]:
-    """One rollout: ``completion`` (each sampled turn's text), ``messages`` (every message after the
-    prompt, assistant turns with their ``stop_reason`` and sampled ``tokens``), reward, components."""
-    conv = rollout.conversation
-    return {
-        "completion": list(conv.replies) if conv else [],
-        "messages": _turns(conv) if conv else [],
-        "reward": rollout.reward if rollout.ok else None,
-        "components": {k[len(COMPONENT_PREFIX) :]: v for k, v in rollout.metrics.items() if k.startswith(COMPONENT_PREFIX)},
-        "metrics": {k: v for k, v in rollout.metrics.items() if not k.startswith(COMPONENT_PREFIX)},
-        "advantage": rollout.advantage,
-        "error": rollout.error,
-        "timed_out": rollout.timed_out,
-        "truncated": conv.truncated if conv else False,
-    }
-
-
-def _turns(conv: Conversation) -> list[dict[str, Any]]:
-    turn_tokens = Counter(t for t in conv.turn_ids if t >= 0)
-    turn = 0
-    turns = []
-    for message in conv.messages[len(conv.prompt) :]:
-        entry = _message(message)
-        if message.get("role") == "assistant" and turn < len(conv.stop_reasons):
-            entry["stop_reason"] = conv.stop_reasons[turn]
-            entry["tokens"] = turn_tokens[turn]
-            turn += 1
-        turns.append(entry)
-    return turns
-
-
-def _message(message: Any) -> dict[str, Any]:
-    """A chat message reduced to JSON: role, text content, and tool fields when present."""
-    if not isinstance(message, dict):
-        return {"role": "?", "content": str(message)}
-    entry = {"role": str(message.get("role", "?")), "content": _text(message.get("content"))}
-    for key in ("name", "tool_call_id", "tool_calls"):
-        if message.get(key):
-            entry[key] = json.loads(json.dumps(message[key], default=str))
-    return entry
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
-        return "\n".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    return "" if content is None else str(content)

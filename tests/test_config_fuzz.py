@@ -103,12 +103,12 @@ def test_every_bad_number_in_a_yaml_file_exits_2_without_a_traceback(key, tmp_pa
 @pytest.mark.parametrize(
     ("assignment", "message"),
     [
-        ("seed=18446744073709551616", "seed = 18446744073709551616: must be in [0, 9223372036854775807]"),
+        ("seed=18446744073709551616", "seed = 18446744073709551616: must be an integer in [0, 9223372036854775807]"),
         ("name=../x", "name = '../x': must be one folder name"),
         ("trainer.learning_rate=1e999", "trainer.learning_rate = inf: must be a finite number"),
-        ("trainer.group_size=100000", "trainer.group_size = 100000: must be in [1, 4096]"),
-        ("rollout.timeout=1e300", "rollout.timeout = 1e+300: must be in [0, 604800.0]"),
-        ("trainer.loss_fn_config={clip: .nan}", "trainer.loss_fn_config = {'clip': nan}: clip = nan: must be a finite number"),
+        ("trainer.group_size=100000", "trainer.group_size = 100000: must be an integer in [1, 4096]"),
+        ("rollout.timeout=1e300", "rollout.timeout = 1e+300: must be a finite number in [0, 604800.0]"),
+        ("trainer.loss_fn_config={clip: .nan}", "trainer.loss_fn_config = {'clip': nan}: must be a table whose every value is a finite number in [-1000000.0, 1000000.0]: clip = nan"),
     ],
 )
 def test_absurd_overrides_exit_2_naming_key_value_and_range(assignment, message, capsys):

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
+import pytest
 import tinker
 
 from minds_core import Context
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
 from minds_core.config import RolloutConfig
+from minds_core.conversation import Conversation, StopReason
 from minds_core.datums import build_datum
+from minds_core.envs.types import Task
 from minds_core.render import Renderer
-from minds_core.rollout import EpisodeSettings, run_group
+from minds_core.rollout import Dropped, EpisodeSettings, Group, run_group
+from minds_core.rollout_records import group_record
 
 from minds_toy_plugin import TwoTurnEnvironment
 
@@ -62,6 +67,14 @@ def test_two_turn_rollouts_mask_the_tool_reply_token_by_token(tmp_path):
         assert advantages == [1.0 if s else 0.0 for s in conv.sampled[1:]]
         assert datum.loss_fn_inputs["target_tokens"].tolist() == conv.tokens[1:]
     assert returned == []
+    record = json.loads(json.dumps(group_record(group, step=3)))  # the shape of rollouts.jsonl and eval files
+    assert record["step"] == 3 and record["dropped"] is None and len(record["rollouts"]) == 3
+    for written, rollout in zip(record["rollouts"], group.rollouts):
+        conv = rollout.conversation
+        assistant = [m for m in written["messages"] if m["role"] == "assistant"]
+        assert [m["stop_reason"] for m in assistant] == conv.stop_reasons and len(assistant) == conv.turns == 2
+        assert sum(m["tokens"] for m in assistant) == written["sampled_tokens"] == conv.sampled_tokens
+        assert written["hit_max_tokens"] == (conv.stop_reasons[-1] == "length") and written["completion"] == conv.replies
 
 
 def test_chat_template_args_reach_the_template():
@@ -115,3 +128,23 @@ def test_max_turns_zero_is_no_limit_and_one_truncates(tmp_path):
     unlimited, capped = asyncio.run(go(0)), asyncio.run(go(1))
     assert [(r.conversation.turns, r.conversation.truncated) for r in unlimited.rollouts] == [(2, False)] * 2
     assert [(r.conversation.turns, r.conversation.truncated) for r in capped.rollouts] == [(1, True)] * 2
+
+
+def test_turns_and_last_stopped_are_read_from_the_stop_reasons():
+    conv = Conversation(renderer=None, sampler=None, params=None, max_total_tokens=8)
+    assert conv.turns == 0 and conv.last_stopped  # before any turn
+    conv.stop_reasons.append(StopReason.of("stop"))
+    assert conv.turns == 1 and conv.last_stopped
+    conv.stop_reasons.append(StopReason.of("length"))
+    assert conv.turns == 2 and not conv.last_stopped
+    assert StopReason.of("something else") is StopReason.LENGTH  # anything but a stop token was cut off
+    assert json.dumps(conv.stop_reasons) == '["stop", "length"]'  # str-valued: JSON unchanged
+
+
+def test_a_group_is_dropped_for_a_named_reason():
+    group = Group("env", Task(prompt="p"), [], dropped="constant")
+    assert group.dropped is Dropped.CONSTANT and json.dumps(group.dropped) == '"constant"'
+    group.dropped = Dropped.FAILURES
+    assert group.dropped == "failures"
+    with pytest.raises(ValueError, match="'sometimes' is not a valid Dropped"):
+        Group("env", Task(prompt="p"), [], dropped="sometimes")

@@ -21,6 +21,11 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _samples(groups: list[dict]) -> list[dict]:
+    """Every rollout of the group lines of an evaluation, in order."""
+    return [rollout for group in groups for rollout in group["rollouts"]]
+
+
 def test_eval_every_logs_eval_metrics_on_the_step_line_and_keeps_every_rollout(plugins, tmp_path):
     config = load_config(None, [*FAST, "env.id=toy_first_char", f"runs_dir={tmp_path}", "name=run", "trainer.steps=4",
                                 "trainer.eval_every=2", "trainer.eval_tasks=3", "trainer.eval_samples=4"])  # fmt: skip
@@ -31,10 +36,11 @@ def test_eval_every_logs_eval_metrics_on_the_step_line_and_keeps_every_rollout(p
     evaluated = [r for r in metrics if "eval/reward/mean" in r]
     assert [r["step"] for r in evaluated] == [1, 3]
     for row in evaluated:
-        rollouts = _rows(run / "eval" / f"step-{row['step']:06d}.jsonl")
-        assert len(rollouts) == 3 * 4 == row["eval/rollouts/total"]
-        assert {r["split"] for r in rollouts} == {"test"}  # the held-out split, never the training one
-        assert {r["task"] for r in rollouts} == {"test0", "test1", "test2"}
+        groups = _rows(run / "eval" / f"step-{row['step']:06d}.jsonl")  # one line per task, as in rollouts.jsonl
+        rollouts = _samples(groups)
+        assert len(groups) == 3 and len(rollouts) == 3 * 4 == row["eval/rollouts/total"]
+        assert {g["split"] for g in groups} == {"test"}  # the held-out split, never the training one
+        assert [g["task"] for g in groups] == ["test0", "test1", "test2"]
         rewards = [r["reward"] for r in rollouts]
         assert row["eval/reward/mean"] == pytest.approx(statistics.fmean(rewards))
         assert row["eval/pass@1"] == pytest.approx(row["eval/reward/mean"])  # binary rewards: pass@1 is the mean
@@ -64,7 +70,7 @@ def test_failed_rollouts_are_counted_and_kept_out_of_the_mean(plugins, tmp_path)
     evaluation = evaluate(config, EvalPlan(tasks=3, samples=2), plugins=plugins)
     summary = evaluation.summary()
     assert summary["rollouts/failed"] == 2 and summary["tasks/without_reward"] == 1
-    records = evaluation.records()
+    records = _samples(evaluation.records())
     failed = [r for r in records if r["error"]]
     assert len(failed) == 2 and all(r["reward"] is None and "environment exploded" in r["error"] for r in failed)
     ok = [r["reward"] for r in records if not r["error"]]
@@ -81,7 +87,8 @@ def test_several_environments_are_evaluated_each_on_its_own_split(plugins, tmp_p
     summary = evaluation.summary()
     assert evaluation.splits == {"toy_first_char": "test", "toy_char_share": "train"}
     assert summary["tasks"] == 4 and summary["env/toy_first_char/tasks"] == 2
-    by_env = {name: [r["reward"] for r in evaluation.records() if r["env"] == name] for name in evaluation.splits}
+    groups = evaluation.records()
+    by_env = {name: [r["reward"] for g in groups if g["env"] == name for r in g["rollouts"]] for name in evaluation.splits}
     for name, rewards in by_env.items():
         assert summary[f"env/{name}/reward/mean"] == pytest.approx(statistics.fmean(rewards))
     assert "component/toy.first" in summary and "component/toy.share" in summary
@@ -90,7 +97,7 @@ def test_several_environments_are_evaluated_each_on_its_own_split(plugins, tmp_p
 def test_an_evaluation_repeats_exactly(plugins, tmp_path):
     config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}"])
     runs = [evaluate(config, EvalPlan(tasks=2, samples=3), plugins=plugins).records() for _ in range(2)]
-    assert [r["completion"] for r in runs[0]] == [r["completion"] for r in runs[1]]
+    assert [r["completion"] for r in _samples(runs[0])] == [r["completion"] for r in _samples(runs[1])]
 
 
 @pytest.mark.parametrize("command", ["eval", "sample", "chat", "export"])

@@ -36,7 +36,7 @@ def test_linear_and_cosine_decay_follow_their_formulas():
 def test_an_unknown_schedule_is_a_config_error():
     with pytest.raises(ConfigError, match="trainer.lr_schedule = 'exp': must be one of constant, linear, cosine"):
         load_config(None, ["trainer.lr_schedule=exp"])
-    with pytest.raises(ConfigError, match=r"trainer.lr_min_ratio = 1.5: must be in \[0, 1\]"):
+    with pytest.raises(ConfigError, match=r"trainer.lr_min_ratio = 1.5: must be a finite number in \[0, 1\]"):
         load_config(None, ["trainer.lr_min_ratio=1.5"])
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from minds_core.conversation import Conversation
 from minds_core.envs.types import Task
 from minds_core.outcome import TrainingOutcome, no_datum_reason
 from minds_core.rollout import Group, Rollout
@@ -89,7 +90,10 @@ def test_a_run_where_one_step_trains_succeeds(tmp_path: Path) -> None:
 
 
 def _group(rewards: list[float | None], dropped: str | None = None) -> Group:
-    rollouts = [Rollout(None, reward=r) if r is not None else Rollout(None, error="TimeoutError: slow grader") for r in rewards]
+    def conversation() -> Conversation:
+        return Conversation(renderer=None, sampler=None, params=None, max_total_tokens=8)
+
+    rollouts = [Rollout(conversation(), reward=r) if r is not None else Rollout(conversation(), error="TimeoutError: slow grader") for r in rewards]
     return Group("env", Task(prompt="p"), rollouts, dropped)
 
 

@@ -14,7 +14,7 @@ from minds_core.aggregation import token_scales
 from minds_core.backends.local.losses import token_losses
 from minds_core.config import load_config
 from minds_core.data_processing import ProcessingSettings, process_batch
-from minds_core.conversation import Conversation
+from minds_core.conversation import Conversation, StopReason
 from minds_core.envs.types import Task
 from minds_core.errors import ConfigError
 from minds_core.length import is_truncated, overlong_penalty, window_tokens
@@ -80,7 +80,7 @@ def _hand_built_batch(rng: random.Random, tiny_ratios: bool, drop_constant: bool
             spread = 2e-4 if tiny_ratios and rng.random() < 0.5 else 0.4
             conv = Conversation(renderer=None, sampler=None, params=None, max_total_tokens=64)
             conv.tokens, conv.sampled, conv.logprobs = [rng.randrange(256) for _ in range(n)], sampled, q
-            conv.last_stopped = length < MAX_TOKENS  # the reply of MAX_TOKENS tokens was cut off
+            conv.stop_reasons = [StopReason.STOP if length < MAX_TOKENS else StopReason.LENGTH]  # a reply of MAX_TOKENS was cut off
             rollout = Rollout(conversation=conv, reward=reward)
             policy[id(rollout)] = [lp + rng.uniform(-spread, spread) if s else -1.0 for lp, s in zip(q, sampled)]
             rollouts.append(rollout)
@@ -232,7 +232,7 @@ def test_the_soft_overlong_penalty_follows_dapo():
 def test_truncation_is_a_reply_cut_at_the_limit_or_an_exhausted_budget():
     conv = Conversation(renderer=None, sampler=None, params=None, max_total_tokens=8)
     assert not is_truncated(conv)
-    conv.last_stopped = False
+    conv.stop_reasons = [StopReason.LENGTH]
     assert is_truncated(conv)
-    conv.last_stopped, conv.truncated = True, True
+    conv.stop_reasons, conv.truncated = [StopReason.STOP], True
     assert is_truncated(conv)

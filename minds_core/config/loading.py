@@ -14,6 +14,7 @@ from minds_core.config.files import read_config_file
 from minds_core.config.harness import apply_harness_keys
 from minds_core.config.masking import seal
 from minds_core.config.overrides import apply_override
+from minds_core.config.rules import field_rule, problem
 from minds_core.config.schema import MAX_ROLLOUTS_PER_STEP, RunConfig, schema_fields, unwrap_optional
 from minds_core.config.secrets import shown_value, without_redacted
 from minds_core.errors import ConfigError, did_you_mean
@@ -27,7 +28,8 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
     problems = list(_unknown_keys(data, RunConfig, ""))
     if not problems:
         try:
-            config = CONVERTER.structure(data, RunConfig)
+            with attrs.validators.disabled():  # the rules are checked below, every problem reported at once
+                config = CONVERTER.structure(data, RunConfig)
         except Exception as exc:  # noqa: BLE001 - cattrs raises exception groups
             problems = structure_errors(exc)
         else:
@@ -100,14 +102,11 @@ def _unknown_keys(data: Mapping[str, Any], cls: type, path: str) -> Iterable[str
 
 
 def _checks(obj: Any, path: str) -> Iterable[str]:
-    for field in attrs.fields(type(obj)):
+    for field in attrs.fields(attrs.resolve_types(type(obj))):
         value = getattr(obj, field.name)
         where = f"{path}{field.name}"
-        check = field.metadata.get("check")
-        if check is not None and value is not None:
-            problem = check(value)
-            if problem:
-                yield f"{where} = {shown_value(field.name, value)}: {problem}"
+        if (wrong := problem(field_rule(field), value, field.type)) is not None:
+            yield f"{where} = {shown_value(field.name, value)}: {wrong}"
         if attrs.has(type(value)):
             yield from _checks(value, f"{where}.")
         elif isinstance(value, list):

@@ -1,22 +1,19 @@
 """The run configuration's schema: one attrs class per section, with defaults and value checks.
 
-A field's ``check`` (in its metadata) returns what is wrong with a value, or
-None; ``loading.build_config`` runs every check and reports all problems
-together. The ``#:`` comment above a field says what it means.
+Fields are declared as an environment's arguments are (``config.rules``):
+``arg(default, rule, doc=...)``; ``loading.build_config`` checks every rule and
+reports all problems together.
 """
 
 from __future__ import annotations
 
-import math
-import types
-import typing
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from minds_core.aggregation import AGGREGATIONS
+from minds_core.config.rules import Rule, arg, each_value, one_of, optional_of, within
 from minds_core.lr_schedules import LR_SCHEDULES
 from minds_core.presets import PRESETS
 
@@ -36,105 +33,58 @@ MAX_TEMPERATURE = 100.0
 MAX_TOP_K = 1_000_000
 MAX_SECONDS = 7 * 24 * 3600.0  #: a rollout's timeout
 
-Check = Callable[[Any], str | None]
+
+def _run_name(value: str) -> bool:
+    return value not in (".", "..") and not any(c in value for c in "/\\\0") and len(value) <= MAX_NAME
 
 
-def _unit(value: Any) -> str | None:
-    return None if 0 < value <= 1 else "must be in (0, 1]"
-
-
-def _in_range(low: float, high: float) -> Check:
-    """Between ``low`` and ``high``, both included: what a run can do (bigger counts never finish, or exhaust memory)."""
-    return lambda value: None if low <= value <= high else f"must be in [{low}, {high}]"
-
-
-def _in_open_range(low: float, high: float) -> Check:
-    return lambda value: None if low < value <= high else f"must be in ({low}, {high}]"
-
-
-def _dict_values(check: Check) -> Check:
-    """``check`` of each value of a table, naming the first key whose value fails it."""
-
-    def checked(table: dict[str, Any]) -> str | None:
-        for key, value in table.items():
-            if problem := check(value):
-                return f"{key} = {value!r}: {problem}"
-        return None
-
-    return checked
-
-
-def _run_name(value: str) -> str | None:
-    if value in (".", "..") or any(c in value for c in "/\\\0") or len(value) > MAX_NAME:
-        return f"must be one folder name (no / or \\, not . or .., at most {MAX_NAME} characters), as runs live in runs_dir/<name>"
-    return None
-
-
-def _folder(value: str) -> str | None:
-    """What keeps ``value`` from being (or becoming) a folder: empty, a NUL, or a file on its path."""
+def _folder_blocker(value: str) -> str:
+    """What keeps ``value`` from being (or becoming) a folder: empty, a NUL, or a file on its path ("" when nothing)."""
     if not value or "\0" in value:
-        return "must be a folder path"
+        return "it is empty or holds a NUL"
     path = Path(value)
     for place in (path, *path.parents):
         if place.exists():
-            return None if place.is_dir() else f"{place} is a file, not a folder: pick another runs_dir"
-    return None
+            return "" if place.is_dir() else f"{place} is a file, not a folder: pick another runs_dir"
+    return ""
 
 
-def _one_of(*allowed: str) -> Check:
-    return lambda value: None if value in allowed else f"must be one of {', '.join(allowed)}"
-
-
-def _finite(check: Check) -> Check:
-    return lambda value: "must be a finite number" if math.isnan(value) or math.isinf(value) else check(value)
-
-
-def _field(default: Any, check: Check | None = None) -> Any:
-    """An attrs field with ``default`` (lists and dicts copied per instance) and an optional ``check`` of its value."""
-    metadata = {"check": check} if check is not None else {}
-    if isinstance(default, (list, dict)):
-        return attrs.field(factory=lambda: type(default)(default), metadata=metadata)
-    return attrs.field(default=default, metadata=metadata)
+#: A run's name: one folder under runs_dir.
+RUN_NAME = Rule(
+    f"one folder name (no / or \\, not . or .., at most {MAX_NAME} characters), as runs live in runs_dir/<name>", _run_name
+)
+#: A folder that exists, or can be made (no file on its path).
+FOLDER = Rule("a folder path", lambda value: not _folder_blocker(value), _folder_blocker)
+#: A probability mass: in (0, 1].
+UNIT = within(0, 1, low_open=True)
+#: A share: in [0, 1).
+SHARE_BELOW_ONE = within(0, 1, high_open=True)
 
 
 @attrs.define
 class RewardRef:
     """A registered reward function and its weight in a rubric."""
 
-    #: a registered reward function's name
-    name: str
-    #: its weight in the rubric's weighted sum
-    weight: float = _field(1.0, _finite(_in_range(-MAX_WEIGHT, MAX_WEIGHT)))
-    #: keyword arguments bound to the function (a reward class is built with them)
-    args: dict[str, Any] = _field({})
+    name: str = arg(doc="a registered reward function's name")
+    weight: float = arg(1.0, within(-MAX_WEIGHT, MAX_WEIGHT), doc="its weight in the rubric's weighted sum")
+    args: dict[str, Any] = arg({}, doc="keyword arguments bound to the function (a reward class is built with them)")
 
 
 @attrs.define
 class EnvConfig:
     """One environment of the run."""
 
-    #: registered environment name, module path, or folder
-    id: str = _field("")
-    #: the environment's name in metrics and logs (env/<name>/...); default: the id
-    name: str = _field("")
-    #: keyword arguments for the environment's loader
-    args: dict[str, Any] = _field({})
-    #: share of groups drawn from this environment; 0 = off
-    weight: float = _field(1.0, _finite(_in_range(0, MAX_WEIGHT)))
-    #: the split whose tasks are trained on
-    split: str = _field("train")
-    #: replace the environment's rubric with these
-    rewards: list[RewardRef] = _field([])
-    #: add these to the environment's rubric
-    extra_rewards: list[RewardRef] = _field([])
-    #: overrides trainer.group_size
-    group_size: int | None = _field(None, _in_range(1, MAX_GROUP))
-    #: overrides rollout.max_failing_rollouts
-    max_failing_rollouts: int | None = _field(None, _in_range(0, MAX_GROUP))
-    #: overrides sampling.temperature
-    temperature: float | None = _field(None, _finite(_in_range(0, MAX_TEMPERATURE)))
-    #: overrides sampling.top_p
-    top_p: float | None = _field(None, _unit)
+    id: str = arg("", doc="registered environment name, module path, or folder")
+    name: str = arg("", doc="the environment's name in metrics and logs (env/<name>/...); default: the id")
+    args: dict[str, Any] = arg({}, doc="keyword arguments for the environment's loader")
+    weight: float = arg(1.0, within(0, MAX_WEIGHT), doc="share of groups drawn from this environment; 0 = off")
+    split: str = arg("train", doc="the split whose tasks are trained on")
+    rewards: list[RewardRef] = arg([], doc="replace the environment's rubric with these")
+    extra_rewards: list[RewardRef] = arg([], doc="add these to the environment's rubric")
+    group_size: int | None = arg(None, within(1, MAX_GROUP), doc="overrides trainer.group_size")
+    max_failing_rollouts: int | None = arg(None, within(0, MAX_GROUP), doc="overrides rollout.max_failing_rollouts")
+    temperature: float | None = arg(None, within(0, MAX_TEMPERATURE), doc="overrides sampling.temperature")
+    top_p: float | None = arg(None, UNIT, doc="overrides sampling.top_p")
 
     @property
     def label(self) -> str:
@@ -146,179 +96,120 @@ class EnvConfig:
 class ModelConfig:
     """The policy: a base model and the LoRA adapter trained on it."""
 
-    #: a model name the backend serves, or a local directory (local backend)
-    base_model: str = _field(DEFAULT_BASE_MODEL)
-    #: rank of the LoRA adapter
-    lora_rank: int = _field(8, _in_range(1, MAX_LORA_RANK))
-    #: whether the adapter also trains the output (unembedding) layer
-    train_unembed: bool = _field(True)
-    #: passed to the chat template, e.g. {enable_thinking = false}
-    chat_template_args: dict[str, Any] = _field({})
+    base_model: str = arg(DEFAULT_BASE_MODEL, doc="a model name the backend serves, or a local directory (local backend)")
+    lora_rank: int = arg(8, within(1, MAX_LORA_RANK), doc="rank of the LoRA adapter")
+    train_unembed: bool = arg(True, doc="whether the adapter also trains the output (unembedding) layer")
+    chat_template_args: dict[str, Any] = arg({}, doc="passed to the chat template, e.g. {enable_thinking = false}")
 
 
 @attrs.define
 class TinkerConfig:
     """The hosted service (``backend = "tinker"``)."""
 
-    #: the API key itself (never saved with a run); prefer api_key_env
-    api_key: str = _field("")
-    #: the environment variable holding the API key
-    api_key_env: str = _field("TINKER_API_KEY")
-    #: the service's URL; empty = the SDK's default
-    base_url: str = _field("")
+    api_key: str = arg("", doc="the API key itself (never saved with a run); prefer api_key_env")
+    api_key_env: str = arg("TINKER_API_KEY", doc="the environment variable holding the API key")
+    base_url: str = arg("", doc="the service's URL; empty = the SDK's default")
 
 
 @attrs.define
 class LocalConfig:
     """The local backend (``backend = "local"``)."""
 
-    #: local backend: auto = cuda when available
-    device: str = _field("auto", _one_of("auto", "cpu", "cuda"))
+    device: str = arg("auto", one_of("auto", "cpu", "cuda"), doc="local backend: auto = cuda when available")
 
 
 @attrs.define
 class SamplingConfig:
     """How the policy samples each turn."""
 
-    #: tokens per sampled turn at most
-    max_tokens: int = _field(48, _in_range(1, MAX_SAMPLE_TOKENS))
-    temperature: float = _field(1.0, _finite(_in_range(0, MAX_TEMPERATURE)))
-    top_p: float = _field(1.0, _unit)
-    #: -1 = off
-    top_k: int = _field(-1, lambda v: None if v == -1 or 1 <= v <= MAX_TOP_K else f"must be -1 (off) or in [1, {MAX_TOP_K}]")
+    max_tokens: int = arg(48, within(1, MAX_SAMPLE_TOKENS), doc="tokens per sampled turn at most")
+    temperature: float = arg(1.0, within(0, MAX_TEMPERATURE), doc="softmax temperature of sampling, 0 = greedy")
+    top_p: float = arg(1.0, UNIT, doc="nucleus sampling: the smallest set of tokens holding this much probability")
+    top_k: int = arg(-1, Rule(f"-1 (off) or {{type}} in [1, {MAX_TOP_K}]", lambda v: v == -1 or 1 <= v <= MAX_TOP_K), doc="sample among the k likeliest tokens, -1 = off")
 
 
 @attrs.define
 class RolloutConfig:
     """How episodes run: concurrency, timeouts, retries, budgets, and which groups are dropped."""
 
-    #: rollouts in flight at once
-    concurrency: int = _field(64, _in_range(1, MAX_ROLLOUTS_PER_STEP))
-    #: seconds per rollout, 0 = none
-    timeout: float = _field(300.0, _finite(_in_range(0, MAX_SECONDS)))
-    #: extra attempts after a failed rollout
-    retries: int = _field(1, _in_range(0, 100))
-    #: a group with more failures is dropped
-    max_failing_rollouts: int = _field(0, _in_range(0, MAX_GROUP))
-    #: drop groups whose rewards are all equal (DAPO's dynamic sampling)
-    drop_constant_reward_groups: bool = _field(False)
-    #: None/NaN/non-numeric rewards
-    invalid_reward: str = _field("zero", _one_of("zero", "fail"))
-    #: sampled turns per episode, 0 = no limit (max_total_tokens still ends it)
-    max_turns: int = _field(16, _in_range(0, MAX_TOKENS))
-    #: tokens of a whole conversation at most (prompt, replies and observations)
-    max_total_tokens: int = _field(4096, _in_range(2, MAX_TOKENS))
+    concurrency: int = arg(64, within(1, MAX_ROLLOUTS_PER_STEP), doc="rollouts in flight at once")
+    timeout: float = arg(300.0, within(0, MAX_SECONDS), doc="seconds per rollout, 0 = none")
+    retries: int = arg(1, within(0, 100), doc="extra attempts after a failed rollout")
+    max_failing_rollouts: int = arg(0, within(0, MAX_GROUP), doc="a group with more failures is dropped")
+    drop_constant_reward_groups: bool = arg(False, doc="drop groups whose rewards are all equal (DAPO's dynamic sampling)")
+    invalid_reward: str = arg("zero", one_of("zero", "fail"), doc="None/NaN/non-numeric rewards")
+    max_turns: int = arg(16, within(0, MAX_TOKENS), doc="sampled turns per episode, 0 = no limit (max_total_tokens still ends it)")
+    max_total_tokens: int = arg(4096, within(2, MAX_TOKENS), doc="tokens of a whole conversation at most (prompt, replies and observations)")
 
 
 @attrs.define
 class TrainerConfig:
     """What training does each step, and how often it evaluates and saves."""
 
-    #: rl: rollouts and rewards; sft: supervised fine-tuning on [sft] data
-    mode: str = _field("rl", _one_of("rl", "sft"))
-    #: a named recipe (grpo, dr_grpo, dapo, gspo); explicit keys override it
-    preset: str = _field("", _one_of("", *PRESETS))
-    #: optimizer steps of the run
-    steps: int = _field(20, _in_range(1, MAX_STEPS))
-    #: rollouts per task; advantages are computed within a group
-    group_size: int = _field(8, _in_range(1, MAX_GROUP))
-    #: groups (tasks) per step
-    groups_per_batch: int = _field(4, _in_range(1, MAX_GROUP))
-    #: AdamW's learning rate (before the schedule)
-    learning_rate: float = _field(1e-3, _finite(_in_open_range(0, 10)))
-    #: constant, linear or cosine decay after the warmup
-    lr_schedule: str = _field("constant", _one_of(*LR_SCHEDULES))
-    #: steps of linear warmup from learning_rate / lr_warmup_steps
-    lr_warmup_steps: int = _field(0, _in_range(0, MAX_STEPS))
-    #: where linear/cosine decay ends, as a share of learning_rate
-    lr_min_ratio: float = _field(0.0, lambda v: None if 0 <= v <= 1 else "must be in [0, 1]")
-    #: AdamW's beta1, beta2, eps and weight decay
-    beta1: float = _field(0.9, lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
-    beta2: float = _field(0.95, lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
-    eps: float = _field(1e-12, _finite(_in_open_range(0, 1)))
-    weight_decay: float = _field(0.0, _finite(_in_range(0, 10)))
-    #: gradient norm clipping, 0 = off
-    grad_clip_norm: float = _field(0.0, _finite(_in_range(0, MAX_WEIGHT)))
-    #: a registered loss (minds plugins)
-    loss_fn: str = _field("importance_sampling")
-    #: the loss's settings (e.g. clip_low_threshold / clip_high_threshold for ppo)
-    loss_fn_config: dict[str, float] = _field({}, _dict_values(_finite(_in_range(-MAX_WEIGHT, MAX_WEIGHT))))
-    #: a registered advantage estimator
-    advantage: str = _field("group_mean")
-    #: how per-token terms combine: sum, token_mean, sequence_mean, fixed_length
-    loss_aggregation: str = _field("sum", _one_of(*AGGREGATIONS))
-    #: steps whose batches are sampled ahead, while earlier steps train (samplers at most this many updates old)
-    max_steps_off_policy: int = _field(0, _in_range(0, 1000))
-    #: truncated rollouts get no gradient (DAPO)
-    overlong_filter: bool = _field(False)
-    #: soft overlong penalty over this share of sampling.max_tokens (DAPO: 0.2), 0 = off
-    overlong_penalty_window: float = _field(0.0, lambda v: None if 0 <= v <= 1 else "must be in [0, 1]")
-    #: coefficient of a KL penalty to the base model (or kl_reference)
-    kl_penalty: float = _field(0.0, _finite(_in_range(0, MAX_WEIGHT)))
-    #: a base model name or tinker:// sampler weights to measure the KL against (a teacher: distillation)
-    kl_reference: str = _field("")
-    #: steps between rolling state-only checkpoints (the last two kept), 0 = none; the last step is always saved
-    save_every: int = _field(5, _in_range(0, MAX_STEPS))
-    #: steps between evaluations on the held-out split, 0 = never
-    eval_every: int = _field(0, _in_range(0, MAX_STEPS))
-    #: tinker:// path of saved weights to start from
-    resume_from: str = _field("")
-    #: split evaluated by eval_every and minds eval; empty = test (or eval, validation) when the environment has one
-    eval_split: str = _field("")
-    #: tasks per environment in an evaluation (the first ones of the split)
-    eval_tasks: int = _field(32, _in_range(1, MAX_ROLLOUTS_PER_STEP))
-    #: samples per task in an evaluation (pass@k up to this k)
-    eval_samples: int = _field(4, _in_range(1, MAX_GROUP))
+    mode: str = arg("rl", one_of("rl", "sft"), doc="rl: rollouts and rewards; sft: supervised fine-tuning on [sft] data")
+    preset: str = arg("", one_of("", *PRESETS), doc="a named recipe (grpo, dr_grpo, dapo, gspo); explicit keys override it")
+    steps: int = arg(20, within(1, MAX_STEPS), doc="optimizer steps of the run")
+    group_size: int = arg(8, within(1, MAX_GROUP), doc="rollouts per task; advantages are computed within a group")
+    groups_per_batch: int = arg(4, within(1, MAX_GROUP), doc="groups (tasks) per step")
+    learning_rate: float = arg(1e-3, within(0, 10, low_open=True), doc="AdamW's learning rate (before the schedule)")
+    lr_schedule: str = arg("constant", one_of(*LR_SCHEDULES), doc="constant, linear or cosine decay after the warmup")
+    lr_warmup_steps: int = arg(0, within(0, MAX_STEPS), doc="steps of linear warmup from learning_rate / lr_warmup_steps")
+    lr_min_ratio: float = arg(0.0, within(0, 1), doc="where linear/cosine decay ends, as a share of learning_rate")
+    beta1: float = arg(0.9, SHARE_BELOW_ONE, doc="AdamW's beta1")
+    beta2: float = arg(0.95, SHARE_BELOW_ONE, doc="AdamW's beta2")
+    eps: float = arg(1e-12, within(0, 1, low_open=True), doc="AdamW's eps")
+    weight_decay: float = arg(0.0, within(0, 10), doc="AdamW's weight decay")
+    grad_clip_norm: float = arg(0.0, within(0, MAX_WEIGHT), doc="gradient norm clipping, 0 = off")
+    loss_fn: str = arg("importance_sampling", doc="a registered loss (minds plugins)")
+    loss_fn_config: dict[str, float] = arg({}, each_value(within(-MAX_WEIGHT, MAX_WEIGHT)), doc="the loss's settings (e.g. clip_low_threshold / clip_high_threshold for ppo)")
+    advantage: str = arg("group_mean", doc="a registered advantage estimator")
+    loss_aggregation: str = arg("sum", one_of(*AGGREGATIONS), doc="how per-token terms combine: sum, token_mean, sequence_mean, fixed_length")
+    max_steps_off_policy: int = arg(0, within(0, 1000), doc="steps whose batches are sampled ahead, while earlier steps train (samplers at most this many updates old)")
+    overlong_filter: bool = arg(False, doc="truncated rollouts get no gradient (DAPO)")
+    overlong_penalty_window: float = arg(0.0, within(0, 1), doc="soft overlong penalty over this share of sampling.max_tokens (DAPO: 0.2), 0 = off")
+    kl_penalty: float = arg(0.0, within(0, MAX_WEIGHT), doc="coefficient of a KL penalty to the base model (or kl_reference)")
+    kl_reference: str = arg("", doc="a base model name or tinker:// sampler weights to measure the KL against (a teacher: distillation)")
+    save_every: int = arg(5, within(0, MAX_STEPS), doc="steps between rolling state-only checkpoints (the last two kept), 0 = none; the last step is always saved")
+    eval_every: int = arg(0, within(0, MAX_STEPS), doc="steps between evaluations on the held-out split, 0 = never")
+    resume_from: str = arg("", doc="tinker:// path of saved weights to start from")
+    eval_split: str = arg("", doc="split evaluated by eval_every and minds eval; empty = test (or eval, validation) when the environment has one")
+    eval_tasks: int = arg(32, within(1, MAX_ROLLOUTS_PER_STEP), doc="tasks per environment in an evaluation (the first ones of the split)")
+    eval_samples: int = arg(4, within(1, MAX_GROUP), doc="samples per task in an evaluation (pass@k up to this k)")
 
 
 @attrs.define
 class SftConfig:
     """Supervised fine-tuning (``trainer.mode = "sft"`` or ``minds sft``)."""
 
-    #: jsonl of chat conversations, one {"messages": [...]} per line; empty: the env's tasks with answers
-    data: str = _field("")
-    #: held-out jsonl; empty: hold out eval_fraction of data
-    eval_data: str = _field("")
-    #: share of data held out when eval_data is empty
-    eval_fraction: float = _field(0.1, lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
-    #: conversations per step
-    batch_size: int = _field(8, _in_range(1, MAX_ROLLOUTS_PER_STEP))
-    #: steps between held-out evaluations; 0 = before and after training only
-    eval_every: int = _field(0, _in_range(0, MAX_STEPS))
+    data: str = arg("", doc='jsonl of chat conversations, one {"messages": [...]} per line; empty: the env\'s tasks with answers')
+    eval_data: str = arg("", doc="held-out jsonl; empty: hold out eval_fraction of data")
+    eval_fraction: float = arg(0.1, SHARE_BELOW_ONE, doc="share of data held out when eval_data is empty")
+    batch_size: int = arg(8, within(1, MAX_ROLLOUTS_PER_STEP), doc="conversations per step")
+    eval_every: int = arg(0, within(0, MAX_STEPS), doc="steps between held-out evaluations; 0 = before and after training only")
 
 
 @attrs.define
 class MetricsConfig:
     """Where per-step metrics go, and what else a run writes as it goes."""
 
-    #: registered metric sinks (jsonl is always on)
-    sinks: list[str] = _field(["console", "report"])
-    #: groups written to rollouts.jsonl per step
-    rollouts_per_step: int = _field(2, _in_range(0, MAX_GROUP))
-    #: steps between refreshes of report.html (0 = only at the end)
-    report_every: int = _field(5, _in_range(0, MAX_STEPS))
-    #: steps between tables of sampled replies on the console (0 = never)
-    sample_table_every: int = _field(5, _in_range(0, MAX_STEPS))
-    #: the wandb sink's project, and its run name (default: the run's)
-    wandb_project: str = _field("")
-    wandb_run_name: str = _field("")
+    sinks: list[str] = arg(["console", "report"], doc="registered metric sinks (jsonl is always on)")
+    rollouts_per_step: int = arg(2, within(0, MAX_GROUP), doc="groups written to rollouts.jsonl per step")
+    report_every: int = arg(5, within(0, MAX_STEPS), doc="steps between refreshes of report.html (0 = only at the end)")
+    sample_table_every: int = arg(5, within(0, MAX_STEPS), doc="steps between tables of sampled replies on the console (0 = never)")
+    wandb_project: str = arg("", doc="the wandb sink's project")
+    wandb_run_name: str = arg("", doc="the wandb sink's run name (default: the run's)")
 
 
 @attrs.define
 class RunConfig:
     """Everything a run needs; every field has a default except the environment."""
 
-    #: run name; default <env>-<time>
-    name: str = _field("", _run_name)
-    #: seeds the data order, sampling and the adapter's initialisation
-    seed: int = _field(0, _in_range(0, MAX_SEED))
-    #: auto | local | tinker | a plugin's backend
-    backend: str = _field("auto")
-    #: where run directories (runs/<name>/) are made
-    runs_dir: str = _field("runs", _folder)
-    #: the environment (``[env]``); more with ``[[envs]]``
-    env: EnvConfig | None = _field(None)
-    envs: list[EnvConfig] = _field([])
+    name: str = arg("", RUN_NAME, doc="run name; default <env>-<time>")
+    seed: int = arg(0, within(0, MAX_SEED), doc="seeds the data order, sampling and the adapter's initialisation")
+    backend: str = arg("auto", doc="auto | local | tinker | a plugin's backend")
+    runs_dir: str = arg("runs", FOLDER, doc="where run directories (runs/<name>/) are made")
+    env: EnvConfig | None = arg(None, doc="the environment (``[env]``); more with ``[[envs]]``")
+    envs: list[EnvConfig] = arg([], doc="more environments (``[[envs]]``), each like ``[env]``")
     model: ModelConfig = attrs.field(factory=ModelConfig)
     tinker: TinkerConfig = attrs.field(factory=TinkerConfig)
     local: LocalConfig = attrs.field(factory=LocalConfig)
@@ -339,11 +230,7 @@ class RunConfig:
 
 def unwrap_optional(tp: Any) -> Any:
     """``X | None`` -> ``X``."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return tp
+    return optional_of(tp) or tp
 
 
 def schema_fields(cls: type) -> dict[str, attrs.Attribute]:

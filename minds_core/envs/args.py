@@ -1,6 +1,7 @@
 """An environment's ``[env.args]`` declared as an attrs class and checked the way the run config is.
 
-An environment describes its arguments once::
+An environment describes its arguments once, with the run config's vocabulary
+(``minds_core.config.rules``: ``arg``, ``Rule``, ``at_least``, ``within``, ...)::
 
     @attrs.frozen
     class GhostTraceArgs:
@@ -19,16 +20,15 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import math
 import re
-import types
 import typing
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import attrs
 
 from minds_core.config.converter import CONVERTER
+from minds_core.config.rules import Rule, field_rule, optional_of, problem, type_name
 from minds_core.config.secrets import is_secret_key, shown_value
 from minds_core.errors import ConfigError, did_you_mean
 
@@ -40,83 +40,6 @@ INVALID: Any = object()
 REQUIRED = "required, not given"
 #: The argument a problem is about: the first part of ``env.args.KEY...``.
 _KEY = re.compile(r"env\.args\.([^.\s:=\[]+)")
-
-#: How a value of each plain type is named in "must be ..." messages.
-TYPE_NAMES: dict[Any, str] = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}
-
-
-@attrs.frozen
-class Rule:
-    """A condition on one argument's value, also usable as an attrs validator.
-
-    ``says`` completes "must be ..."; ``{type}`` in it stands for the name of the
-    field's type ("an integer", "a finite number", ...). ``holds`` is asked only
-    about values of the right type, never about None.
-    """
-
-    says: str
-    holds: Callable[[Any], bool]
-
-    def requirement(self, tp: Any) -> str:
-        """What a value of type ``tp`` must be, e.g. "an integer >= 1"."""
-        return self.says.format(type=type_name(tp))
-
-    def __call__(self, instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if value is not None and not self.holds(value):
-            tp = attrs.fields_dict(attrs.resolve_types(type(instance)))[attribute.name].type
-            raise ValueError(f"{attribute.name} = {shown_value(attribute.name, value)}: must be {self.requirement(tp)}")
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
-
-
-def at_least(low: float) -> Rule:
-    """A finite number >= ``low``."""
-    return Rule(f"{{type}} >= {low}", lambda v: _finite(v) and v >= low)
-
-
-def above(low: float) -> Rule:
-    """A finite number > ``low``."""
-    return Rule(f"{{type}} > {low}", lambda v: _finite(v) and v > low)
-
-
-def within(low: float, high: float) -> Rule:
-    """A finite number in ``low..high`` (both included)."""
-    return Rule(f"{{type}} in {low}..{high}", lambda v: _finite(v) and low <= v <= high)
-
-
-def one_of(*options: Any) -> Rule:
-    """One of ``options``."""
-    return Rule(f"one of {', '.join(map(str, options))}", lambda v: v in options)
-
-
-def non_empty_subset_of(options: Collection[Any]) -> Rule:
-    """A non-empty list whose every item is one of ``options``."""
-    return Rule(f"a non-empty list drawn from {list(options)}", lambda v: bool(v) and all(x in options for x in v))
-
-
-def arg(default: Any = attrs.NOTHING, rule: Rule | None = None, *, doc: str) -> Any:
-    """A field of an arguments class: its default (none: the argument is required), its rule, what it means.
-
-    A list or dict default is copied for every instance.
-    """
-    metadata = {"doc": doc}
-    if isinstance(default, (list, dict)):
-        return attrs.field(factory=lambda: type(default)(default), validator=rule, metadata=metadata)
-    return attrs.field(default=default, validator=rule, metadata=metadata)
-
-
-def type_name(tp: Any) -> str:
-    """How values of ``tp`` are named in messages: "an integer", "a list", ..."""
-    tp = _optional_of(tp) or tp
-    origin = typing.get_origin(tp)
-    if origin is list or tp is list:
-        return "a list"
-    if origin is dict or tp is dict or attrs.has(tp):
-        return "a table"
-    return TYPE_NAMES.get(tp, f"a {getattr(tp, '__name__', tp)}")
-
 
 class ArgsChecked(Exception):
     """Raised by ``env_args`` inside ``checking_args()`` once the arguments are valid: the loader stops there."""
@@ -170,7 +93,7 @@ def _build(cls: type, data: Mapping[str, Any], path: str, problems: list[str]) -
     values = {}
     for name, field in fields.items():
         if name in data:
-            values[name] = _value(field.type, data[name], f"{path}{name}", field.validator, problems)
+            values[name] = _value(field.type, data[name], f"{path}{name}", field_rule(field), problems)
             complete = complete and values[name] is not INVALID
         elif field.default is attrs.NOTHING:
             problems.append(f"env.args.{path}{name}: {REQUIRED}")
@@ -181,9 +104,9 @@ def _build(cls: type, data: Mapping[str, Any], path: str, problems: list[str]) -
         return cls(**values)
 
 
-def _value(tp: Any, raw: Any, where: str, rule: Any, problems: list[str]) -> Any:
+def _value(tp: Any, raw: Any, where: str, rule: Rule | None, problems: list[str]) -> Any:
     """``raw`` structured as ``tp`` and checked against ``rule`` (else a problem is appended)."""
-    inner = _optional_of(tp)
+    inner = optional_of(tp)
     if inner is not None:
         if raw is None:
             return None
@@ -198,14 +121,14 @@ def _value(tp: Any, raw: Any, where: str, rule: Any, problems: list[str]) -> Any
             return _build(tp, raw, f"{where}.", problems)
         table = {str(k): _build(item, {} if v is None else v, f"{where}.{k}.", problems) for k, v in raw.items()}
         return INVALID if INVALID in table.values() else table
-    requirement = rule.requirement(tp) if isinstance(rule, Rule) else type_name(tp)
     try:
         value = CONVERTER.structure(raw, tp)
     except Exception:  # noqa: BLE001 - the converter raises its own errors and exception groups
+        requirement = rule.requirement(tp) if rule is not None else type_name(tp)
         problems.append(f"env.args.{where} = {shown}: must be {requirement}{_got(tp, raw, where, requirement)}")
         return INVALID
-    if isinstance(value, float) and not math.isfinite(value) or isinstance(rule, Rule) and not rule.holds(value):
-        problems.append(f"env.args.{where} = {shown}: must be {requirement}")
+    if (wrong := problem(rule, value, tp)) is not None:
+        problems.append(f"env.args.{where} = {shown}: {wrong}")
     return value
 
 
@@ -214,15 +137,6 @@ def _got(tp: Any, raw: Any, where: str, requirement: str) -> str:
     if is_secret_key(where.rpartition(".")[2]) or requirement == type_name(tp):
         return ""
     return f" (expected {type_name(tp)}, got {type(raw).__name__})"
-
-
-def _optional_of(tp: Any) -> Any:
-    """``X`` for ``X | None``, else None."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        rest = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(rest) == 1 and len(typing.get_args(tp)) == 2:
-            return rest[0]
-    return None
 
 
 def accepted_arguments(cls: type) -> str:

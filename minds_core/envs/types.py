@@ -181,8 +181,8 @@ class EpisodeConversation(Protocol):
     messages: list[Message]  #: every message so far (prompt, replies, observations); read only
     tokens: list[int]  #: the token sequence so far; read only
     logprobs: list[float]  #: per token, the sampler's log-probability (0 for observation tokens); read only
-    turns: int  #: how many turns were sampled
-    last_stopped: bool  #: whether the last sampled turn ended on a stop token (not on its length limit)
+    turns: int  #: how many turns were sampled; read only
+    last_stopped: bool  #: whether the last sampled turn ended on a stop token (not on its length limit); read only
     params: Any  #: the run's tinker SamplingParams (max_tokens, temperature, top_p, ...); read only
 
     def start(self, messages: Sequence[Message]) -> None:

@@ -60,14 +60,16 @@ def test_minds_eval_on_the_run_reports_and_keeps_every_rollout(trained, capsys):
     summary = json.loads(capsys.readouterr().out)
     path = trained.run_dir / "eval" / "step-000001-test.jsonl"
     assert summary["output"] == str(path) and summary["splits"] == {"ghost_trace": "test"}
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert len(rows) == 6 and all(r["error"] is None for r in rows)
-    assert {r["answer"] for r in rows} <= set(split_words(0)["test"])  # held-out words only
-    by_task: dict[str, list[float]] = {}
-    for row in rows:
-        by_task.setdefault(row["task"], []).append(row["reward"])
-        assert row["components"] == {REWARD_NAME: row["reward"]}
-        assert row["prompt"][-1]["role"] == "user" and row["turns"][0]["content"] == row["completion"][0]
+    groups = [json.loads(line) for line in path.read_text().splitlines()]  # one line per task, as in rollouts.jsonl
+    rows = [rollout for group in groups for rollout in group["rollouts"]]
+    assert len(groups) == 3 and len(rows) == 6 and all(r["error"] is None for r in rows)
+    assert {g["answer"] for g in groups} <= set(split_words(0)["test"])  # held-out words only
+    by_task = {group["task"]: [row["reward"] for row in group["rollouts"]] for group in groups}
+    for group in groups:
+        assert group["prompt"][-1]["role"] == "user"
+        for row in group["rollouts"]:
+            assert row["components"] == {REWARD_NAME: row["reward"]}
+            assert row["messages"][0]["content"] == row["completion"][0] and row["messages"][0]["stop_reason"] in ("stop", "length")
     assert summary["reward/mean"] == pytest.approx(statistics.fmean(statistics.fmean(v) for v in by_task.values()))
     assert summary[f"component/{REWARD_NAME}"] == pytest.approx(statistics.fmean(r["reward"] for r in rows))
     assert summary["reward/ci95_low"] <= summary["reward/mean"] <= summary["reward/ci95_high"]
