@@ -6,7 +6,7 @@ INSTALL := $(PY) -m pip install --quiet -c constraints.txt
 PLUGINS := $(sort $(dir $(wildcard plugins/*/pyproject.toml)))
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo lint test bench clean
 
 $(STAMP): pyproject.toml constraints.txt $(wildcard plugins/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,9 @@ setup: $(STAMP)  ## create .venv with minds-core and every plugin
 
 demo: setup  ## train ghost_trace on the local backend
 	$(VENV)/bin/minds run --env ghost_trace
+
+lint: setup  ## ruff, with the rules pyproject.toml selects
+	$(VENV)/bin/ruff check .
 
 test: setup  ## the whole test suite (core and plugins)
 	$(PY) -m pytest
