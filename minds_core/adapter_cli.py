@@ -242,7 +242,7 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
         env = build_environment(cfg, plugins.registry)
     except MindsError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a plugin's failure, reported with its name
+    except Exception as exc:
         raise MindsError(f"environment {cfg.id!r} failed to load: {type(exc).__name__}: {exc}") from exc
     prompt = getattr(env, "system_prompt", None)
     asyncio.run(close_quietly(env, f"environment {cfg.id}"))

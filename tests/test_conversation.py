@@ -12,7 +12,6 @@ from minds_core.config import RolloutConfig
 from minds_core.datums import build_datum
 from minds_core.render import Renderer
 from minds_core.rollout import EpisodeSettings, run_group
-
 from minds_toy_plugin import TwoTurnEnvironment
 
 

@@ -22,18 +22,18 @@ import pytest
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
-import tinker  # noqa: E402
-import torch  # noqa: E402
-from peft import PeftModel  # noqa: E402
-from tinker import types  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+import tinker
+import torch
+from peft import PeftModel
+from tinker import types
+from transformers import AutoModelForCausalLM
 
-from minds_core.backends.local import ServiceClient  # noqa: E402
-from minds_core.backends.local.tiny_model import DEFAULT_BASE_MODEL, tiny_model_path  # noqa: E402
-from minds_core.checkpoint_ref import resolve_checkpoint  # noqa: E402
-from minds_core.datums import build_datum  # noqa: E402
-from minds_core.errors import MindsError, UsageError  # noqa: E402
-from minds_core.export import export_checkpoint  # noqa: E402
+from minds_core.backends.local import ServiceClient
+from minds_core.backends.local.tiny_model import DEFAULT_BASE_MODEL, tiny_model_path
+from minds_core.checkpoint_ref import resolve_checkpoint
+from minds_core.datums import build_datum
+from minds_core.errors import MindsError, UsageError
+from minds_core.export import export_checkpoint
 
 TOKENS = [5, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100]
 STATE = "tinker://run-hosted/weights/step-000003"

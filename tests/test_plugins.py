@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from minds_core.plugins import Registry
-from minds_core.errors import PluginError, UnknownNameError
-
 import pytest
+
+from minds_core.errors import PluginError, UnknownNameError
+from minds_core.plugins import Registry
 
 
 def _plugins(result) -> dict[str, dict]:

@@ -13,8 +13,8 @@ from minds_core import cli
 from minds_core.aggregation import token_scales
 from minds_core.backends.local.losses import token_losses
 from minds_core.config import load_config
-from minds_core.data_processing import ProcessingSettings, process_batch
 from minds_core.conversation import Conversation
+from minds_core.data_processing import ProcessingSettings, process_batch
 from minds_core.envs.types import Task
 from minds_core.errors import ConfigError
 from minds_core.length import is_truncated, overlong_penalty, window_tokens

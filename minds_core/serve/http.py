@@ -38,7 +38,8 @@ from tinker import types
 from minds_core.backends.local.catalog import Catalog
 from minds_core.backends.local.checkpoints import CheckpointStore
 
-from .downloads import DOWNLOADS_PREFIX as DOWNLOADS, Downloads
+from .downloads import DOWNLOADS_PREFIX as DOWNLOADS
+from .downloads import Downloads
 from .engine import Engine
 from .errors import (
     BadRequest,
