@@ -120,7 +120,10 @@ def _eval(args: argparse.Namespace) -> int:
     if args.output:  # checked before evaluating: an earlier evaluation is never overwritten, this one never lost
         taken = [str(f) for f in (Path(args.output), summary_path(Path(args.output))) if f.exists()]
         if taken:
-            raise UsageError(f"--output {args.output}: {' and '.join(taken)} already exist(s), from an earlier evaluation; pass another --output or remove them")
+            raise UsageError(
+                f"--output {args.output}: {' and '.join(taken)} already exist(s), from an earlier evaluation; "
+                "pass another --output or remove them"
+            )
     evaluation = evaluate(config, plan, model_path, state_path)
     name = args.name or f"{label}-{'+'.join(sorted(set(evaluation.splits.values())))}"
     if args.output:

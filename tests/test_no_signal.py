@@ -81,7 +81,8 @@ def test_a_run_whose_rollouts_all_fail_ends_with_exit_1_and_the_error(tmp_path: 
 
 def test_a_run_where_one_step_trains_succeeds(tmp_path: Path) -> None:
     # reward depends on the reply length: different replies, different rewards
-    varying = CONSTANT_ENV.replace("def step(self, text):\n        return {\"reward\": REWARD}", "def step(self, text):\n        return {\"reward\": len(text) % 3}")
+    step = "def step(self, text):\n        return {\"reward\": "
+    varying = CONSTANT_ENV.replace(step + "REWARD}", step + "len(text) % 3}")
     env = _env(tmp_path, "varying_env", varying)
     run = run_minds("--env", env, *TINY, runs_dir=tmp_path / "runs", overrides=SMALL)
     assert run.exit_code == 0

@@ -53,7 +53,8 @@ def test_an_unknown_preset_is_a_config_error_with_a_suggestion():
 
 
 def test_dry_run_shows_what_the_preset_set(capsys):
-    assert cli.main(["run", "--env", "ghost_trace", "--set", "trainer.preset=dr_grpo", "--set", "trainer.loss_fn_config={clip_low_threshold: 0.7, clip_high_threshold: 1.2}", "--dry-run"]) == 0
+    clips = "trainer.loss_fn_config={clip_low_threshold: 0.7, clip_high_threshold: 1.2}"
+    assert cli.main(["run", "--env", "ghost_trace", "--set", "trainer.preset=dr_grpo", "--set", clips, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "# preset dr_grpo set trainer.advantage = 'group_mean'" in out
     assert "# preset dr_grpo set trainer.loss_aggregation = 'fixed_length'" in out

@@ -117,7 +117,10 @@ def test_every_seed_key_lands_in_the_minds_config(tmp_path: Path, capsys) -> Non
         },
     }
     assert (gsm["group_size"], gsm["args"]["reward_reduction"], gsm["args"]["name"]) == (8, "mean", "MATH/GSM8K")
-    for note in ("thinking = False: model.chat_template_args.enable_thinking", "rollout.concurrency = 64", "trainer.steps = 12", "upload to OpenReward", "no turn limit"):
+    for note in (
+        "thinking = False: model.chat_template_args.enable_thinking", "rollout.concurrency = 64", "trainer.steps = 12",
+        "upload to OpenReward", "no turn limit",
+    ):  # fmt: skip
         assert note in notes
     config = load_config(out)
     assert config.trainer.learning_rate == 1e-5 and len(config.environments) == 2

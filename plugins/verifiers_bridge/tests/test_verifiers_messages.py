@@ -12,7 +12,10 @@ from minds_verifiers.messages import native_tool, plain_message, split_tool_call
 
 
 def test_well_formed_tool_calls_are_taken_out_of_the_text() -> None:
-    text = 'Let me add.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n<tool_call>{"name": "echo", "arguments": "{\\"x\\": 1}"}</tool_call>'
+    text = (
+        'Let me add.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n'
+        '<tool_call>{"name": "echo", "arguments": "{\\"x\\": 1}"}</tool_call>'
+    )
     content, calls = split_tool_calls(text, turn=3)
     assert content == "Let me add."
     assert calls == [
@@ -21,7 +24,9 @@ def test_well_formed_tool_calls_are_taken_out_of_the_text() -> None:
     ]
 
 
-@pytest.mark.parametrize("text", ["no calls here", "<tool_call>{not json}</tool_call>", '<tool_call>{"arguments": {}}</tool_call>', "<tool_call>[1]</tool_call>"])
+@pytest.mark.parametrize(
+    "text", ["no calls here", "<tool_call>{not json}</tool_call>", '<tool_call>{"arguments": {}}</tool_call>', "<tool_call>[1]</tool_call>"]
+)
 def test_text_without_a_well_formed_call_is_left_alone(text: str) -> None:
     assert split_tool_calls(text, turn=1) == (text, [])
 
