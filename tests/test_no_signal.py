@@ -64,6 +64,8 @@ def test_a_run_whose_rewards_are_all_equal_ends_with_exit_1_and_the_reason(tmp_p
         assert step["advantage/min"] == step["advantage/max"] == 0.0  # exactly, not -5.55e-17
     assert all(r["advantage"] == 0.0 for g in run.rollouts for r in g["rollouts"])
     assert "minds: error: no step trained: all rewards within each group were equal" in captured.err
+    assert run.error.startswith("no step trained: all rewards within each group were equal")  # as RunResult keeps it
+    run.assert_trained_unless_said_why()
     assert "(2 steps)" in captured.err
     assert captured.err.count("step trained on nothing") == 2  # one warning per step
     assert "not_trained" in captured.err  # the run summary table says it too

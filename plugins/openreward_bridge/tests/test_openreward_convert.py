@@ -185,7 +185,7 @@ def test_a_converted_seed_config_runs(hosted_env, tmp_path: Path, capfd) -> None
     out = tmp_path / "minds.toml"
     assert main([str(source), "-o", str(out)]) == 0
     run = run_minds(str(out), "--backend", "local", runs_dir=tmp_path / "runs", name="converted")
-    assert run.exit_code == run.expected_exit_code  # 1 when chance gave every rollout of a group one reward
+    run.assert_trained_unless_said_why()
     (step,) = run.metrics
     assert step["rollouts/total"] == 4 and step["rollouts/failed"] == 0
     assert step["reward/max"] <= 1.0
@@ -348,7 +348,7 @@ def test_a_converted_recipe_runs_with_its_secrets(hosted_env, tmp_path: Path, mo
     out = tmp_path / "minds.toml"
     out.write_text(render(config, "toml"))
     run = run_minds(str(out), "--backend", "local", runs_dir=tmp_path / "runs", name="recipe")
-    assert run.exit_code == run.expected_exit_code
+    run.assert_trained_unless_said_why()
     (step,) = run.metrics
     assert step["rollouts/total"] == 4 and step["rollouts/failed"] == 0
     received = hosted_env.lab.census.secrets
