@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import verifiers as vf
 
-from minds_verifiers.client import new_messages
 from minds_verifiers.messages import native_tool, plain_message, split_tool_calls
 
 
@@ -32,6 +30,8 @@ def test_text_without_a_well_formed_call_is_left_alone(text: str) -> None:
 
 
 def test_messages_and_tools_become_chat_template_dicts() -> None:
+    import verifiers as vf  # seconds to import: only in the tests that use it
+
     call = vf.ToolCall(id="call_1_0", name="add", arguments='{"a": 1}')
     assert plain_message(vf.AssistantMessage(content="", tool_calls=[call])) == {
         "role": "assistant",
@@ -44,6 +44,8 @@ def test_messages_and_tools_become_chat_template_dicts() -> None:
 
 
 def test_only_extensions_of_the_conversation_are_accepted() -> None:
+    from minds_verifiers.client import new_messages  # imports verifiers
+
     known = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
     reply = {"role": "user", "content": "Why?"}
     assert new_messages(known, [*known, reply]) == [reply]
