@@ -160,6 +160,7 @@ def test_bad_values_are_reported_before_writing(tmp_path: Path, capsys) -> None:
     assert not (tmp_path / "x.toml").exists()
 
 
+@pytest.mark.slow
 def test_the_console_script_is_installed(tmp_path: Path) -> None:
     source = write(tmp_path, SEED_CONFIG.format(runs="runs"))
     script = Path(sys.executable).with_name("minds-openreward-convert")
