@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # cookbook extra, and the cookbook itself goes in without resolving (--no-deps).
 COOKBOOK := 0.6.1
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo lint test bench clean
 
 $(STAMP): pyproject.toml constraints.txt $(wildcard plugins/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ setup: $(STAMP)  ## create .venv with minds-core and every plugin
 
 demo: setup  ## train ghost_trace on the local backend
 	$(VENV)/bin/minds run --env ghost_trace
+
+lint: setup  ## ruff, with the rules pyproject.toml selects
+	$(VENV)/bin/ruff check .
 
 test: setup  ## the whole test suite (core and plugins)
 	$(PY) -m pytest

@@ -34,11 +34,11 @@ from tinker import types
 from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from local_backend import Shape, alternating_medians, build_model, matmul_params  # noqa: E402
+from local_backend import Shape, alternating_medians, build_model, matmul_params
 
-from minds_core.backends.local import ServiceClient  # noqa: E402
-from minds_core.backends.local.lora import LoraSpec, target_modules  # noqa: E402
-from minds_core.backends.local.tiny_model import _tokenizer  # noqa: E402
+from minds_core.backends.local import ServiceClient
+from minds_core.backends.local.lora import LoraSpec, target_modules
+from minds_core.backends.local.tiny_model import _tokenizer
 
 RANK = 32
 ADAM = types.AdamParams(learning_rate=1e-5)

@@ -122,7 +122,10 @@ def _eval(args: argparse.Namespace) -> int:
     if args.output:  # checked before evaluating: an earlier evaluation is never overwritten, this one never lost
         taken = [str(f) for f in (Path(args.output), summary_path(Path(args.output))) if f.exists()]
         if taken:
-            raise UsageError(f"--output {args.output}: {' and '.join(taken)} already exist(s), from an earlier evaluation; pass another --output or remove them")
+            raise UsageError(
+                f"--output {args.output}: {' and '.join(taken)} already exist(s), from an earlier evaluation; "
+                "pass another --output or remove them"
+            )
     evaluation = evaluate(config, plan, model_path, state_path)
     name = args.name or f"{label}-{'+'.join(sorted(set(evaluation.splits.values())))}"
     if args.output:
@@ -245,7 +248,7 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
         env = build_environment(cfg, plugins.registry)
     except MindsError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a plugin's failure, reported with its name
+    except Exception as exc:
         raise MindsError(f"environment {cfg.id!r} failed to load: {type(exc).__name__}: {exc}") from exc
     prompt = getattr(env, "system_prompt", None)
     asyncio.run(close_quietly(env, f"environment {cfg.id}"))

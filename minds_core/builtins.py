@@ -43,7 +43,11 @@ def minds_register_losses(register: Register[str | CustomLoss]) -> None:
 @hookimpl
 def minds_register_metric_sinks(register: Register[SinkFactory]) -> None:
     register("console", ConsoleSink, "progress with reward and health (a bar on a terminal, JSON events otherwise), tables of samples, <run>/train.log")
-    register("report", lambda config, run_dir: ReportSink(run_dir, config.metrics.report_every), "<run>/report.html, refreshed every metrics.report_every steps")
+    register(
+        "report",
+        lambda config, run_dir: ReportSink(run_dir, config.metrics.report_every),
+        "<run>/report.html, refreshed every metrics.report_every steps",
+    )
     register("wandb", WandbSink, "Weights & Biases (needs the wandb extra and metrics.wandb_project)")
 
 

@@ -40,7 +40,10 @@ def _version() -> str:
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", nargs="?", help="TOML or YAML config file (optional)")
     parser.add_argument("--env", metavar="NAME", help="environment to use (sets env.id)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. trainer.group_size=8 (repeatable)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a config key, e.g. trainer.group_size=8 (repeatable)",
+    )  # fmt: skip
     parser.add_argument("--steps", type=int, metavar="N", help="training steps (sets trainer.steps)")
     parser.add_argument("--backend", metavar="NAME", help="auto | local | tinker | a plugin's backend")
     parser.add_argument("--model", metavar="NAME", help="base model (sets model.base_model)")
@@ -50,7 +53,10 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_log_arguments(parser: argparse.ArgumentParser, log_format: str, level: str) -> None:
     """Logging options, accepted before or after the command."""
-    parser.add_argument("--log-format", choices=("auto", "console", "json"), default=log_format, help="logs on stderr: console on a terminal, JSON lines otherwise (auto)")
+    parser.add_argument(
+        "--log-format", choices=("auto", "console", "json"), default=log_format,
+        help="logs on stderr: console on a terminal, JSON lines otherwise (auto)",
+    )  # fmt: skip
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=level)
 
 
@@ -90,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     new_plugin.add_argument("--dir", metavar="PATH", default=".", help="where to create the folder NAME (default: .)")
     from minds_core.serve.command import add_serve_arguments
 
-    add_serve_arguments(commands.add_parser("serve", parents=[shared], help="serve the local backend as a Tinker API over HTTP (point any Tinker SDK program at it)"))
+    serve_help = "serve the local backend as a Tinker API over HTTP (point any Tinker SDK program at it)"
+    add_serve_arguments(commands.add_parser("serve", parents=[shared], help=serve_help))
     return parser
 
 

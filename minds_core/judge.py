@@ -117,7 +117,8 @@ class LLMJudge:
             self.calls += 1
             report_metric(state, "judge/calls", 1)
             try:
-                asking = self._ask_endpoint(self.messages(prompt, completion)) if self.base_url else self._ask_service(self.messages(prompt, completion), ctx, lock)
+                messages = self.messages(prompt, completion)
+                asking = self._ask_endpoint(messages) if self.base_url else self._ask_service(messages, ctx, lock)
                 score = parse_score(await asyncio.wait_for(asking, self.timeout), self.max_score)
             except Exception as exc:  # noqa: BLE001 - a judge failure is counted, never scored 0
                 self.failures += 1

@@ -249,7 +249,7 @@ def load_plugins(extra: Iterable[tuple[str, object]] = ()) -> Plugins:
 
             try:
                 impl.function(**{arg: register for arg in impl.argnames})
-            except Exception as exc:  # noqa: BLE001 - a plugin's own error, reported by name
+            except Exception as exc:
                 if isinstance(exc, PluginError) and _strict():
                     raise
                 fail(info, f"{hook_name} raised {type(exc).__name__}: {exc}")

@@ -13,8 +13,10 @@ datum as the tinker-cookbook's loops annotate it) and pages in headless Chromium
 
 from __future__ import annotations
 
+import contextlib
 import html
 import importlib.metadata
+import io
 import json
 import re
 import shutil
@@ -23,7 +25,7 @@ import sys
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     import tinker
@@ -50,13 +52,15 @@ def with_sampled_provenance(datum: tinker.types.Datum, prompt_length: int, seque
 
 @attrs.frozen
 class RunResult:
-    """The exit code of a run and the rows of its metrics, rollouts and checkpoints files."""
+    """The exit code of a run, the error it printed, and the rows of its metrics, rollouts and checkpoints files."""
 
     exit_code: int
     run_dir: Path
     metrics: list[dict[str, Any]]
     rollouts: list[dict[str, Any]]
     checkpoints: list[dict[str, Any]]
+    #: What the run said after ``minds: error:`` on stderr (e.g. ``no step trained: <why>``); None when nothing.
+    error: str | None = None
 
     @property
     def steps(self) -> list[int]:
@@ -67,11 +71,27 @@ class RunResult:
         """Whether any step trained on at least one datum (a run where none did exits with code 1)."""
         return any(row.get("train/datums", 0) > 0 for row in self.metrics)
 
-    @property
-    def expected_exit_code(self) -> int:
-        """0 when some step trained, 1 when every step trained on nothing (the untrained tiny model's
-        replies often score alike within every group)."""
-        return 0 if self.trained else 1
+    def assert_trained_unless_said_why(self) -> None:
+        """Assert that the run trained wherever its rewards allowed, and said why where they did not.
+
+        A step with a logged group whose rewards differ trained on datums; a run that trained exited 0 with a
+        checkpoint of its last step; a run in which no step trained (the untrained tiny model's replies often
+        score alike within every group) exited 1 with ``no step trained: <why>``.
+        """
+        datums = {row["step"]: row.get("train/datums", 0) for row in self.metrics}
+        for group in self.rollouts:
+            rewards = {r["reward"] for r in group["rollouts"] if r["reward"] is not None}
+            if len(rewards) > 1 and group["dropped"] is None:
+                assert datums[group["step"]] > 0, f"step {group['step']} trained on nothing though rewards differ: {group}"
+        if self.trained:
+            assert self.exit_code == 0, f"the run trained but exited {self.exit_code}: {self.error}"
+            assert self.checkpoints and self.checkpoints[-1]["step"] == self.steps[-1], (
+                f"the run trained but its checkpoints do not end at step {self.steps[-1]}: {self.checkpoints}"
+            )
+        else:
+            assert self.exit_code == 1 and self.error and self.error.startswith("no step trained: "), (
+                f"no step trained, and the run did not say why (exit {self.exit_code}, error {self.error!r})"
+            )
 
 
 def run_minds(
@@ -93,7 +113,10 @@ def run_minds(
     argv = ["run", *args, "--name", name, "--set", f"runs_dir={runs_dir}"]
     for assignment in [*sets, *overrides]:
         argv += ["--set", assignment]
-    code = main(argv)
+    stderr = _Tee(sys.stderr)
+    with contextlib.redirect_stderr(stderr):
+        code = main(argv)
+    errors = re.findall(r"^minds: error: (.*)$", stderr.seen.getvalue(), flags=re.MULTILINE)
     run_dir = Path(runs_dir) / name
     return RunResult(
         code,
@@ -101,7 +124,25 @@ def run_minds(
         read_jsonl(run_dir / METRICS_FILE),
         read_jsonl(run_dir / ROLLOUTS_FILE),
         read_jsonl(run_dir / CHECKPOINTS_FILE),
+        errors[-1] if errors else None,
     )
+
+
+class _Tee(io.TextIOBase):
+    """A text stream writing through to ``stream`` and keeping a copy of what it wrote (``seen``)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self.seen = stream, io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.seen.write(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
 
 
 #: Settings that keep a test run short: small groups, short replies.

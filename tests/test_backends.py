@@ -110,6 +110,7 @@ def test_tinker_backend_without_key_fails_before_any_work(run_minds, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_missing_tinker_package_is_a_clear_error(tmp_path):
     code = (
         "import sys; sys.modules['tinker'] = None\n"

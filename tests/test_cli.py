@@ -20,6 +20,7 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"minds {__version__}"
 
 
+@pytest.mark.slow
 def test_help_and_plugins_do_not_import_torch():
     code = (
         "import sys\n"

@@ -15,7 +15,6 @@ from minds_core.config import load_config
 from minds_core.sinks.console import FIGURES, sample_rows
 from minds_core.training import train
 
-
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
 STEPS = 3

@@ -29,7 +29,8 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_an_uncached_hub_id_with_the_hub_off_fails_naming_the_cache(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ConfigError, match=rf"model.base_model = '{HUB_ID}': not in the Hugging Face cache \({empty_cache}\) and the hub is off \(HF_HUB_OFFLINE"):
+    expected = rf"model.base_model = '{HUB_ID}': not in the Hugging Face cache \({empty_cache}\) and the hub is off \(HF_HUB_OFFLINE"
+    with pytest.raises(ConfigError, match=expected):
         check_model_source(HUB_ID)
 
 
@@ -51,7 +52,10 @@ def test_a_cached_hub_id_a_model_directory_and_minds_tiny_pass(empty_cache: Path
     check_model_source("minds-tiny")
 
 
-@pytest.mark.parametrize(("name", "message"), [("./no-such-dir", "no such model directory"), ("a/b/c", "no such model directory"), ("bad name!", "nor a valid hub id")])
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("./no-such-dir", "no such model directory"), ("a/b/c", "no such model directory"), ("bad name!", "nor a valid hub id")],
+)
 def test_names_that_are_neither_a_directory_nor_a_hub_id_are_refused(empty_cache: Path, name: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         check_model_source(name)
@@ -75,7 +79,10 @@ def _minds_in_process(args: list[str], tmp_path: Path, **environ: str) -> tuple[
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["run", "--env", "ghost_trace", "--backend", "local", "--model", HUB_ID, "--steps", "1"], "model.base_model = 'Qwen/Qwen3-0.6B': not in the Hugging Face cache"),
+        (
+            ["run", "--env", "ghost_trace", "--backend", "local", "--model", HUB_ID, "--steps", "1"],
+            "model.base_model = 'Qwen/Qwen3-0.6B': not in the Hugging Face cache",
+        ),
         (["serve", "--model", "no-such-dir", "--port", "0"], "--model = 'no-such-dir': not in the Hugging Face cache"),
         (["run", "--env", "ghost_trac", "--backend", "local"], "unknown environment 'ghost_trac' (did you mean ghost_trace?)"),
         (["run", "--env", "ghost_trace", "--set", "trainer.loss_fn=pp"], "unknown loss 'pp'"),

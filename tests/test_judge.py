@@ -21,7 +21,6 @@ from minds_core.plugins import load_plugins
 from minds_core.render import Renderer
 from minds_core.training import train
 
-
 QUESTION = "Does the reply contain the letter a?"
 KEY = "judge-key-do-not-leak"
 VERDICTS = [f"Score: {n}" for n in range(11)]
@@ -90,8 +89,6 @@ class _Endpoint(BaseHTTPRequestHandler):
             cls.peak = max(cls.peak, cls.in_flight)
         try:
             time.sleep(0.3)
-            import tinker
-
             prompt = cls.renderer.prompt_tokens(body["messages"])
             verdict = max(VERDICTS, key=lambda text: cls._log_likelihood(prompt, cls.renderer.encode(text)))
         finally:

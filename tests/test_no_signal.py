@@ -65,6 +65,8 @@ def test_a_run_whose_rewards_are_all_equal_ends_with_exit_1_and_the_reason(tmp_p
         assert step["advantage/min"] == step["advantage/max"] == 0.0  # exactly, not -5.55e-17
     assert all(r["advantage"] == 0.0 for g in run.rollouts for r in g["rollouts"])
     assert "minds: error: no step trained: all rewards within each group were equal" in captured.err
+    assert run.error.startswith("no step trained: all rewards within each group were equal")  # as RunResult keeps it
+    run.assert_trained_unless_said_why()
     assert "(2 steps)" in captured.err
     assert captured.err.count("step trained on nothing") == 2  # one warning per step
     assert "not_trained" in captured.err  # the run summary table says it too
@@ -82,7 +84,8 @@ def test_a_run_whose_rollouts_all_fail_ends_with_exit_1_and_the_error(tmp_path: 
 
 def test_a_run_where_one_step_trains_succeeds(tmp_path: Path) -> None:
     # reward depends on the reply length: different replies, different rewards
-    varying = CONSTANT_ENV.replace("def step(self, text):\n        return {\"reward\": REWARD}", "def step(self, text):\n        return {\"reward\": len(text) % 3}")
+    step = "def step(self, text):\n        return {\"reward\": "
+    varying = CONSTANT_ENV.replace(step + "REWARD}", step + "len(text) % 3}")
     env = _env(tmp_path, "varying_env", varying)
     run = run_minds("--env", env, *TINY, runs_dir=tmp_path / "runs", overrides=SMALL)
     assert run.exit_code == 0

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from minds_core.plugins import Registry
-from minds_core.errors import PluginError, UnknownNameError
-
 import pytest
+
+from minds_core.errors import PluginError, UnknownNameError
+from minds_core.plugins import Registry
 
 
 def _plugins(result) -> dict[str, dict]:
@@ -15,6 +15,7 @@ def _plugins(result) -> dict[str, dict]:
     return {row["name"]: row for row in json.loads(result.stdout)}
 
 
+@pytest.mark.slow
 def test_core_builtins_register_through_the_hooks(run_minds):
     core = _plugins(run_minds(["plugins", "--json"]))["minds_core"]
     assert core["builtin"] is True and core["status"] == "ok"
@@ -61,6 +62,7 @@ def test_broken_plugin_shows_as_broken_in_the_table(run_minds):
     assert "BROKEN" in result.stdout and "missing_dependency" in result.stdout
 
 
+@pytest.mark.slow
 def test_strict_mode_makes_a_broken_plugin_fatal(run_minds):
     result = run_minds(["envs"], plugins=["broken_plugin"], env={"MINDS_STRICT_PLUGINS": "1"})
     assert result.returncode == 2

@@ -19,7 +19,6 @@ from minds_core.sinks.report import ReportSink
 from minds_core.testing import chromium, view_in_chromium
 from minds_core.training import train
 
-
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
 MIX = """\

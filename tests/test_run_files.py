@@ -30,7 +30,15 @@ from minds_core.config import load_config
 from minds_core.errors import MindsError, UsageError
 from minds_core.losses import CustomLoss
 from minds_core.plugins import load_plugins
-from minds_core.run_directory import CHECKPOINTS_FILE, LOCK_FILE, METRICS_FILE, RunDirectory, RunFileError, append_line, read_jsonl
+from minds_core.run_directory import (
+    CHECKPOINTS_FILE,
+    LOCK_FILE,
+    METRICS_FILE,
+    RunDirectory,
+    RunFileError,
+    append_line,
+    read_jsonl,
+)
 from minds_core.training import train
 
 # big enough that rewards differ within a group and steps train

@@ -8,6 +8,7 @@ Every file under the test's folder, and both streams, are searched for each valu
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -15,7 +16,10 @@ import sys
 
 import pytest
 
-pytest.importorskip("wandb", reason="the W&B half needs wandb (the dev extra installs it)")
+#: Found, not imported: the run imports wandb in its own process, and importing it here costs every worker a second.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("wandb") is None, reason="the W&B half needs wandb (the dev extra installs it)"
+)
 
 ON_COMMAND_LINE = "tml-cmdline-secret-8d1c"  # tinker.api_key=..., which W&B would store with sys.argv
 GIVEN_TO_PLUGIN = "sk-plugin-arg-4c2e91"  # env.args.secret, echoed by the environment

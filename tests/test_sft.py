@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
-import yaml
 import tinker
+import yaml
 from transformers import AutoTokenizer
 
 from minds_core import Rubric, SingleTurnEnvironment, Task, cli, hookimpl, logs
@@ -19,7 +19,6 @@ from minds_core.plugins import load_plugins
 from minds_core.render import Renderer
 from minds_core.sft import build_datum, mean_nll, read_conversations, tokenize
 from minds_core.training import train
-
 
 WORDS = ["cat", "dog", "sun", "map", "cup", "pen", "box", "hat", "bus", "egg", "fig", "jar"]
 

@@ -18,6 +18,7 @@ from cattrs.errors import IterableValidationError, IterableValidationNote
 from minds_core.config.schema import RunConfig
 from minds_core.config.secrets import HIDDEN, is_secret_key
 
+
 def _strict(accept: Callable[[Any], Any], label: str) -> Callable[[Any, Any], Any]:
     def structure(value: Any, _type: Any) -> Any:
         try:

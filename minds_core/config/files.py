@@ -20,7 +20,6 @@ from minds_core.config.schema import RunConfig
 from minds_core.config.secrets import redact
 from minds_core.errors import ConfigError
 
-
 #: Aliases (``*name``) one YAML text may use.
 MAX_YAML_ALIASES = 64
 #: Values (scalars, lists, mappings) a config may hold, counted with aliases expanded.

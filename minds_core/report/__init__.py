@@ -13,9 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from minds_core.run_directory import METRICS_FILE, ROLLOUTS_FILE, read_jsonl, resume_config_path
 from minds_core.errors import UsageError
 from minds_core.report.page import RunData, render
+from minds_core.run_directory import METRICS_FILE, ROLLOUTS_FILE, read_jsonl, resume_config_path
 
 REPORT_FILE = "report.html"
 

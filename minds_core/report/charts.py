@@ -92,7 +92,10 @@ def line_chart(title: str, series: Sequence[Series], y_label: str = "") -> str:
             parts.append(f'<text x="{x:.2f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle" class="tick">{int(tick)}</text>')
     parts.append(f'<text x="{LEFT + plot_w}" y="{HEIGHT - 2}" text-anchor="end" class="axis">step</text>')
     if y_label:
-        parts.append(f'<text x="11" y="{TOP + plot_h / 2:.0f}" transform="rotate(-90 11 {TOP + plot_h / 2:.0f})" text-anchor="middle" class="axis">{escape(y_label)}</text>')
+        middle = f"{TOP + plot_h / 2:.0f}"
+        parts.append(
+            f'<text x="11" y="{middle}" transform="rotate(-90 11 {middle})" text-anchor="middle" class="axis">{escape(y_label)}</text>'
+        )
     for index, s in enumerate(drawn):
         parts.append(_series_svg(s, PALETTE[index % len(PALETTE)], px, py))
     parts.append("</svg>")

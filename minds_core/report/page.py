@@ -21,13 +21,17 @@ header .meta{color:#ced4da;font-size:13px}main{padding:12px 24px 40px}
 h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #dee2e6;padding-bottom:4px}
 .grid{display:flex;flex-wrap:wrap;gap:14px}figure{margin:0;background:#fff;border:1px solid #dee2e6;border-radius:6px;padding:8px}
 figcaption{font-weight:600;margin-bottom:4px}.tick{font-size:11px;fill:#495057}.axis{font-size:11px;fill:#868e96}
-.legend{font-size:12px;max-width:560px}.key{margin-right:12px;white-space:nowrap}.key i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
+.legend{font-size:12px;max-width:560px}.key{margin-right:12px;white-space:nowrap}
+.key i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
 table{border-collapse:collapse;background:#fff}table.rollouts{width:100%}td,th{border:1px solid #dee2e6;padding:4px 8px;vertical-align:top;text-align:left}
 th{background:#f1f3f5}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .cards{display:flex;gap:12px;flex-wrap:wrap}.card{background:#fff;border:1px solid #dee2e6;border-radius:6px;padding:8px 14px;min-width:120px}
 .card b{display:block;font-size:20px}.card span{color:#868e96;font-size:12px}
-details{margin:6px 0}.browser{max-height:75vh;overflow:auto;border:1px solid #dee2e6;border-radius:6px;padding:4px 8px;background:#fdfdfe}summary{cursor:pointer;font-weight:600}.group{background:#fff;border:1px solid #dee2e6;border-radius:6px;padding:8px;margin:8px 0}
-.msg{white-space:pre-wrap;word-break:break-word;border-left:3px solid #adb5bd;padding:3px 8px;margin:3px 0;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}
+details{margin:6px 0}summary{cursor:pointer;font-weight:600}
+.browser{max-height:75vh;overflow:auto;border:1px solid #dee2e6;border-radius:6px;padding:4px 8px;background:#fdfdfe}
+.group{background:#fff;border:1px solid #dee2e6;border-radius:6px;padding:8px;margin:8px 0}
+.msg{white-space:pre-wrap;word-break:break-word;border-left:3px solid #adb5bd;padding:3px 8px;margin:3px 0;
+font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}
 .role{font:600 11px system-ui,sans-serif;text-transform:uppercase;color:#868e96;display:block}
 .msg.system{border-color:#868e96;background:#f8f9fa}.msg.user{border-color:#1f5fd6;background:#eef4ff}
 .msg.assistant{border-color:#2b8a3e;background:#effaf1}.msg.tool{border-color:#e8590c;background:#fff4e6}
@@ -218,7 +222,11 @@ def _chart_sections(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]
                                          "rollouts/truncated", "groups/dropped_failures", "groups/dropped_constant")],
             "count",
         ),
-        line_chart("Step time", [_series(rows, k, k.removeprefix("time/")) for k in ("time/sample", "time/wait_for_batch", "time/train", "time/save", "time/step")], "seconds"),
+        line_chart(
+            "Step time",
+            [_series(rows, k, k.removeprefix("time/")) for k in ("time/sample", "time/wait_for_batch", "time/train", "time/save", "time/step")],
+            "seconds",
+        ),
     ]
     evals: dict[str, list[str]] = {}
     for key in _keys(rows, r"eval/.+"):

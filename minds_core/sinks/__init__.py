@@ -8,9 +8,9 @@ from minds_core.contracts import MetricSink
 from minds_core.logs import get_logger
 
 if TYPE_CHECKING:
-    from minds_core.run_directory import RunDirectory
     from minds_core.config import RunConfig
     from minds_core.plugins import Registry
+    from minds_core.run_directory import RunDirectory
 
 log = get_logger("sinks")
 

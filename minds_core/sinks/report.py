@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from minds_core.run_directory import CONFIG_FILE
 from minds_core.report import write_report
+from minds_core.run_directory import CONFIG_FILE
 
 
 class ReportSink:

@@ -17,10 +17,10 @@ import tinker
 import verifiers as vf
 from transformers import AutoTokenizer
 
+from minds_core import PolicySampler
 from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
 from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.cli import main
-from minds_core import PolicySampler
 
 HARNESS = Path(__file__).resolve().parent / "harness"
 

@@ -60,7 +60,8 @@ def test_minds_run_on_the_tinker_backend_trains_resumes_and_evaluates(served: Se
     assert evaluated.returncode == 0, evaluated.stderr[-4000:]
     summary = json.loads(evaluated.stdout)  # the last checkpoint's rollouts, sampled through the server
     assert summary, evaluated.stdout
-    for text in (first.stdout + first.stderr, resumed.stdout + resumed.stderr, evaluated.stdout + evaluated.stderr, *(p.read_text() for p in run.rglob("*") if p.is_file() and p.suffix in {".jsonl", ".yaml", ".log", ".json"})):
+    files = [p.read_text() for p in run.rglob("*") if p.is_file() and p.suffix in {".jsonl", ".yaml", ".log", ".json"}]
+    for text in (first.stdout + first.stderr, resumed.stdout + resumed.stderr, evaluated.stdout + evaluated.stderr, *files):
         assert KEY not in text
 
 

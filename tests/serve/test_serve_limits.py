@@ -1,4 +1,5 @@
-"""``ServeLimits`` and ``RunOwners`` without a server: what each check refuses and says, the flags, a zstd bomb decoded in bounded memory, keyed client digests."""
+"""``ServeLimits`` and ``RunOwners`` without a server: what each check refuses and says, the flags,
+a zstd bomb decoded in bounded memory, keyed client digests."""
 
 from __future__ import annotations
 

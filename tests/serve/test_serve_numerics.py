@@ -71,12 +71,12 @@ def test_every_builtin_loss_matches_the_in_process_backend(service, local, token
     assert s_fb.metrics.keys() == l_fb.metrics.keys()
     for key in l_fb.metrics:
         assert s_fb.metrics[key] == pytest.approx(l_fb.metrics[key], rel=1e-5, abs=1e-6), key
-    for s, l in zip(logprob_arrays(s_fb), logprob_arrays(l_fb), strict=True):
-        np.testing.assert_allclose(s, l, rtol=0, atol=1e-5)
+    for served, local in zip(logprob_arrays(s_fb), logprob_arrays(l_fb), strict=True):
+        np.testing.assert_allclose(served, local, rtol=0, atol=1e-5)
     assert s_step.metrics == pytest.approx(l_step.metrics, rel=1e-5)
     # the step moved the served weights exactly as it moved the in-process ones
-    for s, l in zip(logprob_arrays(s_after), logprob_arrays(l_after), strict=True):
-        np.testing.assert_allclose(s, l, rtol=0, atol=1e-5)
+    for served, local in zip(logprob_arrays(s_after), logprob_arrays(l_after), strict=True):
+        np.testing.assert_allclose(served, local, rtol=0, atol=1e-5)
     assert not np.allclose(logprob_arrays(s_after)[0], logprob_arrays(s_fb)[0], atol=1e-4)
 
 
@@ -207,5 +207,5 @@ def test_a_custom_loss_trains_as_it_does_in_process(service, local, tokens) -> N
         assert result.metrics["custom:sum"] > 0
         trainer.optim_step(ADAM).result()
         after[name] = logprob_arrays(trainer.forward(data, "cross_entropy").result())
-    for s, l in zip(after["served"], after["local"], strict=True):
-        np.testing.assert_allclose(s, l, rtol=0, atol=1e-5)
+    for served, local in zip(after["served"], after["local"], strict=True):
+        np.testing.assert_allclose(served, local, rtol=0, atol=1e-5)

@@ -6,7 +6,6 @@ Registers the ``ghost_trace`` environment and the ``ghost_trace.latent_logprob``
 from __future__ import annotations
 
 from minds_core import Register, hookimpl
-
 from minds_ghost_trace.environment import REWARD_NAME, load_environment
 from minds_ghost_trace.reward import latent_logprob
 

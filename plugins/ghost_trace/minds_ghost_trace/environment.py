@@ -9,7 +9,6 @@ from typing import Any
 import attrs
 
 from minds_core import Rubric, SingleTurnEnvironment, Task, arg, at_least, env_args, within
-
 from minds_ghost_trace.prompts import SYSTEM_PROMPT, task_prompt
 from minds_ghost_trace.reward import latent_logprob
 from minds_ghost_trace.words import WORDS

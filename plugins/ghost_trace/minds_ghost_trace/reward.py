@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from minds_core import Context
-
 from minds_ghost_trace.parsing import parse_code
 from minds_ghost_trace.prompts import probe_target, probe_text
 

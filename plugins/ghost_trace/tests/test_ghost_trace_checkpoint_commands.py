@@ -13,17 +13,17 @@ import pytest
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
-import torch  # noqa: E402
-import tinker  # noqa: E402
-from peft import PeftModel  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+import tinker
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from minds_core.backends.local import ServiceClient  # noqa: E402
-from minds_core.backends.local.tiny_model import tiny_model_path  # noqa: E402
-from minds_core.cli import main  # noqa: E402
-from minds_core.report.page import printable  # noqa: E402
-from minds_core.testing import run_minds  # noqa: E402
-from minds_ghost_trace.environment import REWARD_NAME, split_words  # noqa: E402
+from minds_core.backends.local import ServiceClient
+from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.cli import main
+from minds_core.report.page import printable
+from minds_core.testing import run_minds
+from minds_ghost_trace.environment import REWARD_NAME, split_words
 
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "ghost_trace.toml"
 

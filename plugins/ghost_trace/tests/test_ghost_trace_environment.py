@@ -43,7 +43,11 @@ def test_unknown_split_names_the_splits() -> None:
         load_environment(num_examples=1).tasks("validation")
 
 
-@pytest.mark.parametrize(("args", "where"), [({"num_examples": 0}, "num_examples"), ({"num_examples": 10**7}, "num_examples"), ({"seed": "x"}, "seed"), ({"num_examples": True}, "num_examples")])
+@pytest.mark.parametrize(
+    ("args", "where"),
+    [({"num_examples": 0}, "num_examples"), ({"num_examples": 10**7}, "num_examples"), ({"seed": "x"}, "seed"),
+     ({"num_examples": True}, "num_examples")],
+)  # fmt: skip
 def test_bad_args_name_the_key(args: dict, where: str) -> None:
     with pytest.raises(ConfigError, match=rf"env\.args\.{where} = .*: must be an integer"):
         load_environment(**args)

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 from minds_core import Register, hookimpl
-
 from minds_gradient_prophet.entropy import ENTROPY_REWARD, entropy_reward, load_entropy_intuition
 from minds_gradient_prophet.intuition import PREDICTION_REWARD, load_gradient_intuition, prediction_reward
 from minds_gradient_prophet.prophet import in_context_reward, load_gradient_prophet, surprise_reward

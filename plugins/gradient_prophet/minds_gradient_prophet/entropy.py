@@ -23,7 +23,6 @@ from minds_core import (
     non_empty_subset_of,
     report_metric,
 )
-
 from minds_gradient_prophet.memo import MEMO
 from minds_gradient_prophet.parsing import header_number
 from minds_gradient_prophet.policy_scores import continuation_logprob

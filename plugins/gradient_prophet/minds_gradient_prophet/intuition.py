@@ -27,7 +27,6 @@ from minds_core import (
     report_metric,
     score_completion,
 )
-
 from minds_gradient_prophet.lessons import QA
 from minds_gradient_prophet.parsing import header_number, header_text
 from minds_gradient_prophet.policy_scores import encode_context, encode_continuation

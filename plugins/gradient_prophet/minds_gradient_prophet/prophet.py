@@ -23,7 +23,6 @@ from minds_core import (
     report_metric,
     within,
 )
-
 from minds_gradient_prophet.lessons import LESSON_SETS, QA, LessonSet
 from minds_gradient_prophet.memo import MEMO
 from minds_gradient_prophet.parsing import parse_number_array

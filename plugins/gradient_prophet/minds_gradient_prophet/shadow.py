@@ -15,7 +15,6 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from minds_core import Context
-
 from minds_gradient_prophet.memo import Memo
 from minds_gradient_prophet.policy_scores import MeasurementError
 

@@ -26,6 +26,7 @@ def test_the_plugin_registers_its_environments_and_reward_functions():
     assert plugins.registry.get("environments", "gradient_prophet").obj is load_gradient_prophet
 
 
+@pytest.mark.slow
 def test_loading_the_plugin_does_not_import_torch():
     code = (
         "import sys\n"

@@ -25,7 +25,7 @@ SMALL = ["trainer.group_size=2", "trainer.groups_per_batch=2", "sampling.max_tok
 
 def _run(tmp_path: Path, name: str, *extra: str) -> list[dict]:
     run = run_minds(str(CONFIGS / f"{name}.toml"), "--steps", "2", runs_dir=tmp_path, name=name, overrides=[*SMALL, *extra])
-    assert run.exit_code == run.expected_exit_code
+    run.assert_trained_unless_said_why()
     assert run.steps == [0, 1]
     assert all(s["rollouts/failed"] == 0 for s in run.metrics)
     return run.metrics

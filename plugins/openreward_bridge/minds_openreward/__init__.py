@@ -13,7 +13,6 @@ from typing import Any
 
 from minds_core import Register, hookimpl
 
-
 #: The SDK asks PyPI for a newer version from a background thread; a training run makes no such calls.
 UPDATE_CHECK_VARIABLE = "OPENREWARD_DISABLE_UPDATE_CHECK"
 

@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 import attrs
 
 from minds_core import UsageError
-
 from minds_openreward.failures import usage_error
 from minds_openreward.settings import BridgeSettings
 

@@ -152,7 +152,8 @@ def _environment(name: str, table: Mapping[str, Any], seed: Any, notes: list[str
             if splits:
                 entry["split"] = "train" if "train" in splits else next(iter(splits))
                 if len(splits) > 1:
-                    notes.append(f"{name}: trains on split {entry['split']!r}; the other splits ({', '.join(s for s in splits if s != entry['split'])}) stay in args.splits for `minds eval`")
+                    others = ", ".join(s for s in splits if s != entry["split"])
+                    notes.append(f"{name}: trains on split {entry['split']!r}; the other splits ({others}) stay in args.splits for `minds eval`")
         elif key in bridge and key != "secrets":
             args[key] = value
         elif key != "secrets":

@@ -9,7 +9,6 @@ from typing import Any
 import aiohttp
 
 from minds_core import ConfigError, Context, Task
-
 from minds_openreward.capacity import AdaptiveLimiter
 from minds_openreward.connection import ClientPool, Connection, connect, query, read_key, sdk_secrets
 from minds_openreward.episode import OpenRewardEpisode

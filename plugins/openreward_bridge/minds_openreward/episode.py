@@ -21,7 +21,6 @@ from minds_core import (
     take_turns,
     think_text,
 )
-
 from minds_openreward import prompting
 from minds_openreward.capacity import backoff_seconds
 from minds_openreward.failures import NoRewardError, is_capacity_error

@@ -8,7 +8,6 @@ from typing import Any
 
 from minds_core import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, Message
 
-
 _TOOL_INSTRUCTIONS = """\
 You can use tools. To call a tool, write one JSON object between tags, like this:
 {open}{{"name": "<tool name>", "arguments": {{<arguments as JSON>}}}}{close}

@@ -117,7 +117,10 @@ def test_every_seed_key_lands_in_the_minds_config(tmp_path: Path, capsys) -> Non
         },
     }
     assert (gsm["group_size"], gsm["args"]["reward_reduction"], gsm["args"]["name"]) == (8, "mean", "MATH/GSM8K")
-    for note in ("thinking = False: model.chat_template_args.enable_thinking", "rollout.concurrency = 64", "trainer.steps = 12", "upload to OpenReward", "no turn limit"):
+    for note in (
+        "thinking = False: model.chat_template_args.enable_thinking", "rollout.concurrency = 64", "trainer.steps = 12",
+        "upload to OpenReward", "no turn limit",
+    ):  # fmt: skip
         assert note in notes
     config = load_config(out)
     assert config.trainer.learning_rate == 1e-5 and len(config.environments) == 2
@@ -157,6 +160,7 @@ def test_bad_values_are_reported_before_writing(tmp_path: Path, capsys) -> None:
     assert not (tmp_path / "x.toml").exists()
 
 
+@pytest.mark.slow
 def test_the_console_script_is_installed(tmp_path: Path) -> None:
     source = write(tmp_path, SEED_CONFIG.format(runs="runs"))
     script = Path(sys.executable).with_name("minds-openreward-convert")
@@ -182,7 +186,7 @@ def test_a_converted_seed_config_runs(hosted_env, tmp_path: Path, capfd) -> None
     out = tmp_path / "minds.toml"
     assert main([str(source), "-o", str(out)]) == 0
     run = run_minds(str(out), "--backend", "local", runs_dir=tmp_path / "runs", name="converted")
-    assert run.exit_code == run.expected_exit_code  # 1 when chance gave every rollout of a group one reward
+    run.assert_trained_unless_said_why()
     (step,) = run.metrics
     assert step["rollouts/total"] == 4 and step["rollouts/failed"] == 0
     assert step["reward/max"] <= 1.0
@@ -345,7 +349,7 @@ def test_a_converted_recipe_runs_with_its_secrets(hosted_env, tmp_path: Path, mo
     out = tmp_path / "minds.toml"
     out.write_text(render(config, "toml"))
     run = run_minds(str(out), "--backend", "local", runs_dir=tmp_path / "runs", name="recipe")
-    assert run.exit_code == run.expected_exit_code
+    run.assert_trained_unless_said_why()
     (step,) = run.metrics
     assert step["rollouts/total"] == 4 and step["rollouts/failed"] == 0
     received = hosted_env.lab.census.secrets

@@ -7,7 +7,6 @@ import gc
 from typing import Any
 
 import pytest
-from openreward.api.errors import SessionTerminatedError, ToolFailed
 
 from minds_core.envs.types import Context
 from minds_openreward.environment import OpenRewardEnvironment, load_environment
@@ -80,6 +79,8 @@ async def test_tool_calls_run_and_come_back_as_the_next_turn(ors_server) -> None
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:coroutine 'resumable_sse' was never awaited:RuntimeWarning")
 async def test_a_failing_tool_fails_the_rollout_and_kills_the_session(ors_server) -> None:
+    from openreward.api.errors import SessionTerminatedError, ToolFailed  # the SDK: seconds to import, here only
+
     env = load_environment(name="toollab", base_url=ors_server.url)
     episode, _ = await opened(env)
     with pytest.raises(ToolFailed, match="caught fire"):

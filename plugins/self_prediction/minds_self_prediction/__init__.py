@@ -7,7 +7,6 @@ Registers the ``self_prediction`` environment and its reward parts
 from __future__ import annotations
 
 from minds_core import Register, hookimpl
-
 from minds_self_prediction.environment import REWARDS, load_environment
 
 

@@ -8,7 +8,6 @@ from typing import Any
 import attrs
 
 from minds_core import Rubric, SingleTurnEnvironment, Task, arg, at_least, env_args, within
-
 from minds_self_prediction.problems import Problem, make_problems
 from minds_self_prediction.prompts import SYSTEM_PROMPT, task_messages
 from minds_self_prediction.scoring import accuracy_reward, calibration_reward, format_reward

@@ -13,6 +13,7 @@ from minds_core.errors import ConfigError, UsageError
 from minds_verifiers import load_environment
 
 
+@pytest.mark.slow
 def test_the_installed_distribution_registers_verifiers_without_importing_it() -> None:
     script = (
         "import importlib.metadata as md, sys\n"

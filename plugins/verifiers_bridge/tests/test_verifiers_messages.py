@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-import verifiers as vf
 
-from minds_verifiers.client import new_messages
 from minds_verifiers.messages import native_tool, plain_message, split_tool_calls
 
 
 def test_well_formed_tool_calls_are_taken_out_of_the_text() -> None:
-    text = 'Let me add.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n<tool_call>{"name": "echo", "arguments": "{\\"x\\": 1}"}</tool_call>'
+    text = (
+        'Let me add.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n'
+        '<tool_call>{"name": "echo", "arguments": "{\\"x\\": 1}"}</tool_call>'
+    )
     content, calls = split_tool_calls(text, turn=3)
     assert content == "Let me add."
     assert calls == [
@@ -21,12 +22,16 @@ def test_well_formed_tool_calls_are_taken_out_of_the_text() -> None:
     ]
 
 
-@pytest.mark.parametrize("text", ["no calls here", "<tool_call>{not json}</tool_call>", '<tool_call>{"arguments": {}}</tool_call>', "<tool_call>[1]</tool_call>"])
+@pytest.mark.parametrize(
+    "text", ["no calls here", "<tool_call>{not json}</tool_call>", '<tool_call>{"arguments": {}}</tool_call>', "<tool_call>[1]</tool_call>"]
+)
 def test_text_without_a_well_formed_call_is_left_alone(text: str) -> None:
     assert split_tool_calls(text, turn=1) == (text, [])
 
 
 def test_messages_and_tools_become_chat_template_dicts() -> None:
+    import verifiers as vf  # seconds to import: only in the tests that use it
+
     call = vf.ToolCall(id="call_1_0", name="add", arguments='{"a": 1}')
     assert plain_message(vf.AssistantMessage(content="", tool_calls=[call])) == {
         "role": "assistant",
@@ -39,6 +44,8 @@ def test_messages_and_tools_become_chat_template_dicts() -> None:
 
 
 def test_only_extensions_of_the_conversation_are_accepted() -> None:
+    from minds_verifiers.client import new_messages  # imports verifiers
+
     known = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
     reply = {"role": "user", "content": "Why?"}
     assert new_messages(known, [*known, reply]) == [reply]

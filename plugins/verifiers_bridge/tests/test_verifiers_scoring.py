@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import tinker
 
-from minds_core.config import RolloutConfig
 from minds_core import Context
+from minds_core.config import RolloutConfig
 from minds_core.render import Renderer
 from minds_core.rollout import EpisodeSettings, run_rollout
 from minds_verifiers import load_environment

@@ -151,7 +151,7 @@ def test_minds_run_trains_on_the_gpu(tmp_path: Path) -> None:
         "--env", "ghost_trace", "--steps", "2", "--backend", "local",
         runs_dir=tmp_path / "runs", overrides=[*QUICK_RUN, "local.device=cuda"],
     )  # fmt: skip
-    assert result.exit_code == result.expected_exit_code
+    result.assert_trained_unless_said_why()
     assert result.steps == [0, 1] and result.rollouts
 
 

@@ -1,7 +1,6 @@
 """Model-aware rewards: build(sampling_client) returns a scorer that asks the CURRENT policy."""
 
 import tinker
-
 import verifiers as vf
 
 #: Every sampling client build() received, in order (the tests read it).

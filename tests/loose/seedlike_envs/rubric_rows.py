@@ -1,8 +1,7 @@
 """A dataset of question/answer rows scored by a verifiers Rubric (sync and async functions, a parser)."""
 
-from datasets import Dataset
-
 import verifiers as vf
+from datasets import Dataset
 
 CAPITALS = [("France", "Paris"), ("Japan", "Tokyo"), ("Peru", "Lima"), ("Kenya", "Nairobi"), ("Chile", "Santiago")]
 

@@ -1,8 +1,7 @@
 """A verifiers ToolEnv over an in-memory dataset: add two numbers with the add tool."""
 
-from datasets import Dataset
-
 import verifiers as vf
+from datasets import Dataset
 
 PAIRS = [(2, 3), (4, 1), (7, 2), (5, 5)]
 

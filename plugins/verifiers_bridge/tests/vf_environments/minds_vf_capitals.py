@@ -1,8 +1,7 @@
 """A verifiers SingleTurnEnv over an in-memory dataset: name a country's capital."""
 
-from datasets import Dataset
-
 import verifiers as vf
+from datasets import Dataset
 
 ROWS = [("France", "Paris"), ("Japan", "Tokyo"), ("Peru", "Lima"), ("Kenya", "Nairobi"), ("Chile", "Santiago"), ("Egypt", "Cairo")]
 

@@ -1,8 +1,7 @@
 """A verifiers environment whose rubric scores whole groups (the bridge refuses it)."""
 
-from datasets import Dataset
-
 import verifiers as vf
+from datasets import Dataset
 
 
 def relative_length(completions: list[vf.Messages]) -> list[float]:

@@ -1,8 +1,7 @@
 """A verifiers MultiTurnEnv over an in-memory dataset: every answer is followed by "Why?"."""
 
-from datasets import Dataset
-
 import verifiers as vf
+from datasets import Dataset
 
 
 class Interview(vf.MultiTurnEnv):

@@ -1,9 +1,8 @@
 """A SingleTurnEnv in an older verifiers style: a plain-string `task` column, a monitor of `sampling_args`,
 reward functions with odd parameters, and one that raises for rows marked `fail` (verifiers scores that 0)."""
 
-from datasets import Dataset
-
 import verifiers as vf
+from datasets import Dataset
 
 
 def tagged(task: str) -> float:

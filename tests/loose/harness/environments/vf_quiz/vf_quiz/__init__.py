@@ -6,10 +6,8 @@ read ``info["tokenizer"]`` and ``info["tinker_client"]`` as the seed's trainer
 supplied them. ``brevity`` has positional-only parameters and an unused ``_``.
 """
 
-from datasets import Dataset
-
 import verifiers as vf
-
+from datasets import Dataset
 from environments.letter_bank import LETTERS
 
 
