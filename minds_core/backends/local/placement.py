@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import LocalBadRequestError
+from .packed_attention import packed_attention_mode
 
 __all__ = ["DEVICES", "Placement", "resolve_placement"]
 
@@ -37,6 +38,9 @@ class Placement:
     train_tokens_per_micro_batch: int = 1024
     """Input tokens per training micro-batch (packed rows x row width, a prompt pass and the passes continuing it
     together): its activations bound a step's memory."""
+    packed_attention: str = "dense"
+    """How training passes mask packed rows (``packed_attention.MODES``): FlexAttention on CUDA where it compiles,
+    else a dense mask."""
 
 
 def resolve_placement(device: str = "auto") -> Placement:
@@ -52,4 +56,10 @@ def resolve_placement(device: str = "auto") -> Placement:
         )
     dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     torch.backends.cuda.enable_cudnn_sdp(False)
-    return Placement(torch.device("cuda"), dtype, tokens_per_micro_batch=32768, train_tokens_per_micro_batch=8192)
+    return Placement(
+        torch.device("cuda"),
+        dtype,
+        tokens_per_micro_batch=32768,
+        train_tokens_per_micro_batch=8192,
+        packed_attention=packed_attention_mode("cuda"),
+    )
