@@ -53,7 +53,7 @@ class BaseModel:
     @cached_property
     def merged(self) -> MergedModels:
         """The pool of module trees that samplers of adapters on this model decode with."""
-        return MergedModels(self.model)
+        return MergedModels(self.model, self.placement.merge_adapters)
 
     @property
     def arch(self) -> str:

@@ -7,6 +7,7 @@ the GPU where there is one, at a looser tolerance than float32's.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 import torch
@@ -60,9 +61,11 @@ CUDA = pytest.param(
 
 @pytest.fixture(scope="module", params=["cpu", CUDA])
 def bf16_base(request: pytest.FixtureRequest):
-    """The tiny model with bf16 weights: on the CPU everywhere, and on the GPU where there is one."""
+    """The tiny model with bf16 weights: on the CPU everywhere, and on the GPU where there is one. Its samplers
+    keep the adapter unmerged (the float32 side path the small-update check below needs; ``test_merged`` holds
+    the merged path to it)."""
     placement = BF16_ON_CPU if request.param == "cpu" else resolve_placement("cuda")
-    return BaseModelRegistry(placement).get("minds-tiny")
+    return BaseModelRegistry(replace(placement, merge_adapters=False)).get("minds-tiny")
 
 
 def test_bf16_base_trains_float32_lora_and_optimizer_state(bf16_base, encode: Callable[[str], list[int]]) -> None:
