@@ -78,6 +78,7 @@ class PlanTimes:
     def settle(self) -> None:
         """Read the GPU timings of requests that have finished (call after a synchronisation)."""
         for share, tokens, start, end in self._pending:
+            end.synchronize()  # recorded after the request's last copy to the host: at once
             self.record(share, tokens, start.elapsed_time(end) / 1000)
         self._pending.clear()
 
@@ -88,8 +89,9 @@ class PlanTimes:
     def metrics(self, share: bool) -> dict[str, float]:
         """The request's plan and the measured cost of each plan that has run (milliseconds per 1000 datum
         tokens), for the request's metrics."""
-        costs = {f"ms_per_ktoken_{name}:mean": 1e6 * min(self._times[plan]) for plan, name in _NAMES if self._times[plan]}
+        costs = {
+            f"ms_per_ktoken_{name}:mean": 1e6 * self.seconds_per_token(plan)
+            for plan, name in ((True, "sharing"), (False, "whole"))
+            if self._times[plan]
+        }
         return {"prompt_sharing:mean": float(share), **costs}
-
-
-_NAMES = ((True, "sharing"), (False, "whole"))
