@@ -19,6 +19,7 @@ keeps the dense mask by default.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, create_mask, flex_attention
@@ -64,13 +65,40 @@ def _attention(
     **kwargs: object,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """transformers' attention signature: ``[batch, heads, tokens, dim]`` in, ``[batch, tokens, heads, dim]`` out."""
-    if isinstance(attention_mask, BlockMask) and query.device.type == "cpu" and torch.is_grad_enabled():
-        attention_mask = _dense(attention_mask)  # FlexAttention has no backward on the CPU
-    if not isinstance(attention_mask, BlockMask):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
-    flex = _compiled_flex() if query.device.type == "cuda" else flex_attention
-    out = flex(query, key, value, block_mask=attention_mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
-    return out.transpose(1, 2).contiguous(), None
+    if isinstance(attention_mask, BlockMask):
+        out = _flex(query, key, value, attention_mask, scaling)
+        if out is not None:
+            return out.transpose(1, 2).contiguous(), None
+        attention_mask = _dense(attention_mask)
+    return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+
+
+_failed: list[str] = []
+"""Why FlexAttention failed in this process, once it has: packed rows take the dense mask from then on."""
+
+
+def _flex(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: BlockMask, scaling: float | None
+) -> torch.Tensor | None:
+    """FlexAttention over ``mask``; None where it cannot run: a pass with gradients on the CPU (it has no backward
+    there), or a process where it failed before (e.g. no compiler for its kernels; logged once)."""
+    if _failed or (query.device.type == "cpu" and torch.is_grad_enabled()):
+        return None
+    try:
+        return flex_kernel(query.device.type)(
+            query, key, value, block_mask=mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1]
+        )
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (a kernel that cannot be built here: the dense mask serves instead)
+        _failed.append(f"{type(exc).__name__}: {exc}"[:400])
+        log.warning("FlexAttention failed: packed training rows use the dense mask from now on", reason=_failed[0])
+        return None
+
+
+def flex_kernel(device_type: str) -> Callable[..., torch.Tensor]:
+    """FlexAttention for a device type: compiled on CUDA (once per process), unfused elsewhere."""
+    return _compiled_flex() if device_type == "cuda" else flex_attention
 
 
 def _dense(mask: BlockMask) -> torch.Tensor:
@@ -80,7 +108,7 @@ def _dense(mask: BlockMask) -> torch.Tensor:
 
 
 @functools.cache
-def _compiled_flex() -> object:
+def _compiled_flex() -> Callable[..., torch.Tensor]:
     return torch.compile(flex_attention)
 
 

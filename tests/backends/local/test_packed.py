@@ -9,7 +9,7 @@ import torch
 from peft import PeftModel
 from tinker import types
 
-from minds_core.backends.local import TrainingClient, head_logprobs, pass_cost, passes
+from minds_core.backends.local import TrainingClient, head_logprobs, packed_attention, pass_cost, passes
 from minds_core.backends.local.head_logprobs import OutputHead
 from minds_core.backends.local.inputs import submitted_datum
 from minds_core.backends.local.losses import LOSSES, token_losses
@@ -277,6 +277,7 @@ def test_the_plan_follows_the_times_measured_on_the_real_model(trainer: Training
     assert outputs[-1]["prompt_sharing:mean"] == float(faster)
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")  # unfused on the CPU: slow, right
 def test_flex_attention_block_masks_give_the_dense_masks_log_probs_and_gradients(trainer: TrainingClient) -> None:
     data = shared_prompt_data(30, (5, 12, 7, 3), seed=4) + shared_prompt_data(0, (9, 23, 40, 2, 17), seed=5)
     items = [submitted_datum(datum, i) for i, datum in enumerate(data)]
@@ -301,6 +302,37 @@ def test_flex_attention_block_masks_give_the_dense_masks_log_probs_and_gradients
     assert flex_grads.keys() == dense_grads.keys() and flex_grads
     for name, want in dense_grads.items():
         torch.testing.assert_close(flex_grads[name], want, rtol=0, atol=1e-5 * float(want.abs().max()), msg=name)
+
+
+def test_flex_attention_that_fails_to_build_leaves_the_dense_mask_for_the_rest_of_the_process(
+    trainer: TrainingClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+
+    def kernel_without_a_compiler(device_type: str) -> Callable[..., torch.Tensor]:
+        """A fake FlexAttention kernel that fails as one does where its compiler is missing."""
+
+        def fail(*args: object, **kwargs: object) -> torch.Tensor:
+            calls.append(device_type)
+            raise RuntimeError("fake: triton found no C compiler")
+
+        return fail
+
+    monkeypatch.setattr(packed_attention, "flex_kernel", kernel_without_a_compiler)
+    monkeypatch.setattr(packed_attention, "_failed", [])
+    data = shared_prompt_data(30, (5, 12, 7), seed=4) + shared_prompt_data(0, (9, 23), seed=5)
+    items = [submitted_datum(datum, i) for i, datum in enumerate(data)]
+    results = []
+    for attention in ("flex", "dense"):
+        engine = passes.LossPasses(
+            trainer._trainer.model, compute_dtype=torch.float32, tokens_per_micro_batch=64, share_prefixes=True,
+            attention=attention,
+        )  # fmt: skip
+        results.append(engine.run(items, lambda lp, inputs: -lp.sum(), backward=False)[0])
+    assert calls == ["cpu"]  # tried once, then never again in this process
+    assert packed_attention._failed == ["RuntimeError: fake: triton found no C compiler"]
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 
 def test_a_block_mask_attends_exactly_where_the_dense_mask_does() -> None:
