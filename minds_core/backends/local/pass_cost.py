@@ -8,14 +8,17 @@ over packed rows grows with the square of a row's width, kernels and Python add 
 part, and both weigh differently on a CPU and on each GPU. So the plans are not modelled
 but timed: the first requests with shared prompts run each plan in turn (``TRIALS``
 each); from then on the plan with the lower best recent time per datum token runs, and
-every ``RETRY``-th request runs the other once more, so that a change of shapes or load
-is followed. A request is timed whole (wall time on the CPU; CUDA events on a GPU, read
+the other runs once more now and then, so that a change of shapes or load is followed:
+after ``RETRY`` requests when the two are close, rarer by the square of their ratio
+(a retry costs the gap, and a large gap is unlikely to close), so that retries cost at
+most ~1/64 of the time. A request is timed whole (wall time on the CPU; CUDA events on a GPU, read
 once the request has synchronised anyway, so timing adds no host sync).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -28,7 +31,10 @@ TRIALS = 2
 """Requests each plan runs before the faster is chosen (the first of them includes warm-up)."""
 
 RETRY = 16
-"""Every this many requests, the plan not chosen runs once, to follow a change."""
+"""Requests between two runs of the plan not chosen, times the square of the ratio of the plans' costs."""
+
+MAX_RETRY = 1024
+"""The most requests between two runs of the plan not chosen."""
 
 WINDOW = 8
 """Latest timings of each plan kept: a plan's cost is the best of them (noise only adds time)."""
@@ -46,6 +52,7 @@ class PlanTimes:
         self._times: dict[bool, deque[float]] = {share: deque(maxlen=WINDOW) for share in (True, False)}
         self._pending: list[tuple[bool, int, torch.cuda.Event, torch.cuda.Event]] = []
         self._requests = 0
+        self._retry_at: int | None = None
 
     def choose(self) -> bool:
         """Whether the next request with shared prompts runs them once (True) or runs every datum whole."""
@@ -53,8 +60,12 @@ class PlanTimes:
         tried = {share: len(times) for share, times in self._times.items()}
         if min(tried.values()) < TRIALS:
             return tried[True] <= tried[False]  # the less tried plan; sharing first
-        faster = self.seconds_per_token(True) <= self.seconds_per_token(False)
-        return not faster if self._requests % RETRY == 0 else faster
+        costs = self.seconds_per_token(True), self.seconds_per_token(False)
+        faster = costs[0] <= costs[1]
+        due = self._retry_at is not None and self._requests >= self._retry_at
+        if self._retry_at is None or due:
+            self._retry_at = self._requests + min(MAX_RETRY, math.ceil(RETRY * (max(costs) / min(costs)) ** 2))
+        return not faster if due else faster
 
     def seconds_per_token(self, share: bool) -> float:
         """The best recent seconds per datum token of a plan (NaN before it has run)."""

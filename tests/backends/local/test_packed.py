@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pytest
@@ -192,25 +193,31 @@ def test_packed_gradients_equal_each_datum_alone_in_float64(
         torch.testing.assert_close(got[name], want[name], rtol=0, atol=1e-5 * scale, msg=name)
 
 
-def test_the_plan_run_is_the_faster_by_measured_time_and_the_other_is_retried() -> None:
+def test_the_plan_run_is_the_faster_by_measured_time_and_the_other_is_retried_as_rarely_as_it_is_slower() -> None:
     plans = PlanTimes(torch.device("cpu"))
     trials = []
     for _ in range(2 * pass_cost.TRIALS):  # each plan in turn first, sharing first
         trials.append(share := plans.choose())
-        plans.record(share, 1000, 0.3 if share else 0.2)  # 1000 datum tokens: sharing takes longer
+        plans.record(share, 1000, 0.3 if share else 0.2)  # 1000 datum tokens: sharing takes 1.5x longer
     assert trials == [True, False] * pass_cost.TRIALS
     assert plans.metrics(False) == {
         "prompt_sharing:mean": 0.0,
         "ms_per_ktoken_sharing:mean": pytest.approx(300.0),
         "ms_per_ktoken_whole:mean": pytest.approx(200.0),
     }
-    chosen = [plans.choose() for _ in range(2 * pass_cost.RETRY - len(trials))]
+    chosen = [plans.choose() for _ in range(100)]
     retried = [i for i, share in enumerate(chosen, start=len(trials) + 1) if share]
-    assert retried == [pass_cost.RETRY, 2 * pass_cost.RETRY]  # the slower plan once every RETRY requests
+    interval = math.ceil(pass_cost.RETRY * 1.5**2)  # 36 requests: the slower plan runs once in every 36
+    assert retried == [len(trials) + 1 + interval, len(trials) + 1 + 2 * interval]
     plans.record(True, 4000, 0.4)  # sharing turns out faster on another shape: it runs from then on
     assert plans.choose() and plans.choose()
     plans.record(True, 1000, 5.0)  # one slow request does not count against the plan's best recent time
     assert plans.choose()
+    lopsided = PlanTimes(torch.device("cpu"))
+    for share in (True, False) * pass_cost.TRIALS:
+        lopsided.choose()
+        lopsided.record(share, 1000, 0.1 if share else 1.0)  # 10x: a retry would cost 9 requests' worth
+    assert sum(not lopsided.choose() for _ in range(pass_cost.MAX_RETRY + 1)) == 1  # the slower, once in MAX_RETRY
 
 
 class FakeClock:
