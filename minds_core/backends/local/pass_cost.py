@@ -64,7 +64,8 @@ class PlanTimes:
         faster = costs[0] <= costs[1]
         due = self._retry_at is not None and self._requests >= self._retry_at
         if self._retry_at is None or due:
-            self._retry_at = self._requests + min(MAX_RETRY, math.ceil(RETRY * (max(costs) / min(costs)) ** 2))
+            ratio = max(costs) / max(min(costs), 1e-12)
+            self._retry_at = self._requests + min(MAX_RETRY, math.ceil(RETRY * ratio**2))
         return not faster if due else faster
 
     def seconds_per_token(self, share: bool) -> float:
