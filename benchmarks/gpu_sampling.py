@@ -8,7 +8,8 @@ tiny model's byte tokenizer, whose ids are all the prompts use). One run times, 
 * minds: ``save_weights_and_get_sampling_client`` of a rank-32 LoRA run (every linear layer), then
   ``sample`` of 8 prompts x 8 samples, 256-token prompts, 256 tokens each, no stop, temperature 1,
   through the SDK-shaped sampling client (the 8 requests concurrent, as an RL step sends them); the
-  same from a sampling client of the bare base model (what the adapter's side path costs);
+  same from a sampling client of the bare base model (what the adapter costs: merged into the
+  snapshot's weights, as ``Placement.merge_adapters`` has it on CUDA, nothing per step);
 * transformers ``generate`` of the base model (no adapter) on the 64 rows (each prompt 8 times),
   sampling at temperature 1 for exactly 256 tokens.
 
@@ -107,7 +108,7 @@ def _timed(run, repeats: int) -> float:
 
 def sampling_figures(service: ServiceClient, model_dir: Path, shape: Shape, device: str) -> dict[str, float]:
     """Seconds of minds' sampling with the adapter snapshot (and of taking the snapshot), of the bare base model
-    (no adapter: what the LoRA side path costs), and of ``generate`` on the same rows."""
+    (no adapter: what the adapter costs), and of ``generate`` on the same rows."""
     trainer = service.create_lora_training_client(str(model_dir), rank=shape.rank, seed=0).result()
     start = time.perf_counter()
     sampler = trainer.save_weights_and_get_sampling_client().result()

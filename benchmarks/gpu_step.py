@@ -5,7 +5,9 @@ Qwen3-0.6B and Qwen3-1.7B shapes (configs built here with the real sizes and voc
 64 rows of 512 tokens, LoRA rank 32 on every linear layer and the output layer, timed in one run:
 
 * minds: ``forward_backward(importance_sampling)`` + ``optim_step`` through the local training client, on
-  RL rollouts (8 prompts x 8 samples, 256-token prompts, 256 sampled tokens) and on 64 unrelated rows;
+  RL rollouts (8 prompts x 8 samples, 256-token prompts, 256 sampled tokens) and on 64 unrelated rows; the
+  rollouts twice, with the placement's attention over packed rows and with the other mode (FlexAttention
+  block mask or dense mask); for each, whether its prompts were shared and both plans' measured costs;
 * the loop a user writes by hand on the same tokens: peft, float32 LoRA, bf16 autocast, micro-batches of
   16 rows, the same loss over full logits, AdamW;
 * floors: the device's bf16 matmul rate and copy bandwidth, measured now; the compute floor of a step is
@@ -38,6 +40,9 @@ from local_backend import Shape, alternating_medians, build_model, matmul_params
 
 from minds_core.backends.local import ServiceClient
 from minds_core.backends.local.lora import LoraSpec, target_modules
+from minds_core.backends.local.packed_attention import MODES
+from minds_core.backends.local.pass_cost import TRIALS
+from minds_core.backends.local.placement import resolve_placement
 from minds_core.backends.local.tiny_model import _tokenizer
 
 RANK = 32
@@ -129,14 +134,26 @@ class Batch:
         return sum(len(row) - 1 for row in self.rows)
 
 
-def minds_step(service: ServiceClient, model_dir: Path, batch: Batch) -> Callable[[], None]:
+def minds_step(
+    service: ServiceClient, model_dir: Path, batch: Batch, plan: dict[str, float] | None = None,
+    attention: str | None = None,
+) -> Callable[[], None]:
+    """minds' training step on ``batch``; each step leaves its forward_backward metrics of the prompt-sharing plan
+    in ``plan``. ``attention`` (``packed_attention.MODES``) overrides the placement's mode of packed-row attention.
+    The first requests with shared prompts try both plans (``pass_cost.TRIALS`` each): they run here, untimed."""
     trainer = service.create_lora_training_client(str(model_dir), rank=RANK, seed=0).result()
+    if attention is not None:
+        trainer._trainer._passes.attention = attention  # the benchmark's A/B of the two modes on one placement
     data = batch.datums()
+    for _ in range(2 * TRIALS):
+        trainer.forward_backward(data, "importance_sampling").result()
 
     def step() -> None:
         out = trainer.forward_backward(data, "importance_sampling")
         trainer.optim_step(ADAM).result()
-        out.result()
+        metrics = out.result().metrics
+        if plan is not None:
+            plan.update({k: v for k, v in metrics.items() if k != "loss:sum"})
 
     return step
 
@@ -262,12 +279,19 @@ def gpu_shape(name: str, shape: Shape, device: str, rate: float, smoke: bool) ->
         model_dir = save_model(config, Path(tmp) / name, device)
         grouped = Batch(rl_rows(shape, config.vocab_size, shared=True), shape.prompt_tokens)
         unrelated = Batch(rl_rows(shape, config.vocab_size, shared=False), shape.prompt_tokens)
-        results = {}
+        results, plans = {}, {}
         with ServiceClient(device=device) as service:
-            results["minds, RL groups"] = timed(lambda: minds_step(service, model_dir, grouped), shape.repeats, device)
-            results["minds, unrelated rows"] = timed(
-                lambda: minds_step(service, model_dir, unrelated), shape.repeats, device
-            )
+            mode = resolve_placement(device).packed_attention
+            other = next(m for m in MODES if m != mode)
+            for label, batch, attention in (
+                (f"minds, RL groups, {mode}", grouped, None),
+                (f"minds, RL groups, {other}", grouped, other),
+                ("minds, unrelated rows", unrelated, None),
+            ):
+                plan = plans[label] = {}
+                results[label] = timed(
+                    lambda b=batch, p=plan, a=attention: minds_step(service, model_dir, b, p, a), shape.repeats, device
+                )
             whole = timed(lambda: rl_step(service, model_dir, shape, config.vocab_size), shape.repeats, device)
         results["peft, 16-row micro-batches"] = timed(lambda: peft_step(model_dir, grouped, device), shape.repeats, device)
         with torch.device("meta"):
@@ -283,6 +307,11 @@ def gpu_shape(name: str, shape: Shape, device: str, rate: float, smoke: bool) ->
               f"floor  peak {r.peak_gib:6.2f} GiB  -> {baseline.seconds / r.seconds:5.2f}x the peft step"
               + (f", memory {r.peak_gib / baseline.peak_gib:.2f}x" if baseline.peak_gib else ""))  # fmt: skip
     print("  target: minds >= 1.5x the peft step at no more peak memory")
+    for label, plan in plans.items():
+        if plan:
+            costs = ", ".join(f"{k.split(':')[0].rsplit('_', 1)[1]} {v:.2f}" for k, v in plan.items() if k.startswith("ms_"))
+            chosen = "shared its prompts" if plan["prompt_sharing:mean"] else "ran every datum whole"
+            print(f"  {label}: the last step {chosen}; measured ms per 1000 tokens: {costs}")
     print(f"  whole RL step (snapshot + {len(grouped.rows)} x {shape.max_tokens} tokens sampled + training on all of "
           f"them): {whole.seconds:.3f} s, peak {whole.peak_gib:.2f} GiB (target <= 2.5 s for 0.6B on an H100/H200)")
 

@@ -45,6 +45,7 @@ from transformers import (
 )
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local.pass_cost import TRIALS
 from minds_core.backends.local.placement import resolve_placement
 from minds_core.backends.local.tiny_model import _tokenizer, tiny_model_path
 
@@ -173,6 +174,8 @@ def rl_step(service: ServiceClient, model_name: str, shape: Shape) -> dict[str, 
             s * len(groups[i // shape.group_size]) + s * s / 2 for i, s in enumerate(suffixes)
         )
 
+    for _ in range(2 * TRIALS - 1):  # the trainer's first steps try both prompt-sharing plans: past them (with the
+        step()  # warm-up step of median_seconds), the steady state is timed
     seconds = median_seconds(step, shape.repeats)
     model = trainer._trainer.base.model
     n = matmul_params(model)

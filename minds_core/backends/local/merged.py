@@ -1,10 +1,12 @@
 """Samplers' models: a base model with a LoRA adapter, in module trees pooled for reuse.
 
-A sampler of a float32 base decodes with ``W + (alpha / rank) * B @ A`` in
-place of each adapted ``W`` (no extra LoRA matmuls per step). On a base in a
-low-precision dtype (bf16 on CUDA) the adapter stays unmerged, in float32, as
-the trainer runs it: merged into bf16 weights, small updates would round away.
-Every other tensor is the base model's own, shared. The module trees are
+Where the placement merges adapters (``Placement.merge_adapters``: always on
+the CPU and on CUDA), a sampler decodes with ``W + (alpha / rank) * B @ A`` in
+place of each adapted ``W``, computed in float32 and rounded once to the base's
+dtype: no LoRA matmuls per decode step. Unmerged, the adapter stays a float32
+side path, as the trainer runs it: on a bf16 base, updates far below bf16's
+resolution of the weights still reach the sampler, at the cost of the LoRA
+matmuls in every step. Every other tensor is the base model's own, shared. The module trees are
 pooled per set of adapted layers: when a sampler is garbage-collected its
 tree returns to the pool, and the next sampler writes its snapshot into the
 same buffers, so a training step neither copies the module tree nor
@@ -35,9 +37,9 @@ PoolKey = tuple[tuple[str, ...], LoraSpec | None]
 class MergedModels:
     """A pool of module trees over one frozen base model, each holding one adapter snapshot; see the module doc."""
 
-    def __init__(self, base: nn.Module) -> None:
+    def __init__(self, base: nn.Module, merge: bool) -> None:
         self._base = base
-        self._merges = base.dtype == torch.float32
+        self._merges = merge
         self._free: dict[PoolKey, list[nn.Module]] = {}
         self._lock = threading.Lock()
 
@@ -81,7 +83,7 @@ def _merge(base: nn.Module, tree: nn.Module, names: tuple[str, ...], spec: LoraS
         raise LocalBadRequestError(f"Adapter weights do not fit this model: unexpected {unexpected[:3]}")
     scale = spec.alpha / spec.rank
     for name in names:
-        a, b = (adapter[key] for key in keys[name])
         weight = base.get_submodule(name).weight
         merged = tree.get_submodule(name).weight
-        torch.addmm(weight, b.to(weight), a.to(weight), alpha=scale, out=merged)
+        a, b = (adapter[key].to(weight.device, torch.float32) for key in keys[name])
+        merged.copy_(torch.addmm(weight.float(), b, a, alpha=scale))  # in float32, rounded once

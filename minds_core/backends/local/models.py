@@ -16,6 +16,7 @@ from minds_core.errors import ConfigError
 
 from .errors import LocalNotFoundError
 from .merged import MergedModels
+from .packed_attention import ATTENTION
 from .placement import Placement
 from .tiny_model import DEFAULT_BASE_MODEL, tiny_model_path
 
@@ -52,7 +53,7 @@ class BaseModel:
     @cached_property
     def merged(self) -> MergedModels:
         """The pool of module trees that samplers of adapters on this model decode with."""
-        return MergedModels(self.model)
+        return MergedModels(self.model, self.placement.merge_adapters)
 
     @property
     def arch(self) -> str:
@@ -105,7 +106,7 @@ def _from_pretrained(
     transformers.utils.logging.disable_progress_bar()  # never draw over the trainer's own progress bar
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_files_only)
     model = AutoModelForCausalLM.from_pretrained(
-        source, dtype=placement.dtype, attn_implementation="sdpa", local_files_only=local_files_only
+        source, dtype=placement.dtype, attn_implementation=ATTENTION, local_files_only=local_files_only
     )
     return tokenizer, model.to(placement.device)
 

@@ -60,9 +60,15 @@ class MicroBatch:
     """``[rows, width]`` int64 tokens; rows end in zeros where their datums fall short of ``width``."""
     position_ids: torch.Tensor
     """``[rows, width]``: each token's position in its datum (the first body token of a member is at ``prefix``)."""
-    attention_mask: torch.Tensor | None
-    """``[rows, 1, width, prefix width + width]`` bool, True where a query attends a key; None when plain causal
-    attention (after the whole prefix, if any) is already right: one datum filling each row, every prefix full."""
+    segment: torch.Tensor
+    """``[rows, width]``: which body of the batch each token belongs to (0, 1, ... across rows); -1 for padding."""
+    prefix_lengths: torch.Tensor
+    """``[rows]``: the prefix length of the group each row continues (0 in a wave without a prefix)."""
+    width_prefix: int
+    """The prefix pass's width: the keys of each row's prefix come first, padded to this many."""
+    plain: bool
+    """Whether plain causal attention (after the whole prefix, if any) is already right: one datum filling each
+    row, every prefix full. Then no mask is needed."""
     row_prefix: torch.Tensor
     """``[rows]``: the prefix-pass row (group) each row continues; zeros in a wave without a prefix."""
     body_index: torch.Tensor
@@ -76,6 +82,12 @@ class MicroBatch:
     """``[tokens]``: the request-flat index of those tokens (ascending)."""
     datum_index: torch.Tensor
     """``[tokens]``: which of this batch's datums each of those tokens belongs to (0, 1, ... in request order)."""
+
+    @property
+    def attention_mask(self) -> torch.Tensor | None:
+        """``[rows, 1, width, width_prefix + width]`` bool, True where a query attends a key (block-diagonal causal
+        attention after each row's prefix), on the batch's device; None when ``plain``."""
+        return None if self.plain else _mask(self.segment, self.prefix_lengths, self.width_prefix)
 
 
 @dataclass(frozen=True)
@@ -239,7 +251,10 @@ def _micro_batch(
     return MicroBatch(
         input_ids=input_ids,
         position_ids=positions,
-        attention_mask=None if plain else _mask(segment, prefixes, width_prefix),
+        segment=segment,
+        prefix_lengths=prefixes,
+        width_prefix=width_prefix,
+        plain=plain,
         row_prefix=torch.tensor([row[0].slot for row in rows]),
         body_index=torch.cat(body_index),
         body_targets=torch.cat(body_targets),
@@ -252,7 +267,8 @@ def _micro_batch(
 def _mask(segment: torch.Tensor, prefixes: torch.Tensor, width_prefix: int) -> torch.Tensor:
     """Block-diagonal causal attention over packed rows, after each row's prefix (its first ``prefixes[r]`` keys)."""
     rows, width = segment.shape
-    column = torch.arange(width)
+    column = torch.arange(width, device=segment.device)
     body = (segment[:, :, None] == segment[:, None, :]) & (column[None, :] <= column[:, None])
-    prefix = (torch.arange(width_prefix)[None, :] < prefixes[:, None])[:, None, :].expand(rows, width, width_prefix)
+    prefix = torch.arange(width_prefix, device=segment.device)[None, :] < prefixes[:, None]
+    prefix = prefix[:, None, :].expand(rows, width, width_prefix)
     return torch.cat([prefix, body], dim=-1)[:, None]

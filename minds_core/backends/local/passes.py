@@ -10,9 +10,9 @@ Datums that start with the same tokens (a group's rollouts of one prompt) run th
 prefix once: one pass over the prefixes yields their keys/values and their
 log-probs; every member's remaining tokens then attend to its group's keys/values,
 and the gradients reaching them from all members are summed and sent back through
-the prefix pass once. A group shares when the token positions it saves outweigh the
-fixed cost of a pass, measured on this model's latest passes (``pass_cost``). The result
-equals running every datum whole, up to float rounding.
+the prefix pass once. Whether a request's groups share is chosen by the measured time of
+both plans on this model (``pass_cost``). The result equals running every datum whole,
+up to float rounding.
 
 The loss sees log-probs of many datums at once: one call per micro-batch, on
 tensors gathered once per request, with no per-datum Python and no host sync in the
@@ -27,14 +27,16 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask
 from transformers import DynamicCache
 
 from .head_logprobs import OutputHead
 from .inputs import DatumTensors
 from .kv_cache import cache_argument, returned_cache
 from .losses import DATUM_INDEX
+from .packed_attention import ATTENTION, block_mask
 from .packing import Group, MicroBatch, PrefixPass, Wave, plan_waves
-from .pass_cost import PassCost
+from .pass_cost import PlanTimes
 
 __all__ = ["BatchLoss", "LossPasses", "shared_prefix_groups"]
 
@@ -49,15 +51,12 @@ MIN_SHARED_PREFIX = 16
 _KV = list[tuple[torch.Tensor, torch.Tensor]]
 
 
-def shared_prefix_groups(
-    items: Sequence[DatumTensors], min_saving: float, min_prefix: int = MIN_SHARED_PREFIX
-) -> list[Group]:
+def shared_prefix_groups(items: Sequence[DatumTensors], min_prefix: int = MIN_SHARED_PREFIX) -> list[Group]:
     """Datums sharing at least ``min_prefix`` leading tokens, grouped; the rest in one group of prefix 0.
 
     Datums are bucketed by their first ``min_prefix`` tokens (and the shape of a target
     row: ``[T]`` or ``[T, K]``); a bucket of two or more shares its longest common
-    prefix, cut so that every member keeps one token of its own, when that saves more
-    than ``min_saving`` token positions (its length times the members beyond the first).
+    prefix, cut so that every member keeps one token of its own.
     """
     tokens = [item.tokens for item in items]
     buckets: dict[tuple[object, ...], list[int]] = {}
@@ -71,7 +70,7 @@ def shared_prefix_groups(
     groups = []
     for members in buckets.values():
         prefix = _common_prefix([tokens[i] for i in members]) if len(members) > 1 else 0
-        if prefix >= min_prefix and prefix * (len(members) - 1) > min_saving:
+        if prefix >= min_prefix:
             groups.append(Group(prefix, members))
         else:
             alone.extend(members)
@@ -95,6 +94,10 @@ class LossPasses:
 
     ``compute_dtype`` is the base weights' dtype: below float32, the passes run under autocast
     to it, so that the float32 LoRA weights compute in it too (their gradients reach them in float32).
+    ``share_prefixes``: whether datums sharing a prompt run it once; None (the default) chooses per
+    request by the measured time of both plans (``pass_cost``). ``attention``: how packed rows are masked
+    (``packed_attention.MODES``); ``flex`` needs a model loaded with ``packed_attention.ATTENTION``, and is
+    the dense mask otherwise.
     """
 
     def __init__(
@@ -103,7 +106,8 @@ class LossPasses:
         *,
         compute_dtype: torch.dtype,
         tokens_per_micro_batch: int,
-        share_prefixes: bool = True,
+        share_prefixes: bool | None = None,
+        attention: str = "dense",
     ) -> None:
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.decoder = causal_lm.get_decoder()
@@ -115,40 +119,44 @@ class LossPasses:
         self.compute_dtype = compute_dtype
         self.tokens_per_micro_batch = tokens_per_micro_batch  # padded input tokens per pass (rows x row width)
         self.share_prefixes = share_prefixes
-        self._boolean_mask = config._attn_implementation == "sdpa"
-        self._costs = {backward: PassCost(self.device) for backward in (True, False)}
+        self._boolean_mask = config._attn_implementation in ("sdpa", ATTENTION)
+        self.attention = attention if config._attn_implementation == ATTENTION else "dense"
+        self._plans = {backward: PlanTimes(self.device) for backward in (True, False)}
 
     def run(
         self, items: Sequence[DatumTensors], loss: BatchLoss, *, backward: bool
-    ) -> tuple[list[torch.Tensor], float]:
-        """Target log-probs of every datum (detached, on the CPU) and the summed loss; with ``backward``,
-        add its gradients."""
+    ) -> tuple[list[torch.Tensor], float, dict[str, float]]:
+        """Target log-probs of every datum (detached, on the CPU), the summed loss, and the metrics of the plan
+        run (none when no datums share a prompt); with ``backward``, add its gradients."""
         out: list[torch.Tensor] = [torch.empty(0)] * len(items)
         total = torch.zeros((), device=self.device)
-        cost = self._costs[backward]
-        with torch.set_grad_enabled(backward):
-            for indices in _by_target_shape(items):
-                part = [items[i] for i in indices]
+        parts = [[items[i] for i in indices] for indices in _by_target_shape(items)]
+        candidates = [self._candidates(part) for part in parts]
+        plans = self._plans[backward]
+        shares = any(group.prefix for groups in candidates for group in groups)
+        share = shares and (plans.choose() if self.share_prefixes is None else self.share_prefixes)
+        timing = plans.timing(share, sum(len(item.tokens) for item in items)) if shares else contextlib.nullcontext()
+        with torch.set_grad_enabled(backward), timing:
+            for indices, part, groups in zip(_by_target_shape(items), parts, candidates, strict=True):
                 flat = _flat_inputs(part, self.device)
                 targets = flat["target_tokens"]
                 logprobs = torch.empty(targets.shape, device=self.device)
-                for wave in self._waves(part, self._groups(part, backward)):
+                for wave in self._waves(part, groups if share else [Group(0, list(range(len(part))))]):
                     prefix = self._prefix(wave.prefix, targets) if wave.prefix else None
                     for batch in wave.micro_batches:
-                        with cost.timing(batch.input_ids.numel()):
-                            lp = self._body_logprobs(batch, targets, *(prefix.leaves() if prefix else (None, None)))
-                            inputs = {key: value.index_select(0, batch.flat_index) for key, value in flat.items()}
-                            batch_loss = loss(lp, {**inputs, DATUM_INDEX: batch.datum_index})
-                            if backward:
-                                batch_loss.backward()
+                        lp = self._body_logprobs(batch, targets, *(prefix.leaves() if prefix else (None, None)))
+                        inputs = {key: value.index_select(0, batch.flat_index) for key, value in flat.items()}
+                        batch_loss = loss(lp, {**inputs, DATUM_INDEX: batch.datum_index})
+                        if backward:
+                            batch_loss.backward()
                         logprobs.index_copy_(0, batch.flat_index, lp.detach())
                         total += batch_loss.detach()
                     if backward and prefix is not None:
                         prefix.backward()
                 for i, lp in zip(indices, _split(logprobs.cpu(), part), strict=True):
                     out[i] = lp
-        cost.settle()
-        return out, float(total)
+        plans.settle()
+        return out, float(total), plans.metrics(share) if shares else {}
 
     def logprobs_with_grad(self, items: Sequence[DatumTensors]) -> list[torch.Tensor]:
         """Differentiable target log-probs of every datum, all in one graph (nothing shared, one budget-free pass
@@ -165,18 +173,11 @@ class LossPasses:
                 out[i] = piece
         return out
 
-    def pass_overhead_tokens(self, backward: bool) -> float:
-        """The fixed cost of a pass (forward and backward, or forward only), in tokens' worth of its cost per
-        token, as measured on the latest passes of this kind (see ``pass_cost``)."""
-        return self._costs[backward].overhead_tokens()
-
-    def _groups(self, items: Sequence[DatumTensors], backward: bool) -> list[Group]:
-        if not self.share_prefixes:
+    def _candidates(self, items: Sequence[DatumTensors]) -> list[Group]:
+        """The groups ``items`` would run in when sharing (all in one group of prefix 0 where sharing is off)."""
+        if self.share_prefixes is False:
             return [Group(0, list(range(len(items))))]
-        candidates = shared_prefix_groups(items, 0)
-        if all(not group.prefix for group in candidates):
-            return candidates
-        return shared_prefix_groups(items, self.pass_overhead_tokens(backward))
+        return shared_prefix_groups(items)
 
     def _waves(self, items: Sequence[DatumTensors], groups: list[Group], budget: int | None = None) -> list[Wave]:
         """The request's passes (see ``packing``), their tensors on the device."""
@@ -208,7 +209,7 @@ class LossPasses:
             out = self.decoder(
                 input_ids=batch.input_ids,
                 position_ids=batch.position_ids,
-                attention_mask=self._mask(batch.attention_mask),
+                attention_mask=self._mask(batch),
                 **cache,
             )
             hidden = out.last_hidden_state.flatten(0, 1).index_select(0, batch.body_index)
@@ -217,8 +218,13 @@ class LossPasses:
             lp = torch.cat([prefix_lp.reshape(-1, lp.shape[1]), lp])
         return lp.index_select(0, batch.source_index).reshape(-1, *targets.shape[1:])
 
-    def _mask(self, mask: torch.Tensor | None) -> torch.Tensor | None:
-        if mask is None or self._boolean_mask:
+    def _mask(self, batch: MicroBatch) -> torch.Tensor | BlockMask | None:
+        if batch.plain:
+            return None
+        if self.attention == "flex":
+            return block_mask(batch.segment, batch.prefix_lengths, batch.width_prefix)
+        mask = batch.attention_mask
+        if self._boolean_mask:
             return mask
         blocked = torch.finfo(self.compute_dtype).min  # eager attention adds the mask to the scores
         return torch.zeros(mask.shape, dtype=self.compute_dtype, device=self.device).masked_fill_(~mask, blocked)

@@ -2,7 +2,9 @@
 
 ``auto`` is CUDA when torch sees a GPU, else the CPU. On CUDA the base weights
 are bfloat16 (float16 where the GPU lacks bf16), while LoRA weights, their
-gradients and the AdamW state stay float32; on the CPU everything is float32.
+gradients and the AdamW state stay float32 (samplers merge a snapshot's adapter
+into bf16 copies of the adapted weights, computed in float32 and rounded once);
+on the CPU everything is float32.
 
 A GPU also takes bigger micro-batches (``tokens_per_micro_batch``, ``train_tokens_per_micro_batch``), and
 choosing CUDA switches off cuDNN's fused attention for the process: it builds a
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import LocalBadRequestError
+from .packed_attention import packed_attention_mode
 
 __all__ = ["DEVICES", "Placement", "resolve_placement"]
 
@@ -37,6 +40,13 @@ class Placement:
     train_tokens_per_micro_batch: int = 1024
     """Input tokens per training micro-batch (packed rows x row width, a prompt pass and the passes continuing it
     together): its activations bound a step's memory."""
+    merge_adapters: bool = True
+    """Whether samplers decode with their adapter merged into their own copy of the adapted weights (computed in
+    float32, rounded once to ``dtype``), or with it unmerged as a float32 side path in every decode step, which
+    keeps updates below ``dtype``'s resolution; see ``merged``."""
+    packed_attention: str = "dense"
+    """How training passes mask packed rows (``packed_attention.MODES``): FlexAttention on CUDA where it compiles,
+    else a dense mask."""
 
 
 def resolve_placement(device: str = "auto") -> Placement:
@@ -52,4 +62,10 @@ def resolve_placement(device: str = "auto") -> Placement:
         )
     dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     torch.backends.cuda.enable_cudnn_sdp(False)
-    return Placement(torch.device("cuda"), dtype, tokens_per_micro_batch=32768, train_tokens_per_micro_batch=8192)
+    return Placement(
+        torch.device("cuda"),
+        dtype,
+        tokens_per_micro_batch=32768,
+        train_tokens_per_micro_batch=8192,
+        packed_attention=packed_attention_mode("cuda"),
+    )

@@ -43,7 +43,7 @@ class Sampler:
     @classmethod
     def for_adapter(cls, base: BaseModel, spec: LoraSpec, adapter: AdapterState) -> Sampler:
         """A sampler of ``base`` with ``adapter``, merged into its own copy of the adapted weights
-        (unmerged, in float32, on a bf16 base; see ``merged``).
+        (unmerged, in float32, where the placement does not merge adapters; see ``merged``).
 
         The model comes from (and, once the sampler is garbage-collected, returns to) ``base.merged``.
         """

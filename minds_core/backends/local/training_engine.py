@@ -45,7 +45,10 @@ class LoraTrainer:
         self._fused = placement.device.type == "cuda"
         self._optimizer = torch.optim.AdamW(list(self._params.values()), fused=self._fused or None)
         self._passes = LossPasses(
-            self.model, compute_dtype=placement.dtype, tokens_per_micro_batch=placement.train_tokens_per_micro_batch
+            self.model,
+            compute_dtype=placement.dtype,
+            tokens_per_micro_batch=placement.train_tokens_per_micro_batch,
+            attention=placement.packed_attention,
         )
 
     def forward_backward(
@@ -60,10 +63,10 @@ class LoraTrainer:
         spec = get_loss(loss_fn)
         config = resolve_config(loss_fn, loss_fn_config)
         items = self._checked(submitted, spec.required_inputs)
-        logprobs, total = self._passes.run(
+        logprobs, total, plan = self._passes.run(
             items, lambda lp, inputs: spec.fn(lp, inputs, config).sum(), backward=backward
         )
-        return _output(logprobs, {"loss:sum": total})
+        return _output(logprobs, {"loss:sum": total, **plan})
 
     def forward_backward_custom(
         self, data: Sequence[types.Datum], submitted: Sequence[DatumTensors], fn: CustomLossFn

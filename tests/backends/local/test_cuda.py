@@ -216,3 +216,55 @@ def test_adamw_is_fused_on_the_gpu_and_resumed_state_steps(gpu_service: ServiceC
     resumed.optim_step(ADAM).result()  # fused AdamW takes the resumed step counts on the GPU
     state = resumed._trainer._optimizer.state
     assert state and all(s["step"].is_cuda and float(s["step"]) == 3 for s in state.values())
+
+
+def shared_prompts(trainer: TrainingClient, groups: int = 2, samples: int = 4) -> list[types.Datum]:
+    """``groups`` prompts of 120 tokens x ``samples`` completions of 20-80 tokens each (a group's rollouts)."""
+    gen = torch.Generator().manual_seed(11)
+    data = []
+    for _ in range(groups):
+        prompt = torch.randint(0, 250, (120,), generator=gen).tolist()
+        for _ in range(samples):
+            tokens = prompt + torch.randint(0, 250, (int(torch.randint(20, 80, ())),), generator=gen).tolist()
+            inputs = {"target_tokens": tokens[1:], "logprobs": [-2.0] * (len(tokens) - 1),
+                      "advantages": torch.randn(len(tokens) - 1, generator=gen)}  # fmt: skip
+            data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs))
+    return data
+
+
+def test_flex_attention_block_masks_match_the_dense_mask_within_bf16_tolerance(gpu_trainer: TrainingClient) -> None:
+    from minds_core.backends.local.inputs import submitted_datum
+    from minds_core.backends.local.passes import LossPasses
+
+    placement = resolve_placement("cuda")
+    assert placement.packed_attention == "flex"  # triton comes with CUDA builds of torch
+    model = trained(gpu_trainer, steps=1)._trainer.model
+    data = shared_prompts(gpu_trainer) + [sft(gpu_trainer, text) for text in TEXTS]
+    items = [submitted_datum(datum, i) for i, datum in enumerate(data)]
+    results = []
+    for attention in ("flex", "dense"):
+        model.zero_grad(set_to_none=True)
+        passes = LossPasses(
+            model, compute_dtype=placement.dtype, tokens_per_micro_batch=512, share_prefixes=True, attention=attention
+        )
+        logprobs, _, _ = passes.run(items, lambda lp, inputs: -(lp * inputs["advantages"]).sum(), backward=True)
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((logprobs, grads))
+    (flex_lp, flex_grads), (dense_lp, dense_grads) = results
+    for got, want in zip(flex_lp, dense_lp, strict=True):
+        assert_close_logprobs(got.numpy(), want.numpy())
+    assert flex_grads.keys() == dense_grads.keys() and flex_grads
+    for key, want in dense_grads.items():
+        torch.testing.assert_close(flex_grads[key], want, rtol=0, atol=2e-2 * float(want.abs().max()) + 1e-6, msg=key)
+
+
+def test_prompt_sharing_follows_the_times_measured_on_the_gpu(gpu_trainer: TrainingClient) -> None:
+    from minds_core.backends.local.pass_cost import TRIALS
+
+    data = shared_prompts(gpu_trainer)
+    outputs = [gpu_trainer.forward_backward(data, "importance_sampling").result().metrics for _ in range(2 * TRIALS + 1)]
+    assert [m["prompt_sharing:mean"] for m in outputs[:-1]] == [1.0, 0.0] * TRIALS
+    measured = outputs[-2]  # timed by CUDA events
+    assert measured["ms_per_ktoken_sharing:mean"] > 0 and measured["ms_per_ktoken_whole:mean"] > 0
+    faster = measured["ms_per_ktoken_sharing:mean"] <= measured["ms_per_ktoken_whole:mean"]
+    assert outputs[-1]["prompt_sharing:mean"] == float(faster)

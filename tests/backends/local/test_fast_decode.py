@@ -175,9 +175,10 @@ def random_adapter(base: torch.nn.Module, spec: LoraSpec, seed: int) -> dict[str
 
 
 def test_a_pooled_tree_decodes_with_each_new_snapshots_adapter() -> None:
-    """On a bf16 base the adapter stays unmerged, its factors stacked in copies: the next sampler of the same
+    """Unmerged on a bf16 base, the adapter's factors are stacked in copies: the next sampler of the same
     pooled module tree must decode with its own snapshot, not the stacked copies of the one before."""
-    base = BaseModelRegistry(Placement(torch.device("cpu"), torch.bfloat16)).get(DEFAULT_BASE_MODEL)
+    placement = Placement(torch.device("cpu"), torch.bfloat16, merge_adapters=False)
+    base = BaseModelRegistry(placement).get(DEFAULT_BASE_MODEL)
     spec = LoraSpec(rank=4)
     prompt = list(base.tokenizer.encode("Once upon a time"))
     params = types.SamplingParams(max_tokens=12, temperature=0.0, stop=[])

@@ -6,11 +6,15 @@ import gc
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 import torch
 from tinker import types
 
-from minds_core.backends.local import TrainingClient
+from minds_core.backends.local import DEFAULT_BASE_MODEL, TrainingClient
 from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
+from minds_core.backends.local.models import BaseModelRegistry
+from minds_core.backends.local.placement import Placement
+from minds_core.backends.local.sampling_engine import Sampler
 
 ADAM = types.AdamParams(learning_rate=2e-2)
 
@@ -62,3 +66,38 @@ def test_a_dropped_samplers_weights_are_reused_by_the_next_snapshot(
     assert np.abs(after - scored).max() < 1e-4  # the new snapshot, merged into the reused buffers
     assert np.abs(np.array(kept.compute_logprobs(prompt).result()[1:]) - before).max() == 0
     assert np.abs(after - before).max() > 1e-3  # the step changed the policy
+
+
+@pytest.mark.parametrize(
+    ("dtype", "max_error", "mean_error"),
+    [(torch.float32, 1e-4, 1e-5), (torch.bfloat16, 0.2, 0.03)],  # bf16: the merged weights round once to 2^-8
+    ids=["float32", "bfloat16"],
+)
+def test_a_merged_snapshot_decodes_as_the_unmerged_side_path_does(
+    trainer: TrainingClient, sft_datum: Callable[..., types.Datum], dtype: torch.dtype, max_error: float,
+    mean_error: float,
+) -> None:  # fmt: skip
+    for _ in range(3):  # a trained adapter on every layer
+        step(trainer, sft_datum("The cat sat on the mat."))
+    adapter, spec = trainer._trainer.adapter_state(), trainer._trainer.spec
+    tokenizer = trainer._trainer.base.tokenizer
+    prompt = list(tokenizer.encode("Once upon a time"))
+    params = types.SamplingParams(max_tokens=16, temperature=1.0, seed=3, stop=[])
+    samplers, drawn = [], []
+    for merge in (True, False):
+        base = BaseModelRegistry(Placement(torch.device("cpu"), dtype, merge_adapters=merge)).get(DEFAULT_BASE_MODEL)
+        sampler = Sampler.for_adapter(base, spec, adapter)
+        assert any(".lora_" in name for name, _ in sampler.model.named_parameters()) != merge
+        future = sampler.submit(prompt, 2, params)
+        sampler.drive()
+        samplers.append(sampler)
+        drawn.append(future.result().sequences)
+    rows = [prompt + list(sequence.tokens) for sequence in drawn[0]]
+    merged, side = ([s.prompt_logprobs(row)[len(prompt) :] for row in rows] for s in samplers)
+    pairs = [(merged, side)]  # both samplers' scores of the merged sampler's draws
+    if dtype == torch.float32:  # the same seeded draws from the same distributions (bf16 may flip a close one)
+        assert [s.tokens for s in drawn[0]] == [s.tokens for s in drawn[1]]
+        pairs.append(([s.logprobs for s in drawn[0]], [s.logprobs for s in drawn[1]]))
+    for got, want in pairs:
+        error = np.abs(np.concatenate(got) - np.concatenate(want))
+        assert error.max() < max_error and error.mean() < mean_error, (error.max(), error.mean())

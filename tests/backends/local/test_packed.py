@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pytest
@@ -9,13 +10,14 @@ import torch
 from peft import PeftModel
 from tinker import types
 
-from minds_core.backends.local import TrainingClient, head_logprobs, passes
+from minds_core.backends.local import TrainingClient, head_logprobs, packed_attention, pass_cost, passes
 from minds_core.backends.local.head_logprobs import OutputHead
 from minds_core.backends.local.inputs import submitted_datum
 from minds_core.backends.local.losses import LOSSES, token_losses
 from minds_core.backends.local.models import target_logprobs
+from minds_core.backends.local.packed_attention import block_mask
 from minds_core.backends.local.packing import Group, plan_waves
-from minds_core.backends.local.pass_cost import PassCost
+from minds_core.backends.local.pass_cost import PlanTimes
 from minds_core.testing import with_sampled_provenance
 
 CONFIGS = {"dro": {"beta": 0.5}}  # a penalty large enough to matter in the gradients
@@ -191,41 +193,167 @@ def test_packed_gradients_equal_each_datum_alone_in_float64(
         torch.testing.assert_close(got[name], want[name], rtol=0, atol=1e-5 * scale, msg=name)
 
 
-def test_the_cost_of_a_pass_is_the_line_through_its_timings() -> None:
-    cost = PassCost(torch.device("cpu"))
-    assert cost.overhead_tokens() == 0.0  # nothing timed yet: sharing is not held back
-    for tokens in (100, 400, 100, 250):
-        cost.record(tokens, 0.02 + 1e-4 * tokens)  # 20 ms a pass, 0.1 ms a token: a pass costs 200 tokens
-    assert cost.overhead_tokens() == pytest.approx(200.0)
-    flat = PassCost(torch.device("cpu"))
-    for tokens in (64, 512):
-        flat.record(tokens, 0.05)  # more tokens cost nothing more: bound by the fixed part
-    assert flat.overhead_tokens() == float("inf")
-    timed = PassCost(torch.device("cpu"))
-    for tokens in (8, 16):
-        with timed.timing(tokens):
-            torch.ones(tokens).sum()
-    assert timed.overhead_tokens() >= 0.0
+def test_the_plan_run_is_the_faster_by_measured_time_and_the_other_is_retried_as_rarely_as_it_is_slower() -> None:
+    plans = PlanTimes(torch.device("cpu"))
+    trials = []
+    for _ in range(2 * pass_cost.TRIALS):  # each plan in turn first, sharing first
+        trials.append(share := plans.choose())
+        plans.record(share, 1000, 0.3 if share else 0.2)  # 1000 datum tokens: sharing takes 1.5x longer
+    assert trials == [True, False] * pass_cost.TRIALS
+    assert plans.metrics(False) == {
+        "prompt_sharing:mean": 0.0,
+        "ms_per_ktoken_sharing:mean": pytest.approx(300.0),
+        "ms_per_ktoken_whole:mean": pytest.approx(200.0),
+    }
+    chosen = [plans.choose() for _ in range(100)]
+    retried = [i for i, share in enumerate(chosen, start=len(trials) + 1) if share]
+    interval = math.ceil(pass_cost.RETRY * 1.5**2)  # 36 requests: the slower plan runs once in every 36
+    assert retried == [len(trials) + 1 + interval, len(trials) + 1 + 2 * interval]
+    plans.record(True, 4000, 0.4)  # sharing turns out faster on another shape: it runs from then on
+    assert plans.choose() and plans.choose()
+    plans.record(True, 1000, 5.0)  # one slow request does not count against the plan's best recent time
+    assert plans.choose()
+    lopsided = PlanTimes(torch.device("cpu"))
+    for share in (True, False) * pass_cost.TRIALS:
+        lopsided.choose()
+        lopsided.record(share, 1000, 0.1 if share else 1.0)  # 10x: a retry would cost 9 requests' worth
+    assert sum(not lopsided.choose() for _ in range(pass_cost.MAX_RETRY + 1)) == 1  # the slower, once in MAX_RETRY
 
 
-def test_a_group_shares_its_prompt_only_when_that_saves_more_than_a_pass_costs(trainer: TrainingClient) -> None:
-    gen = torch.Generator().manual_seed(6)
-    prompt = torch.randint(0, 250, (40,), generator=gen)
-    items = []
-    for _ in range(3):  # saving 2 x 40 = 80 token positions
-        tokens = torch.cat([prompt, torch.randint(0, 250, (10,), generator=gen)])
-        targets = {"target_tokens": tokens.tolist()}
-        datum = types.Datum(model_input=types.ModelInput.from_ints(tokens.tolist()), loss_fn_inputs=targets)
-        items.append(submitted_datum(datum, len(items)))
+class FakeClock:
+    """A fake clock for the passes: it stands still except when ``charge`` advances it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def charge(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def shared_prompt_data(prompt: int, tails: tuple[int, ...], seed: int) -> list[types.Datum]:
+    """Datums of a ``prompt``-token prompt each followed by a tail of its own (of ``tails`` tokens)."""
+    gen = torch.Generator().manual_seed(seed)
+    first = torch.randint(0, 250, (prompt,), generator=gen)
+    data = []
+    for tail in tails:
+        tokens = torch.cat([first, torch.randint(0, 250, (tail,), generator=gen)]).tolist()
+        data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens), loss_fn_inputs={"target_tokens": tokens}))
+    return data
+
+
+@pytest.mark.parametrize(
+    ("cost", "shares"),
+    [
+        (lambda rows, width: 1.0, False),  # a fixed cost per pass: the prefix pass costs more than it saves
+        (lambda rows, width: 1e-3 * rows * width**2, True),  # attention area: sharing's narrower rows win
+    ],
+    ids=["fixed-cost-per-pass", "cost-by-attention-area"],
+)
+def test_requests_share_their_prompts_when_the_measured_passes_say_it_is_faster(
+    trainer: TrainingClient, cost: Callable[[int, int], float], shares: bool
+) -> None:
     engine = trainer._trainer._passes
-    cost = engine._costs[True]
-    for tokens in (100, 400):
-        cost.record(tokens, 1e-4 * (79 + tokens))  # a pass costs 79 tokens: sharing pays
-    assert [g.prefix for g in engine._groups(items, True)] == [40]
-    for tokens in (100, 400):
-        cost.record(tokens, 1e-4 * (200 + tokens))  # the line through all four points: 139.5 tokens
-    assert [g.prefix for g in engine._groups(items, True)] == [0]
-    assert [g.prefix for g in engine._groups(items, False)] == [40]  # forward-only passes: nothing timed yet
+    clock = FakeClock()
+    engine._plans[True] = PlanTimes(engine.device, clock=clock)
+    hook = engine.decoder.register_forward_pre_hook(
+        lambda module, args, kwargs: clock.charge(cost(*kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    data = shared_prompt_data(40, (10, 10, 10, 10), seed=6)  # whole: 4 rows of 50; sharing: 1 x 40, then 1 x 40
+    items = [submitted_datum(datum, i) for i, datum in enumerate(data)]
+    metrics = [
+        engine.run(items, lambda lp, inputs: -lp.sum(), backward=True)[2] for _ in range(2 * pass_cost.TRIALS + 2)
+    ]
+    hook.remove()
+    assert [m["prompt_sharing:mean"] for m in metrics] == [1.0, 0.0] * pass_cost.TRIALS + [float(shares)] * 2
+    whole = cost(4, 50) / 200  # the fake seconds of each plan, per datum token
+    sharing = 2 * cost(1, 40) / 200
+    assert metrics[-1]["ms_per_ktoken_sharing:mean"] == pytest.approx(1e6 * sharing)
+    assert metrics[-1]["ms_per_ktoken_whole:mean"] == pytest.approx(1e6 * whole)
+
+
+def test_the_plan_follows_the_times_measured_on_the_real_model(trainer: TrainingClient) -> None:
+    data = shared_prompt_data(200, (30, 50, 20, 40), seed=9)
+    outputs = [trainer.forward_backward(data, "cross_entropy").result().metrics for _ in range(2 * pass_cost.TRIALS + 1)]
+    assert [m["prompt_sharing:mean"] for m in outputs[:-1]] == [1.0, 0.0] * pass_cost.TRIALS
+    measured = outputs[-2]  # both plans' best times before the last request: it runs the faster
+    assert measured["ms_per_ktoken_sharing:mean"] > 0 and measured["ms_per_ktoken_whole:mean"] > 0
+    faster = measured["ms_per_ktoken_sharing:mean"] <= measured["ms_per_ktoken_whole:mean"]
+    assert outputs[-1]["prompt_sharing:mean"] == float(faster)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")  # unfused on the CPU: slow, right
+def test_flex_attention_block_masks_give_the_dense_masks_log_probs_and_gradients(trainer: TrainingClient) -> None:
+    data = shared_prompt_data(30, (5, 12, 7, 3), seed=4) + shared_prompt_data(0, (9, 23, 40, 2, 17), seed=5)
+    items = [submitted_datum(datum, i) for i, datum in enumerate(data)]
+    model = trainer._trainer.model
+
+    def run(attention: str) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+        """Log-probs of a forward pass (through FlexAttention itself when ``flex``), and gradients (through the
+        block mask's dense form on the CPU, where FlexAttention has no backward)."""
+        model.zero_grad(set_to_none=True)
+        engine = passes.LossPasses(
+            model, compute_dtype=torch.float32, tokens_per_micro_batch=64, share_prefixes=True, attention=attention
+        )
+        assert engine.attention == attention
+        loss = lambda lp, inputs: -(lp * torch.arange(len(lp))).sum()  # noqa: E731
+        logprobs, _, _ = engine.run(items, loss, backward=False)
+        engine.run(items, loss, backward=True)
+        return logprobs, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    (flex_lp, flex_grads), (dense_lp, dense_grads) = run("flex"), run("dense")
+    for got, want in zip(flex_lp, dense_lp, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    assert flex_grads.keys() == dense_grads.keys() and flex_grads
+    for name, want in dense_grads.items():
+        torch.testing.assert_close(flex_grads[name], want, rtol=0, atol=1e-5 * float(want.abs().max()), msg=name)
+
+
+def test_flex_attention_that_fails_to_build_leaves_the_dense_mask_for_the_rest_of_the_process(
+    trainer: TrainingClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+
+    def kernel_without_a_compiler(device_type: str) -> Callable[..., torch.Tensor]:
+        """A fake FlexAttention kernel that fails as one does where its compiler is missing."""
+
+        def fail(*args: object, **kwargs: object) -> torch.Tensor:
+            calls.append(device_type)
+            raise RuntimeError("fake: triton found no C compiler")
+
+        return fail
+
+    monkeypatch.setattr(packed_attention, "flex_kernel", kernel_without_a_compiler)
+    monkeypatch.setattr(packed_attention, "_failed", [])
+    data = shared_prompt_data(30, (5, 12, 7), seed=4) + shared_prompt_data(0, (9, 23), seed=5)
+    items = [submitted_datum(datum, i) for i, datum in enumerate(data)]
+    results = []
+    for attention in ("flex", "dense"):
+        engine = passes.LossPasses(
+            trainer._trainer.model, compute_dtype=torch.float32, tokens_per_micro_batch=64, share_prefixes=True,
+            attention=attention,
+        )  # fmt: skip
+        results.append(engine.run(items, lambda lp, inputs: -lp.sum(), backward=False)[0])
+    assert calls == ["cpu"]  # tried once, then never again in this process
+    assert packed_attention._failed == ["RuntimeError: fake: triton found no C compiler"]
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_a_block_mask_attends_exactly_where_the_dense_mask_does() -> None:
+    tokens = [torch.cat([rows(20, seed=1)[0], tail]) for tail in rows(3, 9, 5, seed=2)] + rows(7, 30, seed=3)
+    for wave in plan_waves(tokens, [Group(20, [0, 1, 2]), Group(0, [3, 4])], tokens_per_pass=48):
+        for batch in wave.micro_batches:
+            if batch.plain:
+                continue
+            mask = block_mask(batch.segment, batch.prefix_lengths, batch.width_prefix)
+            dense = batch.attention_mask[:, 0]
+            n_rows, width, keys = dense.shape
+            q, kv = torch.arange(width)[:, None], torch.arange(keys)[None, :]
+            for b in range(n_rows):
+                assert torch.equal(mask.mask_mod(torch.tensor(b), None, q, kv), dense[b])
 
 
 def test_bodies_too_long_to_pair_up_within_the_prompt_width_get_rows_of_their_own_length() -> None:
