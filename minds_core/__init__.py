@@ -98,6 +98,7 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
         NAME_RULE,
         REWARD_NAME_RULE,
         AdvantageEstimator,
+        BackendExport,
         BackendFactory,
         BackendFit,
         EnvironmentAdapter,
@@ -109,16 +110,16 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
         RewardFunction,
         SinkFactory,
     )
-    from minds_core.envs.args import (  # noqa: F401
+    from minds_core.config.rules import (  # noqa: F401
         Rule,
         above,
         arg,
         at_least,
-        env_args,
         non_empty_subset_of,
         one_of,
         within,
     )
+    from minds_core.envs.args import env_args  # noqa: F401
     from minds_core.envs.calling import lenient  # noqa: F401
     from minds_core.envs.rubric import (  # noqa: F401
         GROUP_REWARD_INPUTS,
