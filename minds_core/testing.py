@@ -71,6 +71,20 @@ class RunResult:
         """Whether any step trained on at least one datum (a run where none did exits with code 1)."""
         return any(row.get("train/datums", 0) > 0 for row in self.metrics)
 
+    def assert_trained(self) -> None:
+        """Assert that the run trained: some step trained on a datum, it exited 0, its checkpoints end at its last step.
+
+        For run tests whose configuration makes rewards differ within a group (see assert_trained_unless_said_why
+        for the runs that may say why they could not learn instead).
+        """
+        assert self.trained, f"no step trained (exit {self.exit_code}, error {self.error!r}): {self.datums_per_step}"
+        self.assert_trained_unless_said_why()
+
+    @property
+    def datums_per_step(self) -> dict[int, int]:
+        """The datums each step trained on."""
+        return {row["step"]: row.get("train/datums", 0) for row in self.metrics}
+
     def assert_trained_unless_said_why(self) -> None:
         """Assert that the run trained wherever its rewards allowed, and said why where they did not.
 
@@ -78,7 +92,7 @@ class RunResult:
         checkpoint of its last step; a run in which no step trained (the untrained tiny model's replies often
         score alike within every group) exited 1 with ``no step trained: <why>``.
         """
-        datums = {row["step"]: row.get("train/datums", 0) for row in self.metrics}
+        datums = self.datums_per_step
         for group in self.rollouts:
             rewards = {r["reward"] for r in group["rollouts"] if r["reward"] is not None}
             if len(rewards) > 1 and group["dropped"] is None:
