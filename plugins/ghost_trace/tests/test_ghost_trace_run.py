@@ -15,12 +15,12 @@ CONFIG = Path(__file__).resolve().parents[3] / "configs" / "ghost_trace.toml"
 
 
 def test_minds_run_trains_ghost_trace(tmp_path: Path) -> None:
-    # Eight long, hot replies a task: some hold five integers (a valid code, scored by the policy's log-probs)
-    # and some do not (the -10 penalty), so rewards differ within a group and the run trains.
+    # Eight long, hot replies a task: about one in six holds five integers (a valid code, scored by the policy's
+    # log-probs), the rest score the -10 penalty, so rewards differ within a group and the run trains.
     run = run_minds(
         str(CONFIG), "--steps", "2", runs_dir=tmp_path, name="gt",
         overrides=["env.args.num_examples=8", "trainer.group_size=8", "trainer.groups_per_batch=2",
-                   "sampling.max_tokens=64", "sampling.temperature=1.5", "metrics.rollouts_per_step=2"],
+                   "sampling.max_tokens=128", "sampling.temperature=1.5", "metrics.rollouts_per_step=2"],
     )  # fmt: skip
     run.assert_trained()
     assert run.steps == [0, 1]
