@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import types
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -71,6 +72,20 @@ class RunResult:
         """Whether any step trained on at least one datum (a run where none did exits with code 1)."""
         return any(row.get("train/datums", 0) > 0 for row in self.metrics)
 
+    def assert_trained(self) -> None:
+        """Assert that the run trained: some step trained on a datum, it exited 0, its checkpoints end at its last step.
+
+        For run tests whose configuration makes rewards differ within a group (see assert_trained_unless_said_why
+        for the runs that may say why they could not learn instead).
+        """
+        assert self.trained, f"no step trained (exit {self.exit_code}, error {self.error!r}): {self.datums_per_step}"
+        self.assert_trained_unless_said_why()
+
+    @property
+    def datums_per_step(self) -> dict[int, int]:
+        """The datums each step trained on."""
+        return {row["step"]: row.get("train/datums", 0) for row in self.metrics}
+
     def assert_trained_unless_said_why(self) -> None:
         """Assert that the run trained wherever its rewards allowed, and said why where they did not.
 
@@ -78,7 +93,7 @@ class RunResult:
         checkpoint of its last step; a run in which no step trained (the untrained tiny model's replies often
         score alike within every group) exited 1 with ``no step trained: <why>``.
         """
-        datums = {row["step"]: row.get("train/datums", 0) for row in self.metrics}
+        datums = self.datums_per_step
         for group in self.rollouts:
             rewards = {r["reward"] for r in group["rollouts"] if r["reward"] is not None}
             if len(rewards) > 1 and group["dropped"] is None:
@@ -143,6 +158,66 @@ class _Tee(io.TextIOBase):
 
     def isatty(self) -> bool:
         return self.stream.isatty()
+
+
+def scripted_pick(reply: str, options: Sequence[str]) -> str:
+    """One of ``options``, chosen by a stable hash of ``reply``: replies that differ mostly pick differently."""
+    return options[zlib.crc32(reply.encode("utf-8", "surrogatepass")) % len(options)]
+
+
+class _ScriptedEpisode:
+    """An episode whose ``step`` is given ``script(task, reply)`` in place of the sampled reply; the rest is its own."""
+
+    def __init__(self, episode: Any, task: Any, script: Callable[[Any, str], str]) -> None:
+        self.episode, self.task, self.script = episode, task, script
+
+    async def step(self, action: str) -> Any:
+        return await self.episode.step(self.script(self.task, action))
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "episode":  # not set yet: no recursion
+            raise AttributeError(name)
+        return getattr(self.episode, name)
+
+
+class ScriptedReplies:
+    """TEST-ONLY scripted policy over an environment: each sampled reply is scored as ``script(task, reply)``.
+
+    For run tests of environments whose rewards cannot differ for the untrained tiny model: its random bytes never
+    write their answer format, so every reply of a group scores alike and nothing trains. ``script`` maps each
+    sampled reply to a reply in the format a trained model writes (``scripted_pick(reply, [...])``), so replies
+    that differ are scored as answers that differ; the run trains on the tokens the model sampled, and
+    rollouts.jsonl keeps those. Tasks, rubric and every other member are the wrapped environment's.
+    """
+
+    def __init__(self, env: Any, script: Callable[[Any, str], str]) -> None:
+        self.env, self.script = env, script
+
+    def episode(self, task: Any, ctx: Any) -> _ScriptedEpisode:
+        return _ScriptedEpisode(self.env.episode(task, ctx), task, self.script)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "env":  # not set yet: no recursion
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+
+def scripted_replies_plugin(name: str, env_id: str, script: Callable[[Any, str], str]) -> object:
+    """A plugin registering environment ``name``: ``env_id`` (with the same [env.args]) under ScriptedReplies.
+
+    ``minds_plugin(scripted_replies_plugin("scripted_x", "x", script))``, then run with ``env.id=scripted_x``.
+    """
+    from minds_core import hookimpl
+
+    def load(open_environment: Any, **args: Any) -> ScriptedReplies:
+        return ScriptedReplies(open_environment(env_id, args), script)
+
+    class Plugin:
+        @hookimpl
+        def minds_register_environments(self, register: Any) -> None:
+            register(name, load, f"{env_id} scored on scripted replies (TEST-ONLY)")
+
+    return Plugin()
 
 
 #: Settings that keep a test run short: small groups, short replies.

@@ -1,4 +1,5 @@
-"""RunResult.assert_trained_unless_said_why: a run test passes only when the run trained or said why it could not."""
+"""RunResult.assert_trained_unless_said_why: a run test passes only when the run trained or said why it could not;
+RunResult.assert_trained: only when it trained."""
 
 from __future__ import annotations
 
@@ -51,3 +52,22 @@ def test_a_dropped_group_may_differ_without_training() -> None:
 def test_a_run_that_did_not_train_as_it_should_fails(run: RunResult, complaint: str) -> None:
     with pytest.raises(AssertionError, match=complaint):
         run.assert_trained_unless_said_why()
+
+
+def test_assert_trained_passes_a_run_that_trained() -> None:
+    _run(0, [4, 0], [_group(0, 1.0, 0.0), _group(1, 0.5, 0.5)], [1]).assert_trained()
+
+
+@pytest.mark.parametrize(
+    ("run", "complaint"),
+    [
+        (_run(1, [0, 0], [_group(0, -10.0, -10.0)], [1], WHY), "no step trained"),
+        (_run(0, [0, 0], [_group(0, 1.0, 1.0)], [1]), "no step trained"),
+        (_run(1, [3, 0], [_group(0, 1.0, 0.0)], [1], WHY), "the run trained but exited 1"),
+        (_run(0, [3, 0], [_group(0, 1.0, 0.0)], [0]), "checkpoints"),
+    ],
+    ids=["said-why", "exit-0-untrained", "trained-exit-1", "checkpoint-not-last"],
+)  # fmt: skip
+def test_assert_trained_fails_a_run_that_did_not_train(run: RunResult, complaint: str) -> None:
+    with pytest.raises(AssertionError, match=complaint):
+        run.assert_trained()

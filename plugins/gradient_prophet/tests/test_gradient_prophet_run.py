@@ -5,71 +5,64 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import hookimpl
+from minds_core import Task, hookimpl
 from minds_core.backends import create_local_service
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
-from minds_core.testing import run_minds
+from minds_core.testing import run_minds, scripted_pick, scripted_replies_plugin
 from minds_core.training import train
-from minds_gradient_prophet.intuition import (
-    GradientIntuitionEnvironment,
-    GradientIntuitionEpisode,
-    load_gradient_intuition,
-)
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
-SMALL = ["trainer.group_size=2", "trainer.groups_per_batch=2", "sampling.max_tokens=16"]
+SMALL = ["trainer.group_size=4", "trainer.groups_per_batch=2", "sampling.max_tokens=16"]
+
+
+def scripted_deltas(task: Task, reply: str) -> str:
+    """TEST-ONLY scripted policy: Δ predictions for the four probes, picked by the tiny model's reply.
+
+    The untrained tiny model never writes a number array, so every reply scores as predicting 0 everywhere.
+    """
+    return scripted_pick(reply, ["[0.5, 0.5, 0.5, 0.5]", "[-1, 0.2, 1.5, 0]", "PREDICTIONS: [3, -3, 3, -3]", reply])
+
+
+def scripted_entropy(task: Task, reply: str) -> str:
+    """TEST-ONLY scripted policy: a number and an entropy guess, picked by the tiny model's reply (it writes neither)."""
+    allowed = task.info["allowed"]
+    return scripted_pick(reply, [f"NUMBER: {allowed[0]}\nENTROPY: 0.9", f"NUMBER: {allowed[-1]}\nENTROPY: 0.1", "ENTROPY: 0.5", reply])
 
 
 def _run(tmp_path: Path, name: str, *extra: str) -> list[dict]:
-    run = run_minds(str(CONFIGS / f"{name}.toml"), "--steps", "2", runs_dir=tmp_path, name=name, overrides=[*SMALL, *extra])
-    run.assert_trained_unless_said_why()
+    run = run_minds(
+        str(CONFIGS / f"{name}.toml"), "--steps", "2", runs_dir=tmp_path, name=name,
+        overrides=[f"env.id=scripted_{name}", *SMALL, *extra],
+    )  # fmt: skip
+    run.assert_trained()
     assert run.steps == [0, 1]
     assert all(s["rollouts/failed"] == 0 for s in run.metrics)
     return run.metrics
 
 
-def test_gradient_prophet_trains_and_measures_every_probe(tmp_path):
+def test_gradient_prophet_trains_and_measures_every_probe(tmp_path, minds_plugin):
+    minds_plugin(scripted_replies_plugin("scripted_gradient_prophet", "gradient_prophet", scripted_deltas))
     steps = _run(tmp_path, "gradient_prophet", 'env.args.kinds=["in_context"]')
     for step in steps:
         # four probes per set, each measured with the sampler of the step's policy
-        assert step["env/gradient_prophet/gradient_prophet/probes_measured"] == 4.0
-        assert step["env/gradient_prophet/gradient_prophet/probes_failed"] == 0.0
-        assert 0 < step["env/gradient_prophet/reward/gradient_prophet.in_context"] <= 1
+        assert step["env/scripted_gradient_prophet/gradient_prophet/probes_measured"] == 4.0
+        assert step["env/scripted_gradient_prophet/gradient_prophet/probes_failed"] == 0.0
+        assert 0 < step["env/scripted_gradient_prophet/reward/gradient_prophet.in_context"] <= 1
 
 
-def test_entropy_intuition_trains(tmp_path):
+def test_entropy_intuition_trains(tmp_path, minds_plugin):
+    minds_plugin(scripted_replies_plugin("scripted_entropy_intuition", "entropy_intuition", scripted_entropy))
     steps = _run(tmp_path, "entropy_intuition")
-    assert all("env/entropy_intuition/entropy_intuition/no_prediction" in s for s in steps)
+    assert all("env/scripted_entropy_intuition/entropy_intuition/no_prediction" in s for s in steps)
 
 
 REPLY = "PREDICTION: 0.05\nANSWER: 12, 7, 300, 45, 9"
-
-
-class ScriptedEpisode(GradientIntuitionEpisode):
-    """Scores a fixed well-formed reply in place of the model's (the untrained tiny model never writes the format)."""
-
-    async def step(self, action: str):
-        return await super().step(REPLY)
-
-
-class ScriptedIntuition(GradientIntuitionEnvironment):
-    """gradient_intuition with scripted replies, so that a run measures real shadow steps."""
-
-    def episode(self, task, ctx):
-        return ScriptedEpisode(self, task, ctx)
-
-
-class ScriptedPlugin:
-    @hookimpl
-    def minds_register_environments(self, register):
-        def load(open_environment, **args):
-            env = load_gradient_intuition(open_environment, **args)
-            return ScriptedIntuition(env.inner, env.rubric.weights[0], env.shadow.learning_rate, env.seed, env.shadow.max_shadows)
-
-        register("scripted_intuition", load, "gradient_intuition with a fixed reply (tests)")
+#: gradient_intuition scoring a fixed well-formed reply in place of the model's (the untrained tiny model never
+#: writes the format), so that a run measures real shadow steps.
+SCRIPTED_INTUITION = scripted_replies_plugin("scripted_intuition", "gradient_intuition", lambda task, reply: REPLY)
 
 
 @pytest.mark.slow
@@ -82,7 +75,7 @@ def test_gradient_intuition_measures_shadow_steps_from_the_trainers_checkpoints(
             "sampling.max_tokens=8", "metrics.sinks=[]",
         ],
     )  # fmt: skip
-    train(config, plugins=load_plugins(extra=[("scripted", ScriptedPlugin())]))
+    train(config, plugins=load_plugins(extra=[("scripted", SCRIPTED_INTUITION)]))
     run = tmp_path / "gi"
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 2
@@ -146,7 +139,7 @@ def test_a_run_creates_at_most_max_shadows_shadow_clients_in_all(tmp_path, max_s
             "trainer.groups_per_batch=2", "sampling.max_tokens=8", "metrics.sinks=[]",
         ],
     )  # fmt: skip
-    train(config, plugins=load_plugins(extra=[("scripted", ScriptedPlugin()), ("counting", counting)]))
+    train(config, plugins=load_plugins(extra=[("scripted", SCRIPTED_INTUITION), ("counting", counting)]))
     steps = [json.loads(line) for line in (tmp_path / "gi" / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 3 and all(s["rollouts/failed"] == 0 for s in steps)
     assert all(s["env/scripted_intuition/gradient_intuition/true_delta"] != 0.0 for s in steps)  # 12 measurements

@@ -179,16 +179,16 @@ def test_a_converted_seed_config_runs(hosted_env, tmp_path: Path, capfd) -> None
         "batch_size": 2,
         "max_response_tokens": 8,
         "max_total_tokens": 900,
-        "environments": {"Org/ToolLab": {"splits": {"train": {"shuffle": True, "num_samples": 2}}, "num_rollouts": 2, "max_reward": 1.0}},
+        "environments": {"Org/ToolLab": {"splits": {"train": {"shuffle": True, "num_samples": 2}}, "num_rollouts": 8, "temperature": 1.5, "max_reward": 1.0}},
         "num_epochs": 1,
     }
     source = write(tmp_path, yaml.safe_dump(seed))
     out = tmp_path / "minds.toml"
     assert main([str(source), "-o", str(out)]) == 0
     run = run_minds(str(out), "--backend", "local", runs_dir=tmp_path / "runs", name="converted")
-    run.assert_trained_unless_said_why()
+    run.assert_trained()  # eight replies a task: their lengths, hence their rewards, differ
     (step,) = run.metrics
-    assert step["rollouts/total"] == 4 and step["rollouts/failed"] == 0
+    assert step["rollouts/total"] == 16 and step["rollouts/failed"] == 0
     assert step["reward/max"] <= 1.0
     output = capfd.readouterr()
     written = [p.read_bytes() for p in run.run_dir.rglob("*") if p.is_file()]
@@ -341,17 +341,17 @@ def test_a_converted_recipe_runs_with_its_secrets(hosted_env, tmp_path: Path, mo
     pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
     for name, value in SECRET_VALUES.items():
         monkeypatch.setenv(name, value)
-    source = recipe(tmp_path, model="minds-tiny", batch=2, first="Org/ToolLab", rollouts=2)
+    source = recipe(tmp_path, model="minds-tiny", batch=2, first="Org/ToolLab", rollouts=8)
     config = convert(read_config_file(source), steps=1).config
     config["envs"][1]["weight"] = 0.0  # train on the served ToolLab only; GSM8K stays listed, switched off
-    config["sampling"] = {"max_tokens": 8}
+    config["sampling"] = {"max_tokens": 8, "temperature": 1.5}
     config["rollout"]["max_total_tokens"] = 900
     out = tmp_path / "minds.toml"
     out.write_text(render(config, "toml"))
     run = run_minds(str(out), "--backend", "local", runs_dir=tmp_path / "runs", name="recipe")
-    run.assert_trained_unless_said_why()
+    run.assert_trained()  # eight replies a task: their lengths, hence their rewards, differ
     (step,) = run.metrics
-    assert step["rollouts/total"] == 4 and step["rollouts/failed"] == 0
+    assert step["rollouts/total"] == 16 and step["rollouts/failed"] == 0
     received = hosted_env.lab.census.secrets
     assert received and all(
         s["openai_api_key"] == SECRET_VALUES["OPENAI_API_KEY"] and s["judge_token"] == SECRET_VALUES["JUDGE_TOKEN"] and "anthropic_api_key" not in s
