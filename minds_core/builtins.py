@@ -7,6 +7,7 @@ from minds_core.advantages import ESTIMATORS
 from minds_core.backends import LocalBackend
 from minds_core.backends.tinker import TinkerBackend
 from minds_core.hookspecs import Register
+from minds_core.local_executor import LocalExecutor
 from minds_core.losses import BUILTIN_LOSSES, CUSTOM_LOSSES
 from minds_core.rewards import REWARD_FUNCTIONS
 from minds_core.sinks.console import ConsoleSink
@@ -45,3 +46,8 @@ def minds_register_metric_sinks(register: Register) -> None:
 def minds_register_backends(register: Register) -> None:
     register("local", LocalBackend(), "in-process Tinker-compatible service on torch + peft")
     register("tinker", TinkerBackend(), "the hosted Tinker service (needs an API key)")
+
+
+@hookimpl
+def minds_register_rollout_executors(register: Register) -> None:
+    register("local", LocalExecutor, "every episode in the run's own process (asyncio, rollout.concurrency at once)")

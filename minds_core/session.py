@@ -62,6 +62,9 @@ class Policy:
     version: int  #: updates applied since the run's start (a resumed run counts from its first step)
     sampler: Any  #: the sampling client of these weights
     checkpoint: str | None = None  #: a ``tinker://`` state path of these weights, when one was saved
+    #: a ``tinker://`` path of these weights saved for sampling, when the executor's workers sample elsewhere
+    #: (``RolloutExecutor.needs_sampler_path``); None with the base model's weights
+    sampler_path: str | None = None
 
 
 def load_environments(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
@@ -145,6 +148,7 @@ class Session:
         self.renderer: Renderer | None = None
         self.settings: list[EpisodeSettings] = []  #: per environment, what its rollouts run with
         self.sinks: SinkSet | None = None
+        self.executor: Any = None  #: the ``rollout.executor`` running the episodes (``start_executor``)
         #: What the sinks are closed with: the run's summary once it finished, else this placeholder.
         self.summary: dict[str, Any] = {"stopped": "early"}
 
@@ -179,7 +183,18 @@ class Session:
                 "the environment reads them from"
             ) from exc
         service = await maybe_await(factory(config, Path(config.runs_dir) / config.name))  # a backend may check its connection
-        return cls(config, plugins, envs, service, choice.name)
+        session = cls(config, plugins, envs, service, choice.name)
+        try:
+            await session.start_executor()
+        except BaseException as exc:
+            await close_service(service, exit_status(exc))
+            raise
+        return session
+
+    async def start_executor(self) -> None:
+        """Make the ``rollout.executor`` (a cluster executor connects here, before any run directory exists)."""
+        factory = self.plugins.registry.lookup("rollout_executors", self.config.rollout.executor, "rollout.executor").obj
+        self.executor = await maybe_await(factory(self))
 
     async def __aenter__(self) -> Self:
         return self
@@ -187,6 +202,8 @@ class Session:
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         if self.sinks is not None:
             self.sinks.close(self.summary)  # also on an error or Ctrl-C: the progress bar stops, files stay whole
+        if self.executor is not None:
+            await close_quietly(self.executor, f"rollout executor {self.config.rollout.executor}")
         for handle in self.envs:
             await close_quietly(handle.env, f"environment {handle.name}")
         await close_service(self.service, exit_status(error))
@@ -232,7 +249,7 @@ class Session:
             self._use_tokenizer(sampler_tokenizer(sampler, cfg.model.base_model))
         except (TemplateError, *REJECTIONS) as exc:
             raise UsageError(f"cannot sample from {what!r}: {exc}") from None
-        return Policy(0, sampler, state_path)
+        return Policy(0, sampler, state_path, sampler_path=model_path)
 
     def _use_tokenizer(self, tokenizer: Any) -> None:
         self.renderer = Renderer(tokenizer, self.config.model.chat_template_args)
@@ -247,6 +264,12 @@ class Session:
             save = lambda: self.training_client.save_state(name, ttl_seconds=3600, overwrite=True)
             saved, _ = await call_service(where, "save_state", save, self.backoff)
             checkpoint = saved.path
+        if self.executor is not None and self.executor.needs_sampler_path:
+            # workers elsewhere sample from a path: save the weights once, and sample here from the same path
+            publish = lambda: self.training_client.save_weights_for_sampler(f"sampler-v{version:06d}", ttl_seconds=3600)
+            saved, _ = await call_service(where, "save_weights_for_sampler", publish, self.backoff)
+            sampler, _ = await call_service(where, "create_sampling_client", lambda: self.service.create_sampling_client(model_path=saved.path), self.backoff)
+            return Policy(version, sampler, checkpoint, sampler_path=saved.path)
         sample = self.training_client.save_weights_and_get_sampling_client
         sampler, _ = await call_service(where, "save_weights_and_get_sampling_client", sample, self.backoff)
         return Policy(version, sampler, checkpoint)

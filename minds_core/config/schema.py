@@ -177,6 +177,22 @@ class LocalConfig:
 
 
 @attrs.define
+class RayConfig:
+    """Episodes on a Ray cluster (``rollout.executor = "ray"``, the minds-plugin-ray distribution)."""
+
+    #: the cluster: auto (the one this machine belongs to), ray://host:port, or empty = start one here
+    address: str = _field("")
+    #: CPUs each episode reserves on its node
+    num_cpus: float = _field(1.0, _finite(_in_range(0, 1024)))
+    #: custom resources each episode reserves, e.g. {sandbox = 1}
+    resources: dict[str, float] = _field({}, _dict_values(_finite(_in_range(0, MAX_WEIGHT))))
+    #: episodes running on the cluster at once, at most (0 = rollout.concurrency)
+    max_in_flight: int = _field(0, _in_range(0, MAX_ROLLOUTS_PER_STEP))
+    #: local backend: the address the run serves its engine on for the workers (empty = this node's Ray address)
+    serve_host: str = _field("")
+
+
+@attrs.define
 class SamplingConfig:
     """How the policy samples each turn."""
 
@@ -208,6 +224,8 @@ class RolloutConfig:
     max_turns: int = _field(16, _in_range(0, MAX_TOKENS))
     #: tokens of a whole conversation at most (prompt, replies and observations)
     max_total_tokens: int = _field(4096, _in_range(2, MAX_TOKENS))
+    #: where episodes run: local (this process) or a registered executor (ray: minds-plugin-ray)
+    executor: str = _field("local")
 
 
 @attrs.define
@@ -324,6 +342,7 @@ class RunConfig:
     local: LocalConfig = attrs.field(factory=LocalConfig)
     sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
     rollout: RolloutConfig = attrs.field(factory=RolloutConfig)
+    ray: RayConfig = attrs.field(factory=RayConfig)
     trainer: TrainerConfig = attrs.field(factory=TrainerConfig)
     sft: SftConfig = attrs.field(factory=SftConfig)
     metrics: MetricsConfig = attrs.field(factory=MetricsConfig)

@@ -1,0 +1,44 @@
+"""A test environment for the Ray executor: scoring a reply runs a subprocess that burns CPU (as a test
+suite would), and each episode notes in ``record_dir`` the Ray node it ran on, when it started and ended.
+
+The reward is a function of the reply's bytes only, so that a greedy policy scores the same wherever it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+from minds_core import Rubric, SingleTurnEnvironment, Task
+
+BURN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end:\n    pass\n"
+
+
+def _node() -> str:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "driver"
+    except ImportError:
+        return "driver"
+
+
+def load_environment(burn_seconds: float = 0.0, record_dir: str = "", tasks: int = 8) -> SingleTurnEnvironment:
+    def score(completion: str) -> float:
+        mark = uuid.uuid4().hex
+        if record_dir:
+            with open(os.path.join(record_dir, f"{mark}.start"), "w") as out:
+                json.dump({"node": _node(), "pid": os.getpid(), "time": time.time()}, out)
+        if burn_seconds > 0:
+            subprocess.run([sys.executable, "-c", BURN.format(seconds=burn_seconds)], check=True)
+        if record_dir:
+            with open(os.path.join(record_dir, f"{mark}.end"), "w") as out:
+                json.dump({"node": _node(), "time": time.time()}, out)
+        return (sum(completion.encode()) % 7) / 6
+
+    prompts = [Task(f"Say something about the number {i}.", id=f"n{i}") for i in range(tasks)]
+    return SingleTurnEnvironment({"train": prompts, "test": prompts[:2]}, Rubric([score], [1.0], ["burn.score"]))
