@@ -13,7 +13,7 @@ import sys
 import time
 import uuid
 
-from minds_core import Rubric, SingleTurnEnvironment, Task
+from types import SimpleNamespace
 
 BURN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end:\n    pass\n"
 
@@ -27,12 +27,12 @@ def _node() -> str:
         return "driver"
 
 
-def load_environment(burn_seconds: float = 0.0, record_dir: str = "", tasks: int = 8) -> SingleTurnEnvironment:
+def load_environment(burn_seconds: float = 0.0, record_dir: str = "", tasks: int = 8) -> SimpleNamespace:
     def score(completion: str) -> float:
         mark = uuid.uuid4().hex
         if record_dir:
             with open(os.path.join(record_dir, f"{mark}.start"), "w") as out:
-                json.dump({"node": _node(), "pid": os.getpid(), "time": time.time()}, out)
+                json.dump({"node": _node(), "name": os.environ.get("MINDS_TEST_NODE", ""), "pid": os.getpid(), "time": time.time()}, out)
         if burn_seconds > 0:
             subprocess.run([sys.executable, "-c", BURN.format(seconds=burn_seconds)], check=True)
         if record_dir:
@@ -40,5 +40,5 @@ def load_environment(burn_seconds: float = 0.0, record_dir: str = "", tasks: int
                 json.dump({"node": _node(), "time": time.time()}, out)
         return (sum(completion.encode()) % 7) / 6
 
-    prompts = [Task(f"Say something about the number {i}.", id=f"n{i}") for i in range(tasks)]
-    return SingleTurnEnvironment({"train": prompts, "test": prompts[:2]}, Rubric([score], [1.0], ["burn.score"]))
+    rows = [{"prompt": f"Say something about the number {i}.", "answer": ""} for i in range(tasks)]
+    return SimpleNamespace(dataset=rows, test_dataset=rows[:2], rubric=SimpleNamespace(funcs=[score], weights=[1.0]))
