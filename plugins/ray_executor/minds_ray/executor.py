@@ -22,7 +22,7 @@ from minds_ray.order import Endpoint, EpisodeOrder, WorkerRefused, installed_ver
 
 log = get_logger("ray")
 
-#: The variable the workers read the run's own server key from (local backend), set in the job's runtime_env.
+#: The variable the workers read the run's own server key from (local backend), set in the tasks' runtime_env.
 SERVED_KEY_ENV = "MINDS_RAY_SERVED_KEY"
 #: Seconds a remote attempt may run past ``rollout.timeout`` (worker start, transfer) before it is cancelled.
 DEADLINE_GRACE = 30.0
@@ -41,12 +41,13 @@ class RayExecutor:
 
     needs_sampler_path = True
 
-    def __init__(self, session: Any, endpoint: Endpoint, server: Any, owns_cluster: bool) -> None:
+    def __init__(self, session: Any, endpoint: Endpoint, server: Any, key: str, owns_ray: bool) -> None:
         cfg = session.config
         self.session = session
         self.endpoint = endpoint
         self.server = server  # the run's engine served for the workers (local backend), else None
-        self.owns_cluster = owns_cluster
+        self.key = key  # that server's key ('' = none), handed to the workers in their runtime_env
+        self.owns_ray = owns_ray  # whether this executor connected this process to Ray (and so disconnects it)
         self.slots = asyncio.Semaphore(cfg.ray.max_in_flight or cfg.rollout.concurrency)
         self.versions = installed_versions(["minds-core"] + sorted({p.distribution for p in session.plugins.plugins if p.distribution and p.ok}))
         self.episodes_per_node: Counter[str] = Counter()  #: finished attempts per Ray node id
@@ -59,18 +60,22 @@ class RayExecutor:
         import ray
 
         cfg = session.config
-        endpoint, server, key = _endpoint(session)
+        owns_ray = not ray.is_initialized()  # a process already on Ray (a notebook, a benchmark) keeps its connection
+        if owns_ray:
+            try:
+                ray.init(address=cfg.ray.address or None, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+            except Exception as exc:  # noqa: BLE001 - any failure to reach the cluster is the config's to fix
+                where = cfg.ray.address or "a new local cluster"
+                raise UsageError(f"ray.address = {cfg.ray.address!r}: cannot connect to {where}: {type(exc).__name__}: {exc}") from None
         try:
-            runtime_env = {"env_vars": {SERVED_KEY_ENV: key}} if key else None
-            ray.init(address=cfg.ray.address or None, runtime_env=runtime_env, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-        except Exception as exc:  # noqa: BLE001 - any failure to reach the cluster is the config's to fix
-            if server is not None:
-                server.close()
-            where = cfg.ray.address or "a new local cluster"
-            raise UsageError(f"ray.address = {cfg.ray.address!r}: cannot connect to {where}: {type(exc).__name__}: {exc}") from None
+            endpoint, server, key = _endpoint(session)
+        except BaseException:
+            if owns_ray:
+                ray.shutdown()
+            raise
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         log.info("ray cluster", address=cfg.ray.address or "local", nodes=len(nodes), cpus=ray.cluster_resources().get("CPU", 0), sampler=endpoint.url or "hosted")
-        return cls(session, endpoint, server, owns_cluster=not cfg.ray.address)
+        return cls(session, endpoint, server, key, owns_ray)
 
     def _task(self) -> Any:
         if self._remote is None:
@@ -79,7 +84,10 @@ class RayExecutor:
             from minds_ray.worker import play
 
             cfg = self.session.config.ray
-            self._remote = ray.remote(play).options(num_cpus=cfg.num_cpus, resources=dict(cfg.resources) or None, max_retries=0)
+            runtime_env = {"env_vars": {SERVED_KEY_ENV: self.key}} if self.key else None
+            self._remote = ray.remote(play).options(
+                num_cpus=cfg.num_cpus, resources=dict(cfg.resources) or None, max_retries=0, runtime_env=runtime_env
+            )
         return self._remote
 
     async def run_groups(self, orders: Sequence[GroupOrder], policy: Any) -> list[Group]:
@@ -161,7 +169,7 @@ class RayExecutor:
             log.info("episodes per Ray node", nodes=dict(self.episodes_per_node), lost=self.lost_attempts)
         if self.server is not None:
             self.server.close()
-        if ray.is_initialized():
+        if self.owns_ray and ray.is_initialized():
             ray.shutdown()
 
 
