@@ -64,6 +64,7 @@ def main() -> None:
     cores = os.cpu_count() or 1
     import ray
 
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a cluster of this process only: no token (nor ~/.ray/auth_token)
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False, logging_level="ERROR")  # one cluster for both Ray sessions
     try:
         with tempfile.TemporaryDirectory() as runs_dir:

@@ -29,6 +29,7 @@ _PUBLIC: dict[str, str] = {
     "RunConfig": "minds_core.config",
     "build_config": "minds_core.config",
     "read_config_file": "minds_core.config",
+    "secret_values": "minds_core.config.secrets",
     "NAME_RULE": "minds_core.contracts",
     "REWARD_NAME_RULE": "minds_core.contracts",
     "AdvantageEstimator": "minds_core.contracts",

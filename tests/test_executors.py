@@ -3,6 +3,8 @@ and the config keys that select and set one."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
 from minds_core import GroupOrder, hookimpl
@@ -16,7 +18,7 @@ from minds_core.plugins import load_plugins
 class RecordingExecutor(LocalExecutor):
     """The local executor, noting every order it is handed and whether it was closed."""
 
-    made: list[RecordingExecutor] = []
+    made: ClassVar[list[RecordingExecutor]] = []
 
     def __init__(self, session) -> None:
         super().__init__(session)

@@ -1,9 +1,10 @@
-"""The ``ray`` rollout executor: each attempt of each rollout is a Ray task, on any node of the cluster.
+"""The ``ray`` rollout executor: each rollout is a Ray task, on any node of the cluster.
 
 The driver (the run's process) keeps the loop: it hands out episodes, at most ``ray.max_in_flight``
-at once, and gets back finished token-level rollouts. A worker or node that dies costs the attempt
-it was playing (retried per ``rollout.retries``, else the rollout fails with the reason); a worker
-that overruns ``rollout.timeout`` is cancelled. Group rubrics, dropping and everything after run here,
+at once, and gets back finished token-level rollouts. The worker retries the episode's own failures
+as in process; a worker or node that dies costs the attempt it was playing (sent again while
+``rollout.retries`` allow, else the rollout fails with the reason); a worker that overruns
+``rollout.timeout`` where asyncio cannot stop it is cancelled. Group rubrics, dropping and everything after run here,
 as in process.
 """
 
@@ -17,7 +18,16 @@ from typing import Any
 
 import attrs
 
-from minds_core import Group, GroupOrder, Rollout, UsageError, finish_group, get_logger, serve_in_background
+from minds_core import (
+    Group,
+    GroupOrder,
+    Rollout,
+    UsageError,
+    finish_group,
+    get_logger,
+    secret_values,
+    serve_in_background,
+)
 from minds_ray.order import Endpoint, EpisodeOrder, WorkerRefused, installed_versions
 
 log = get_logger("ray")
@@ -60,6 +70,7 @@ class RayExecutor:
         import ray
 
         cfg = session.config
+        _check_no_secrets(session)
         owns_ray = not ray.is_initialized()  # a process already on Ray (a notebook, a benchmark) keeps its connection
         if owns_ray:
             try:
@@ -101,14 +112,14 @@ class RayExecutor:
         return await finish_group(order.env_name, env, order.task, rollouts, ctx, session.config.rollout, order.max_failing)
 
     async def _rollout(self, order: GroupOrder, index: int, policy: Any) -> Rollout:
-        """One rollout: an attempt per Ray task until one succeeds or ``rollout.retries`` are spent."""
+        """One rollout on a worker, which retries the episode's own failures as in process (``rollout.retries``);
+        an attempt lost with its worker or node is sent again, to any node, while attempts are left."""
         session = self.session
         cfg = session.config
         settings = session.settings[order.env_index]
-        attempts = cfg.rollout.retries + 1
         seed = None if order.seed is None else order.seed + index
-        last: Rollout | None = None
-        for attempt in range(1, attempts + 1):
+        attempt = 1
+        while True:
             episode = EpisodeOrder(
                 env=order.env,
                 task=order.task,
@@ -126,35 +137,39 @@ class RayExecutor:
                 versions=self.versions,
             )
             async with self.slots:
-                last = await self._attempt(episode)
-            if last.ok:
+                rollout, lost = await self._attempt(episode)
+            if not lost or rollout.attempts > cfg.rollout.retries:
                 break
-        assert last is not None
-        if last.conversation is not None:  # the clients of this process, where the worker's were
-            last.conversation = attrs.evolve(last.conversation, renderer=session.renderer, sampler=policy.sampler)
-        return last
+            attempt = rollout.attempts + 1
+        if rollout.conversation is not None:  # the clients of this process, where the worker's were
+            rollout.conversation = attrs.evolve(rollout.conversation, renderer=session.renderer, sampler=policy.sampler)
+        return rollout
 
-    async def _attempt(self, episode: EpisodeOrder) -> Rollout:
+    async def _attempt(self, episode: EpisodeOrder) -> tuple[Rollout, bool]:
+        """The rollout a worker played from ``episode.attempt`` on, and whether it was lost with its worker or node."""
         import ray
 
-        timeout = episode.rollout.timeout
+        timeout, attempts = episode.rollout.timeout, episode.rollout.retries + 1
+        # a worker stuck where asyncio cannot interrupt it (a blocking call) overruns every attempt's timeout
+        deadline = timeout * (attempts - episode.attempt + 1) + DEADLINE_GRACE if timeout > 0 else None
         ref = self._task().remote(episode)
         try:
-            rollout, node = await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout + DEADLINE_GRACE if timeout > 0 else None)
+            rollout, node = await asyncio.wait_for(asyncio.wrap_future(ref.future()), deadline)
         except TimeoutError:
             ray.cancel(ref, force=True)
-            return Rollout(None, error=f"timed out after {timeout:g} s (the Ray worker was cancelled)", timed_out=True, attempts=episode.attempt)
+            error = f"timed out after {timeout:g} s per attempt (the Ray worker did not return; it was cancelled)"
+            return Rollout(None, error=error, timed_out=True, attempts=attempts), False
         except asyncio.CancelledError:
             ray.cancel(ref, force=True)
             raise
         except ray.exceptions.RayTaskError as exc:
             if isinstance(exc.cause, WorkerRefused):
                 raise UsageError(str(exc.cause)) from None
-            return self._lost(episode, exc)  # minds' own code failed on the worker: the attempt is lost, reported
+            return self._lost(episode, exc), True  # minds' own code failed on the worker: the attempt is lost, reported
         except _cluster_errors() as exc:
-            return self._lost(episode, exc)
+            return self._lost(episode, exc), True
         self.episodes_per_node[node] += 1
-        return rollout
+        return rollout, False
 
     def _lost(self, episode: EpisodeOrder, exc: BaseException) -> Rollout:
         self.lost_attempts += 1
@@ -171,6 +186,17 @@ class RayExecutor:
             self.server.close()
         if self.owns_ray and ray.is_initialized():
             ray.shutdown()
+
+
+def _check_no_secrets(session: Any) -> None:
+    """A UsageError when an environment's args hold a secret value: it would travel to the workers in every task."""
+    for handle in session.envs:
+        if secret_values(handle.cfg.args, environ={}):
+            raise UsageError(
+                f"rollout.executor = 'ray': the args of environment {handle.name!r} hold a secret, which every Ray task "
+                "would carry to its worker; give the environment the NAME of a variable set on every node instead "
+                "(an *_env arg, or '$NAME')"
+            )
 
 
 def _endpoint(session: Any) -> tuple[Endpoint, Any, str]:

@@ -24,12 +24,12 @@ class Endpoint:
 
 @attrs.frozen
 class EpisodeOrder:
-    """One attempt of one rollout, as plain data (the environment is built on the worker from ``env``)."""
+    """One rollout, from its attempt ``attempt`` on, as plain data (the environment is built on the worker from ``env``)."""
 
     env: Any  #: the environment's ``EnvConfig`` (id and args)
     task: Task  #: the task to play
     seed: int | None  #: the rollout's sampling seed (attempt k adds 7919 * (k - 1), as in process)
-    attempt: int  #: which attempt this is (1 = the first)
+    attempt: int  #: the first attempt to play (1, or past those lost with a worker)
     step: int  #: the training step (``Context.step``)
     params: Any  #: the environment's ``tinker.types.SamplingParams``
     rollout: Any  #: the run's ``RolloutConfig`` (budgets, timeout, invalid-reward policy)

@@ -1,4 +1,5 @@
-"""The Ray side: one task plays one attempt of one rollout and sends back the finished, token-level rollout.
+"""The Ray side: one task plays one rollout (from its ``attempt``, retrying as in process) and sends back the
+finished, token-level rollout.
 
 Per worker process, kept between tasks: the plugins, each environment (built from its entry point
 and args, never unpickled), the Tinker clients and the renderer; one event loop on a thread of its
@@ -8,6 +9,7 @@ own runs every episode of the process.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import threading
@@ -17,8 +19,12 @@ import attrs
 
 from minds_ray.order import EpisodeOrder, WorkerRefused, check_versions
 
+#: Samplers kept per worker process, the most recently used: one policy version per step, older ones unused.
+SAMPLERS_KEPT = 4
+
 _lock = threading.Lock()
 _cache: dict[Any, Any] = {}
+_samplers: collections.OrderedDict[Any, Any] = collections.OrderedDict()
 _loop: asyncio.AbstractEventLoop | None = None
 
 
@@ -48,12 +54,18 @@ def _cached(key: Any, make: Any) -> Any:
 
 
 async def _play(order: EpisodeOrder) -> Any:
-    from minds_core import Context, EpisodeSettings, build_environment, load_plugins, run_rollout
+    from minds_core import (
+        Context,
+        EpisodeSettings,
+        build_environment,
+        load_plugins,
+        run_rollout,
+    )
 
     plugins = _cached("plugins", load_plugins)
     env = _cached(("env", order.env.id, json.dumps(order.env.args, sort_keys=True, default=str)), lambda: build_environment(order.env, plugins.registry))
     service = _cached(("service", order.endpoint), lambda: _service(order))
-    sampler = _cached(("sampler", order.endpoint, order.sampler_path, order.base_model), lambda: _sampler(service, order))
+    sampler = _sampler(service, order)
     renderer = _cached(("renderer", order.base_model, json.dumps(order.chat_template_args, sort_keys=True)), lambda: _renderer(sampler, order))
     ctx = Context(
         sampler=sampler,
@@ -65,8 +77,7 @@ async def _play(order: EpisodeOrder) -> Any:
         step=order.step,
         policy_checkpoint=order.policy_checkpoint,
     )
-    once = attrs.evolve(order.rollout, retries=order.attempt - 1)  # this attempt only: the driver retries
-    settings = EpisodeSettings(renderer, order.params, once)
+    settings = EpisodeSettings(renderer, order.params, order.rollout)
     rollout = await run_rollout(env, order.task, ctx, settings, order.seed, first_attempt=order.attempt)
     if rollout.conversation is not None:  # the tokens travel back, not the clients
         rollout.conversation = attrs.evolve(rollout.conversation, renderer=None, sampler=None)
@@ -86,9 +97,21 @@ def _service(order: EpisodeOrder) -> Any:
 
 
 def _sampler(service: Any, order: EpisodeOrder) -> Any:
+    """The sampling client of the order's policy (its path, else the base model), made once per worker process."""
+    key = (order.endpoint, order.sampler_path, order.base_model)
+    with _lock:
+        if key in _samplers:
+            _samplers.move_to_end(key)
+            return _samplers[key]
     if order.sampler_path:
-        return service.create_sampling_client(model_path=order.sampler_path)
-    return service.create_sampling_client(base_model=order.base_model)
+        sampler = service.create_sampling_client(model_path=order.sampler_path)
+    else:
+        sampler = service.create_sampling_client(base_model=order.base_model)
+    with _lock:
+        _samplers[key] = sampler
+        while len(_samplers) > SAMPLERS_KEPT:
+            _samplers.popitem(last=False)
+    return sampler
 
 
 def _renderer(sampler: Any, order: EpisodeOrder) -> Any:

@@ -17,6 +17,9 @@ RAY = str(Path(sys.executable).parent / "ray")
 ENV = str(Path(__file__).resolve().parent / "envs" / "burn_env.py")
 #: Node health checked every 0.5 s, dead after 3 misses: a killed node is noticed in seconds, not the default ~30.
 HEALTH = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "0"}
+#: No token authentication: a cluster of this machine's loopback for one test module (Ray would otherwise read,
+#: or write, ~/.ray/auth_token); drivers of the tests need the same (``LocalCluster.environ``).
+AUTH = {"RAY_AUTH_MODE": "disabled"}
 
 
 def _free_port() -> int:
@@ -34,7 +37,7 @@ class LocalCluster:
         self.nodes: dict[str, subprocess.Popen] = {}
 
     def _start(self, name: str, *args: str) -> None:
-        env = {**os.environ, **HEALTH, "MINDS_TEST_NODE": name}
+        env = {**os.environ, **HEALTH, **AUTH, "MINDS_TEST_NODE": name}
         log = open(Path(self.temp) / f"{name}.log", "w")  # noqa: SIM115 - the node's output, open while it runs
         self.nodes[name] = subprocess.Popen(
             [RAY, "start", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats", *args],
@@ -53,7 +56,7 @@ class LocalCluster:
         """Until ``count`` nodes are alive (``ray status`` lists them), else RuntimeError with the nodes' logs."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            status = subprocess.run([RAY, "status", f"--address={self.address}"], capture_output=True, text=True)
+            status = subprocess.run([RAY, "status", f"--address={self.address}"], capture_output=True, text=True, env={**os.environ, **AUTH})
             if status.returncode == 0 and status.stdout.count("node_") >= count:
                 return
             for name, node in self.nodes.items():

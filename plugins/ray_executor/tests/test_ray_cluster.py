@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from minds_core.testing import run_minds
-from ray_cluster import ENV, LocalCluster  # this folder is on sys.path (conftest.py)
+from ray_cluster import AUTH, ENV, LocalCluster  # this folder is on sys.path (conftest.py)
 
 pytestmark = pytest.mark.slow
 
@@ -26,10 +26,14 @@ QUICK = ["trainer.group_size=2", "trainer.groups_per_batch=2", "sampling.max_tok
 @pytest.fixture(scope="module")
 def cluster():
     started = LocalCluster()
+    before = {key: os.environ.get(key) for key in AUTH}
+    os.environ.update(AUTH)  # the drivers: this process, and the minds processes it starts
     try:
         yield started.start()
     finally:
         started.stop()
+        for key, value in before.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
 
 
 def _records(folder: Path, suffix: str) -> list[dict]:

@@ -27,7 +27,8 @@ def _node() -> str:
         return "driver"
 
 
-def load_environment(burn_seconds: float = 0.0, record_dir: str = "", tasks: int = 8) -> SimpleNamespace:
+def load_environment(burn_seconds: float = 0.0, record_dir: str = "", tasks: int = 8, **unused: object) -> SimpleNamespace:
+    """``unused``: args the environment ignores (a test gives it a secret to see that it never travels)."""
     def score(completion: str) -> float:
         mark = uuid.uuid4().hex
         if record_dir:
