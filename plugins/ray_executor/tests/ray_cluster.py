@@ -56,7 +56,7 @@ class LocalCluster:
         """Until ``count`` nodes are alive (``ray status`` lists them), else RuntimeError with the nodes' logs."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            status = subprocess.run([RAY, "status", f"--address={self.address}"], capture_output=True, text=True, env={**os.environ, **AUTH})
+            status = subprocess.run([RAY, "status", f"--address={self.address}"], capture_output=True, text=True, env={**os.environ, **AUTH}, check=False)
             if status.returncode == 0 and status.stdout.count("node_") >= count:
                 return
             for name, node in self.nodes.items():

@@ -14,9 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
+from ray_cluster import (  # this folder is on sys.path (conftest.py)
+    AUTH,
+    ENV,
+    LocalCluster,
+)
 
 from minds_core.testing import run_minds
-from ray_cluster import AUTH, ENV, LocalCluster  # this folder is on sys.path (conftest.py)
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +37,10 @@ def cluster():
     finally:
         started.stop()
         for key, value in before.items():
-            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+            if value is None:
+                os.environ.pop(key)
+            else:
+                os.environ[key] = value
 
 
 def _records(folder: Path, suffix: str) -> list[dict]:
@@ -98,7 +105,7 @@ def test_a_resume_after_the_driver_was_killed_continues_with_the_same_data_order
     assert main(["run", "--resume", str(tmp_path / "killed"), "--set", "metrics.sinks=[]"]) in (0, 1)
     resumed = [json.loads(line) for line in (tmp_path / "killed" / "rollouts.jsonl").read_text().splitlines()]
     whole = run_minds("--env", ENV, "--steps", "3", "--backend", "local", runs_dir=tmp_path, name="whole", overrides=settings)
-    prompts = lambda rows: [(r["step"], r["prompt"]) for r in rows]  # noqa: E731
+    prompts = lambda rows: [(r["step"], r["prompt"]) for r in rows]
     assert sorted({r["step"] for r in resumed}) == [0, 1, 2]
     assert prompts(resumed) == prompts(whole.rollouts)
 

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import uuid
-
 from types import SimpleNamespace
 
 BURN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end:\n    pass\n"
@@ -38,7 +37,7 @@ def load_environment(burn_seconds: float = 0.0, record_dir: str = "", tasks: int
             subprocess.run([sys.executable, "-c", BURN.format(seconds=burn_seconds)], check=True)
         if record_dir:
             with open(os.path.join(record_dir, f"{mark}.end"), "w") as out:
-                json.dump({"node": _node(), "time": time.time()}, out)
+                json.dump({"node": _node(), "name": os.environ.get("MINDS_TEST_NODE", ""), "time": time.time()}, out)
         return (sum(completion.encode()) % 7) / 6
 
     rows = [{"prompt": f"Say something about the number {i}.", "answer": ""} for i in range(tasks)]
