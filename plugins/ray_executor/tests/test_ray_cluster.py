@@ -131,4 +131,4 @@ def test_killing_the_second_node_mid_run_costs_one_attempt_which_is_retried(clus
     lost = [r for r in _records(records, "start") if r["name"] == "second"]
     finished = [r for r in _records(records, "end") if r["name"] == "second"]
     assert len(lost) - len(finished) == 1  # the one episode the node took with it
-    assert "the Ray worker was lost" in err.decode()
+    assert "a Ray worker was lost with its episode" in err.decode()
