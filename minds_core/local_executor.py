@@ -10,10 +10,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from minds_core.contracts import GroupOrder
-from minds_core.rollout import Group, run_group
-
 if TYPE_CHECKING:
+    from minds_core.contracts import GroupOrder
+    from minds_core.rollout import Group
     from minds_core.session import Policy, Session
 
 
@@ -26,6 +25,8 @@ class LocalExecutor:
         self.session = session
 
     async def run_groups(self, orders: Sequence[GroupOrder], policy: Policy) -> list[Group]:
+        from minds_core.rollout import run_group  # at first use: registering the executor imports no torch
+
         session = self.session
         jobs = [
             run_group(
