@@ -36,6 +36,7 @@ bench: setup  ## the benchmark scripts; they print figures
 	$(PY) benchmarks/pipeline.py
 	$(PY) benchmarks/openreward_load.py
 	$(PY) benchmarks/sampler_memory.py
+	$(PY) benchmarks/executors.py
 
 clean:  ## remove the venv; runs/ (your runs and local checkpoints) is kept
 	rm -rf $(VENV)

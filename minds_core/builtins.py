@@ -9,10 +9,12 @@ from minds_core.backends.tinker import TinkerBackend
 from minds_core.contracts import (
     AdvantageEstimator,
     BackendFactory,
+    ExecutorFactory,
     Register,
     RewardFunction,
     SinkFactory,
 )
+from minds_core.local_executor import LocalExecutor
 from minds_core.losses import BUILTIN_LOSSES, CUSTOM_LOSSES, CustomLoss
 from minds_core.rewards import REWARD_FUNCTIONS
 from minds_core.sinks.console import ConsoleSink
@@ -55,3 +57,8 @@ def minds_register_metric_sinks(register: Register[SinkFactory]) -> None:
 def minds_register_backends(register: Register[BackendFactory]) -> None:
     register("local", LocalBackend(), "in-process Tinker-compatible service on torch + peft")
     register("tinker", TinkerBackend(), "the hosted Tinker service (needs an API key)")
+
+
+@hookimpl
+def minds_register_rollout_executors(register: Register[ExecutorFactory]) -> None:
+    register("local", LocalExecutor, "every episode in the run's own process (asyncio, rollout.concurrency at once)")

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import attrs
 
-from minds_core.envs.types import Environment
+from minds_core.envs.types import Environment, Task
 from minds_core.losses import CustomLoss
 
 if TYPE_CHECKING:
-    from minds_core.config import RunConfig
+    from minds_core.config import EnvConfig, RunConfig
+    from minds_core.rollout import Group
+    from minds_core.session import Policy, Session
 
 #: The rule for registered names; reward functions carry a ``namespace.`` prefix (REWARD_NAME_RULE).
 NAME_RULE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
@@ -189,6 +191,62 @@ class EnvironmentAdapter(Protocol):
 
 
 @attrs.frozen
+class GroupOrder:
+    """One group of rollouts the loop (or an evaluation) hands to a rollout executor.
+
+    Everything here is plain data: a remote executor sends it to its workers as it is
+    (the environment object never travels; a worker builds its own from ``env``).
+    """
+
+    env_index: int  #: the environment's place in ``Session.envs`` (its loaded object and ``Session.settings`` entry)
+    env: EnvConfig  #: the environment's config entry: ``id`` and ``args``, what a worker builds it from
+    env_name: str  #: what metrics and logs call the environment
+    task: Task  #: the task every rollout of the group plays
+    group_size: int  #: rollouts of the task
+    seed: int | None  #: rollout ``i`` samples with seed ``seed + i`` (None: unseeded)
+    max_failing: int  #: failed rollouts the group may have before it is dropped
+    step: int  #: the training step the rollouts belong to (``Context.step``)
+
+
+class RolloutExecutor(Protocol):
+    """Runs groups of episodes somewhere (this process, a cluster) and returns them as ``Group`` records.
+
+    Sampling settings, timeouts, retries and budgets are the session's (``Session.settings``, per
+    environment); the policy to sample from is the ``Policy`` handed to ``run_groups``.
+    """
+
+    #: Whether workers sample from a saved path (``Policy.sampler_path``): the session then saves
+    #: each policy's sampler weights (``save_weights_for_sampler``) as it snapshots them.
+    needs_sampler_path: bool
+
+    async def run_groups(self, orders: Sequence[GroupOrder], policy: Policy) -> list[Group]:
+        """:param orders: the groups to roll out.
+        :param policy: the policy whose sampler (``sampler``; ``sampler_path`` on another machine) samples them.
+
+        Returns one ``Group`` per order, in order, with every rollout: finished, failed (its
+        ``error`` says why, ``attempts`` how often it was tried) or timed out; dropped by the
+        same rules as in process (``max_failing``, constant rewards). Raises only for what
+        stops the run (a ``MindsError`` for a misconfigured cluster, say).
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release what the executor holds (workers, servers); called once, when the session ends."""
+
+
+class ExecutorFactory(Protocol):
+    """Makes the rollout executor of one session."""
+
+    def __call__(self, session: Session) -> RolloutExecutor | Awaitable[RolloutExecutor]:
+        """:param session: the open session (its config, environments, service and settings).
+
+        Returns the executor, or an awaitable of it (to connect to a cluster on the run's event
+        loop); raise ``minds_core.UsageError`` for an unreachable cluster or a missing package.
+        """
+        ...
+
+
+@attrs.frozen
 class Contract:
     """What registration checks of one kind of part: its names' rule and how minds calls its objects."""
 
@@ -227,6 +285,7 @@ CONTRACTS: dict[str, Contract] = {
     "metric_sinks": Contract(SinkFactory, "factory(config, run_dir) (a SinkFactory)", 2),
     "backends": Contract(BackendFactory, "factory(config, run_dir) (a BackendFactory)", 2, methods={"can_serve": ("config",)}),
     "environment_adapters": Contract(EnvironmentAdapter, "adapter(obj, env_id) (an EnvironmentAdapter)", 2),
+    "rollout_executors": Contract(ExecutorFactory, "factory(session) (an ExecutorFactory)", 1),
 }
 
 

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from minds_core.config import RunConfig, TrainerConfig
+from minds_core.contracts import GroupOrder
 from minds_core.errors import ConfigError
 from minds_core.eval_stats import mean_interval, pass_at_ks
 from minds_core.logs import get_logger
-from minds_core.rollout import Group, run_group
+from minds_core.rollout import Group
 from minds_core.rollout_records import components, group_record
 from minds_core.session import EnvHandle, Policy, Session
 
@@ -152,26 +153,15 @@ async def evaluate_policy(session: Session, policy: Policy, plan: EvalPlan, *, s
     """
     began = time.perf_counter()
     splits: dict[str, str] = {}
-    jobs = []
+    orders = []
     for index, handle in enumerate(session.envs):
         split = pick_split(handle, plan.split, require_held_out)
         splits[handle.name] = split
         for task_index, task in enumerate(list(handle.env.tasks(split))[: plan.tasks]):
             seed = random.Random(f"{session.config.seed}:eval:{handle.name}:{task_index}").randrange(2**30)
-            jobs.append(
-                run_group(
-                    handle.name,
-                    handle.env,
-                    task,
-                    plan.samples,
-                    lambda: session.context(policy, step),
-                    session.settings[index],
-                    session.limiter,
-                    plan.samples,  # an evaluation keeps every group; failures are counted instead
-                    seed,
-                )
-            )
-    groups = list(await asyncio.gather(*jobs))
+            # an evaluation keeps every group (max_failing = samples); failures are counted instead
+            orders.append(GroupOrder(index, handle.cfg, handle.name, task, plan.samples, seed, plan.samples, step))
+    groups = await session.executor.run_groups(orders, policy)
     return Evaluation(splits, groups, plan.samples, time.perf_counter() - began)
 
 

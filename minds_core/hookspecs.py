@@ -184,3 +184,21 @@ def minds_register_environment_adapters(register: Register[EnvironmentAdapter]) 
         def minds_register_environment_adapters(register):
             register("gymnasium", adapt_gym_env, description="gymnasium.Env objects")
     """
+
+
+@hookspec
+def minds_register_rollout_executors(register: Register) -> None:
+    """Provide places where episodes run: this process (``local``, the core's) or a cluster.
+
+    :param register: takes ``(name, factory: ExecutorFactory, description)``;
+        ``factory(session)`` returns a ``RolloutExecutor`` (or an awaitable of one)
+        whose ``run_groups(orders, policy)`` rolls out each ``GroupOrder`` and
+        returns the same ``Group``/``Rollout`` records as in process.
+        ``[rollout] executor = "NAME"`` selects it.
+
+    Example::
+
+        @hookimpl
+        def minds_register_rollout_executors(register):
+            register("mycluster", MyClusterExecutor, description="episodes on our cluster")
+    """

@@ -1,7 +1,7 @@
 """The names a config refers to, checked against the registry before anything runs (``--dry-run`` too).
 
-Environments, the backend, the loss, the advantage estimator, the metric sinks and
-reward functions are looked up by name; every unknown one is reported at once, each
+Environments, the backend, the loss, the advantage estimator, the rollout executor, the
+metric sinks and reward functions are looked up by name; every unknown one is reported at once, each
 with the key that names it. Environments given as a folder or ``.py`` file are checked
 to exist, and a module path to be importable, without running the environment's code
 (a dotted module path imports its parent packages).
@@ -37,6 +37,7 @@ def _problems(config: RunConfig, registry: Registry) -> Iterator[str]:
         yield from _env_problems(key, cfg, registry)
     lookups = [
         ("advantage_estimators", config.trainer.advantage, "trainer.advantage"),
+        ("rollout_executors", config.rollout.executor, "rollout.executor"),
         *(("metric_sinks", sink, "metrics.sinks") for sink in config.metrics.sinks),
     ]
     if config.trainer.mode != "sft":  # SFT trains with the service's cross_entropy, whatever trainer.loss_fn says

@@ -27,6 +27,7 @@ HOOK_KINDS: dict[str, str] = {
     "minds_register_metric_sinks": "metric_sinks",
     "minds_register_backends": "backends",
     "minds_register_environment_adapters": "environment_adapters",
+    "minds_register_rollout_executors": "rollout_executors",
 }
 
 #: Entry-point group in which a plugin distribution names the environments it registers

@@ -28,6 +28,7 @@ import tinker
 
 from minds_core.backends.retry import ServiceCallError
 from minds_core.config import RunConfig
+from minds_core.contracts import GroupOrder
 from minds_core.data_processing import ProcessedBatch, ProcessingSettings, process_batch
 from minds_core.evaluation import EVAL_DIR, EvalPlan, check_splits, evaluate_policy, save_evaluation
 from minds_core.kl_reference import ReferenceScorer
@@ -35,7 +36,7 @@ from minds_core.logs import get_logger
 from minds_core.outcome import TrainingOutcome
 from minds_core.plugins import Plugins
 from minds_core.rl_pacing import BatchesAhead, Cadence, Save, StepTimer
-from minds_core.rollout import Group, run_group
+from minds_core.rollout import Group
 from minds_core.rollout_records import group_record
 from minds_core.run_directory import (
     ROLLING_KEPT,
@@ -86,27 +87,16 @@ class RLLoop:
     # ------------------------------------------------------------ the stages of a step
 
     async def collect(self, step: int, policy: Policy) -> Batch:
-        """Roll out every group of ``step`` with ``policy``."""
+        """Roll out every group of ``step`` with ``policy``, on the session's rollout executor."""
         began = time.perf_counter()
-        session = self.session
-        jobs = []
+        envs = self.session.envs
+        orders = []
         for index, (env_index, task_index) in enumerate(self.schedule.batch(step)):
-            handle = session.envs[env_index]
+            handle = envs[env_index]
             seed = random.Random(f"{self.config.seed}:sample:{step}:{index}").randrange(2**30)
-            jobs.append(
-                run_group(
-                    handle.name,
-                    handle.env,
-                    handle.tasks[task_index],
-                    handle.group_size,
-                    lambda: session.context(policy, step),
-                    session.settings[env_index],
-                    session.limiter,
-                    handle.max_failing,
-                    seed,
-                )
-            )
-        groups = list(await asyncio.gather(*jobs))
+            task = handle.tasks[task_index]
+            orders.append(GroupOrder(env_index, handle.cfg, handle.name, task, handle.group_size, seed, handle.max_failing, step))
+        groups = await self.session.executor.run_groups(orders, policy)
         return Batch(step, groups, policy.version, time.perf_counter() - began)
 
     async def score(self, batch: Batch) -> None:

@@ -127,16 +127,17 @@ def _total_reward(raw: list[Any]) -> float | None:
 
 
 async def run_rollout(
-    env: Environment, task: Task, ctx: Context, settings: EpisodeSettings, seed: int | None, sampler: Any = None
+    env: Environment, task: Task, ctx: Context, settings: EpisodeSettings, seed: int | None, sampler: Any = None, first_attempt: int = 1
 ) -> Rollout:
     """One rollout with the configured timeout, retries and invalid-reward policy.
 
-    ``sampler`` (default ``ctx.sampler``) is what the conversation samples from.
+    ``sampler`` (default ``ctx.sampler``) is what the conversation samples from; ``first_attempt``
+    > 1 continues a rollout whose earlier attempts were spent elsewhere (a worker that died).
     """
     cfg = settings.rollout
     attempts = cfg.retries + 1
     last: Rollout | None = None
-    for attempt in range(1, attempts + 1):
+    for attempt in range(first_attempt, attempts + 1):
         params = settings.params.model_copy(update={"seed": None if seed is None else seed + 7919 * (attempt - 1)})
         conversation = Conversation(settings.renderer, sampler or ctx.sampler, params, cfg.max_total_tokens, cfg.max_turns)
         episode = None
@@ -213,13 +214,21 @@ async def run_group(
                 shared.leave()
 
     rollouts = list(await asyncio.gather(*(one(i) for i in range(group_size))))
+    return await finish_group(env_name, env, task, rollouts, first, settings.rollout, max_failing)
+
+
+async def finish_group(
+    env_name: str, env: Environment, task: Task, rollouts: list[Rollout], ctx: Context, cfg: RolloutConfig, max_failing: int
+) -> Group:
+    """The group of ``rollouts`` (however they were played): scored by the environment's group rubric
+    (with ``ctx``), dropped by policy (too many failures, constant rewards), failures logged."""
     if (rubric := group_rubric(env)) is not None:
-        await score_group(rubric, task, rollouts, first, settings.rollout)
+        await score_group(rubric, task, rollouts, ctx, cfg)
     group = Group(env_name, task, rollouts)
     rewards = [r.reward for r in group.ok_rollouts]
     if group.failures > max_failing or not rewards:
         group.dropped = Dropped.FAILURES
-    elif settings.rollout.drop_constant_reward_groups and max(rewards) - min(rewards) < 1e-8:
+    elif cfg.drop_constant_reward_groups and max(rewards) - min(rewards) < 1e-8:
         group.dropped = Dropped.CONSTANT
     for rollout in rollouts:
         if rollout.error:

@@ -25,6 +25,7 @@ from minds_core.backends import sampler_tokenizer
 from minds_core.backends.retry import REJECTIONS
 from minds_core.config import EnvConfig, RunConfig
 from minds_core.envs.loading import build_environment
+from minds_core.envs.rubric import maybe_await
 from minds_core.envs.types import Context, Task, needs_policy_checkpoint
 from minds_core.errors import ConfigError, MindsError, UsageError
 from minds_core.logs import get_logger
@@ -60,6 +61,9 @@ class Policy:
     version: int  #: updates applied since the run's start (a resumed run counts from its first step)
     sampler: Any  #: the sampling client of these weights
     checkpoint: str | None = None  #: a ``tinker://`` state path of these weights, when one was saved
+    #: a ``tinker://`` path of these weights saved for sampling, when the executor's workers sample elsewhere
+    #: (``RolloutExecutor.needs_sampler_path``); None with the base model's weights
+    sampler_path: str | None = None
 
 
 def load_environments(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
@@ -123,6 +127,7 @@ class Session:
         self.renderer: Renderer | None = None
         self.settings: list[EpisodeSettings] = []  #: per environment, what its rollouts run with
         self.sinks: SinkSet | None = None
+        self.executor: Any = None  #: the ``rollout.executor`` running the episodes (``start_executor``)
         #: What the sinks are closed with: the run's summary once it finished, else this placeholder.
         self.summary: dict[str, Any] = {"stopped": "early"}
 
@@ -153,7 +158,18 @@ class Session:
                 f"{', '.join(forgotten)}; pass them again (--set KEY=VALUE), or set the environment variable "
                 "the environment reads them from"
             ) from exc
-        return cls(config, plugins, envs, await door.open())
+        session = cls(config, plugins, envs, await door.open())
+        try:
+            await session.start_executor()
+        except BaseException as exc:
+            await door.close(exc)
+            raise
+        return session
+
+    async def start_executor(self) -> None:
+        """Make the ``rollout.executor`` (a cluster executor connects here, before any run directory exists)."""
+        factory = self.plugins.registry.lookup("rollout_executors", self.config.rollout.executor, "rollout.executor").obj
+        self.executor = await maybe_await(factory(self))
 
     async def __aenter__(self) -> Self:
         return self
@@ -161,6 +177,8 @@ class Session:
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         if self.sinks is not None:
             self.sinks.close(self.summary)  # also on an error or Ctrl-C: the progress bar stops, files stay whole
+        if self.executor is not None:
+            await close_quietly(self.executor, f"rollout executor {self.config.rollout.executor}")
         for handle in self.envs:
             await close_quietly(handle.env, f"environment {handle.name}")
         await self.door.close(error)
@@ -192,7 +210,7 @@ class Session:
             self._use_tokenizer(sampler_tokenizer(sampler, cfg.model.base_model))
         except (TemplateError, *REJECTIONS) as exc:
             raise UsageError(f"cannot sample from {what!r}: {exc}") from None
-        return Policy(0, sampler, state_path)
+        return Policy(0, sampler, state_path, sampler_path=model_path)
 
     def _use_tokenizer(self, tokenizer: Any) -> None:
         self.renderer = Renderer(tokenizer, self.config.model.chat_template_args)
@@ -207,6 +225,12 @@ class Session:
             save = lambda: self.training_client.save_state(name, ttl_seconds=3600, overwrite=True)
             saved = await self.door.call(where, "save_state", save)
             checkpoint = saved.path
+        if self.executor is not None and self.executor.needs_sampler_path:
+            # workers elsewhere sample from a path: save the weights once, and sample here from the same path
+            publish = lambda: self.training_client.save_weights_for_sampler(f"sampler-v{version:06d}", ttl_seconds=3600)
+            saved = await self.door.call(where, "save_weights_for_sampler", publish)
+            sampler = await self.door.call(where, "create_sampling_client", lambda: self.service.create_sampling_client(model_path=saved.path))
+            return Policy(version, sampler, checkpoint, sampler_path=saved.path)
         sample = self.training_client.save_weights_and_get_sampling_client
         sampler = await self.door.call(where, "save_weights_and_get_sampling_client", sample)
         return Policy(version, sampler, checkpoint)

@@ -32,6 +32,7 @@ HOOK_TESTS = {
     "minds_register_environment_adapters": (
         "tests/loose/test_loose_harness.py::test_verifiers_single_turn_env_with_a_rubric_group_and_monitors_trains"
     ),
+    "minds_register_rollout_executors": "tests/test_executors.py::test_a_registered_executor_runs_every_group_of_a_run",
 }
 
 
@@ -55,7 +56,7 @@ def _core_imports(path: Path) -> list[tuple[int, str]]:
 
 def test_every_first_party_plugin_package_is_checked() -> None:
     assert {p.name for p in PLUGIN_PACKAGES} == {
-        "minds_ghost_trace", "minds_gradient_prophet", "minds_openreward", "minds_self_prediction", "minds_verifiers",
+        "minds_ghost_trace", "minds_gradient_prophet", "minds_openreward", "minds_ray", "minds_self_prediction", "minds_verifiers",
     }
 
 
@@ -148,10 +149,11 @@ def test_hook_object_protocols_document_every_field_and_parameter() -> None:
     from minds_core import contracts
 
     for name in ("Register", "OpenEnvironment", "EnvironmentLoader", "RewardFunction", "AdvantageEstimator",
-                 "LossFunction", "MetricSink", "SinkFactory", "BackendFactory", "EnvironmentAdapter"):
+                 "LossFunction", "MetricSink", "SinkFactory", "BackendFactory", "EnvironmentAdapter",
+                 "RolloutExecutor", "ExecutorFactory"):
         protocol = getattr(contracts, name)
         assert inspect.getdoc(protocol), name
-        for method in ("__call__", "write", "close"):
+        for method in ("__call__", "write", "close", "run_groups"):
             fn = protocol.__dict__.get(method)
             if fn is None:
                 continue
@@ -165,7 +167,7 @@ def test_plugin_distributions_declare_exactly_the_environments_they_register() -
     for pyproject in sorted(ROOT.glob("plugins/*/pyproject.toml")):
         project = tomllib.loads(pyproject.read_text())["project"]
         (plugin,) = project["entry-points"]["minds"]
-        declared = set(project["entry-points"]["minds.environments"])
+        declared = set(project["entry-points"].get("minds.environments", {}))  # an executor plugin declares none
         registered = {e.name for e in registry.entries("environments") if e.plugin == plugin}
         assert declared == registered, pyproject
 

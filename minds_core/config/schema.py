@@ -119,6 +119,17 @@ class LocalConfig:
 
 
 @attrs.define
+class RayConfig:
+    """Episodes on a Ray cluster (``rollout.executor = "ray"``, the minds-plugin-ray distribution)."""
+
+    address: str = arg("", doc="the cluster: auto (the one this machine belongs to), ray://host:port, or empty = start one here")
+    num_cpus: float = arg(1.0, within(0, 1024), doc="CPUs each episode reserves on its node")
+    resources: dict[str, float] = arg({}, each_value(within(0, MAX_WEIGHT)), doc="custom resources each episode reserves, e.g. {sandbox = 1}")
+    max_in_flight: int = arg(0, within(0, MAX_ROLLOUTS_PER_STEP), doc="episodes running on the cluster at once, at most (0 = rollout.concurrency)")
+    serve_host: str = arg("", doc="local backend: the address the run serves its engine on for the workers (empty = this node's Ray address)")
+
+
+@attrs.define
 class SamplingConfig:
     """How the policy samples each turn."""
 
@@ -140,6 +151,7 @@ class RolloutConfig:
     invalid_reward: str = arg("zero", one_of("zero", "fail"), doc="None/NaN/non-numeric rewards")
     max_turns: int = arg(16, within(0, MAX_TOKENS), doc="sampled turns per episode, 0 = no limit (max_total_tokens still ends it)")
     max_total_tokens: int = arg(4096, within(2, MAX_TOKENS), doc="tokens of a whole conversation at most (prompt, replies and observations)")
+    executor: str = arg("local", doc="where episodes run: local (this process) or a registered executor (ray: minds-plugin-ray)")
 
 
 @attrs.define
@@ -215,6 +227,7 @@ class RunConfig:
     local: LocalConfig = attrs.field(factory=LocalConfig)
     sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
     rollout: RolloutConfig = attrs.field(factory=RolloutConfig)
+    ray: RayConfig = attrs.field(factory=RayConfig)
     trainer: TrainerConfig = attrs.field(factory=TrainerConfig)
     sft: SftConfig = attrs.field(factory=SftConfig)
     metrics: MetricsConfig = attrs.field(factory=MetricsConfig)

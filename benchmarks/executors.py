@@ -1,0 +1,97 @@
+"""Episodes in process vs on Ray, on this machine: episodes/s of a CPU-bound environment, and Ray's
+per-episode overhead on a trivial one. Everything real: the local backend's tiny model samples, each
+episode of the CPU-bound environment runs a subprocess that burns ``--burn`` CPU seconds (the Ray
+plugin's test environment), and Ray is a local cluster that ``ray.init`` starts with one CPU per core (once, for both Ray measurements).
+
+Targets: Ray >= 1.7x the episodes/s of the in-process executor (which scores on one core: the reward
+blocks its event loop), and <= 20 ms of overhead per episode, one episode at a time.
+
+    .venv/bin/python benchmarks/executors.py [--episodes 16] [--burn 1.0] [--trivial 24]
+    .venv/bin/python benchmarks/executors.py --smoke    # seconds of burning: checks the script runs, figures mean little
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from minds_core import logs
+from minds_core.config import load_config
+from minds_core.evaluation import EvalPlan, evaluate_policy
+from minds_core.session import Session
+
+ENV = Path(__file__).resolve().parent.parent / "plugins" / "ray_executor" / "tests" / "envs" / "burn_env.py"
+
+
+async def _episodes_per_second(executor: str, burn: float, episodes: int, in_flight: int, runs_dir: str) -> float:
+    """Episodes/s of ``episodes`` single-sample tasks on ``executor``, after one warm-up round (workers started)."""
+    config = load_config(
+        None,
+        [
+            f"env.id={ENV}", f"env.args.burn_seconds={burn}", f"env.args.tasks={episodes}", "backend=local",
+            f"runs_dir={runs_dir}", "sampling.max_tokens=4", "sampling.temperature=0",
+            f"rollout.executor={executor}", f"rollout.concurrency={in_flight}", f"ray.max_in_flight={in_flight}",
+        ],
+    )  # fmt: skip
+    async with await Session.open(config) as session:
+        policy = await session.start_sampling(None)
+        warm = EvalPlan("train", tasks=min(episodes, 2 * (os.cpu_count() or 1)), samples=1)
+        await evaluate_policy(session, policy, warm, step=0, require_held_out=False)
+        began = time.perf_counter()
+        evaluation = await evaluate_policy(session, policy, EvalPlan("train", tasks=episodes, samples=1), step=0, require_held_out=False)
+        seconds = time.perf_counter() - began
+    failed = [r.error for g in evaluation.groups for r in g.rollouts if not r.ok]
+    if failed:
+        raise SystemExit(f"{executor}: {len(failed)} episodes failed, first: {failed[0]}")
+    return episodes / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=16, help="episodes of the CPU-bound environment")
+    parser.add_argument("--burn", type=float, default=1.0, help="CPU seconds each CPU-bound episode burns")
+    parser.add_argument("--trivial", type=int, default=24, help="episodes of the trivial environment")
+    parser.add_argument("--smoke", action="store_true", help="a few short episodes: checks the script runs")
+    args = parser.parse_args()
+    if args.smoke:
+        args.episodes, args.burn = 4, 0.2
+    logs.configure(level="warning")
+    cores = os.cpu_count() or 1
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a cluster of this process only: no token (nor ~/.ray/auth_token)
+    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False, logging_level="ERROR")  # one cluster for both Ray sessions
+    try:
+        with tempfile.TemporaryDirectory() as runs_dir:
+            local_cpu = asyncio.run(_episodes_per_second("local", args.burn, args.episodes, cores, runs_dir))
+            ray_cpu = asyncio.run(_episodes_per_second("ray", args.burn, args.episodes, cores, runs_dir))
+            # the smoke skips the second pair: the same code again, and Ray's workers start slowly on a busy machine
+            local_one = local_cpu if args.smoke else asyncio.run(_episodes_per_second("local", 0.0, args.trivial, 1, runs_dir))
+            ray_one = ray_cpu if args.smoke else asyncio.run(_episodes_per_second("ray", 0.0, args.trivial, 1, runs_dir))
+    finally:
+        ray.shutdown()
+    overhead_ms = 1000 * (1 / ray_one - 1 / local_one)
+    print(
+        json.dumps(
+            {
+                "cores": cores,
+                "cpu_bound/burn_seconds": args.burn,
+                "cpu_bound/local_episodes_per_s": round(local_cpu, 3),
+                "cpu_bound/ray_episodes_per_s": round(ray_cpu, 3),
+                "cpu_bound/ray_vs_local": round(ray_cpu / local_cpu, 2),
+                "trivial/local_ms_per_episode": round(1000 / local_one, 1),
+                "trivial/ray_ms_per_episode": round(1000 / ray_one, 1),
+                "trivial/ray_overhead_ms_per_episode": round(overhead_ms, 1),
+                "targets": {"ray_vs_local": ">= 1.7", "ray_overhead_ms_per_episode": "<= 20"},
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

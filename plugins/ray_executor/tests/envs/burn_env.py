@@ -1,0 +1,44 @@
+"""A test environment for the Ray executor: scoring a reply runs a subprocess that burns CPU (as a test
+suite would), and each episode notes in ``record_dir`` the Ray node it ran on, when it started and ended.
+
+The reward is a function of the reply's bytes only, so that a greedy policy scores the same wherever it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from types import SimpleNamespace
+
+BURN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end:\n    pass\n"
+
+
+def _node() -> str:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "driver"
+    except ImportError:
+        return "driver"
+
+
+def load_environment(burn_seconds: float = 0.0, record_dir: str = "", tasks: int = 8, **unused: object) -> SimpleNamespace:
+    """``unused``: args the environment ignores (a test gives it a secret to see that it never travels)."""
+    def score(completion: str) -> float:
+        mark = uuid.uuid4().hex
+        if record_dir:
+            with open(os.path.join(record_dir, f"{mark}.start"), "w") as out:
+                json.dump({"node": _node(), "name": os.environ.get("MINDS_TEST_NODE", ""), "pid": os.getpid(), "time": time.time()}, out)
+        if burn_seconds > 0:
+            subprocess.run([sys.executable, "-c", BURN.format(seconds=burn_seconds)], check=True)
+        if record_dir:
+            with open(os.path.join(record_dir, f"{mark}.end"), "w") as out:
+                json.dump({"node": _node(), "name": os.environ.get("MINDS_TEST_NODE", ""), "time": time.time()}, out)
+        return (sum(completion.encode()) % 7) / 6
+
+    rows = [{"prompt": f"Say something about the number {i}.", "answer": ""} for i in range(tasks)]
+    return SimpleNamespace(dataset=rows, test_dataset=rows[:2], rubric=SimpleNamespace(funcs=[score], weights=[1.0]))

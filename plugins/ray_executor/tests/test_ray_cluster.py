@@ -1,0 +1,134 @@
+"""The ``ray`` executor on a real Ray cluster on this machine: a head and a second node, each its own process.
+
+One cluster for the module (Ray is slow to start on a busy machine); the test that kills the second node runs last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from ray_cluster import (  # this folder is on sys.path (conftest.py)
+    AUTH,
+    ENV,
+    LocalCluster,
+)
+
+from minds_core.testing import run_minds
+
+pytestmark = pytest.mark.slow
+
+QUICK = ["trainer.group_size=2", "trainer.groups_per_batch=2", "sampling.max_tokens=8", "metrics.rollouts_per_step=2"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    started = LocalCluster()
+    before = {key: os.environ.get(key) for key in AUTH}
+    os.environ.update(AUTH)  # the drivers: this process, and the minds processes it starts
+    try:
+        yield started.start()
+    finally:
+        started.stop()
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key)
+            else:
+                os.environ[key] = value
+
+
+def _records(folder: Path, suffix: str) -> list[dict]:
+    return [json.loads(path.read_text()) for path in sorted(folder.glob(f"*.{suffix}"))]
+
+
+def _ray(cluster: LocalCluster, *extra: str) -> list[str]:
+    return ["rollout.executor=ray", f"ray.address={cluster.address}", *extra]
+
+
+def _rewards(result) -> list[list[float]]:
+    """Per step, the reward of every rollout of its logged groups."""
+    return [[r["reward"] for group in result.rollouts if group["step"] == step for r in group["rollouts"]] for step in result.steps]
+
+
+def test_episodes_run_on_both_nodes_and_score_as_in_process_at_temperature_0(cluster, tmp_path) -> None:
+    records = tmp_path / "records"
+    records.mkdir()
+    settings = [*QUICK, "sampling.temperature=0", f"env.args.record_dir={records}", "env.args.burn_seconds=1"]
+    on_ray = run_minds("--env", ENV, "--steps", "2", "--backend", "local", runs_dir=tmp_path, name="ray", overrides=[*settings, *_ray(cluster)])
+    assert on_ray.exit_code == on_ray.expected_exit_code
+    started = _records(records, "start")
+    assert len(started) == 8 and {r["name"] for r in started} == {"head", "second"}  # every episode, on both nodes
+    assert len({r["node"] for r in started}) == 2
+    for path in records.iterdir():
+        path.unlink()
+    local = run_minds("--env", ENV, "--steps", "2", "--backend", "local", runs_dir=tmp_path, name="local", overrides=settings)
+    assert {r["name"] for r in _records(records, "start")} == {""}  # in the run's own process
+    assert _rewards(on_ray) == _rewards(local) and len(_rewards(local)[0]) == 4
+    assert [row["reward/mean"] for row in on_ray.metrics] == [row["reward/mean"] for row in local.metrics]
+
+
+def _minds(*args: str) -> list[str]:
+    return [str(Path(sys.executable).parent / "minds"), *args]
+
+
+def _wait(predicate, what: str, timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def test_a_resume_after_the_driver_was_killed_continues_with_the_same_data_order(cluster, tmp_path) -> None:
+    settings = [*QUICK, "trainer.save_every=1", "env.args.tasks=16"]
+    argv = ["run", "--env", ENV, "--steps", "3", "--backend", "local", "--name", "killed", "--set", f"runs_dir={tmp_path}"]
+    for assignment in ["metrics.sinks=[]", *settings, *_ray(cluster)]:
+        argv += ["--set", assignment]
+    metrics = tmp_path / "killed" / "metrics.jsonl"
+    driver = subprocess.Popen(_minds(*argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        _wait(lambda: metrics.is_file() and metrics.read_text().count("\n") >= 1 or driver.poll() is not None, "step 0")
+        assert driver.poll() is None, driver.stderr.read().decode()[-2000:]
+        os.killpg(driver.pid, signal.SIGKILL)
+    finally:
+        driver.wait()
+    done = len(metrics.read_text().splitlines())
+    assert 1 <= done < 3
+    from minds_core.cli import main
+
+    assert main(["run", "--resume", str(tmp_path / "killed"), "--set", "metrics.sinks=[]"]) in (0, 1)
+    resumed = [json.loads(line) for line in (tmp_path / "killed" / "rollouts.jsonl").read_text().splitlines()]
+    whole = run_minds("--env", ENV, "--steps", "3", "--backend", "local", runs_dir=tmp_path, name="whole", overrides=settings)
+    prompts = lambda rows: [(r["step"], r["prompt"]) for r in rows]
+    assert sorted({r["step"] for r in resumed}) == [0, 1, 2]
+    assert prompts(resumed) == prompts(whole.rollouts)
+
+
+def test_killing_the_second_node_mid_run_costs_one_attempt_which_is_retried(cluster, tmp_path) -> None:
+    records = tmp_path / "records"
+    records.mkdir()
+    settings = [*QUICK, f"env.args.record_dir={records}", "env.args.burn_seconds=4", "rollout.retries=1", "trainer.groups_per_batch=3"]
+    argv = ["run", "--env", ENV, "--steps", "1", "--backend", "local", "--name", "lost", "--set", f"runs_dir={tmp_path}"]
+    for assignment in ["metrics.sinks=[]", *settings, *_ray(cluster)]:
+        argv += ["--set", assignment]
+    driver = subprocess.Popen(_minds(*argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait(lambda: any(r["name"] == "second" for r in _records(records, "start")) or driver.poll() is not None, "an episode on node 2")
+        cluster.kill("second")  # its episode is 4 s of burning in: mid-run
+        _, err = driver.communicate(timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode in (0, 1), err.decode()[-3000:]
+    (row,) = [json.loads(line) for line in (tmp_path / "lost" / "metrics.jsonl").read_text().splitlines()]
+    assert row["rollouts/total"] == 6 and row["rollouts/failed"] == 0 and row["rollouts/retried"] == 1
+    lost = [r for r in _records(records, "start") if r["name"] == "second"]
+    finished = [r for r in _records(records, "end") if r["name"] == "second"]
+    assert len(lost) - len(finished) == 1  # the one episode the node took with it
+    assert "a Ray worker was lost with its episode" in err.decode()
