@@ -178,6 +178,14 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
         strip_tool_calls,
         think_text,
     )
+    from minds_core.backends import sampler_tokenizer  # noqa: F401
+    from minds_core.config.secrets import secret_values  # noqa: F401
+    from minds_core.contracts import ExecutorFactory, GroupOrder, RolloutExecutor  # noqa: F401
+    from minds_core.envs.loading import build_environment  # noqa: F401
+    from minds_core.plugins import load_plugins  # noqa: F401
+    from minds_core.render import Renderer  # noqa: F401
+    from minds_core.rollout import EpisodeSettings, Group, Rollout, finish_group, run_rollout  # noqa: F401
+    from minds_core.serve.background import serve_in_background  # noqa: F401
 
 __all__ = ["__version__", "hookimpl"]
 __all__ += list(_PUBLIC)

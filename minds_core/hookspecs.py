@@ -26,6 +26,7 @@ from minds_core.contracts import (
     BackendFactory,
     EnvironmentAdapter,
     EnvironmentLoader,
+    ExecutorFactory,
     Register,
     RewardFunction,
     SinkFactory,
@@ -187,7 +188,7 @@ def minds_register_environment_adapters(register: Register[EnvironmentAdapter]) 
 
 
 @hookspec
-def minds_register_rollout_executors(register: Register) -> None:
+def minds_register_rollout_executors(register: Register[ExecutorFactory]) -> None:
     """Provide places where episodes run: this process (``local``, the core's) or a cluster.
 
     :param register: takes ``(name, factory: ExecutorFactory, description)``;

@@ -61,7 +61,7 @@ def test_episodes_run_on_both_nodes_and_score_as_in_process_at_temperature_0(clu
     records.mkdir()
     settings = [*QUICK, "sampling.temperature=0", f"env.args.record_dir={records}", "env.args.burn_seconds=1"]
     on_ray = run_minds("--env", ENV, "--steps", "2", "--backend", "local", runs_dir=tmp_path, name="ray", overrides=[*settings, *_ray(cluster)])
-    assert on_ray.exit_code == on_ray.expected_exit_code
+    on_ray.assert_trained_unless_said_why()
     started = _records(records, "start")
     assert len(started) == 8 and {r["name"] for r in started} == {"head", "second"}  # every episode, on both nodes
     assert len({r["node"] for r in started}) == 2
