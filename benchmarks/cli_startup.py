@@ -33,7 +33,7 @@ def main() -> None:
     runs = 1 if args.smoke else args.runs
     bare = seconds([sys.executable, "-c", "pass"], runs)
     for label, args in (("minds --help", ["--help"]), ("minds plugins", ["plugins"])):
-        taken = seconds([sys.executable, "-m", "minds_core.cli", *args], runs)
+        taken = seconds([sys.executable, "-m", "minds_core.cli.command", *args], runs)
         print(f"{label:14s} {taken:.3f} s (median of {runs}) = {taken / bare:.1f} x a bare python start ({bare:.3f} s)")
 
 

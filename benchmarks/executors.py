@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from minds_core import logs
+from minds_core.checkpoints.evaluation import EvalPlan, evaluate_policy
 from minds_core.config import load_config
-from minds_core.evaluation import EvalPlan, evaluate_policy
 from minds_core.session import Session
 
 ENV = Path(__file__).resolve().parent.parent / "plugins" / "ray_executor" / "tests" / "envs" / "burn_env.py"

@@ -196,7 +196,7 @@ async def rollout_phase(env: OpenRewardEnvironment, tasks: list[Task], episodes:
     from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
     from minds_core.config import RolloutConfig
     from minds_core.render import Renderer
-    from minds_core.rollout import EpisodeSettings, run_group
+    from minds_core.rl.rollout import EpisodeSettings, run_group
 
     chosen, expected = _expected(tasks, episodes, group_size)
     with TemporaryDirectory() as checkpoints:

@@ -100,7 +100,7 @@ def rl_step(trainer: Any, prompts: list[list[int]], shape: Shape, step: int) -> 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "minds_core.cli", "serve", "--port", "0"], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "minds_core.cli.command", "serve", "--port", "0"], stdout=subprocess.PIPE, text=True
     )
     assert process.stdout is not None
     return process, json.loads(process.stdout.readline())["url"]

@@ -85,45 +85,30 @@ _PUBLIC: dict[str, str] = {
     "UsageError": "minds_core.errors",
     "did_you_mean": "minds_core.errors",
     "get_logger": "minds_core.logs",
-    "CustomLoss": "minds_core.losses",
+    "CustomLoss": "minds_core.rl.losses",
     "load_plugins": "minds_core.plugins",
     "Renderer": "minds_core.render",
-    "EpisodeSettings": "minds_core.rollout",
-    "Group": "minds_core.rollout",
-    "Rollout": "minds_core.rollout",
-    "finish_group": "minds_core.rollout",
-    "run_rollout": "minds_core.rollout",
+    "EpisodeSettings": "minds_core.rl.rollout",
+    "Group": "minds_core.rl.rollout",
+    "Rollout": "minds_core.rl.rollout",
+    "finish_group": "minds_core.rl.rollout",
+    "run_rollout": "minds_core.rl.rollout",
     "serve_in_background": "minds_core.serve.background",
-    "TOOL_CALL_CLOSE": "minds_core.text",
-    "TOOL_CALL_OPEN": "minds_core.text",
-    "MalformedToolCall": "minds_core.text",
-    "ToolCall": "minds_core.text",
-    "normalize_minus": "minds_core.text",
-    "parse_tool_calls": "minds_core.text",
-    "strip_code_fences": "minds_core.text",
-    "strip_think": "minds_core.text",
-    "strip_tool_calls": "minds_core.text",
-    "think_text": "minds_core.text",
+    "TOOL_CALL_CLOSE": "minds_core.envs.text",
+    "TOOL_CALL_OPEN": "minds_core.envs.text",
+    "MalformedToolCall": "minds_core.envs.text",
+    "ToolCall": "minds_core.envs.text",
+    "normalize_minus": "minds_core.envs.text",
+    "parse_tool_calls": "minds_core.envs.text",
+    "strip_code_fences": "minds_core.envs.text",
+    "strip_think": "minds_core.envs.text",
+    "strip_tool_calls": "minds_core.envs.text",
+    "think_text": "minds_core.envs.text",
 }
 
 if TYPE_CHECKING:  # what type checkers see of the names imported on first use (a test holds it to _PUBLIC)
+    from minds_core.backends import sampler_tokenizer  # noqa: F401
     from minds_core.config import RunConfig, build_config, read_config_file  # noqa: F401
-    from minds_core.contracts import (  # noqa: F401
-        NAME_RULE,
-        REWARD_NAME_RULE,
-        AdvantageEstimator,
-        BackendExport,
-        BackendFactory,
-        BackendFit,
-        EnvironmentAdapter,
-        EnvironmentLoader,
-        LossFunction,
-        MetricSink,
-        OpenEnvironment,
-        Register,
-        RewardFunction,
-        SinkFactory,
-    )
     from minds_core.config.rules import (  # noqa: F401
         Rule,
         above,
@@ -133,8 +118,29 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
         one_of,
         within,
     )
+    from minds_core.config.secrets import secret_values  # noqa: F401
+    from minds_core.contracts import (  # noqa: F401  # noqa: F401
+        NAME_RULE,
+        REWARD_NAME_RULE,
+        AdvantageEstimator,
+        BackendExport,
+        BackendFactory,
+        BackendFit,
+        EnvironmentAdapter,
+        EnvironmentLoader,
+        ExecutorFactory,
+        GroupOrder,
+        LossFunction,
+        MetricSink,
+        OpenEnvironment,
+        Register,
+        RewardFunction,
+        RolloutExecutor,
+        SinkFactory,
+    )
     from minds_core.envs.args import env_args  # noqa: F401
     from minds_core.envs.calling import lenient  # noqa: F401
+    from minds_core.envs.loading import build_environment  # noqa: F401
     from minds_core.envs.rubric import (  # noqa: F401
         GROUP_REWARD_INPUTS,
         REWARD_INPUTS,
@@ -151,6 +157,18 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
         report_metric,
         score_completion,
     )
+    from minds_core.envs.text import (  # noqa: F401
+        TOOL_CALL_CLOSE,
+        TOOL_CALL_OPEN,
+        MalformedToolCall,
+        ToolCall,
+        normalize_minus,
+        parse_tool_calls,
+        strip_code_fences,
+        strip_think,
+        strip_tool_calls,
+        think_text,
+    )
     from minds_core.envs.turns import take_turns  # noqa: F401
     from minds_core.envs.types import (  # noqa: F401
         Context,
@@ -165,26 +183,10 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
     )
     from minds_core.errors import ConfigError, MindsError, UsageError, did_you_mean  # noqa: F401
     from minds_core.logs import get_logger  # noqa: F401
-    from minds_core.losses import CustomLoss  # noqa: F401
-    from minds_core.text import (  # noqa: F401
-        TOOL_CALL_CLOSE,
-        TOOL_CALL_OPEN,
-        MalformedToolCall,
-        ToolCall,
-        normalize_minus,
-        parse_tool_calls,
-        strip_code_fences,
-        strip_think,
-        strip_tool_calls,
-        think_text,
-    )
-    from minds_core.backends import sampler_tokenizer  # noqa: F401
-    from minds_core.config.secrets import secret_values  # noqa: F401
-    from minds_core.contracts import ExecutorFactory, GroupOrder, RolloutExecutor  # noqa: F401
-    from minds_core.envs.loading import build_environment  # noqa: F401
     from minds_core.plugins import load_plugins  # noqa: F401
     from minds_core.render import Renderer  # noqa: F401
-    from minds_core.rollout import EpisodeSettings, Group, Rollout, finish_group, run_rollout  # noqa: F401
+    from minds_core.rl.losses import CustomLoss  # noqa: F401
+    from minds_core.rl.rollout import EpisodeSettings, Group, Rollout, finish_group, run_rollout  # noqa: F401
     from minds_core.serve.background import serve_in_background  # noqa: F401
 
 __all__ = ["__version__", "hookimpl"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from minds_core import hookimpl
-from minds_core.advantages import ESTIMATORS
 from minds_core.backends import LocalBackend
 from minds_core.backends.tinker import TinkerBackend
 from minds_core.contracts import (
@@ -14,9 +13,10 @@ from minds_core.contracts import (
     RewardFunction,
     SinkFactory,
 )
-from minds_core.local_executor import LocalExecutor
-from minds_core.losses import BUILTIN_LOSSES, CUSTOM_LOSSES, CustomLoss
-from minds_core.rewards import REWARD_FUNCTIONS
+from minds_core.envs.rewards import REWARD_FUNCTIONS
+from minds_core.rl.advantages import ESTIMATORS
+from minds_core.rl.local_executor import LocalExecutor
+from minds_core.rl.losses import BUILTIN_LOSSES, CUSTOM_LOSSES, CustomLoss
 from minds_core.sinks.console import ConsoleSink
 from minds_core.sinks.report import ReportSink
 from minds_core.sinks.wandb import WandbSink

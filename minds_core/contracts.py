@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import attrs
 
 from minds_core.envs.types import Environment, Task
-from minds_core.losses import CustomLoss
+from minds_core.rl.losses import CustomLoss
 
 if TYPE_CHECKING:
     from minds_core.config import EnvConfig, RunConfig
-    from minds_core.rollout import Group
+    from minds_core.rl.rollout import Group
     from minds_core.session import Policy, Session
 
 #: The rule for registered names; reward functions carry a ``namespace.`` prefix (REWARD_NAME_RULE).

@@ -31,7 +31,7 @@ from minds_core.contracts import (
     RewardFunction,
     SinkFactory,
 )
-from minds_core.losses import CustomLoss
+from minds_core.rl.losses import CustomLoss
 
 PROJECT = "minds"
 

@@ -21,7 +21,7 @@ from typing import Any
 from minds_core.errors import MindsError
 from minds_core.logs import get_logger
 
-log = get_logger("trainer")
+log = get_logger("interrupt")
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

@@ -24,21 +24,21 @@ import tinker
 from minds_core.backends import sampler_tokenizer
 from minds_core.backends.retry import REJECTIONS
 from minds_core.config import EnvConfig, RunConfig
+from minds_core.config.names import check_names
 from minds_core.envs.loading import build_environment
 from minds_core.envs.rubric import maybe_await
 from minds_core.envs.types import Context, Task, needs_policy_checkpoint
 from minds_core.errors import ConfigError, MindsError, UsageError
 from minds_core.logs import get_logger
-from minds_core.names import check_names
 from minds_core.plugin_errors import error_text, raised_by_plugin
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
-from minds_core.rollout import EpisodeSettings, close_quietly
+from minds_core.rl.rollout import EpisodeSettings, close_quietly
 from minds_core.run_directory import RunDirectory, default_run_name, secrets_not_given
 from minds_core.service import ServiceLifetime
 from minds_core.sinks import SinkSet
 
-log = get_logger("trainer")
+log = get_logger("session")
 
 
 @attrs.define

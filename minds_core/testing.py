@@ -116,7 +116,7 @@ def run_minds(
 
     ``quiet`` selects no metric sink (metrics.jsonl only, no progress bar) unless an override says otherwise.
     """
-    from minds_core.cli import main
+    from minds_core.cli.command import main
     from minds_core.run_directory import (
         CHECKPOINTS_FILE,
         METRICS_FILE,

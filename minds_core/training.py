@@ -1,4 +1,4 @@
-"""``train``: the entry point of every training run, RL (``rl_loop``) or supervised (``sft``) by ``trainer.mode``."""
+"""``train``: the entry point of every training run, RL (``rl.loop``) or supervised (``sft.loop``) by ``trainer.mode``."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ def train(config: RunConfig, resume_dir: Path | None = None, plugins: Plugins | 
     else:
         config = attrs.evolve(config, runs_dir=str(Path(config.runs_dir).absolute()))
     if config.trainer.mode == "sft":
-        from minds_core.sft import train_sft
+        from minds_core.sft.loop import train_sft
 
         return train_sft(config, plugins, resume_dir)
-    from minds_core.rl_loop import train_rl
+    from minds_core.rl.loop import train_rl
 
     return asyncio.run(train_rl(config, resume_dir, plugins))

@@ -66,7 +66,7 @@ def installed_plugin(tmp_path_factory: pytest.TempPathFactory, fixture_plugin_co
 
 @pytest.fixture
 def run_minds(installed_plugin: Callable[[str], Path], tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
-    """Run `python -m minds_core.cli ARGS` with the given fixture plugins importable."""
+    """Run `python -m minds_core.cli.command ARGS` with the given fixture plugins importable."""
 
     def run(args: Sequence[str], plugins: Sequence[str] = (), env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         paths = [str(installed_plugin(p)) for p in plugins]
@@ -74,7 +74,7 @@ def run_minds(installed_plugin: Callable[[str], Path], tmp_path: Path) -> Callab
         environ["PYTHONPATH"] = os.pathsep.join([*paths, environ.get("PYTHONPATH", "")]).strip(os.pathsep)
         environ.update(env or {})
         return subprocess.run(
-            [sys.executable, "-m", "minds_core.cli", *args],
+            [sys.executable, "-m", "minds_core.cli.command", *args],
             capture_output=True,
             text=True,
             cwd=tmp_path,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from minds_core.advantages import ESTIMATORS, direct, group_mean, group_norm, is_constant, kl_penalized, kl_terms, rloo
+from minds_core.rl.advantages import ESTIMATORS, direct, group_mean, group_norm, is_constant, kl_penalized, kl_terms, rloo
 
 
 def test_group_mean_centers():

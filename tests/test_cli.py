@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from minds_core import __version__
-from minds_core.cli import main
+from minds_core.cli.command import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +24,7 @@ def test_version(capsys):
 def test_help_and_plugins_do_not_import_torch():
     code = (
         "import sys\n"
-        "from minds_core.cli import main\n"
+        "from minds_core.cli.command import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "main(['plugins', '--json']); main(['envs', '--json'])\n"
         "heavy = sorted(m for m in ('torch', 'peft', 'transformers') if m in sys.modules)\n"
@@ -42,7 +42,7 @@ def test_no_command_prints_help_and_exits_2(capsys):
 @pytest.mark.slow
 def test_unknown_environment_is_a_usage_error_without_traceback(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "minds_core.cli", "--log-format", "json", "run", "--env", "nope", "--set", "trainer.loss_fn=ppo"],
+        [sys.executable, "-m", "minds_core.cli.command", "--log-format", "json", "run", "--env", "nope", "--set", "trainer.loss_fn=ppo"],
         capture_output=True, text=True, cwd=tmp_path,
     )
     assert result.returncode == 2

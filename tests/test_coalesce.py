@@ -7,7 +7,7 @@ import asyncio
 import tinker
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
-from minds_core.coalesce import GroupSampler
+from minds_core.rl.coalesce import GroupSampler
 
 
 class CountingSampler:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.config import DEFAULT_BASE_MODEL, dump_yaml, load_config
 from minds_core.config.secrets import REDACTED
 from minds_core.errors import ConfigError

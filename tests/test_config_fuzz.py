@@ -16,7 +16,7 @@ import attrs
 import pytest
 import yaml
 
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.config import RunConfig, build_config, load_config
 from minds_core.config.files import MAX_YAML_ALIASES, read_config_file
 from minds_core.config.schema import schema_fields, unwrap_optional

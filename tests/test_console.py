@@ -32,7 +32,7 @@ def piped(installed_plugin, tmp_path_factory: pytest.TempPathFactory):
         f"runs_dir={root}", "sampling.max_tokens=8", "trainer.group_size=4", "trainer.groups_per_batch=3",
         "trainer.learning_rate=1e-2", "metrics.rollouts_per_step=3", "metrics.sample_table_every=2",
     ]  # fmt: skip
-    argv = [sys.executable, "-m", "minds_core.cli", "run", "--env", "toy_char_share", "--steps", str(STEPS), "--name", "p"]
+    argv = [sys.executable, "-m", "minds_core.cli.command", "run", "--env", "toy_char_share", "--steps", str(STEPS), "--name", "p"]
     for assignment in sets:
         argv += ["--set", assignment]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=root, env=environ, timeout=300, check=False)
@@ -128,7 +128,7 @@ def _on_a_terminal(installed_plugin, tmp_path: Path, columns: int) -> str:
 
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     environ.update(PYTHONPATH=str(installed_plugin("toy_plugin")), COLUMNS=str(columns), TERM="xterm")
-    argv = [sys.executable, "-m", "minds_core.cli", "run", "--env", "toy_char_share", "--steps", "2", "--name", "t",
+    argv = [sys.executable, "-m", "minds_core.cli.command", "run", "--env", "toy_char_share", "--steps", "2", "--name", "t",
             "--set", f"runs_dir={tmp_path}", "--set", "sampling.max_tokens=8", "--set", "metrics.sample_table_every=1"]  # fmt: skip
     leader, follower = pty.openpty()
     process = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower, env=environ, cwd=tmp_path)

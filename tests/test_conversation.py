@@ -11,13 +11,12 @@ import tinker
 from minds_core import Context
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
 from minds_core.config import RolloutConfig
-from minds_core.conversation import Conversation, StopReason
-from minds_core.datums import build_datum
 from minds_core.envs.types import Task
 from minds_core.render import Renderer
-from minds_core.rollout import Dropped, EpisodeSettings, Group, run_group
-from minds_core.rollout_records import group_record
-
+from minds_core.rl.conversation import Conversation, StopReason
+from minds_core.rl.datums import rl_datum
+from minds_core.rl.rollout import Dropped, EpisodeSettings, Group, run_group
+from minds_core.rl.rollout_records import group_record
 from minds_toy_plugin import TwoTurnEnvironment
 
 
@@ -62,7 +61,7 @@ def test_two_turn_rollouts_mask_the_tool_reply_token_by_token(tmp_path):
         prompt_end = conv.sampled.index(True)
         assert conv.tokens[:prompt_end] == renderer.prompt_tokens(
             [{"role": "system", "content": "tools: lookup"}, {"role": "user", "content": "find x"}])
-        datum = build_datum(conv.tokens, conv.sampled, conv.logprobs, [1.0] * len(conv.tokens))
+        datum = rl_datum(conv.tokens, conv.sampled, conv.logprobs, [1.0] * len(conv.tokens))
         advantages = datum.loss_fn_inputs["advantages"].tolist()
         assert advantages == [1.0 if s else 0.0 for s in conv.sampled[1:]]
         assert datum.loss_fn_inputs["target_tokens"].tolist() == conv.tokens[1:]

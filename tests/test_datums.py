@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from minds_core.datums import build_datum
+from minds_core.rl.datums import rl_datum
 
 
 def _columns(datum):
@@ -22,7 +22,7 @@ def test_single_turn_shift_and_mask():
     tokens = [5, 6, 7, 8, 9]
     sampled = [False, False, False, True, True]
     logprobs = [0.0, 0.0, 0.0, -0.5, -0.25]
-    model_input, targets, lps, advs = _columns(build_datum(tokens, sampled, logprobs, [1.5] * 5))
+    model_input, targets, lps, advs = _columns(rl_datum(tokens, sampled, logprobs, [1.5] * 5))
     assert model_input == [5, 6, 7, 8]
     assert targets == [6, 7, 8, 9]
     assert lps == pytest.approx([0.0, 0.0, -0.5, -0.25])
@@ -34,7 +34,7 @@ def test_multi_turn_masks_each_sampled_turn_and_not_the_tool_output():
     tokens = [10, 11, 20, 21, 30, 31, 32, 40]
     sampled = [False, False, True, True, False, False, False, True]
     logprobs = [0.0, 0.0, -0.1, -0.2, 0.0, 0.0, 0.0, -0.4]
-    model_input, targets, lps, advs = _columns(build_datum(tokens, sampled, logprobs, [2.0] * 8))
+    model_input, targets, lps, advs = _columns(rl_datum(tokens, sampled, logprobs, [2.0] * 8))
     assert model_input == [10, 11, 20, 21, 30, 31, 32]
     assert targets == [11, 20, 21, 30, 31, 32, 40]
     assert lps == pytest.approx([0.0, -0.1, -0.2, 0.0, 0.0, 0.0, -0.4])
@@ -42,7 +42,7 @@ def test_multi_turn_masks_each_sampled_turn_and_not_the_tool_output():
 
 
 def test_per_token_advantages_are_kept_on_sampled_positions():
-    advs = _columns(build_datum([1, 2, 3], [False, True, True], [0.0, -1.0, -2.0], [9.0, 0.5, -0.5]))[3]
+    advs = _columns(rl_datum([1, 2, 3], [False, True, True], [0.0, -1.0, -2.0], [9.0, 0.5, -0.5]))[3]
     assert advs == pytest.approx([0.5, -0.5])
 
 
@@ -55,4 +55,4 @@ def test_per_token_advantages_are_kept_on_sampled_positions():
 )
 def test_bad_inputs(tokens, sampled, logprobs, advantages, message):
     with pytest.raises(ValueError, match=message):
-        build_datum(tokens, sampled, logprobs, advantages)
+        rl_datum(tokens, sampled, logprobs, advantages)

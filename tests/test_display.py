@@ -11,9 +11,9 @@ import pytest
 import tinker
 from transformers import AutoTokenizer
 
-from minds_core import adapter_cli
-from minds_core.chat import ChatModel, chat_loop
-from minds_core.cli import main
+from minds_core.checkpoints import commands as checkpoint_commands
+from minds_core.checkpoints.chat import ChatModel, chat_loop
+from minds_core.cli.command import main
 from minds_core.render import Renderer
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
@@ -51,7 +51,7 @@ def test_chat_shows_control_bytes(hostile_model: ChatModel) -> None:
 
 
 def test_sample_shows_control_bytes_and_json_keeps_the_text(hostile_model: ChatModel, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    monkeypatch.setattr(adapter_cli, "_chat_model", lambda args: contextlib.nullcontext((hostile_model, None)))
+    monkeypatch.setattr(checkpoint_commands, "_chat_model", lambda args: contextlib.nullcontext((hostile_model, None)))
     assert main(["sample", "runs/any", "--prompt", "hi"]) == 0
     assert capsys.readouterr().out == "ok␛[2J␇␛[H!\n"
     assert main(["sample", "runs/any", "--prompt", "hi", "--json"]) == 0

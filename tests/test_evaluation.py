@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from minds_core.checkpoints.evaluation import EvalPlan, evaluate
 from minds_core.config import load_config
 from minds_core.errors import ConfigError
-from minds_core.evaluation import EvalPlan, evaluate
 from minds_core.training import train
 
 FAST = ["sampling.max_tokens=6", "trainer.group_size=4", "trainer.groups_per_batch=2", "metrics.sinks=[]"]
@@ -102,7 +102,7 @@ def test_an_evaluation_repeats_exactly(plugins, tmp_path):
 
 @pytest.mark.parametrize("command", ["eval", "sample", "chat", "export"])
 def test_checkpoint_commands_have_help(command, capsys):
-    from minds_core.cli import main
+    from minds_core.cli.command import main
 
     with pytest.raises(SystemExit) as exit_info:
         main([command, "--help"])

@@ -9,10 +9,10 @@ import pytest
 
 from minds_core import GroupOrder, hookimpl
 from minds_core.config import load_config
+from minds_core.config.names import check_names
 from minds_core.errors import ConfigError
-from minds_core.local_executor import LocalExecutor
-from minds_core.names import check_names
 from minds_core.plugins import load_plugins
+from minds_core.rl.local_executor import LocalExecutor
 
 
 class RecordingExecutor(LocalExecutor):

@@ -23,21 +23,21 @@ import pytest
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
-import tinker  # noqa: E402
-import torch  # noqa: E402
-from peft import PeftModel  # noqa: E402
-from tinker import types  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+import tinker
+import torch
+from peft import PeftModel
+from tinker import types
+from transformers import AutoModelForCausalLM
 
-from minds_core.backends import LocalBackend  # noqa: E402
-from minds_core.backends.local import ServiceClient  # noqa: E402
-from minds_core.backends.tinker import TinkerBackend  # noqa: E402
-from minds_core.backends.local.tiny_model import DEFAULT_BASE_MODEL, tiny_model_path  # noqa: E402
-from minds_core.checkpoint_ref import resolve_checkpoint  # noqa: E402
-from minds_core.datums import build_datum  # noqa: E402
-from minds_core.errors import MindsError, UsageError  # noqa: E402
-from minds_core.export import export_checkpoint  # noqa: E402
-from minds_core.service import ServiceLifetime  # noqa: E402
+from minds_core.backends import LocalBackend
+from minds_core.backends.local import ServiceClient
+from minds_core.backends.local.tiny_model import DEFAULT_BASE_MODEL, tiny_model_path
+from minds_core.backends.tinker import TinkerBackend
+from minds_core.checkpoints.export import export_checkpoint
+from minds_core.checkpoints.reference import resolve_checkpoint
+from minds_core.errors import MindsError, UsageError
+from minds_core.rl.datums import rl_datum
+from minds_core.service import ServiceLifetime
 
 TOKENS = [5, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100]
 STATE = "tinker://run-hosted/weights/step-000003"
@@ -100,7 +100,7 @@ def trained(tmp_path_factory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("store")
     service = ServiceClient(checkpoint_root=root / "runs" / "_checkpoints")
     training = service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=1).result()
-    datum = build_datum(TOKENS, [i >= 6 for i in range(len(TOKENS))], [-5.0] * len(TOKENS), [1.0] * len(TOKENS))
+    datum = rl_datum(TOKENS, [i >= 6 for i in range(len(TOKENS))], [-5.0] * len(TOKENS), [1.0] * len(TOKENS))
     training.forward_backward([datum], "importance_sampling").result()
     training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     path = training.save_weights_for_sampler("s").result().path

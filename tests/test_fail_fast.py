@@ -64,7 +64,7 @@ def test_names_that_are_neither_a_directory_nor_a_hub_id_are_refused(empty_cache
 def _minds_in_process(args: list[str], tmp_path: Path, **environ: str) -> tuple[subprocess.CompletedProcess, float]:
     """``minds ARGS`` in a fresh interpreter that prints whether torch got imported; with its wall time."""
     code = (
-        "import sys\nfrom minds_core.cli import main\n"
+        "import sys\nfrom minds_core.cli.command import main\n"
         f"code = main({args!r})\n"
         "print('TORCH=' + str('torch' in sys.modules))\nsys.exit(code)\n"
     )

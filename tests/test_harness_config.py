@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from minds_core import logs
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.config import load_config
 from minds_core.config.harness import NO_EFFECT, RENAMED
 from minds_core.errors import ConfigError

@@ -162,7 +162,7 @@ def test_ctrl_c_while_the_service_does_not_answer_stops_at_once(installed_plugin
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     environ.update(_environ(), PYTHONPATH=str(installed_plugin("toy_plugin")))
     process = subprocess.Popen(
-        [sys.executable, "-m", "minds_core.cli", *RUN, "--set", f"tinker.base_url={url}"],
+        [sys.executable, "-m", "minds_core.cli.command", *RUN, "--set", f"tinker.base_url={url}"],
         cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

@@ -131,7 +131,7 @@ def _minds(installed_plugin, tmp_path: Path, *args: str) -> subprocess.Completed
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     environ["PYTHONPATH"] = str(installed_plugin("hostile_plugin"))
     return subprocess.run(
-        [sys.executable, "-m", "minds_core.cli", "--log-format", "json", "run", "--env", "hostile", "--backend", "local",
+        [sys.executable, "-m", "minds_core.cli.command", "--log-format", "json", "run", "--env", "hostile", "--backend", "local",
          "--name", "run", "--set", f"runs_dir={tmp_path}", *(f"--set={o}" for o in FAST[1:6]), *args],
         check=False, capture_output=True, text=True, cwd=tmp_path, env=environ, timeout=300,
     )  # fmt: skip

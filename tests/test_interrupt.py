@@ -30,7 +30,7 @@ def _start(installed_plugin, tmp_path: Path, args: list[str]) -> tuple[subproces
     env["PYTHONPATH"] = str(installed_plugin("toy_plugin"))
     log = tmp_path / "stderr.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "minds_core.cli", "--log-format", "json", "--log-level", "debug", "run", *args],
+        [sys.executable, "-m", "minds_core.cli.command", "--log-format", "json", "--log-level", "debug", "run", *args],
         cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=log.open("w"),
     )
     return proc, log

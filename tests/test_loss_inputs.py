@@ -6,13 +6,13 @@ import pytest
 
 from minds_core import CustomLoss
 from minds_core.config import load_config
-from minds_core.conversation import Conversation
-from minds_core.data_processing import ProcessingSettings, process_batch
-from minds_core.datums import BASE_INPUTS
 from minds_core.envs.types import Task
 from minds_core.errors import ConfigError
-from minds_core.losses import loss_inputs, sequence_mean_reinforce
-from minds_core.rollout import Group, Rollout
+from minds_core.rl.conversation import Conversation
+from minds_core.rl.data_processing import ProcessingSettings, process_batch
+from minds_core.rl.datums import BASE_INPUTS
+from minds_core.rl.losses import loss_inputs, sequence_mean_reinforce
+from minds_core.rl.rollout import Group, Rollout
 
 
 def _groups() -> list[Group]:

@@ -11,7 +11,7 @@ import pytest
 from minds_core import logs
 from minds_core.config import load_config
 from minds_core.errors import ConfigError
-from minds_core.lr_schedules import learning_rate
+from minds_core.rl.lr_schedules import learning_rate
 from minds_core.training import train
 
 

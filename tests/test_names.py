@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.plugins import load_plugins
 
 

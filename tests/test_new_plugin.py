@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.plugins import load_plugins
 
 FILES = [

@@ -241,7 +241,7 @@ def test_every_command_opens_and_closes_a_plugin_backend_through_the_door_and_it
         assert done.returncode == 0 and _closings(done.stderr) == ["success"], (args, done.stderr[-3000:])
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     environ["PYTHONPATH"] = os.pathsep.join(str(installed_plugin(p)) for p in plugins)
-    chatted = subprocess.run([sys.executable, "-m", "minds_core.cli", *log, "chat", "runs/w", "--max-tokens", "3"], input="hello\n/exit\n",
+    chatted = subprocess.run([sys.executable, "-m", "minds_core.cli.command", *log, "chat", "runs/w", "--max-tokens", "3"], input="hello\n/exit\n",
                              capture_output=True, text=True, cwd=tmp_path, env=environ, timeout=300, check=False)  # fmt: skip
     assert chatted.returncode == 0 and _closings(chatted.stderr) == ["success"], chatted.stderr[-3000:]
 
@@ -262,7 +262,7 @@ def test_ctrl_c_to_minds_sft_saves_and_minds_sft_resume_continues(run_minds, tmp
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     err = tmp_path / "stderr.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "minds_core.cli", "--log-format", "json", "--log-level", "debug", "sft", "--data", "chats.jsonl",
+        [sys.executable, "-m", "minds_core.cli.command", "--log-format", "json", "--log-level", "debug", "sft", "--data", "chats.jsonl",
          "--steps", "500", "--name", "s", "--set", "trainer.save_every=0", "--set", "sft.eval_fraction=0", "--set", "metrics.sinks=[]"],
         cwd=tmp_path, env=environ, stdout=subprocess.DEVNULL, stderr=err.open("w"),
     )  # fmt: skip

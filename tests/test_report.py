@@ -311,7 +311,7 @@ def test_a_report_of_a_run_while_it_trains_and_after_kill_9(installed_plugin, tm
 
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     environ["PYTHONPATH"] = str(installed_plugin("toy_plugin"))
-    argv = [sys.executable, "-m", "minds_core.cli", "run", "--env", "toy_char_share", "--steps", "500", "--name", "live",
+    argv = [sys.executable, "-m", "minds_core.cli.command", "run", "--env", "toy_char_share", "--steps", "500", "--name", "live",
             "--set", f"runs_dir={tmp_path}", "--set", "sampling.max_tokens=4", "--set", "trainer.group_size=2",
             "--set", "trainer.groups_per_batch=1", "--set", "metrics.sinks=[]"]  # fmt: skip
     process = subprocess.Popen(argv, env=environ, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

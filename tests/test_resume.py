@@ -37,7 +37,7 @@ def test_kill_9_mid_run_then_resume(run_minds, installed_plugin, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(site)}
     env = {k: v for k, v in env.items() if not k.startswith("MINDS_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "minds_core.cli", "--log-format", "json", "run", *ARGS, "--name", "killed"],
+        [sys.executable, "-m", "minds_core.cli.command", "--log-format", "json", "run", *ARGS, "--name", "killed"],
         cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     run = tmp_path / "runs" / "killed"

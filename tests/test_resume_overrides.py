@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.config import load_config
 from minds_core.run_directory import RESUMES_FILE, read_jsonl
 from minds_core.training import train

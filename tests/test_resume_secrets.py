@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.run_directory import read_jsonl
 
 SECRET, AGAIN = "sk-test-secret-4242", "sk-given-again-7373"

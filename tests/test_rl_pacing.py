@@ -10,7 +10,7 @@ import pytest
 
 from minds_core.config import TrainerConfig
 from minds_core.interrupt import StopOnSignal
-from minds_core.rl_pacing import BatchesAhead, Cadence, Save, StepTimer
+from minds_core.rl.pacing import BatchesAhead, Cadence, Save, StepTimer
 
 
 def test_cadence_evaluates_every_n_steps_and_at_the_last() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.config import load_config
 from minds_core.errors import UsageError
 from minds_core.run_directory import RunDirectory, default_run_name
@@ -87,7 +87,7 @@ def test_racing_runs_and_a_default_named_sweep_never_share_a_folder(installed_pl
     """Two `minds run --name same` at once: one exits 0, one exits 2; two default-named runs at once: two folders."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     env["PYTHONPATH"] = str(installed_plugin("toy_plugin"))
-    base = [sys.executable, "-m", "minds_core.cli", "--log-format", "json", "run", "--env", "toy_char_share",
+    base = [sys.executable, "-m", "minds_core.cli.command", "--log-format", "json", "run", "--env", "toy_char_share",
             "--steps", "2", *TINY]
     commands = [
         [*base, "--name", "same", "--set", "trainer.learning_rate=0.001"],

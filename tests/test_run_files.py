@@ -25,11 +25,11 @@ from safetensors.torch import load_file, save_file
 
 import minds_core.backends.local.checkpoints as checkpoint_files
 from minds_core import hookimpl
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.config import load_config
 from minds_core.errors import MindsError, UsageError
-from minds_core.losses import CustomLoss
 from minds_core.plugins import load_plugins
+from minds_core.rl.losses import CustomLoss
 from minds_core.run_directory import (
     CHECKPOINTS_FILE,
     LOCK_FILE,
@@ -178,10 +178,10 @@ def test_any_other_os_error_is_one_line_without_a_traceback(tmp_path, capsys):
 
 FULL_FS_SCRIPT = """
 mount -t tmpfs -o size=900k tmpfs fs || exit 99
-"$PY" -m minds_core.cli run $ARGS --steps 8 --name r --set runs_dir=fs/runs > first.out 2> first.err; echo $? > first.rc
+"$PY" -m minds_core.cli.command run $ARGS --steps 8 --name r --set runs_dir=fs/runs > first.out 2> first.err; echo $? > first.rc
 cp -r fs/runs after_first
 mount -o remount,size=64m fs
-"$PY" -m minds_core.cli run --resume fs/runs/r > second.out 2> second.err; echo $? > second.rc
+"$PY" -m minds_core.cli.command run --resume fs/runs/r > second.out 2> second.err; echo $? > second.rc
 cp -r fs/runs after_second
 """
 
@@ -255,10 +255,10 @@ def test_a_log_file_that_cannot_be_written_is_dropped_without_ending_the_run(cap
 
 READ_ONLY_SCRIPT = """
 mount -t tmpfs -o size=64m tmpfs fs || exit 99
-"$PY" -m minds_core.cli run $ARGS --steps 1 --name r --set runs_dir=fs/runs > first.out 2> first.err; echo $? > first.rc
+"$PY" -m minds_core.cli.command run $ARGS --steps 1 --name r --set runs_dir=fs/runs > first.out 2> first.err; echo $? > first.rc
 cp -r fs/runs before
 mount -o remount,ro fs
-"$PY" -m minds_core.cli run --resume fs/runs/r --steps 2 > second.out 2> second.err; echo $? > second.rc
+"$PY" -m minds_core.cli.command run --resume fs/runs/r --steps 2 > second.out 2> second.err; echo $? > second.rc
 cp -r fs/runs after
 """
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.config import load_config
 from minds_core.errors import UsageError
 from minds_core.run_directory import LOCK_FILE, RunDirectory, RunLock
@@ -84,7 +84,7 @@ def test_two_concurrent_resumes_one_trains_the_other_exits_2_naming_it(run_minds
     run = tmp_path / "runs" / "r"
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     environ["PYTHONPATH"] = str(installed_plugin("toy_plugin"))
-    resume = [sys.executable, "-m", "minds_core.cli", "run", "--resume", str(run), "--set", "trainer.steps=2000"]
+    resume = [sys.executable, "-m", "minds_core.cli.command", "run", "--resume", str(run), "--set", "trainer.steps=2000"]
     procs = [
         subprocess.Popen(resume, cwd=tmp_path, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         for _ in range(2)

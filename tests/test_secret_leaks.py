@@ -38,7 +38,7 @@ def test_a_run_whose_plugin_echoes_secrets_writes_and_prints_none(installed_plug
             "metrics.wandb_project=minds-test", "sampling.max_tokens=4", "trainer.group_size=2", "trainer.groups_per_batch=1",
             "trainer.steps=1", f"runs_dir={tmp_path / 'runs'}"]  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-m", "minds_core.cli", "run", "--env", "hostile", "--backend", "local", "--name", "run",
+        [sys.executable, "-m", "minds_core.cli.command", "run", "--env", "hostile", "--backend", "local", "--name", "run",
          *(arg for s in sets for arg in ("--set", s))],
         check=False, capture_output=True, text=True, cwd=tmp_path, env=environ, timeout=300,
     )  # fmt: skip

@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from minds_core import arg, at_least, env_args
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.config import load_config
 from minds_core.config.masking import MaskedStream, mask, mask_data, remember
 from minds_core.config.secrets import REDACTED, is_secret_key, redact, secret_values

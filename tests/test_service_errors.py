@@ -17,6 +17,7 @@ import httpx
 import pytest
 import tinker
 
+import minds_toy_plugin  # importable through tests/conftest.py
 from minds_core import hookimpl, logs
 from minds_core.backends import create_local_service
 from minds_core.backends.retry import Backoff, ServiceCallError, call_service, is_transient
@@ -24,8 +25,6 @@ from minds_core.config import load_config
 from minds_core.plugins import load_plugins
 from minds_core.run_directory import resume_config_path
 from minds_core.training import train
-
-import minds_toy_plugin  # importable through tests/conftest.py
 
 FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[]",
         "env.id=toy_char_share", "backend=flaky", "trainer.save_every=1", "name=run"]  # fmt: skip

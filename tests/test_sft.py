@@ -11,13 +11,14 @@ import tinker
 import yaml
 from transformers import AutoTokenizer
 
-from minds_core import Rubric, SingleTurnEnvironment, Task, cli, hookimpl, logs
+from minds_core import Rubric, SingleTurnEnvironment, Task, hookimpl, logs
 from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.cli import command as cli
 from minds_core.config import load_config
 from minds_core.errors import ConfigError
 from minds_core.plugins import load_plugins
 from minds_core.render import Renderer
-from minds_core.sft import build_datum, mean_nll, read_conversations, tokenize
+from minds_core.sft.loop import mean_nll, read_conversations, sft_datum, tokenize
 from minds_core.training import train
 
 WORDS = ["cat", "dog", "sun", "map", "cup", "pen", "box", "hat", "bus", "egg", "fig", "jar"]
@@ -64,7 +65,7 @@ def test_only_the_assistants_tokens_are_weighted(renderer):
 
 
 def test_mean_nll_is_the_weighted_negative_log_likelihood_in_float64():
-    datum = build_datum([5, 6, 7, 8], [0.0, 0.0, 1.0, 1.0])  # targets 6, 7, 8 with weights 0, 1, 1
+    datum = sft_datum([5, 6, 7, 8], [0.0, 0.0, 1.0, 1.0])  # targets 6, 7, 8 with weights 0, 1, 1
     output = tinker.types.ForwardBackwardOutput(
         loss_fn_output_type="ArrayRecord",
         loss_fn_outputs=[{"logprobs": tinker.TensorData(data=[-9.0, -0.5, -1.5], dtype="float32", shape=[3])}],

@@ -92,7 +92,7 @@ class LocalBackend:
 
     def export_adapter(self, config: RunConfig, service: Any, checkpoint: str, out_dir: Path) -> str:
         """The adapter of ``checkpoint``, read from the local store (the service is not needed)."""
-        from minds_core.export import export_local
+        from minds_core.checkpoints.export import export_local
 
         return export_local(config, checkpoint, out_dir)
 
@@ -102,7 +102,7 @@ def create_local_service(config: RunConfig, run_dir: Path) -> Any:
     try:
         from minds_core.backends.local import LocalBadRequestError, create_service_client
     except ImportError as exc:
-        from minds_core.installing import pip_install
+        from minds_core.cli.installing import pip_install
 
         raise UsageError(f"the local backend needs torch and peft: {pip_install(extras='local')} ({exc})") from None
     try:

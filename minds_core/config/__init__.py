@@ -4,7 +4,8 @@ The modules: ``schema`` (the attrs classes), ``files`` (TOML/YAML in, YAML
 out), ``overrides`` (``--set``), ``harness`` (the seed harness's key names),
 ``secrets`` (which keys hold secrets, redaction), ``masking`` (known secret
 values masked in all output), ``converter`` (strict types)
-and ``loading`` (all of it together, every problem reported at once). This
+``presets`` (named recipes), ``names`` (the names a config refers to, checked against the
+registry) and ``loading`` (all of it together, every problem reported at once). This
 package re-exports what the rest of minds reads a configuration with.
 """
 

@@ -14,11 +14,11 @@ from minds_core.config.files import read_config_file
 from minds_core.config.harness import apply_harness_keys
 from minds_core.config.masking import seal
 from minds_core.config.overrides import apply_override
+from minds_core.config.presets import apply_preset
 from minds_core.config.rules import field_rule, problem
 from minds_core.config.schema import MAX_ROLLOUTS_PER_STEP, RunConfig, schema_fields, unwrap_optional
 from minds_core.config.secrets import shown_value, without_redacted
 from minds_core.errors import ConfigError, did_you_mean
-from minds_core.presets import apply_preset
 
 
 def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:

@@ -12,10 +12,10 @@ from typing import Any
 
 import attrs
 
-from minds_core.aggregation import AGGREGATIONS
+from minds_core.config.presets import PRESETS
 from minds_core.config.rules import Rule, arg, each_value, one_of, optional_of, within
-from minds_core.lr_schedules import LR_SCHEDULES
-from minds_core.presets import PRESETS
+from minds_core.rl.loss_aggregation import AGGREGATIONS
+from minds_core.rl.lr_schedules import LR_SCHEDULES
 
 DEFAULT_BASE_MODEL = "minds-tiny"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.envs.types import Context
 
 HERE = Path(__file__).resolve().parent

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.envs.loose import LooseEnvironment, load_loose_environment
 from minds_core.errors import ConfigError
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from minds_core.cli import main
+from minds_core.cli.command import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

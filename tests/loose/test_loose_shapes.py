@@ -19,7 +19,7 @@ from minds_core.envs.rubric import INVALID_PARTS_METRIC
 from minds_core.envs.types import Context
 from minds_core.errors import ConfigError
 from minds_core.render import Renderer
-from minds_core.rollout import EpisodeSettings, run_rollout
+from minds_core.rl.rollout import EpisodeSettings, run_rollout
 
 
 async def test_drawn_prompts_are_shared_by_a_task_and_state_is_per_rollout(loose_dir: Path, ctx: Context) -> None:

@@ -55,7 +55,7 @@ def start_server(
             resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "minds_core.cli", "serve", "--port", "0", "--checkpoint-root", str(tmp_path / "ckpt"), *extra],
+        [sys.executable, "-m", "minds_core.cli.command", "serve", "--port", "0", "--checkpoint-root", str(tmp_path / "ckpt"), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -99,7 +99,7 @@ def test_sigterm_stops_the_server_cleanly_while_a_client_waits(tmp_path: Path) -
 
 def test_bad_arguments_exit_2_without_a_traceback(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "minds_core.cli", "serve", "--port", "0", "--model", "no-such-model-dir"],
+        [sys.executable, "-m", "minds_core.cli.command", "serve", "--port", "0", "--model", "no-such-model-dir"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},  # no network here
     )

@@ -80,7 +80,7 @@ def test_sample_chat_and_export_work_on_a_run_trained_through_the_server(served:
 
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")} | env
     chatted = subprocess.run(
-        [sys.executable, "-m", "minds_core.cli", "chat", str(run), "--max-tokens", "4", "--seed", "1"],
+        [sys.executable, "-m", "minds_core.cli.command", "chat", str(run), "--max-tokens", "4", "--seed", "1"],
         input="hello\n/exit\n", capture_output=True, text=True, cwd=tmp_path, env=environ, timeout=300, check=False,
     )  # fmt: skip
     assert chatted.returncode == 0, chatted.stderr[-4000:]

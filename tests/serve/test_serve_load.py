@@ -128,7 +128,7 @@ def test_sigterm_while_samples_run_stops_the_server_promptly(tmp_path: Path) -> 
 def test_off_loopback_without_a_key_it_refuses_to_start(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if key != "MINDS_SERVE_API_KEY"}
     done = subprocess.run(
-        [sys.executable, "-m", "minds_core.cli", "serve", "--host", "0.0.0.0", "--port", "0"],
+        [sys.executable, "-m", "minds_core.cli.command", "serve", "--host", "0.0.0.0", "--port", "0"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env, check=False,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr

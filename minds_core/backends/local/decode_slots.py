@@ -11,7 +11,7 @@ so a batch replays a handful of graphs. Nothing here syncs with the host but
 
 One ``DecodeSlots`` serves one model (``for_model``), across the samplers that
 use it in turn: samplers of successive snapshots of an adapter reuse the same
-pooled module tree (``merged``), and so the same buffers and graphs.
+pooled module tree (``adapted_models``), and so the same buffers and graphs.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from .cache_argument import cache_argument
 from .cuda_graphs import StepGraphs
 from .device_sampling import Draws, RowSettings
 from .fast_decode import FastDecoder
-from .kv_cache import cache_argument
 from .kv_slots import KVSlots
 
 __all__ = ["DecodeSlots", "Kinds"]
@@ -92,7 +92,7 @@ class DecodeSlots:
             return slots
 
     def refresh(self) -> None:
-        """Take up the adapter weights now loaded into the model (a new sampler of a pooled tree: ``merged``)."""
+        """Take up the adapter weights now loaded into the model (a new sampler of a pooled tree: ``adapted_models``)."""
         if self._fast is not None and self._fast.adapted:
             with self.lock:
                 self._fast.refresh()

@@ -33,9 +33,9 @@ from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 from torch import nn
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
+from .cache_argument import cache_argument, returned_cache
 from .decode_slots import DecodeSlots, Kinds
 from .device_sampling import RowSettings, row_key
-from .kv_cache import cache_argument, returned_cache
 from .models import target_logprobs
 from .prompt_targets import PromptTargets
 

@@ -8,7 +8,7 @@ copy), without transformers' per-module overhead, and with no value that
 changes per step outside a tensor: positions come from the slots' device
 tensor, rotary angles from a table built once. So the step can be captured as
 a CUDA graph (``cuda_graphs``). A peft model with unmerged LoRA layers (a
-sampler whose placement keeps adapters unmerged, see ``merged``) decodes the same way, each adapted
+sampler whose placement keeps adapters unmerged, see ``adapted_models``) decodes the same way, each adapted
 layer adding its LoRA term as peft computes it: in the adapter's dtype, cast
 back to the layer's. Layers that read one input (q/k/v; gate/up) run their
 LoRA terms together: their ``A`` factors stacked, their ``B`` factors (times

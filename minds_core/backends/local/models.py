@@ -14,8 +14,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from minds_core.backends.model_source import check_model_source
 from minds_core.errors import ConfigError
 
+from .adapted_models import AdaptedModels
 from .errors import LocalNotFoundError
-from .merged import MergedModels
 from .packed_attention import ATTENTION
 from .placement import Placement
 from .tiny_model import DEFAULT_BASE_MODEL, tiny_model_path
@@ -51,9 +51,9 @@ class BaseModel:
         return frozenset(i for i in ids if i is not None)
 
     @cached_property
-    def merged(self) -> MergedModels:
+    def adapted(self) -> AdaptedModels:
         """The pool of module trees that samplers of adapters on this model decode with."""
-        return MergedModels(self.model, self.placement.merge_adapters)
+        return AdaptedModels(self.model, self.placement.merge_adapters)
 
     @property
     def arch(self) -> str:

@@ -30,9 +30,9 @@ from torch import nn
 from torch.nn.attention.flex_attention import BlockMask
 from transformers import DynamicCache
 
+from .cache_argument import cache_argument, returned_cache
 from .head_logprobs import OutputHead
 from .inputs import DatumTensors
-from .kv_cache import cache_argument, returned_cache
 from .losses import DATUM_INDEX
 from .packed_attention import ATTENTION, block_mask
 from .packing import Group, MicroBatch, PrefixPass, Wave, plan_waves

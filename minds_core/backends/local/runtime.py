@@ -10,7 +10,7 @@ from .futures import RequestQueue
 from .models import BaseModelRegistry
 from .placement import Placement
 from .sampling_client import SamplingClient
-from .sampling_engine import Sampler
+from .sampling_engine import SamplingEngine
 
 __all__ = ["Runtime"]
 
@@ -33,7 +33,7 @@ class Runtime:
         """A client sampling the adapter saved at tinker ``path``."""
         checkpoint = self.store.load(path, with_optimizer=False)
         base = self.models.get(checkpoint.base_model)
-        return SamplingClient(Sampler.for_adapter(base, checkpoint.lora, checkpoint.adapter), queue)
+        return SamplingClient(SamplingEngine.for_adapter(base, checkpoint.lora, checkpoint.adapter), queue)
 
     def close(self) -> None:
         """Stop accepting requests on every client's worker (queued ones still run)."""

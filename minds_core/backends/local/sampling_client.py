@@ -1,4 +1,4 @@
-"""``SamplingClient``: the SDK's sampling API over a local ``Sampler`` snapshot."""
+"""``SamplingClient``: the SDK's sampling API over a local ``SamplingEngine`` snapshot."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .errors import LocalBadRequestError
 from .futures import RequestQueue, failed_future
 from .inputs import model_input_tokens
 from .prompt_targets import check_target_tensor
-from .sampling_engine import Sampler
+from .sampling_engine import SamplingEngine
 
 __all__ = ["SamplingClient"]
 
@@ -27,7 +27,7 @@ class SamplingClient:
     (``await`` it or call ``.result()``).
     """
 
-    def __init__(self, sampler: Sampler, queue: RequestQueue) -> None:
+    def __init__(self, sampler: SamplingEngine, queue: RequestQueue) -> None:
         self._sampler = sampler
         self._queue = queue
 

@@ -23,10 +23,10 @@ from .lora import AdapterState, LoraSpec
 from .models import BaseModel
 from .prompt_targets import PromptTargets
 
-__all__ = ["Sampler"]
+__all__ = ["SamplingEngine"]
 
 
-class Sampler:
+class SamplingEngine:
     """Samples from one fixed model (a base model, or a snapshot of an adapter merged into it)."""
 
     def __init__(self, base: BaseModel, model: nn.Module) -> None:
@@ -36,20 +36,20 @@ class Sampler:
         self._batch = DecodeBatch(model, base.tokenizer, placement.tokens_per_micro_batch, placement.decode_rows)
 
     @classmethod
-    def for_base(cls, base: BaseModel) -> Sampler:
+    def for_base(cls, base: BaseModel) -> SamplingEngine:
         """A sampler of the bare base model."""
         return cls(base, base.model)
 
     @classmethod
-    def for_adapter(cls, base: BaseModel, spec: LoraSpec, adapter: AdapterState) -> Sampler:
+    def for_adapter(cls, base: BaseModel, spec: LoraSpec, adapter: AdapterState) -> SamplingEngine:
         """A sampler of ``base`` with ``adapter``, merged into its own copy of the adapted weights
-        (unmerged, in float32, where the placement does not merge adapters; see ``merged``).
+        (unmerged, in float32, where the placement does not merge adapters; see ``adapted_models``).
 
-        The model comes from (and, once the sampler is garbage-collected, returns to) ``base.merged``.
+        The model comes from (and, once the sampler is garbage-collected, returns to) ``base.adapted``.
         """
-        model, key = base.merged.acquire(spec, adapter)
+        model, key = base.adapted.acquire(spec, adapter)
         sampler = cls(base, model)
-        weakref.finalize(sampler, base.merged.release, key, model)
+        weakref.finalize(sampler, base.adapted.release, key, model)
         return sampler
 
     @property

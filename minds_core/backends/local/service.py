@@ -32,9 +32,9 @@ from .placement import resolve_placement
 from .rest import RestClient
 from .runtime import Runtime
 from .sampling_client import SamplingClient
-from .sampling_engine import Sampler
+from .sampling_engine import SamplingEngine
 from .training_client import TrainingClient
-from .training_engine import LoraTrainer
+from .training_engine import TrainingEngine
 
 __all__ = ["ServiceClient", "create_service_client"]
 
@@ -103,9 +103,9 @@ class ServiceClient:
         spec = LoraSpec(rank=rank, train_mlp=train_mlp, train_attn=train_attn, train_unembed=train_unembed)
         lora_seed = seed if seed is not None else secrets.randbits(63)
 
-        def build() -> LoraTrainer:
+        def build() -> TrainingEngine:
             _check_optimizer(optimizer)
-            return LoraTrainer(self._runtime.models.get(base_model), spec, lora_seed)
+            return TrainingEngine(self._runtime.models.get(base_model), spec, lora_seed)
 
         return BackcompatTrainingClientFuture(TrainingClient(self._runtime, _new_run_id())._start(build, user_metadata))
 
@@ -147,7 +147,7 @@ class ServiceClient:
                 queue.submit(lambda: self._runtime.sampling_client_from_path(model_path, queue))
             )
         return BackcompatSamplingClientFuture(
-            queue.submit(lambda: SamplingClient(Sampler.for_base(self._runtime.models.get(base_model)), queue))
+            queue.submit(lambda: SamplingClient(SamplingEngine.for_base(self._runtime.models.get(base_model)), queue))
         )
 
     def create_rest_client(self) -> RestClient:
@@ -210,11 +210,11 @@ class ServiceClient:
     ) -> BackcompatTrainingClientFuture:
         self._check_open()
 
-        def build() -> LoraTrainer:
+        def build() -> TrainingEngine:
             _check_optimizer(optimizer)
             checkpoint = self._runtime.store.load(path, with_optimizer=with_optimizer)
             base = self._runtime.models.get(base_model or checkpoint.base_model)
-            trainer = LoraTrainer(base, checkpoint.lora, seed=0)
+            trainer = TrainingEngine(base, checkpoint.lora, seed=0)
             trainer.load_state(checkpoint.adapter, checkpoint.optimizer)
             return trainer
 

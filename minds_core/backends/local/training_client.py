@@ -1,4 +1,4 @@
-"""``TrainingClient``: the SDK's training API over a local ``LoraTrainer``."""
+"""``TrainingClient``: the SDK's training API over a local ``TrainingEngine``."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from .futures import failed_future
 from .inputs import DatumTensors, submitted_datum
 from .runtime import Runtime
 from .sampling_client import SamplingClient
-from .sampling_engine import Sampler
-from .training_engine import CustomLossFn, LoraTrainer
+from .sampling_engine import SamplingEngine
+from .training_engine import CustomLossFn, TrainingEngine
 
 __all__ = ["TrainingClient"]
 
@@ -49,11 +49,11 @@ class TrainingClient:
         self._runtime = runtime
         self._queue = runtime.queue(f"minds-train-{run_id}")
         self.model_id = run_id
-        self._trainer: LoraTrainer
+        self._trainer: TrainingEngine
         self._failure: BaseException | None = None  # the failed custom-loss request's error
 
     def _start(
-        self, build: Callable[[], LoraTrainer], user_metadata: Mapping[str, str] | None = None
+        self, build: Callable[[], TrainingEngine], user_metadata: Mapping[str, str] | None = None
     ) -> APIFuture[TrainingClient]:
         """Build the trainer on the worker; the future of this client, ready to use.
 
@@ -253,7 +253,7 @@ class TrainingClient:
 
         def run() -> SamplingClient:
             trainer = self._trainer
-            sampler = Sampler.for_adapter(trainer.base, trainer.spec, trainer.adapter_state())
+            sampler = SamplingEngine.for_adapter(trainer.base, trainer.spec, trainer.adapter_state())
             return SamplingClient(sampler, self._runtime.queue(f"minds-sample-{self.model_id}"))
 
         return BackcompatSamplingClientFuture(self._in_turn(run))

@@ -18,7 +18,7 @@ from .losses import get_loss, resolve_config
 from .models import BaseModel
 from .passes import LossPasses
 
-__all__ = ["CustomLossFn", "LoraTrainer", "OptimizerState"]
+__all__ = ["CustomLossFn", "TrainingEngine", "OptimizerState"]
 
 CustomLossFn = Callable[[list[types.Datum], list[torch.Tensor]], tuple[torch.Tensor, Mapping[str, Any]]]
 """``fn(data, logprobs_list) -> (loss, metrics)``, as ``TrainingClient.forward_backward_custom`` takes it."""
@@ -29,7 +29,7 @@ OptimizerState = dict[str, torch.Tensor]
 _STATE_SEPARATOR = "::"
 
 
-class LoraTrainer:
+class TrainingEngine:
     """Forward/backward passes with gradient accumulation, and AdamW steps, for one adapter."""
 
     def __init__(self, base: BaseModel, spec: LoraSpec, seed: int) -> None:

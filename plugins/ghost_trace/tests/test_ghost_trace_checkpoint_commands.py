@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from minds_core.backends.local import ServiceClient
 from minds_core.backends.local.tiny_model import tiny_model_path
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.report.page import printable
 from minds_core.testing import run_minds
 from minds_ghost_trace.environment import REWARD_NAME, split_words
@@ -148,7 +148,7 @@ def test_bad_checkpoints_are_usage_errors(trained, tmp_path, capsys):
 
 def _cli(args: list[str], stdin: str = "") -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
-    return subprocess.run([sys.executable, "-m", "minds_core.cli", *args], input=stdin, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "minds_core.cli.command", *args], input=stdin, capture_output=True,
                           text=True, encoding="utf-8", timeout=300, env=env)  # fmt: skip
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from minds_core.cli import main
+from minds_core.cli.command import main
 
 DISTRIBUTION = "minds-plugin-ghost-trace"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minds_core.cli import main
+from minds_core.cli.command import main
 from minds_core.envs.types import Context
 from minds_core.errors import ConfigError, UsageError
 from minds_openreward.environment import choose, load_environment

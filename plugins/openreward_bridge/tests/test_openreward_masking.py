@@ -15,10 +15,10 @@ import tinker
 from tinker import types
 
 from minds_core.config import RolloutConfig
-from minds_core.datums import build_datum
 from minds_core.envs.types import Context
 from minds_core.render import Renderer
-from minds_core.rollout import EpisodeSettings, run_group
+from minds_core.rl.datums import rl_datum
+from minds_core.rl.rollout import EpisodeSettings, run_group
 from minds_openreward.environment import load_environment
 
 local = pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
@@ -120,7 +120,7 @@ async def test_tool_outputs_are_masked_and_sampled_turns_are_exact(ors_server, t
         reply = range(len(before) + len(first), len(second_prefix))
         assert not any(conv.sampled[i] for i in reply)
         assert LOOK_OUTPUT in tokenizer.decode([conv.tokens[i] for i in reply])
-        datum = build_datum(conv.tokens, conv.sampled, conv.logprobs, [1.0] * len(conv.tokens))
+        datum = rl_datum(conv.tokens, conv.sampled, conv.logprobs, [1.0] * len(conv.tokens))
         advantages = datum.loss_fn_inputs["advantages"].data
         assert [i for i, a in enumerate(advantages) if a] == [i - 1 for i, s in enumerate(conv.sampled) if s]
     assert unused == []

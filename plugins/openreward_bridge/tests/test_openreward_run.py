@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from minds_core import strip_think
-from minds_core.schedule import DataSchedule
+from minds_core.rl.data_order import DataOrder
 from minds_core.testing import run_minds
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
@@ -55,7 +55,7 @@ args = {{ name = "maze", base_url = "{url}", nonterminal_reward = -0.5, reward_r
 def test_minds_run_trains_on_several_openreward_environments(ors_server, tmp_path: Path) -> None:
     config = tmp_path / "openreward.toml"
     config.write_text(CONFIG.format(seed=SEED, url=ors_server.url))
-    schedule = DataSchedule(SEED, [1.0, 1.0, 1.0], [4, 2, 2], 3)
+    schedule = DataOrder(SEED, [1.0, 1.0, 1.0], [4, 2, 2], 3)
     assert [sorted(env for env, _ in schedule.batch(step)) for step in range(2)] == [[0, 1, 2], [0, 1, 2]]
 
     run = run_minds(str(config), runs_dir=tmp_path)

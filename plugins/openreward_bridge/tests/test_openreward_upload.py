@@ -16,7 +16,7 @@ from minds_core.config import RolloutConfig
 from minds_core.envs.types import Context
 from minds_core.errors import ConfigError, UsageError
 from minds_core.render import Renderer
-from minds_core.rollout import EpisodeSettings, Group, run_group
+from minds_core.rl.rollout import EpisodeSettings, Group, run_group
 from minds_openreward.environment import OpenRewardEnvironment, load_environment
 from minds_openreward.local_server import serve_app
 from minds_openreward.settings import parse_settings

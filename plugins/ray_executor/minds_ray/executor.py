@@ -85,7 +85,8 @@ class RayExecutor:
                 ray.shutdown()
             raise
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        log.info("ray cluster", address=cfg.ray.address or "local", nodes=len(nodes), cpus=ray.cluster_resources().get("CPU", 0), sampler=endpoint.url or "hosted")
+        cpus = ray.cluster_resources().get("CPU", 0)
+        log.info("ray cluster", address=cfg.ray.address or "local", nodes=len(nodes), cpus=cpus, sampler=endpoint.url or "hosted")
         return cls(session, endpoint, server, key, owns_ray)
 
     def _task(self) -> Any:

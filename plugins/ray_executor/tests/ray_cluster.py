@@ -38,7 +38,7 @@ class LocalCluster:
 
     def _start(self, name: str, *args: str) -> None:
         env = {**os.environ, **HEALTH, **AUTH, "MINDS_TEST_NODE": name}
-        log = open(Path(self.temp) / f"{name}.log", "w")  # noqa: SIM115 - the node's output, open while it runs
+        log = open(Path(self.temp) / f"{name}.log", "w")
         self.nodes[name] = subprocess.Popen(
             [RAY, "start", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats", *args],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -4,10 +4,10 @@ versions, and secrets in an environment's args, which would travel in every task
 from __future__ import annotations
 
 import pytest
-from minds_ray.order import WorkerRefused, check_versions, installed_versions
 from ray_cluster import ENV
 
 from minds_core.testing import run_minds
+from minds_ray.order import WorkerRefused, check_versions, installed_versions
 
 
 def test_a_worker_with_other_minds_versions_is_refused_naming_both() -> None:

@@ -100,7 +100,7 @@ def test_a_resume_after_the_driver_was_killed_continues_with_the_same_data_order
         driver.wait()
     done = len(metrics.read_text().splitlines())
     assert 1 <= done < 3
-    from minds_core.cli import main
+    from minds_core.cli.command import main
 
     assert main(["run", "--resume", str(tmp_path / "killed"), "--set", "metrics.sinks=[]"]) in (0, 1)
     resumed = [json.loads(line) for line in (tmp_path / "killed" / "rollouts.jsonl").read_text().splitlines()]

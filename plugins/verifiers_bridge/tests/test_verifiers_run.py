@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minds_core.cli import main
+from minds_core.cli.command import main
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 

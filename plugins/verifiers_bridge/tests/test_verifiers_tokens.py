@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 import tinker
 
-from minds_core.conversation import Conversation
-from minds_core.datums import build_datum
 from minds_core.envs.types import Context
 from minds_core.render import Renderer
-from minds_core.rollout import play_episode
+from minds_core.rl.conversation import Conversation
+from minds_core.rl.datums import rl_datum
+from minds_core.rl.rollout import play_episode
 from minds_verifiers import load_environment
 from minds_verifiers.messages import native_tool, plain_messages
 
@@ -65,7 +65,7 @@ def _assert_trained_on_what_was_sampled(conversation: Conversation, state: Any, 
         assert step["tokens"]["prompt_ids"] == prompt
         assert step["tokens"]["completion_logprobs"] == list(sequence.logprobs)
 
-    datum = build_datum(conversation.tokens, conversation.sampled, conversation.logprobs, [1.0] * len(conversation.tokens))
+    datum = rl_datum(conversation.tokens, conversation.sampled, conversation.logprobs, [1.0] * len(conversation.tokens))
     targets = datum.loss_fn_inputs["target_tokens"].data
     advantages = datum.loss_fn_inputs["advantages"].data
     assert datum.model_input.to_ints() == conversation.tokens[:-1] and targets == conversation.tokens[1:]

@@ -16,9 +16,9 @@ from minds_core.backends.local import (
     ServiceClient,
     TrainingClient,
 )
+from minds_core.backends.local.cache_argument import cache_argument, returned_cache
 from minds_core.backends.local.decode_slots import DecodeSlots
 from minds_core.backends.local.device_sampling import RowSettings, row_key
-from minds_core.backends.local.kv_cache import cache_argument, returned_cache
 
 from .test_cuda import assert_close_logprobs, gpu_service  # noqa: F401 - gpu_service: a fixture used here
 

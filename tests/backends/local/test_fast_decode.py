@@ -19,14 +19,14 @@ from transformers import (
 )
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local.cache_argument import cache_argument, returned_cache
 from minds_core.backends.local.decode_slots import _ModelForward
 from minds_core.backends.local.fast_decode import FastDecoder
-from minds_core.backends.local.kv_cache import cache_argument, returned_cache
 from minds_core.backends.local.kv_slots import KVSlots
 from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
 from minds_core.backends.local.models import BaseModelRegistry
 from minds_core.backends.local.placement import Placement
-from minds_core.backends.local.sampling_engine import Sampler
+from minds_core.backends.local.sampling_engine import SamplingEngine
 from minds_core.backends.local.tiny_model import _tokenizer
 
 SIZES = {
@@ -184,7 +184,7 @@ def test_a_pooled_tree_decodes_with_each_new_snapshots_adapter() -> None:
     params = types.SamplingParams(max_tokens=12, temperature=0.0, stop=[])
     trees = []
     for seed in (1, 2):
-        sampler = Sampler.for_adapter(base, spec, random_adapter(base.model, spec, seed))
+        sampler = SamplingEngine.for_adapter(base, spec, random_adapter(base.model, spec, seed))
         trees.append(sampler.model)
         future = sampler.submit(prompt, 1, params)
         sampler.drive()

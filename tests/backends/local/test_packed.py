@@ -298,7 +298,7 @@ def test_flex_attention_block_masks_give_the_dense_masks_log_probs_and_gradients
             model, compute_dtype=torch.float32, tokens_per_micro_batch=64, share_prefixes=True, attention=attention
         )
         assert engine.attention == attention
-        loss = lambda lp, inputs: -(lp * torch.arange(len(lp))).sum()  # noqa: E731
+        loss = lambda lp, inputs: -(lp * torch.arange(len(lp))).sum()
         logprobs, _, _ = engine.run(items, loss, backward=False)
         engine.run(items, loss, backward=True)
         return logprobs, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}

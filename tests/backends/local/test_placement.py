@@ -20,8 +20,8 @@ from minds_core.backends.local.lora import LoraSpec
 from minds_core.backends.local.models import BaseModelRegistry
 from minds_core.backends.local.passes import LossPasses
 from minds_core.backends.local.placement import Placement, resolve_placement
-from minds_core.backends.local.sampling_engine import Sampler
-from minds_core.backends.local.training_engine import LoraTrainer
+from minds_core.backends.local.sampling_engine import SamplingEngine
+from minds_core.backends.local.training_engine import TrainingEngine
 from minds_core.config import load_config
 from minds_core.errors import ConfigError, UsageError
 
@@ -69,7 +69,7 @@ def bf16_base(request: pytest.FixtureRequest):
 
 
 def test_bf16_base_trains_float32_lora_and_optimizer_state(bf16_base, encode: Callable[[str], list[int]]) -> None:
-    trainer = LoraTrainer(bf16_base, LoraSpec(rank=4), seed=0)
+    trainer = TrainingEngine(bf16_base, LoraSpec(rank=4), seed=0)
     assert bf16_base.model.get_input_embeddings().weight.dtype in (torch.bfloat16, torch.float16)
     trainable = [p for p in trainer.model.parameters() if p.requires_grad]
     assert trainable and all(p.dtype == torch.float32 for p in trainable)
@@ -87,10 +87,10 @@ def test_bf16_base_trains_float32_lora_and_optimizer_state(bf16_base, encode: Ca
 
     # A tiny step more: an update far below bf16's resolution of the weights must still reach the sampler
     # (the float32 master weights keep it, though the trainer's bf16 compute of the factors rounds it away).
-    before = torch.tensor(Sampler.for_adapter(bf16_base, trainer.spec, trainer.adapter_state()).prompt_logprobs(seq)[1:])
+    before = torch.tensor(SamplingEngine.for_adapter(bf16_base, trainer.spec, trainer.adapter_state()).prompt_logprobs(seq)[1:])
     trainer.forward_backward([datum], "cross_entropy", None, backward=True)
     trainer.optim_step(types.AdamParams(learning_rate=1e-5))
-    sampler = Sampler.for_adapter(bf16_base, trainer.spec, trainer.adapter_state())
+    sampler = SamplingEngine.for_adapter(bf16_base, trainer.spec, trainer.adapter_state())
     scored = trainer.forward_backward([datum], "cross_entropy", None, backward=False).loss_fn_outputs[0]
     sampled = torch.tensor(sampler.prompt_logprobs(seq)[1:])
     assert (sampled - before).abs().max() > 0
@@ -104,7 +104,7 @@ def test_bf16_base_trains_float32_lora_and_optimizer_state(bf16_base, encode: Ca
 def test_bf16_shared_prefix_matches_unshared_at_a_looser_tolerance(
     bf16_base, encode: Callable[[str], list[int]]
 ) -> None:
-    trainer = LoraTrainer(bf16_base, LoraSpec(rank=4), seed=0)
+    trainer = TrainingEngine(bf16_base, LoraSpec(rank=4), seed=0)
     prompt = encode("<|im_start|>user\nWhat is 12+34? Answer with a number.<|im_end|>\n<|im_start|>assistant\n")
     items = []
     for i, completion in enumerate(("46", "It is 46.", "Forty-six")):

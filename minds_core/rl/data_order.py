@@ -10,7 +10,7 @@ import random
 from collections.abc import Sequence
 
 
-class DataSchedule:
+class DataOrder:
     """Draws environments by weight and walks each environment's tasks in seeded epochs."""
 
     def __init__(self, seed: int, weights: Sequence[float], task_counts: Sequence[int], groups_per_batch: int) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 #: The checkout minds-core runs from, when it is installed editable from one (its pyproject.toml beside the package).
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def pip_install(*paths: str | Path, extras: str = "") -> str:

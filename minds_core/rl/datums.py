@@ -17,7 +17,7 @@ EXTRA_INPUTS: dict[str, Callable[[Sequence[bool]], list[float]]] = {
 }
 
 
-def build_datum(
+def rl_datum(
     tokens: Sequence[int],
     sampled: Sequence[bool],
     logprobs: Sequence[float],

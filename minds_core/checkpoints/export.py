@@ -31,7 +31,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minds_core.checkpoint_ref import CheckpointRef
+from minds_core.checkpoints.reference import CheckpointRef
 from minds_core.config import RunConfig
 from minds_core.errors import MindsError, UsageError
 from minds_core.logs import get_logger

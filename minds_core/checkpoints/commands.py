@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _resolve(args: argparse.Namespace, registry: Any = None, extra: list[str] | None = None) -> Any:
     """The checkpoint the arguments name; ``registry`` (default: the plugins, loaded here) picks ``backend = auto``."""
-    from minds_core.checkpoint_ref import resolve_checkpoint
+    from minds_core.checkpoints.reference import resolve_checkpoint
     from minds_core.plugins import load_plugins
 
     overrides = [*args.overrides, *(extra or [])]
@@ -91,9 +91,9 @@ def _resolve(args: argparse.Namespace, registry: Any = None, extra: list[str] | 
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from minds_core.checkpoints.evaluation import EVAL_DIR, EvalPlan, evaluate, save_evaluation, summary_path
     from minds_core.config import load_config
     from minds_core.errors import UsageError
-    from minds_core.evaluation import EVAL_DIR, EvalPlan, evaluate, save_evaluation, summary_path
 
     extra = [f"env.id={args.env}"] if args.env else []
     if args.model:
@@ -204,7 +204,7 @@ def _chat_model(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
     import tinker
 
     from minds_core.backends.retry import REJECTIONS
-    from minds_core.chat import ChatModel
+    from minds_core.checkpoints.chat import ChatModel
     from minds_core.errors import UsageError
     from minds_core.plugins import load_plugins
     from minds_core.service import ServiceLifetime
@@ -239,7 +239,7 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
 
     from minds_core.envs.loading import build_environment
     from minds_core.errors import MindsError, UsageError
-    from minds_core.rollout import close_quietly
+    from minds_core.rl.rollout import close_quietly
 
     if not config.environments:
         raise UsageError("--env-system needs an environment: a run folder's, or --set env.id=NAME")
@@ -258,7 +258,7 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from minds_core.chat import REQUEST_ERRORS, opening
+    from minds_core.checkpoints.chat import REQUEST_ERRORS, opening
     from minds_core.errors import UsageError
     from minds_core.report.page import printable
 
@@ -280,7 +280,7 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _chat(args: argparse.Namespace) -> int:
-    from minds_core.chat import chat_loop
+    from minds_core.checkpoints.chat import chat_loop
 
     with _chat_model(args) as (model, system):
         chat_loop(model, system, sys.stdin, sys.stdout, read=input if sys.stdin.isatty() else None)
@@ -291,7 +291,7 @@ def _chat(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from minds_core.export import export_checkpoint
+    from minds_core.checkpoints.export import export_checkpoint
     from minds_core.plugins import load_plugins
     from minds_core.service import ServiceLifetime
 

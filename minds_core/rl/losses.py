@@ -53,7 +53,7 @@ def loss_inputs(loss: str | CustomLoss, key: str = "trainer.loss_fn") -> tuple[s
     A service loss name minds does not know (a plugin's) reads none.
     """
     # imported here: datums imports tinker, and `minds plugins` loads this module
-    from minds_core.datums import EXTRA_INPUTS
+    from minds_core.rl.datums import EXTRA_INPUTS
 
     declared = loss.inputs if isinstance(loss, CustomLoss) else BUILTIN_LOSSES.get(loss, BuiltinLoss("")).inputs
     unknown = [name for name in declared if name not in EXTRA_INPUTS]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from minds_core import adapter_cli
+from minds_core.checkpoints import commands as checkpoint_commands
 
 EXAMPLES = """\
 examples:
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_arguments(run)
     run.add_argument("--resume", metavar="DIR", help="continue the run in DIR (runs/<name>) at its next step")
 
-    adapter_cli.add_commands(commands, shared)
+    checkpoint_commands.add_commands(commands, shared)
 
     sft = commands.add_parser("sft", parents=[shared], help="supervised fine-tuning on chat conversations (trainer.mode = sft)")
     _add_run_arguments(sft)
@@ -209,7 +209,7 @@ def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
 
 def _run_command(args: argparse.Namespace) -> int:
     from minds_core.config import dump_yaml
-    from minds_core.names import check_names
+    from minds_core.config.names import check_names
     from minds_core.plugins import load_plugins
 
     resume = args.resume
@@ -223,12 +223,12 @@ def _run_command(args: argparse.Namespace) -> int:
     plugins = load_plugins()
     check_names(config, plugins.registry)
     if args.dry_run:
+        from minds_core.config.presets import describe_preset
         from minds_core.envs.loading import check_args
-        from minds_core.presets import describe
 
         for cfg in config.environments:
             check_args(cfg, plugins.registry)  # [env.args] as the run checks them, building nothing
-        print("".join(f"# {line}\n" for line in describe(config)) + dump_yaml(config), end="")
+        print("".join(f"# {line}\n" for line in describe_preset(config)) + dump_yaml(config), end="")
         return 0
     from minds_core.backends import choose_backend
     from minds_core.backends.model_source import check_model_source
@@ -245,8 +245,8 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def _new_plugin_command(args: argparse.Namespace) -> int:
-    from minds_core.installing import pip_install
-    from minds_core.new_plugin import write_plugin
+    from minds_core.cli.installing import pip_install
+    from minds_core.cli.new_plugin import write_plugin
 
     folder = write_plugin(args.plugin_name, Path(args.dir))
     print(f"wrote {folder}; install it and run its tests:\n  {pip_install(folder)}\n  {shlex.join([sys.executable, '-m', 'pytest', str(folder)])}")
@@ -288,8 +288,8 @@ def _main(argv: Sequence[str] | None) -> int:
             from minds_core.serve.command import serve_command
 
             return serve_command(args)
-        if args.command in adapter_cli.COMMANDS:
-            return adapter_cli.run(args)
+        if args.command in checkpoint_commands.COMMANDS:
+            return checkpoint_commands.run(args)
         return _run_command(args)
     except RunInterrupted as exc:
         print(f"minds: {exc}", file=sys.stderr)

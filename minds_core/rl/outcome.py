@@ -8,11 +8,11 @@ from typing import Any
 
 import attrs
 
-from minds_core.advantages import is_constant
 from minds_core.logs import get_logger
-from minds_core.rollout import Dropped, Group
+from minds_core.rl.advantages import is_constant
+from minds_core.rl.rollout import Dropped, Group
 
-log = get_logger("trainer")
+log = get_logger("rl")
 
 #: Characters of a rollout error quoted in a reason.
 _ERROR_CHARS = 160

@@ -27,17 +27,20 @@ import attrs
 import tinker
 
 from minds_core.backends.retry import ServiceCallError
+from minds_core.checkpoints.evaluation import EVAL_DIR, EvalPlan, check_splits, evaluate_policy, save_evaluation
 from minds_core.config import RunConfig
 from minds_core.contracts import GroupOrder
-from minds_core.data_processing import ProcessedBatch, ProcessingSettings, process_batch
-from minds_core.evaluation import EVAL_DIR, EvalPlan, check_splits, evaluate_policy, save_evaluation
-from minds_core.kl_reference import ReferenceScorer
 from minds_core.logs import get_logger
-from minds_core.outcome import TrainingOutcome
 from minds_core.plugins import Plugins
-from minds_core.rl_pacing import BatchesAhead, Cadence, Save, StepTimer
-from minds_core.rollout import Group
-from minds_core.rollout_records import group_record
+from minds_core.rl.data_order import DataOrder
+from minds_core.rl.data_processing import ProcessedBatch, ProcessingSettings, process_batch
+from minds_core.rl.kl_reference import ReferenceScorer
+from minds_core.rl.outcome import TrainingOutcome
+from minds_core.rl.pacing import BatchesAhead, Cadence, Save, StepTimer
+from minds_core.rl.rollout import Group
+from minds_core.rl.rollout_records import group_record
+from minds_core.rl.step_metrics import batch_metrics
+from minds_core.rl.training_requests import check_losses, save_checkpoint, train_step
 from minds_core.run_directory import (
     ROLLING_KEPT,
     ROLLING_PREFIX,
@@ -47,13 +50,10 @@ from minds_core.run_directory import (
     check_resume_changes,
     file_error,
 )
-from minds_core.schedule import DataSchedule
 from minds_core.session import Policy, Session
 from minds_core.sinks import SinkSet
-from minds_core.stats import batch_metrics
-from minds_core.training_requests import check_losses, save_checkpoint, train_step
 
-log = get_logger("trainer")
+log = get_logger("rl")
 
 
 @attrs.define
@@ -78,7 +78,7 @@ class RLLoop:
         self.loss = registry.lookup("losses", config.trainer.loss_fn, "trainer.loss_fn").obj
         estimator = registry.lookup("advantage_estimators", config.trainer.advantage, "trainer.advantage").obj
         self.processing = ProcessingSettings.from_config(config, estimator, self.loss)
-        self.schedule = DataSchedule(
+        self.schedule = DataOrder(
             config.seed, [h.cfg.weight for h in session.envs], [len(h.tasks) for h in session.envs], config.trainer.groups_per_batch
         )
         self.outcome = TrainingOutcome()

@@ -101,7 +101,7 @@ def apply_preset(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def describe(config: Any) -> list[str]:
+def describe_preset(config: Any) -> list[str]:
     """One line per key the config's preset sets: the value it set, or that an explicit key overrode it."""
     name = config.trainer.preset
     lines = []

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from minds_core.contracts import GroupOrder
-    from minds_core.rollout import Group
+    from minds_core.rl.rollout import Group
     from minds_core.session import Policy, Session
 
 
@@ -25,7 +25,7 @@ class LocalExecutor:
         self.session = session
 
     async def run_groups(self, orders: Sequence[GroupOrder], policy: Policy) -> list[Group]:
-        from minds_core.rollout import run_group  # at first use: registering the executor imports no torch
+        from minds_core.rl.rollout import run_group  # at first use: registering the executor imports no torch
 
         session = self.session
         jobs = [

@@ -32,20 +32,20 @@ import tinker
 
 from minds_core.backends.retry import ServiceCallError
 from minds_core.config import RunConfig
+from minds_core.config.names import check_names
 from minds_core.envs.single_turn import prompt_messages
 from minds_core.envs.types import Message
 from minds_core.errors import ConfigError, UsageError
 from minds_core.interrupt import RunInterrupted
 from minds_core.logs import get_logger
-from minds_core.names import check_names
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
+from minds_core.rl.data_order import DataOrder
+from minds_core.rl.training_requests import adam_params, apply_update, check_losses, save_checkpoint
 from minds_core.run_directory import RunDirectory, RunLock, default_run_name, file_error
-from minds_core.schedule import DataSchedule
 from minds_core.service import ServiceLifetime
 from minds_core.session import load_environments
 from minds_core.sinks import SinkSet
-from minds_core.training_requests import adam_params, apply_update, check_losses, save_checkpoint
 
 log = get_logger("sft")
 
@@ -124,7 +124,7 @@ def tokenize(renderer: Renderer, messages: Sequence[Message]) -> tuple[list[int]
     return tokens, weights
 
 
-def build_datum(tokens: Sequence[int], weights: Sequence[float]) -> tinker.Datum:
+def sft_datum(tokens: Sequence[int], weights: Sequence[float]) -> tinker.Datum:
     """A cross_entropy datum: input ``tokens[:-1]``, targets ``tokens[1:]`` weighted by ``weights[1:]``."""
     n = len(tokens)
     return tinker.Datum(
@@ -200,8 +200,8 @@ async def _train_sft(config: RunConfig, plugins: Plugins, resume_dir: Path | Non
         try:
             renderer = Renderer(client.get_tokenizer(), config.model.chat_template_args)
             data = SftData(
-                [build_datum(*tokenize(renderer, c)) for c in train_conversations],
-                [build_datum(*tokenize(renderer, c)) for c in held_conversations],
+                [sft_datum(*tokenize(renderer, c)) for c in train_conversations],
+                [sft_datum(*tokenize(renderer, c)) for c in held_conversations],
             )
         except TemplateError as exc:
             raise UsageError(f"cannot start SFT on {config.model.base_model!r}: {exc}") from None
@@ -233,7 +233,7 @@ async def _loop(door: ServiceLifetime, client: Any, data: SftData, run: RunDirec
     """Steps ``start`` .. ``trainer.steps - 1``; a first SIGINT/SIGTERM stops after a saved step."""
     config = door.config
     cfg = config.trainer
-    schedule = DataSchedule(config.seed, [1.0], [len(data.train)], config.sft.batch_size)
+    schedule = DataOrder(config.seed, [1.0], [len(data.train)], config.sft.batch_size)
     began = time.perf_counter()
     first_eval = await _held_out_loss(door, client, data.held_out, start) if data.held_out and start == 0 else None
     last_eval = first_eval

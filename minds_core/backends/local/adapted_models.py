@@ -25,7 +25,7 @@ from torch import nn
 from .errors import LocalBadRequestError
 from .lora import AdapterState, LoraSpec, attach_lora, load_adapter_state, target_modules
 
-__all__ = ["MergedModels"]
+__all__ = ["AdaptedModels"]
 
 _ADAPTER_PREFIX = "base_model.model."
 
@@ -34,7 +34,7 @@ PoolKey = tuple[tuple[str, ...], LoraSpec | None]
 """The adapted layers' names, and the LoRA settings where the adapter stays unmerged."""
 
 
-class MergedModels:
+class AdaptedModels:
     """A pool of module trees over one frozen base model, each holding one adapter snapshot; see the module doc."""
 
     def __init__(self, base: nn.Module, merge: bool) -> None:

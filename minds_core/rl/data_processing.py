@@ -1,10 +1,10 @@
 """A batch of rollout groups -> training data, without any service call.
 
 The steps, in order: each rollout's reward plus its overlong penalty
-(``length``), the estimator's advantage per group (stored on the rollout as
+(``overlong``), the estimator's advantage per group (stored on the rollout as
 ``Rollout.advantage``), overlong filtering, the KL penalty per token (from the
 reference log-probs the scoring stage stored on the rollout), the loss
-aggregation's scale per sequence (``aggregation``), and one datum per rollout
+aggregation's scale per sequence (``loss_aggregation``), and one datum per rollout
 with any nonzero advantage on a sampled token (``datums``). Every function
 reads plain data and returns plain data; ``assign_advantages`` is the one that
 writes, onto the rollouts it is given.
@@ -18,13 +18,13 @@ from collections.abc import Callable, Sequence
 import attrs
 import tinker
 
-from minds_core.advantages import kl_penalized, kl_terms
-from minds_core.aggregation import token_scales
 from minds_core.config import RunConfig
-from minds_core.datums import build_datum
-from minds_core.length import is_truncated, overlong_penalty, window_tokens
-from minds_core.losses import CustomLoss, loss_inputs
-from minds_core.rollout import Group, Rollout
+from minds_core.rl.advantages import kl_penalized, kl_terms
+from minds_core.rl.datums import rl_datum
+from minds_core.rl.loss_aggregation import token_scales
+from minds_core.rl.losses import CustomLoss, loss_inputs
+from minds_core.rl.overlong import is_truncated, overlong_penalty, window_tokens
+from minds_core.rl.rollout import Group, Rollout
 
 #: A group's rewards -> one advantage per rollout (a registered ``advantage_estimators`` entry).
 Estimator = Callable[[Sequence[float]], Sequence[float]]
@@ -36,7 +36,7 @@ class ProcessingSettings:
 
     #: ``trainer.advantage``: a group's rewards -> one advantage per rollout.
     estimator: Estimator
-    #: ``trainer.loss_aggregation``: how per-token terms combine (see ``aggregation``).
+    #: ``trainer.loss_aggregation``: how per-token terms combine (see ``loss_aggregation``).
     aggregation: str = "sum"
     #: ``sampling.max_tokens``: the length the overlong penalty and ``fixed_length`` measure against.
     max_tokens: int = 48
@@ -82,7 +82,7 @@ def kept_rollouts(groups: Sequence[Group]) -> list[Rollout]:
     return [r for g in groups if not g.dropped for r in g.ok_rollouts]
 
 
-def length_penalty(rollout: Rollout, settings: ProcessingSettings) -> float:
+def rollout_overlong_penalty(rollout: Rollout, settings: ProcessingSettings) -> float:
     """The soft overlong penalty added to ``rollout``'s reward (0 when the window is off)."""
     return overlong_penalty(rollout.conversation.sampled_tokens, settings.max_tokens, settings.overlong_window)
 
@@ -93,7 +93,7 @@ def assign_advantages(groups: Sequence[Group], settings: ProcessingSettings) -> 
         if group.dropped:
             continue
         ok = group.ok_rollouts
-        advantages = settings.estimator([r.reward + length_penalty(r, settings) for r in ok])
+        advantages = settings.estimator([r.reward + rollout_overlong_penalty(r, settings) for r in ok])
         for rollout, advantage in zip(ok, advantages):
             rollout.advantage = float(advantage)
 
@@ -119,7 +119,7 @@ def rollout_datum(rollout: Rollout, per_token: Sequence[float], extra_inputs: Se
     conv = rollout.conversation
     if len(conv.tokens) < 2 or not any(a != 0 and s for a, s in zip(per_token, conv.sampled)):
         return None
-    return build_datum(conv.tokens, conv.sampled, conv.logprobs, per_token, extra_inputs)
+    return rl_datum(conv.tokens, conv.sampled, conv.logprobs, per_token, extra_inputs)
 
 
 def process_batch(groups: Sequence[Group], settings: ProcessingSettings) -> ProcessedBatch:
@@ -140,7 +140,7 @@ def process_batch(groups: Sequence[Group], settings: ProcessingSettings) -> Proc
     if settings.overlong_filter:
         metrics["length/overlong_filtered"] = float(len(kept) - len(trained))
     if settings.overlong_window and kept:
-        metrics["length/overlong_penalty"] = statistics.fmean(length_penalty(r, settings) for r in kept)
+        metrics["length/overlong_penalty"] = statistics.fmean(rollout_overlong_penalty(r, settings) for r in kept)
     if kl_values:
         metrics[settings.kl_metric] = statistics.fmean(kl_values)
     return ProcessedBatch(datums, metrics)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from minds_core.envs.judge import LLMJudge
 from minds_core.envs.types import Context
-from minds_core.judge import LLMJudge
 
 
 def length_penalty(completions: Sequence[str], ctx: Context) -> list[float]:

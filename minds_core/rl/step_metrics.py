@@ -8,9 +8,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from minds_core.conversation import Conversation, StopReason
-from minds_core.rollout import Dropped, Group
-from minds_core.rollout_records import COMPONENT_PREFIX
+from minds_core.rl.conversation import Conversation, StopReason
+from minds_core.rl.rollout import Dropped, Group
+from minds_core.rl.rollout_records import COMPONENT_PREFIX
 
 
 def finite_mean(values: Sequence[float]) -> float:
@@ -21,7 +21,7 @@ def finite_mean(values: Sequence[float]) -> float:
         return math.fsum(v / len(values) for v in values)
 
 
-def describe(prefix: str, values: Sequence[float]) -> dict[str, float]:
+def distribution_metrics(prefix: str, values: Sequence[float]) -> dict[str, float]:
     """mean/std/min/max of ``values`` under ``prefix/``; empty when there are none."""
     if not values:
         return {}
@@ -54,7 +54,7 @@ def health_metrics(groups: Sequence[Group], conversations: Sequence[Conversation
     scored = [[r.reward for r in g.ok_rollouts] for g in groups if len(g.ok_rollouts) >= 2]
     if scored:
         record["groups/zero_variance_frac"] = sum(max(rs) - min(rs) < 1e-8 for rs in scored) / len(scored)
-    record.update(describe("tokens/completion", [c.sampled_tokens for c in conversations]))
+    record.update(distribution_metrics("tokens/completion", [c.sampled_tokens for c in conversations]))
     stops = Counter({reason: 0 for reason in StopReason})
     stops.update(reason for c in conversations for reason in c.stop_reasons)
     record.update({f"stop/{reason}": float(count) for reason, count in stops.items()})
@@ -98,8 +98,8 @@ def batch_metrics(groups: Sequence[Group], envs: Sequence[Any]) -> dict[str, Any
     rollouts = [r for g in groups for r in g.rollouts]
     ok = [r for r in rollouts if r.ok]
     record: dict[str, Any] = {}
-    record.update(describe("reward", [r.reward for r in ok]))
-    record.update(describe("advantage", [r.advantage for r in rollouts if r.advantage is not None]))
+    record.update(distribution_metrics("reward", [r.reward for r in ok]))
+    record.update(distribution_metrics("advantage", [r.advantage for r in rollouts if r.advantage is not None]))
     conversations = [r.conversation for r in ok]
     record.update(health_metrics(groups, conversations))
     record.update(

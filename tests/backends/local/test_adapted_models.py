@@ -14,7 +14,7 @@ from minds_core.backends.local import DEFAULT_BASE_MODEL, TrainingClient
 from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
 from minds_core.backends.local.models import BaseModelRegistry
 from minds_core.backends.local.placement import Placement
-from minds_core.backends.local.sampling_engine import Sampler
+from minds_core.backends.local.sampling_engine import SamplingEngine
 
 ADAM = types.AdamParams(learning_rate=2e-2)
 
@@ -33,7 +33,7 @@ def test_merged_model_equals_the_peft_model_and_leaves_the_base_alone(trainer: T
             if ".lora_B." in name:
                 param.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(name)))
     before = {name: t.clone() for name, t in base.model.state_dict().items()}
-    merged, key = base.merged.acquire(spec, adapter_state(peft_model))
+    merged, key = base.adapted.acquire(spec, adapter_state(peft_model))
     tokens = torch.tensor([[5, 70, 71, 72, 10, 200, 33]])
     with torch.no_grad():
         torch.testing.assert_close(merged(tokens).logits, peft_model(input_ids=tokens).logits, rtol=0, atol=1e-4)
@@ -43,7 +43,7 @@ def test_merged_model_equals_the_peft_model_and_leaves_the_base_alone(trainer: T
     assert lm_head.data_ptr() != base.model.get_output_embeddings().weight.data_ptr()  # adapted: private
     embed = merged.get_input_embeddings().weight
     assert embed.data_ptr() == base.model.get_input_embeddings().weight.data_ptr()  # not adapted: shared
-    base.merged.release(key, merged)
+    base.adapted.release(key, merged)
 
 
 def test_a_dropped_samplers_weights_are_reused_by_the_next_snapshot(
@@ -86,7 +86,7 @@ def test_a_merged_snapshot_decodes_as_the_unmerged_side_path_does(
     samplers, drawn = [], []
     for merge in (True, False):
         base = BaseModelRegistry(Placement(torch.device("cpu"), dtype, merge_adapters=merge)).get(DEFAULT_BASE_MODEL)
-        sampler = Sampler.for_adapter(base, spec, adapter)
+        sampler = SamplingEngine.for_adapter(base, spec, adapter)
         assert any(".lora_" in name for name, _ in sampler.model.named_parameters()) != merge
         future = sampler.submit(prompt, 2, params)
         sampler.drive()

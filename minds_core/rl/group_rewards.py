@@ -28,7 +28,7 @@ from minds_core.plugin_errors import contained, error_text, raised_by_plugin
 
 if TYPE_CHECKING:
     from minds_core.config import RolloutConfig
-    from minds_core.rollout import Rollout
+    from minds_core.rl.rollout import Rollout
 
 log = get_logger("rollout")
 

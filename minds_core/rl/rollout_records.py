@@ -21,8 +21,8 @@ import json
 from collections import Counter
 from typing import Any
 
-from minds_core.conversation import Conversation
-from minds_core.rollout import Group, Rollout
+from minds_core.rl.conversation import Conversation
+from minds_core.rl.rollout import Group, Rollout
 
 #: Rollout metrics under this prefix are the parts of a rubric's reward (see score_completion).
 COMPONENT_PREFIX = "reward/"

@@ -17,12 +17,12 @@ from minds_core.backends.retry import Backoff, ServiceCallError, call_service, s
 from minds_core.config import TrainerConfig
 from minds_core.errors import MindsError
 from minds_core.logs import get_logger
-from minds_core.losses import CustomLoss
-from minds_core.lr_schedules import learning_rate
+from minds_core.rl.losses import CustomLoss
+from minds_core.rl.lr_schedules import learning_rate
+from minds_core.rl.step_metrics import sampler_train_kl
 from minds_core.run_directory import CheckpointRecord, RunDirectory
-from minds_core.stats import sampler_train_kl
 
-log = get_logger("trainer")
+log = get_logger("training")
 
 
 def adam_params(cfg: TrainerConfig, step: int) -> tinker.types.AdamParams:

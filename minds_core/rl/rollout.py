@@ -11,9 +11,7 @@ from typing import Any
 import attrs
 import tinker
 
-from minds_core.coalesce import GroupSampler
 from minds_core.config import RolloutConfig
-from minds_core.conversation import Conversation
 from minds_core.envs.rubric import (
     INVALID_PARTS_METRIC,
     MAX_REWARD,
@@ -29,10 +27,12 @@ from minds_core.envs.types import (
     Task,
     as_step_result,
 )
-from minds_core.group_rewards import group_rubric, score_group
 from minds_core.logs import get_logger
 from minds_core.plugin_errors import contained, error_text, raised_by_plugin
 from minds_core.render import Renderer
+from minds_core.rl.coalesce import GroupSampler
+from minds_core.rl.conversation import Conversation
+from minds_core.rl.group_rewards import group_rubric, score_group
 
 log = get_logger("rollout")
 

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from minds_core.checkpoints.eval_estimators import mean_interval, pass_at_ks
 from minds_core.config import RunConfig, TrainerConfig
 from minds_core.contracts import GroupOrder
 from minds_core.errors import ConfigError
-from minds_core.eval_stats import mean_interval, pass_at_ks
 from minds_core.logs import get_logger
-from minds_core.rollout import Group
-from minds_core.rollout_records import components, group_record
+from minds_core.rl.rollout import Group
+from minds_core.rl.rollout_records import components, group_record
 from minds_core.session import EnvHandle, Policy, Session
 
 if TYPE_CHECKING:
@@ -101,12 +101,12 @@ class Evaluation:
 
     def summary(self) -> dict[str, Any]:
         """Flat statistics: ``reward/{mean,sem,ci95_low,ci95_high,std}``, ``pass@k``, ``component/<name>``, counts."""
-        out: dict[str, Any] = _statistics(self.groups)
+        out: dict[str, Any] = _eval_metrics(self.groups)
         envs = list(self.splits)
         if len(envs) > 1:
             for name in envs:
                 mine = [g for g in self.groups if g.env_name == name]
-                out.update({f"env/{name}/{key}": value for key, value in _statistics(mine).items()})
+                out.update({f"env/{name}/{key}": value for key, value in _eval_metrics(mine).items()})
         out["samples"] = self.samples
         out["time/eval"] = self.seconds
         return out
@@ -120,7 +120,7 @@ class Evaluation:
         return [group_record(group, split=self.splits[group.env_name]) for group in self.groups]
 
 
-def _statistics(groups: Sequence[Group]) -> dict[str, Any]:
+def _eval_metrics(groups: Sequence[Group]) -> dict[str, Any]:
     per_task = [[r.reward for r in g.ok_rollouts] for g in groups]
     rewards = [v for values in per_task for v in values]
     rollouts = [r for g in groups for r in g.rollouts]

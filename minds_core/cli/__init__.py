@@ -1,0 +1,1 @@
+"""The ``minds`` command (``command``) and what its subcommands print or write."""
