@@ -26,11 +26,13 @@ import tinker
 from minds_core.backends import choose_backend, rest_client
 from minds_core.backends.retry import REJECTIONS, Backoff, call_service
 from minds_core.config import RunConfig
+from minds_core.config.names import check_names
 from minds_core.envs.rubric import maybe_await
 from minds_core.errors import MindsError, UsageError
 from minds_core.interrupt import RunInterrupted, StopOnSignal
 from minds_core.logs import get_logger
 from minds_core.plugin_errors import error_text, raised_by_plugin
+from minds_core.run_directory import default_run_name
 
 if TYPE_CHECKING:
     from minds_core.plugins import Registry
@@ -69,6 +71,17 @@ class ServiceLifetime:
             log.info("backend chosen", backend=choice.name, reason=choice.reason)
             config = attrs.evolve(config, backend=choice.name)  # a run's config.yaml and report name the backend used
         return cls(config, choice.name, factory)
+
+    @classmethod
+    def for_run(cls, config: RunConfig, registry: Registry, resume_dir: Path | None) -> ServiceLifetime:
+        """``choose`` for a run that trains: named after ``resume_dir`` when resuming, else given a default name when
+        it has none, and its registered names checked first."""
+        if resume_dir is not None:
+            config = attrs.evolve(config, name=resume_dir.name, runs_dir=str(resume_dir.parent))
+        elif not config.name:
+            config = attrs.evolve(config, name=default_run_name(config))
+        check_names(config, registry)
+        return cls.choose(config, registry)
 
     async def open(self, run_dir: Path | None = None) -> Self:
         """Make the service (``run_dir``: the run's folder, default ``<runs_dir>/<name>``); a backend may check its connection."""

@@ -24,7 +24,6 @@ import tinker
 from minds_core.backends import sampler_tokenizer
 from minds_core.backends.retry import REJECTIONS
 from minds_core.config import EnvConfig, RunConfig
-from minds_core.config.names import check_names
 from minds_core.envs.loading import build_environment
 from minds_core.envs.rubric import maybe_await
 from minds_core.envs.types import Context, Task, needs_policy_checkpoint
@@ -34,7 +33,7 @@ from minds_core.plugin_errors import error_text, raised_by_plugin
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
 from minds_core.rl.rollout import EpisodeSettings, close_quietly
-from minds_core.run_directory import RunDirectory, default_run_name, secrets_not_given
+from minds_core.run_directory import RunDirectory, secrets_not_given
 from minds_core.service import ServiceLifetime
 from minds_core.sinks import SinkSet
 
@@ -140,12 +139,7 @@ class Session:
         plugins = plugins or load_plugins()
         for broken in plugins.broken:
             log.warning("plugin is broken and was skipped", plugin=broken.name, errors=broken.errors)
-        if resume_dir is not None:
-            config = attrs.evolve(config, name=resume_dir.name, runs_dir=str(resume_dir.parent))
-        elif not config.name:
-            config = attrs.evolve(config, name=default_run_name(config))
-        check_names(config, plugins.registry)
-        door = ServiceLifetime.choose(config, plugins.registry)
+        door = ServiceLifetime.for_run(config, plugins.registry, resume_dir)
         config = door.config
         try:
             envs = load_environments(config, plugins)

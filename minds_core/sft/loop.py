@@ -32,7 +32,6 @@ import tinker
 
 from minds_core.backends.retry import ServiceCallError
 from minds_core.config import RunConfig
-from minds_core.config.names import check_names
 from minds_core.envs.single_turn import prompt_messages
 from minds_core.envs.types import Message
 from minds_core.errors import ConfigError, UsageError
@@ -42,7 +41,7 @@ from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
 from minds_core.rl.data_order import DataOrder
 from minds_core.rl.training_requests import adam_params, apply_update, check_losses, save_checkpoint
-from minds_core.run_directory import RunDirectory, RunLock, default_run_name, file_error
+from minds_core.run_directory import RunDirectory, RunLock, file_error
 from minds_core.service import ServiceLifetime
 from minds_core.session import load_environments
 from minds_core.sinks import SinkSet
@@ -179,12 +178,7 @@ def _conversations(config: RunConfig, plugins: Plugins) -> list[list[Message]]:
 
 
 async def _train_sft(config: RunConfig, plugins: Plugins, resume_dir: Path | None, claims: contextlib.ExitStack) -> dict[str, Any]:
-    if resume_dir is not None:
-        config = attrs.evolve(config, name=resume_dir.name, runs_dir=str(resume_dir.parent))
-    elif not config.name:
-        config = attrs.evolve(config, name=default_run_name(config))
-    check_names(config, plugins.registry)
-    door = ServiceLifetime.choose(config, plugins.registry)
+    door = ServiceLifetime.for_run(config, plugins.registry, resume_dir)
     # the run's config.yaml and report say what ran: the backend chosen, and SFT's one loss
     config = door.config = attrs.evolve(door.config, trainer=attrs.evolve(config.trainer, loss_fn="cross_entropy"))
     train_conversations, held_conversations = _split(_conversations(config, plugins), config)
