@@ -56,6 +56,7 @@ _PUBLIC: dict[str, str] = {
     "one_of": "minds_core.config.rules",
     "within": "minds_core.config.rules",
     "lenient": "minds_core.envs.calling",
+    "background_loop": "minds_core.envs.loops",
     "GROUP_REWARD_INPUTS": "minds_core.envs.rubric",
     "REWARD_INPUTS": "minds_core.envs.rubric",
     "Rubric": "minds_core.envs.rubric",
@@ -141,6 +142,7 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
     from minds_core.envs.args import env_args  # noqa: F401
     from minds_core.envs.calling import lenient  # noqa: F401
     from minds_core.envs.loading import build_environment  # noqa: F401
+    from minds_core.envs.loops import background_loop  # noqa: F401
     from minds_core.envs.rubric import (  # noqa: F401
         GROUP_REWARD_INPUTS,
         REWARD_INPUTS,

@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+
+from minds_core import background_loop
 
 _START_TIMEOUT = 20.0
 
@@ -50,19 +51,10 @@ def serve_app(app: Any) -> Iterator[str]:
         running.result(timeout=_START_TIMEOUT)
 
 
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
-
-
 def _serving_loop() -> asyncio.AbstractEventLoop:
     """The one event loop (in a daemon thread) that runs every server of this process.
 
     sse-starlette keeps a process-wide exit event that binds to the first loop
     waiting on it, so servers on different loops would break each other's streams.
     """
-    global _loop
-    with _loop_lock:
-        if _loop is None:
-            _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="minds-openreward-servers", daemon=True).start()
-        return _loop
+    return background_loop("minds-openreward-servers")

@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from minds_core import background_loop
 from minds_ray.order import EpisodeOrder, WorkerRefused, check_versions
 
 #: Samplers kept per worker process, the most recently used: one policy version per step, older ones unused.
@@ -25,7 +26,6 @@ SAMPLERS_KEPT = 4
 _lock = threading.Lock()
 _cache: dict[Any, Any] = {}
 _samplers: collections.OrderedDict[Any, Any] = collections.OrderedDict()
-_loop: asyncio.AbstractEventLoop | None = None
 
 
 def play(order: EpisodeOrder) -> tuple[Any, str]:
@@ -34,16 +34,7 @@ def play(order: EpisodeOrder) -> tuple[Any, str]:
 
     node = ray.get_runtime_context().get_node_id()
     check_versions(order.versions, node)
-    return asyncio.run_coroutine_threadsafe(_play(order), _event_loop()).result(), node
-
-
-def _event_loop() -> asyncio.AbstractEventLoop:
-    global _loop
-    with _lock:
-        if _loop is None:
-            _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="minds-ray-episodes", daemon=True).start()
-        return _loop
+    return asyncio.run_coroutine_threadsafe(_play(order), background_loop("minds-ray-episodes")).result(), node
 
 
 def _cached(key: Any, make: Any) -> Any:

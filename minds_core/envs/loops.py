@@ -1,0 +1,27 @@
+"""Event loops that outlive one call: for plugins whose synchronous entry points drive async code.
+
+A Ray worker playing episodes, or a process hosting local environment servers, needs one
+event loop that stays up between calls (clients and servers made on it keep working);
+``background_loop(name)`` gives each name one such loop, running in a daemon thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+_loops: dict[str, asyncio.AbstractEventLoop] = {}
+_lock = threading.Lock()
+
+
+def background_loop(name: str) -> asyncio.AbstractEventLoop:
+    """The process's event loop called ``name`` (also its thread's name), started on first use.
+
+    Submit work with ``asyncio.run_coroutine_threadsafe(coro, background_loop(name))``.
+    """
+    with _lock:
+        if name not in _loops:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name=name, daemon=True).start()
+            _loops[name] = loop
+        return _loops[name]
