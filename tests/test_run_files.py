@@ -437,7 +437,7 @@ class NanLossPlugin:
 
     @hookimpl
     def minds_register_losses(self, register):
-        register("test.nan_loss", CustomLoss(_nan_loss), "NaN")
+        register("test_nan_loss", CustomLoss(_nan_loss), "NaN")
 
 
 @pytest.mark.slow
@@ -446,7 +446,7 @@ def test_a_non_finite_loss_stops_the_run_and_nothing_non_finite_is_written(tmp_p
 
     plugins = load_plugins(extra=[("toy", minds_toy_plugin), ("nan", NanLossPlugin())])
     with pytest.raises(MindsError) as stopped:
-        train(_config(tmp_path, "trainer.steps=3", "trainer.loss_fn=test.nan_loss"), plugins=plugins)
+        train(_config(tmp_path, "trainer.steps=3", "trainer.loss_fn=test_nan_loss"), plugins=plugins)
     message = str(stopped.value)
     assert "step 0: the loss is not finite (train/loss:sum = nan): training diverged" in message
     assert "no checkpoint was saved" in message and not isinstance(stopped.value, UsageError)

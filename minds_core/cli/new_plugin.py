@@ -127,7 +127,7 @@ def test_tasks_have_answers_the_reward_accepts():
 
 
 def test_a_wrong_argument_names_the_key():
-    with pytest.raises(ConfigError, match="env.args.num_tasks = 0: must be an integer in 1..10000"):
+    with pytest.raises(ConfigError, match=r"env.args.num_tasks = 0: must be an integer in \\[1, 10000\\]"):
         load_environment(num_tasks=0)
 
 
