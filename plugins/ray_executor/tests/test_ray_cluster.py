@@ -88,7 +88,8 @@ def _wait(predicate, what: str, timeout: float = 300.0) -> None:
 def test_a_resume_after_the_driver_was_killed_continues_with_the_same_data_order(cluster, tmp_path) -> None:
     settings = [*QUICK, "trainer.save_every=1", "env.args.tasks=16"]
     argv = ["run", "--env", ENV, "--steps", "3", "--backend", "local", "--name", "killed", "--set", f"runs_dir={tmp_path}"]
-    for assignment in ["metrics.sinks=[]", *settings, *_ray(cluster)]:
+    # each episode burns 1 s on the cluster, so step 0's metrics come seconds before the run could end (the kill is mid-run)
+    for assignment in ["metrics.sinks=[]", *settings, "env.args.burn_seconds=1", *_ray(cluster)]:
         argv += ["--set", assignment]
     metrics = tmp_path / "killed" / "metrics.jsonl"
     driver = subprocess.Popen(_minds(*argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
