@@ -193,7 +193,7 @@ async def test_base_model_sampler_equals_a_fresh_adapter(
 )
 def test_bad_sampling_requests_fail_alone(sampler: SamplingClient, prompt, num_samples, params, message) -> None:
     failed = sampler.sample(tokens_of(prompt), num_samples, params)
-    good = sampler.sample(tokens_of([1, 2]), 1, types.SamplingParams(max_tokens=2))
+    good = sampler.sample(tokens_of([1, 2]), 1, types.SamplingParams(max_tokens=2, stop=[]))  # no stop: always 2 tokens
     with pytest.raises(tinker.BadRequestError, match=message):
         failed.result()
     assert len(good.result().sequences[0].tokens) == 2

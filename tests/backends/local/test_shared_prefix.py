@@ -79,8 +79,10 @@ def assert_same(one_by_one, batched, reference_grads, grads) -> None:
     assert reference_grads.keys() == grads.keys() and grads
     assert all(float(g.abs().max()) > 0 for g in grads.values())
     for name in grads:
-        scale = float(reference_grads[name].abs().max())  # float32 sums in another order: relative to the largest
-        torch.testing.assert_close(grads[name], reference_grads[name], rtol=0, atol=1e-5 * scale, msg=name)
+        # float32 sums in another order, relative to the largest entry: 1e-5 failed once in CI (cispo, under load,
+        # where torch's thread count can change the order); a packing or masking error is off by orders more
+        scale = float(reference_grads[name].abs().max())
+        torch.testing.assert_close(grads[name], reference_grads[name], rtol=0, atol=3e-5 * scale, msg=name)
     for single, output in zip(one_by_one, batched.loss_fn_outputs, strict=True):
         torch.testing.assert_close(
             output["logprobs"].to_torch(), single.loss_fn_outputs[0]["logprobs"].to_torch(), rtol=0, atol=1e-5
