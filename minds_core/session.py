@@ -22,7 +22,7 @@ import attrs
 import tinker
 
 from minds_core.backends import sampler_tokenizer
-from minds_core.backends.retry import REJECTIONS
+from minds_core.backends.retry import REJECTIONS, Backoff
 from minds_core.config import EnvConfig, RunConfig
 from minds_core.envs.loading import build_environment
 from minds_core.envs.rubric import maybe_await
@@ -118,10 +118,7 @@ class Session:
         self.plugins = plugins
         self.envs = envs
         self.door = door  #: the service's lifetime: its backend, retries, signals and closing
-        self.service = door.service
-        self.backend = door.backend  #: the registered name of the backend serving the run
         self.limiter = asyncio.Semaphore(config.rollout.concurrency)  #: rollouts in flight at once
-        self.backoff = door.backoff  #: the door's retries, for the loop's own requests
         self.training_client: Any = None
         self.renderer: Renderer | None = None
         self.settings: list[EpisodeSettings] = []  #: per environment, what its rollouts run with
@@ -129,6 +126,21 @@ class Session:
         self.executor: Any = None  #: the ``rollout.executor`` running the episodes (``start_executor``)
         #: What the sinks are closed with: the run's summary once it finished, else this placeholder.
         self.summary: dict[str, Any] = {"stopped": "early"}
+
+    @property
+    def service(self) -> Any:
+        """The open service client (the door's)."""
+        return self.door.service
+
+    @property
+    def backend(self) -> str:
+        """The registered name of the backend serving the run."""
+        return self.door.backend
+
+    @property
+    def backoff(self) -> Backoff:
+        """The door's retries, for the loop's own requests."""
+        return self.door.backoff
 
     @classmethod
     async def open(cls, config: RunConfig, plugins: Plugins | None = None, resume_dir: Path | None = None) -> Session:
