@@ -85,6 +85,8 @@ def save_model(config: Qwen3Config, directory: Path, device: str) -> Path:
     model.to(torch.bfloat16 if device == "cuda" else torch.float32).save_pretrained(directory)
     _tokenizer().save_pretrained(directory)
     del model
+    if device == "cuda":
+        torch.cuda.empty_cache()  # the float32 weights it was built in, held by torch's allocator otherwise
     return directory
 
 
@@ -227,13 +229,20 @@ def peft_step(model_dir: Path, batch: Batch, device: str, rows_per_micro_batch: 
 @dataclass(frozen=True)
 class Timed:
     seconds: float
-    peak_gib: float
+    peak_gib: float  # GPU memory allocated at most while it ran (what was held before included)
+    held_gib: float  # GPU memory allocated when it began (minds' later contenders: the base model their service holds)
+
+
+def gpu_allocated(device: str) -> float:
+    """GiB of GPU memory torch has allocated in this process (0 on the CPU)."""
+    gc.collect()
+    return torch.cuda.memory_allocated() / 2**30 if device == "cuda" else 0.0
 
 
 def timed(make: Callable[[], Callable[[], None]], repeats: int, device: str) -> Timed:
     """Median seconds of the step ``make()`` builds (after a warm-up step) and the peak GPU memory it reached
-    (its model included; nothing else is held on the device while it runs)."""
-    gc.collect()
+    (its model included)."""
+    held = gpu_allocated(device)
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -248,7 +257,7 @@ def timed(make: Callable[[], Callable[[], None]], repeats: int, device: str) -> 
         seconds = float("nan")
     peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else 0.0
     gc.collect()
-    return Timed(seconds, peak)
+    return Timed(seconds, peak, held)
 
 
 def device_floors(device: str, smoke: bool) -> tuple[float, float]:
@@ -273,26 +282,36 @@ def device_floors(device: str, smoke: bool) -> tuple[float, float]:
     return 10 * 2 * n**3 / matmul, 10 * 2 * source.numel() / copy
 
 
+def minds_figures(
+    model_dir: Path, shape: Shape, grouped: Batch, unrelated: Batch, vocab: int, device: str
+) -> tuple[dict[str, Timed], dict[str, dict[str, float]], Timed]:
+    """minds' training steps (both attention modes on ``grouped``, the placement's on ``unrelated``), each with
+    its last step's prompt-sharing plan, and the whole RL step, on one local service: closed when this returns,
+    so that none of its GPU memory is held while the peft step runs."""
+    results, plans = {}, {}
+    with ServiceClient(device=device) as service:
+        mode = resolve_placement(device).packed_attention
+        other = next(m for m in MODES if m != mode)
+        for label, batch, attention in (
+            (f"minds, RL groups, {mode}", grouped, None),
+            (f"minds, RL groups, {other}", grouped, other),
+            ("minds, unrelated rows", unrelated, None),
+        ):
+            plan = plans[label] = {}
+            results[label] = timed(
+                lambda b=batch, p=plan, a=attention: minds_step(service, model_dir, b, p, a), shape.repeats, device
+            )
+        whole = timed(lambda: rl_step(service, model_dir, shape, vocab), shape.repeats, device)
+    return results, plans, whole
+
+
 def gpu_shape(name: str, shape: Shape, device: str, rate: float, smoke: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config = smoke_config() if smoke else qwen3_config(name)
         model_dir = save_model(config, Path(tmp) / name, device)
         grouped = Batch(rl_rows(shape, config.vocab_size, shared=True), shape.prompt_tokens)
         unrelated = Batch(rl_rows(shape, config.vocab_size, shared=False), shape.prompt_tokens)
-        results, plans = {}, {}
-        with ServiceClient(device=device) as service:
-            mode = resolve_placement(device).packed_attention
-            other = next(m for m in MODES if m != mode)
-            for label, batch, attention in (
-                (f"minds, RL groups, {mode}", grouped, None),
-                (f"minds, RL groups, {other}", grouped, other),
-                ("minds, unrelated rows", unrelated, None),
-            ):
-                plan = plans[label] = {}
-                results[label] = timed(
-                    lambda b=batch, p=plan, a=attention: minds_step(service, model_dir, b, p, a), shape.repeats, device
-                )
-            whole = timed(lambda: rl_step(service, model_dir, shape, config.vocab_size), shape.repeats, device)
+        results, plans, whole = minds_figures(model_dir, shape, grouped, unrelated, config.vocab_size, device)
         results["peft, 16-row micro-batches"] = timed(lambda: peft_step(model_dir, grouped, device), shape.repeats, device)
         with torch.device("meta"):
             params = matmul_params(Qwen3ForCausalLM(config))
@@ -304,7 +323,8 @@ def gpu_shape(name: str, shape: Shape, device: str, rate: float, smoke: bool) ->
     baseline = results["peft, 16-row micro-batches"]
     for label, r in results.items():
         print(f"  {label:28s} {r.seconds:7.3f} s  {tokens / r.seconds:8.0f} tokens/s  {floor / r.seconds:6.1%} of the "
-              f"floor  peak {r.peak_gib:6.2f} GiB  -> {baseline.seconds / r.seconds:5.2f}x the peft step"
+              f"floor  peak {r.peak_gib:6.2f} GiB ({r.held_gib:.2f} held before)  -> "
+              f"{baseline.seconds / r.seconds:5.2f}x the peft step"
               + (f", memory {r.peak_gib / baseline.peak_gib:.2f}x" if baseline.peak_gib else ""))  # fmt: skip
     print("  target: minds >= 1.5x the peft step at no more peak memory")
     for label, plan in plans.items():
