@@ -1,14 +1,24 @@
 """Overhead of ``minds serve``: one RL step through the real SDK over HTTP vs the same step in-process.
 
-Run: ``python benchmarks/serve_overhead.py`` (``--smoke``: seconds, figures mean nothing).
-Both sides run the local backend on the tiny model with the same seed and the same
-step: a sampling snapshot, one request of ``group`` samples per prompt, all submitted at
-once, an ``importance_sampling`` forward_backward on every rollout and an AdamW step. The
-served side is ``minds serve --port 0`` in a subprocess, driven by an unmodified
-``tinker.ServiceClient``; steps alternate between the two sides, and the median step
-time of each is compared, then the median of each phase (snapshot, sampling, training).
+Run: ``python benchmarks/serve_overhead.py`` (``--smoke``: seconds on the CPU, figures mean nothing;
+``--cpu``: the CPU shapes on a machine with a GPU). Both sides run the local backend with the same
+seed and the same step: a sampling snapshot, one request of ``group`` samples per prompt, all
+submitted at once, an ``importance_sampling`` forward_backward on every rollout and an AdamW step.
+The served side is ``minds serve --port 0`` in a subprocess, driven by an unmodified
+``tinker.ServiceClient``. The median step time of each side is compared, then the median of each
+phase (snapshot, sampling, training).
 
-Two step shapes, each on fresh training clients:
+On a GPU (the default where torch sees one), the step of issue 24, one shape:
+
+* ``Qwen3-0.6B``: gpu_step.py's Qwen3-0.6B configuration (random bf16 weights, the real
+  151,936-token vocabulary), 8 prompts of 256 tokens x 8 samples x 256 tokens, a rank-32 LoRA.
+  Target: served overhead <= 15%. The sides run one after the other, each with the GPU to
+  itself: in its steady state the server keeps ``MAX_SAMPLERS`` sampling sessions, each with its
+  own adapted weights and decode slots (~4.7 GB at this shape), which beside the in-process
+  side's would not fit one GPU. The GPU memory each side had in use is printed.
+
+On the CPU, two shapes on the tiny model, the sides held at once and their steps taken in turns
+(so that the machine's slow spells fall on both alike):
 
 * ``default``: the default job's step (``groups_per_batch`` 4 x ``group_size`` 8,
   ``max_tokens`` 48, ~500-token prompts, as ``local_backend.py`` measures it).
@@ -21,30 +31,37 @@ Two step shapes, each on fresh training clients:
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tinker
+import torch
 from tinker import types
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
-from minds_core.serve.engine import MAX_SAMPLERS
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_step import qwen3_config, save_model, smoke_config
 
-SMOKE = "--smoke" in sys.argv[1:]
-STEPS = 1 if SMOKE else 12
+from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local.pass_cost import TRIALS
+from minds_core.serve.engine import MAX_SAMPLERS
 
 
 @dataclass(frozen=True)
 class Shape:
-    """One RL step's sizes."""
+    """One RL step's sizes, its model, and how its two sides are timed."""
 
     name: str
     prompts: int
@@ -52,14 +69,24 @@ class Shape:
     max_tokens: int
     prompt_tokens: int
     target: float | None  # the largest served overhead allowed (a fraction), None: reported only
+    steps: int = 12  # timed steps of each side, after its warm-up
+    rank: int = 8
+    model: str = DEFAULT_BASE_MODEL  # minds-tiny, or a key of gpu_step.QWEN3 or "smoke" (gpu_step's tiny Qwen3), built here
+    together: bool = True  # both sides held at once, steps in turns; False: one side after the other
+    warmup: int | None = None  # untimed steps of each side first; None: WARMUP's
 
 
-SHAPES = (
-    [Shape("smoke", 2, 2, 4, 12, None)]
-    if SMOKE
-    else [Shape("default", 4, 8, 48, 500, 0.15), Shape("small requests", 8, 8, 32, 12, None)]
-)
+SMOKE_SHAPES = [
+    Shape("smoke", 2, 2, 4, 12, None, steps=1, warmup=1),
+    Shape("smoke, one side at a time", 2, 2, 4, 12, None, steps=1, rank=4, model="smoke", together=False, warmup=1),
+]
+CPU_SHAPES = [Shape("default", 4, 8, 48, 500, 0.15), Shape("small requests", 8, 8, 32, 12, None)]
+GPU_SHAPES = [Shape("Qwen3-0.6B", 8, 8, 256, 256, 0.15, steps=5, rank=32, model="0.6B", together=False)]
 
+WARMUP = {"served": max(MAX_SAMPLERS, 2 * TRIALS) + 1, "in-process": 2 * TRIALS + 1}
+"""Untimed steps a side takes first: the first calls' costs, the training plans' trials (``pass_cost.TRIALS``
+of each), and on the server enough steps that it keeps ``MAX_SAMPLERS`` sampling sessions and each new one
+reuses a dropped one's weights and decode slots (the steady state of a long run)."""
 
 PHASES = ("snapshot", "sample", "train")
 
@@ -98,64 +125,110 @@ def rl_step(trainer: Any, prompts: list[list[int]], shape: Shape, step: int) -> 
     return [snapshot - start, sampled - snapshot, time.perf_counter() - sampled]
 
 
-def start_server() -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "minds_core.cli.command", "serve", "--port", "0"], stdout=subprocess.PIPE, text=True
-    )
+@contextlib.contextmanager
+def served(model: str, device: str) -> Iterator[tinker.ServiceClient]:
+    """An SDK client of ``minds serve --port 0`` serving ``model`` on ``device`` in a subprocess (stopped after)."""
+    command = [sys.executable, "-m", "minds_core.cli.command", "serve", "--port", "0", "--device", device, "--model", model]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
-    return process, json.loads(process.stdout.readline())["url"]
+    try:
+        line = process.stdout.readline()
+        if not line:
+            raise SystemExit(f"minds serve exited with {process.wait()} before it listened (its errors are above)")
+        remote = tinker.ServiceClient(base_url=json.loads(line)["url"], api_key=os.environ.get("TINKER_API_KEY", "tml-benchmark"))
+        yield remote
+        remote.close("success").result()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
 
 
-def compare(remote: tinker.ServiceClient, local: ServiceClient, shape: Shape) -> dict[str, list[list[float]]]:
-    """Phase times of ``STEPS`` steps of ``shape`` on each side, on fresh training clients."""
-    rng = np.random.default_rng(0)
-    prompts = [[int(t) for t in rng.integers(3, 250, size=shape.prompt_tokens)] for _ in range(shape.prompts)]
-    trainers = {
-        "served": remote.create_lora_training_client(DEFAULT_BASE_MODEL, rank=8, seed=0).result(),
-        "in-process": local.create_lora_training_client(DEFAULT_BASE_MODEL, rank=8, seed=0).result(),
-    }
-    # Warm-up: first-call costs, and on the server enough steps that it keeps MAX_SAMPLERS
-    # sampling sessions and each new one reuses a dropped one's weights (the steady state of
-    # a long run). Both sides take the same steps with the same seeds, so that each measured
-    # step trains the same adapter on the same rollouts: a step's cost changes as the policy
-    # learns (its samples, hence the datums' shapes, change).
-    for trainer in trainers.values():
-        for step in range(1 if SMOKE else MAX_SAMPLERS + 1):
+def measure(trainers: dict[str, Any], prompts: list[list[int]], shape: Shape) -> dict[str, list[list[float]]]:
+    """Phase times of ``shape.steps`` steps of each of ``trainers`` (SDK or local training clients, by side),
+    after its warm-up (``shape.warmup``, else ``WARMUP``), in turns where there are two."""
+    # Sides held together take the same steps with the same seeds, so that each measured step trains the same
+    # adapter on the same rollouts: a step's cost changes as the policy learns (its samples, hence the datums'
+    # shapes, change). One side alone takes only the warm-up it needs.
+    warmups = {name: shape.warmup or WARMUP[name] for name in trainers}
+    for name, trainer in trainers.items():
+        for step in range(max(warmups.values()) if shape.together else warmups[name]):
             rl_step(trainer, prompts, shape, -1 - step)
     times: dict[str, list[list[float]]] = {name: [] for name in trainers}
-    for step in range(STEPS):
-        for name in (("served", "in-process") if step % 2 == 0 else ("in-process", "served")):
+    names = list(trainers)
+    for step in range(shape.steps):
+        for name in names if step % 2 == 0 else names[::-1]:
             times[name].append(rl_step(trainers[name], prompts, shape, step))
     return times
 
 
-def report(shape: Shape, times: dict[str, list[list[float]]]) -> None:
+def gpu_memory_in_use(device: str) -> float | None:
+    """GiB in use on the GPU, all processes together (None on the CPU)."""
+    if device != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / 2**30
+
+
+def compare(shape: Shape, device: str) -> tuple[dict[str, list[list[float]]], dict[str, float | None]]:
+    """Phase times of ``shape``'s steps on each side, on fresh training clients, and the GPU memory in use after
+    each side's last step."""
+    rng = np.random.default_rng(0)
+    prompts = [[int(t) for t in rng.integers(3, 250, size=shape.prompt_tokens)] for _ in range(shape.prompts)]
+    with tempfile.TemporaryDirectory() as tmp:
+        model = shape.model
+        if model != DEFAULT_BASE_MODEL:
+            config = smoke_config() if model == "smoke" else qwen3_config(model)
+            model = str(save_model(config, Path(tmp) / model, device))
+
+        def trainer(client: Any) -> Any:
+            return client.create_lora_training_client(model, rank=shape.rank, seed=0).result()
+
+        if shape.together:
+            with served(model, device) as remote, ServiceClient(device=device) as local:
+                times = measure({"served": trainer(remote), "in-process": trainer(local)}, prompts, shape)
+                used = gpu_memory_in_use(device)
+            return times, {"served": used, "in-process": used}
+        with served(model, device) as remote:
+            times = measure({"served": trainer(remote)}, prompts, shape)
+            memory = {"served": gpu_memory_in_use(device)}
+        with ServiceClient(device=device) as local:
+            times |= measure({"in-process": trainer(local)}, prompts, shape)
+            memory["in-process"] = gpu_memory_in_use(device)
+        return times, memory
+
+
+def report(shape: Shape, times: dict[str, list[list[float]]], memory: dict[str, float | None]) -> None:
     served, inproc = (statistics.median(sum(step) for step in times[name]) for name in ("served", "in-process"))
+    how = "the sides in turns" if shape.together else "one side after the other"
+    model = "the tiny model" if shape.model == DEFAULT_BASE_MODEL else f"a Qwen3-{shape.model} shape"
     print(
-        f"{shape.name} RL step ({shape.prompts} prompts of {shape.prompt_tokens} tokens x {shape.group} samples x "
-        f"{shape.max_tokens} tokens, importance_sampling + AdamW), median of {STEPS}:"
+        f"{shape.name} RL step ({model}, {shape.prompts} prompts of {shape.prompt_tokens} tokens x {shape.group} "
+        f"samples x {shape.max_tokens} tokens, rank {shape.rank}, importance_sampling + AdamW), median of "
+        f"{shape.steps}, {how}:"
     )
     print(f"  in-process local backend: {inproc * 1000:8.1f} ms")
     print(f"  minds serve over HTTP:    {served * 1000:8.1f} ms")
-    target = "" if shape.target is None else f"  (target <= {shape.target:.0%})"
-    print(f"  served overhead: {100 * (served / inproc - 1):+.1f}%{target}")
+    target = "" if shape.target is None else f"; target <= {shape.target:.0%}"
+    print(f"  served / in-process: {served / inproc:.3f} (served overhead {100 * (served / inproc - 1):+.1f}%{target})")
     for i, phase in enumerate(PHASES):
         medians = {name: statistics.median(step[i] for step in times[name]) for name in times}
         print(f"    {phase:8s} in-process {medians['in-process'] * 1000:7.1f} ms, served {medians['served'] * 1000:7.1f} ms")
+    if memory["served"] is not None and not shape.together:
+        print(f"  GPU memory in use after the last step: in-process {memory['in-process']:.1f} GiB, served "
+              f"{memory['served']:.1f} GiB (its {MAX_SAMPLERS} kept sampling sessions included)")  # fmt: skip
 
 
 def main() -> None:
-    process, url = start_server()
-    try:
-        remote = tinker.ServiceClient(base_url=url, api_key=os.environ.get("TINKER_API_KEY", "tml-benchmark"))
-        with ServiceClient() as local:
-            results = [(shape, compare(remote, local, shape)) for shape in SHAPES]
-        remote.close("success").result()
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
-    for shape, times in results:
-        report(shape, times)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, seconds, no targets checked")
+    parser.add_argument("--cpu", action="store_true", help="the CPU shapes (the default without a GPU)")
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() and not (args.smoke or args.cpu) else "cpu"
+    shapes = SMOKE_SHAPES if args.smoke else GPU_SHAPES if device == "cuda" else CPU_SHAPES
+    if device == "cuda":
+        print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}")
+    for shape in shapes:
+        report(shape, *compare(shape, device))
 
 
 if __name__ == "__main__":
