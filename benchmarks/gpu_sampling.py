@@ -14,8 +14,8 @@ tiny model's byte tokenizer, whose ids are all the prompts use). One run times, 
   sampling at temperature 1 for exactly 256 tokens.
 
 It prints tokens/s of each and their ratio. Targets on one H100: the 0.6B shape in <= 1.2 s and >= 15x
-``generate``; the 1.7B shape >= 10x. ``benchmarks/gpu_step.py`` calls ``build_model`` and
-``sampling_figures`` for its sampling half.
+``generate``; the 1.7B shape >= 10x. ``benchmarks/gpu_step.py`` times the training step and the whole RL step
+of the same shapes.
 """
 
 from __future__ import annotations
