@@ -73,7 +73,7 @@ limit() {  # the timeout of step $1 before TOTAL_S caps it
     tests) echo "${TEST_S:-150}" ;;
     gpu_sampling.py) echo "${BENCH_S:-120}" ;;
     gpu_step.py) echo "${BENCH_S:-180}" ;;
-    *) echo "${BENCH_S:-160}" ;;
+    *) echo "${BENCH_S:-200}" ;;
   esac
 }
 

@@ -81,7 +81,7 @@ SMOKE_SHAPES = [
     Shape("smoke, one side at a time", 2, 2, 4, 12, None, steps=1, rank=4, model="smoke", together=False, warmup=1),
 ]
 CPU_SHAPES = [Shape("default", 4, 8, 48, 500, 0.15), Shape("small requests", 8, 8, 32, 12, None)]
-GPU_SHAPES = [Shape("Qwen3-0.6B", 8, 8, 256, 256, 0.15, steps=5, rank=32, model="0.6B", together=False)]
+GPU_SHAPES = [Shape("Qwen3-0.6B", 8, 8, 256, 256, 0.15, steps=4, rank=32, model="0.6B", together=False)]
 
 WARMUP = {"served": max(MAX_SAMPLERS, 2 * TRIALS) + 1, "in-process": 2 * TRIALS + 1}
 """Untimed steps a side takes first: the first calls' costs, the training plans' trials (``pass_cost.TRIALS``
