@@ -10,7 +10,8 @@
 #
 # As used: `mkdir -p .gpu/tree && git archive HEAD | tar -x -C .gpu/tree && cp benchmarks/gpu_check.sh .gpu/`,
 # wheels in .whl/ (pip download --only-binary=:all: --python-version 3.12 ...), then `bash .gpu/gpu_check.sh` there
-# with .gpu and .whl carried.
+# with .gpu and .whl carried; or straight from the checkout the run copies: `TREE=. WHEELS=.whl bash benchmarks/gpu_check.sh`
+# with .whl carried.
 # Rehearsal on a CPU machine (minutes; the suite only checks the syntax): the benchmarks' --smoke runs and the GPU
 # test files collected (their CUDA tests skip), with this checkout and its venv:
 #   SMOKE=1 WHEELS= PYTHON=.venv/bin/python TREE=. OUT=$(mktemp -d) bash benchmarks/gpu_check.sh

@@ -170,8 +170,8 @@ def gpu_memory_in_use(device: str) -> float | None:
 
 
 def compare(shape: Shape, device: str) -> tuple[dict[str, list[list[float]]], dict[str, float | None]]:
-    """Phase times of ``shape``'s steps on each side, on fresh training clients, and the GPU memory in use after
-    each side's last step."""
+    """Phase times of ``shape``'s steps on each side, on fresh training clients, and where the sides run one after
+    the other, the GPU memory in use after each side's last step (None on the CPU)."""
     rng = np.random.default_rng(0)
     prompts = [[int(t) for t in rng.integers(3, 250, size=shape.prompt_tokens)] for _ in range(shape.prompts)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -185,9 +185,7 @@ def compare(shape: Shape, device: str) -> tuple[dict[str, list[list[float]]], di
 
         if shape.together:
             with served(model, device) as remote, ServiceClient(device=device) as local:
-                times = measure({"served": trainer(remote), "in-process": trainer(local)}, prompts, shape)
-                used = gpu_memory_in_use(device)
-            return times, {"served": used, "in-process": used}
+                return measure({"served": trainer(remote), "in-process": trainer(local)}, prompts, shape), {}
         with served(model, device) as remote:
             times = measure({"served": trainer(remote)}, prompts, shape)
             memory = {"served": gpu_memory_in_use(device)}
@@ -213,7 +211,7 @@ def report(shape: Shape, times: dict[str, list[list[float]]], memory: dict[str, 
     for i, phase in enumerate(PHASES):
         medians = {name: statistics.median(step[i] for step in times[name]) for name in times}
         print(f"    {phase:8s} in-process {medians['in-process'] * 1000:7.1f} ms, served {medians['served'] * 1000:7.1f} ms")
-    if memory["served"] is not None and not shape.together:
+    if memory.get("served") is not None:
         print(f"  GPU memory in use after the last step: in-process {memory['in-process']:.1f} GiB, served "
               f"{memory['served']:.1f} GiB (its {MAX_SAMPLERS} kept sampling sessions included)")  # fmt: skip
 
