@@ -11,7 +11,8 @@ change how a run proceeds (steps, logging, concurrency, ...) but not what it
 is (``FIXED_ON_RESUME``).
 
 One process at a time writes a run folder: a run or resume holds an exclusive
-``flock`` on its ``.lock`` file for its whole life (the OS drops it when the
+``flock`` on its ``.lock`` file for its whole life, ``minds eval`` for as long as
+it evaluates into the folder's ``eval/`` (the OS drops it when the
 process ends, ``kill -9`` included), and a second claimant is refused naming the
 holder's pid. A write that fails (disk full, read-only folder) or a damaged
 line in a file a resume reads stops the run with one line naming the file, the
