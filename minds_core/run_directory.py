@@ -11,7 +11,8 @@ change how a run proceeds (steps, logging, concurrency, ...) but not what it
 is (``FIXED_ON_RESUME``).
 
 One process at a time writes a run folder: a run or resume holds an exclusive
-``flock`` on its ``.lock`` file for its whole life (the OS drops it when the
+``flock`` on its ``.lock`` file for its whole life, ``minds eval`` for as long as
+it evaluates into the folder's ``eval/`` (the OS drops it when the
 process ends, ``kill -9`` included), and a second claimant is refused naming the
 holder's pid. A write that fails (disk full, read-only folder) or a damaged
 line in a file a resume reads stops the run with one line naming the file, the
@@ -37,6 +38,7 @@ import attrs
 
 from minds_core.config import RunConfig, build_config, dump_yaml, read_config_file, to_dict
 from minds_core.config.masking import mask_data
+from minds_core.config.paths import get_path, split_key
 from minds_core.config.secrets import is_secret_key, redact, shown_value, without_redacted
 from minds_core.errors import MindsError, UsageError
 
@@ -179,8 +181,9 @@ def check_resume_changes(run_dir: Path, config: RunConfig) -> dict[str, tuple[An
 
 
 def config_changes(old: RunConfig, new: RunConfig) -> dict[str, tuple[Any, Any]]:
-    """Dotted key -> (old, new) for every setting that differs; secret-named keys are left out, so a table that
-    held only secrets (emptied when a saved config forgets them) is the same table as before."""
+    """Dotted key -> (old, new) for every setting that differs; secrets are left out (as a saved config forgets
+    them: in tables and lists of tables, a URL's password), so a table that held only secrets is the same table
+    as before, and a secret given again is no change."""
     before, after = _flatten(_without_secrets(to_dict(old))), _flatten(_without_secrets(to_dict(new)))
     return {key: (before.get(key), after.get(key)) for key in sorted(before.keys() | after.keys()) if before.get(key) != after.get(key)}
 
@@ -191,14 +194,7 @@ def secrets_not_given(run_dir: Path, config: RunConfig) -> list[str]:
     redacted: list[str] = []
     without_redacted(read_config_file(resume_config_path(run_dir)), "", redacted)
     given = to_dict(config)
-
-    def value_at(key: str) -> Any:
-        value: Any = given
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        return value
-
-    return [key for key in redacted if value_at(key) in (None, "")]
+    return [key for key in redacted if get_path(given, split_key(key)) in (None, "")]
 
 
 def _saved_config(run_dir: Path) -> RunConfig:
@@ -217,11 +213,16 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _without_secrets(value: Any) -> Any:
-    """``value`` without its secret-named keys, at any depth (in tables and in lists of tables)."""
+    """``value`` without its secrets at any depth: secret-named keys (given, unset or forgotten alike) and what else
+    a saved config forgets (a secret header's value, a URL with its password)."""
+    return without_redacted(redact(_without_secret_keys(value)), "", [])
+
+
+def _without_secret_keys(value: Any) -> Any:
     if isinstance(value, dict):
-        return {key: _without_secrets(item) for key, item in value.items() if not is_secret_key(str(key))}
+        return {key: _without_secret_keys(item) for key, item in value.items() if not is_secret_key(str(key))}
     if isinstance(value, list):
-        return [_without_secrets(item) for item in value]
+        return [_without_secret_keys(item) for item in value]
     return value
 
 

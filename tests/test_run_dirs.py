@@ -48,6 +48,24 @@ def test_an_existing_folder_is_exit_2_from_the_command_line(tmp_path, capsys):
     assert "already exists: pick another --name, or continue that run with --resume" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("store_exists", [False, True])
+@pytest.mark.parametrize("given", ["--name", "config file"])
+def test_a_run_named_after_the_local_checkpoint_store_is_refused_naming_why(tmp_path, capsys, given, store_exists):
+    runs = tmp_path / "runs"
+    if store_exists:  # an earlier local run made it
+        (runs / "_checkpoints").mkdir(parents=True)
+    (tmp_path / "run.toml").write_text(f'name = "_checkpoints"\nruns_dir = "{runs}"\n[env]\nid = "ghost_trace"\n')
+    args = ["run", str(tmp_path / "run.toml")] if given == "config file" else ["run", "--env", "ghost_trace", "--name", "_checkpoints",
+                                                                                "--set", f"runs_dir={runs}"]
+    assert main([*args, "--backend", "local", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "name = '_checkpoints': must be one folder name" in err
+    assert "'_checkpoints' is reserved: that folder is the local backend's checkpoint store" in err and "--resume" not in err
+    assert "Traceback" not in err
+    assert [p.name for p in runs.glob("*")] == (["_checkpoints"] if store_exists else [])  # nothing made, the store untouched
+    assert not any(runs.glob("_checkpoints/*"))
+
+
 def test_default_names_made_in_the_same_second_differ():
     config = _config(Path("runs"))
     names = [default_run_name(config) for _ in range(20)]

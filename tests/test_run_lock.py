@@ -111,3 +111,32 @@ def test_two_concurrent_resumes_one_trains_the_other_exits_2_naming_it(run_minds
     steps = [row["step"] for row in _rows(run / "metrics.jsonl")]
     assert steps == list(range(len(steps))), steps  # every step once, in order
     assert len(_rows(run / "resumes.jsonl")) == 1  # only the winner resumed
+
+
+@pytest.mark.slow
+def test_an_eval_writing_into_a_run_held_by_another_process_exits_2_naming_it(tmp_path, capsys, minds_plugin):
+    import minds_toy_plugin
+    from minds_core.training import train
+
+    minds_plugin(minds_toy_plugin, name="toy")
+    config = _config(tmp_path, "metrics.sinks=[]", "trainer.steps=1", "trainer.group_size=2", "trainer.groups_per_batch=1",
+                     "sampling.max_tokens=4", "backend=local")  # fmt: skip
+    train(config)
+    run = tmp_path / "r"
+    evaluate = ["eval", str(run), "--tasks", "1", "--samples", "1", "--json"]
+    with RunLock(run):  # as `minds run --resume` training it holds it (another open of the file: a second claimant)
+        before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+        assert main(evaluate) == 2
+        err = capsys.readouterr().err
+        assert f"is in use by another minds process (pid {os.getpid()})" in err and "--output FILE.jsonl" in err
+        assert "Traceback" not in err and not (run / "eval").exists()
+        assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+        assert main([*evaluate, "--output", str(run / "eval" / "inside.jsonl")]) == 2  # still the run's folder
+        elsewhere = tmp_path / "elsewhere.jsonl"
+        assert main([*evaluate, "--output", str(elsewhere)]) == 0  # writes nothing of the run's: no claim needed
+        assert elsewhere.exists() and not (run / "eval").exists()
+        capsys.readouterr()
+    assert main(evaluate) == 0  # the run is free again
+    assert json.loads(capsys.readouterr().out)["output"] == str(run / "eval" / "step-000000-train.jsonl")
+    with RunLock(run):  # the evaluation released its claim
+        pass

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from minds_core.config import DEFAULT_BASE_MODEL, RunConfig
+from minds_core.config.schema import LOCAL_CHECKPOINTS
 from minds_core.contracts import BackendFit
 from minds_core.errors import UsageError
 
@@ -78,7 +79,7 @@ def rest_client(service: Any) -> Any:
 
 def local_checkpoint_root(config: RunConfig) -> Path:
     """Where the local backend keeps checkpoints: ``<runs_dir>/_checkpoints``."""
-    return Path(config.runs_dir) / "_checkpoints"
+    return Path(config.runs_dir) / LOCAL_CHECKPOINTS
 
 
 class LocalBackend:

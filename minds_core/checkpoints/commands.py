@@ -126,18 +126,21 @@ def _eval(args: argparse.Namespace) -> int:
                 f"--output {args.output}: {' and '.join(taken)} already exist(s), from an earlier evaluation; "
                 "pass another --output or remove them"
             )
-    evaluation = evaluate(config, plan, model_path, state_path)
-    name = args.name or f"{label}-{'+'.join(sorted(set(evaluation.splits.values())))}"
-    if args.output:
-        output: Path | None = Path(args.output)
-    elif run_dir is not None:
-        output = _free_name(run_dir / EVAL_DIR, name)
-    else:
-        output = None
-    summary = {"checkpoint": model_path or config.model.base_model, "splits": evaluation.splits, **evaluation.summary()}
-    if output is not None:
-        save_evaluation(output, evaluation, {"checkpoint": summary["checkpoint"]})
-        summary["output"] = str(output)
+    # Writing into the run folder (its eval/), the evaluation holds the folder's lock as `minds run` does, from before
+    # it evaluates until its files are written; while a run trains there (or another evaluation writes), exit 2.
+    with _run_claim(run_dir, args.output):
+        evaluation = evaluate(config, plan, model_path, state_path)
+        name = args.name or f"{label}-{'+'.join(sorted(set(evaluation.splits.values())))}"
+        if args.output:
+            output: Path | None = Path(args.output)
+        elif run_dir is not None:
+            output = _free_name(run_dir / EVAL_DIR, name)
+        else:
+            output = None
+        summary = {"checkpoint": model_path or config.model.base_model, "splits": evaluation.splits, **evaluation.summary()}
+        if output is not None:
+            save_evaluation(output, evaluation, {"checkpoint": summary["checkpoint"]})
+            summary["output"] = str(output)
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
@@ -145,6 +148,26 @@ def _eval(args: argparse.Namespace) -> int:
     if output is None:
         print("rollouts not saved: pass --output FILE.jsonl to keep them", file=sys.stderr)
     return 0
+
+
+@contextlib.contextmanager
+def _run_claim(run_dir: Path | None, output: str | None) -> Iterator[None]:
+    """The lock of ``run_dir`` while an evaluation writes into it (no ``--output``, or one inside it); a UsageError
+    naming the process that holds it, and how to evaluate anyway."""
+    from minds_core.errors import UsageError
+    from minds_core.run_directory import RunLock
+
+    if run_dir is None or (output and not Path(output).resolve().is_relative_to(run_dir.resolve())):
+        yield
+        return
+    try:
+        lock = RunLock(run_dir).acquire()
+    except UsageError as exc:
+        raise UsageError(f"{exc}; or write this evaluation outside the run folder: --output FILE.jsonl") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _free_name(folder: Path, name: str) -> Path:

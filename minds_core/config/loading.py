@@ -14,10 +14,11 @@ from minds_core.config.files import read_config_file
 from minds_core.config.harness import apply_harness_keys
 from minds_core.config.masking import seal
 from minds_core.config.overrides import apply_override
+from minds_core.config.paths import get_path, split_key
 from minds_core.config.presets import apply_preset
 from minds_core.config.rules import field_rule, problem
 from minds_core.config.schema import MAX_ROLLOUTS_PER_STEP, RunConfig, schema_fields, unwrap_optional
-from minds_core.config.secrets import shown_value, without_redacted
+from minds_core.config.secrets import partly_redacted, shown_value, without_redacted
 from minds_core.errors import ConfigError, did_you_mean
 
 
@@ -46,14 +47,20 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), d
     """Read an optional config file, apply ``--set`` overrides, and validate.
 
     ``drop_redacted`` forgets values written as *** (a saved run's config), so
-    secrets come from the environment again.
+    secrets come from the environment again (or ``--set``); a URL whose password
+    was saved as *** must be given again whole: a ConfigError names it.
     """
     data = read_config_file(path) if path else {}
     if drop_redacted:
         dropped: list[str] = []
-        data = without_redacted(data, "", dropped)
-        given = {assignment.partition("=")[0].strip() for assignment in overrides}
-        missing = [key for key in dropped if key not in given]
+        saved, data = data, without_redacted(data, "", dropped)
+        given = tuple(assignment.partition("=")[0].strip() for assignment in overrides)
+        missing = [key for key in dropped if not any(key == g or key.startswith((f"{g}.", f"{g}[")) for g in given)]
+        if lost := [key for key in missing if partly_redacted(get_path(saved, split_key(key)))]:
+            raise ConfigError(
+                f"{path}: {', '.join(lost)}: the password (or secret parameter) of this URL is not saved with a run; "
+                "pass the whole value again: --set KEY=VALUE"
+            )
         if missing:
             from minds_core.logs import get_logger
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 import attrs
@@ -9,7 +10,7 @@ import yaml
 
 from minds_core.config.files import check_size, parse_yaml
 from minds_core.config.harness import NO_EFFECT, RENAMED, warn_no_effect
-from minds_core.config.paths import set_path
+from minds_core.config.paths import set_path, shown_key, split_key
 from minds_core.config.schema import RunConfig, schema_fields, unwrap_optional
 from minds_core.config.secrets import shown_value
 from minds_core.errors import ConfigError, did_you_mean
@@ -37,18 +38,23 @@ def _parse_for_type(tp: Any, text: str) -> Any:
     return parse_yaml(text)  # lists, dicts and free-form values
 
 
-def _type_at(parts: list[str]) -> Any:
-    """The schema type at a dotted path; free-form (Any) inside dict fields."""
+def _type_at(key: str, parts: list[str | int]) -> Any:
+    """The schema type at a dotted path (``envs[0]``: an entry of a list field); free-form (Any) inside dict fields."""
     cls: Any = RunConfig
-    for i, part in enumerate(parts):
+    for depth, part in enumerate(parts):
         cls = unwrap_optional(cls)
+        if isinstance(part, int) and typing.get_origin(cls) is list:
+            (cls,) = typing.get_args(cls)
+            continue
+        if isinstance(part, int) and attrs.has(cls):
+            raise ConfigError(f"--set {key}: {shown_key(parts[:depth])} is a table, not a list: it has no entry [{part}]")
         if not attrs.has(cls):
             return Any  # inside a free-form table such as env.args
         fields = schema_fields(cls)
         if part not in fields:
-            where = ".".join(parts[: i + 1])
-            raise ConfigError(f"--set {where}: unknown key{did_you_mean(part, fields)}; valid keys here: {', '.join(fields)}")
-        cls = fields[part].type
+            where = shown_key(parts[: depth + 1])
+            raise ConfigError(f"--set {where}: unknown key{did_you_mean(str(part), fields)}; valid keys here: {', '.join(fields)}")
+        cls = fields[str(part)].type
     return cls
 
 
@@ -62,17 +68,20 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         warn_no_effect([(key, text, NO_EFFECT[key])], "--set")
         return
     key = RENAMED.get(key, key)
-    parts = key.split(".")
-    tp = _type_at(parts)
+    parts = split_key(key)
+    tp = _type_at(key, parts)
     try:
         value = _parse_for_type(tp, text)
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or exc
-        raise ConfigError(f"--set {key}={shown_value(parts[-1], text)}: invalid YAML: {problem}") from None
+        raise ConfigError(f"--set {key}={shown_value(str(parts[-1]), text)}: invalid YAML: {problem}") from None
     except (ValueError, RecursionError):
         name = getattr(unwrap_optional(tp), "__name__", str(tp))
-        raise ConfigError(f"--set {key}={shown_value(parts[-1], text)}: expected a value of type {name}") from None
+        raise ConfigError(f"--set {key}={shown_value(str(parts[-1]), text)}: expected a value of type {name}") from None
     check_size(value, f"--set {key}")
     if parts[0] == "env" and not isinstance(data.get("env"), dict):
         data["env"] = {}
-    set_path(data, parts, value)
+    try:
+        set_path(data, parts, value)
+    except IndexError as exc:
+        raise ConfigError(f"--set {key}: {exc}; the config's lists are counted from [0]") from None

@@ -34,8 +34,25 @@ MAX_TOP_K = 1_000_000
 MAX_SECONDS = 7 * 24 * 3600.0  #: a rollout's timeout
 
 
+#: The folder under runs_dir where the local backend keeps every run's checkpoints.
+LOCAL_CHECKPOINTS = "_checkpoints"
+#: Names of folders under runs_dir that are not runs, and what each holds: no run may take one.
+RESERVED_RUN_NAMES = {LOCAL_CHECKPOINTS: "the local backend's checkpoint store (runs_dir/_checkpoints)"}
+
+
 def _run_name(value: str) -> bool:
-    return value not in (".", "..") and not any(c in value for c in "/\\\0") and len(value) <= MAX_NAME
+    return (
+        value not in (".", "..")
+        and value not in RESERVED_RUN_NAMES
+        and not any(c in value for c in "/\\\0")
+        and len(value) <= MAX_NAME
+    )
+
+
+def _run_name_problem(value: str) -> str:
+    """Why ``value`` cannot name a run, when the folder it names is reserved ("" otherwise)."""
+    held = RESERVED_RUN_NAMES.get(value)
+    return f"{value!r} is reserved: that folder is {held}; pick another --name" if held else ""
 
 
 def _folder_blocker(value: str) -> str:
@@ -51,7 +68,10 @@ def _folder_blocker(value: str) -> str:
 
 #: A run's name: one folder under runs_dir.
 RUN_NAME = Rule(
-    f"one folder name (no / or \\, not . or .., at most {MAX_NAME} characters), as runs live in runs_dir/<name>", _run_name
+    f"one folder name (no / or \\, not . or .. or {', '.join(RESERVED_RUN_NAMES)}, at most {MAX_NAME} characters), "
+    "as runs live in runs_dir/<name>",
+    _run_name,
+    _run_name_problem,
 )
 #: A folder that exists, or can be made (no file on its path).
 FOLDER = Rule("a folder path", lambda value: not _folder_blocker(value), _folder_blocker)

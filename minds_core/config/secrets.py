@@ -7,8 +7,11 @@ type. Besides secret-named keys, a URL's ``user:password@`` and its
 secret-named query parameters, and the ``value`` of a ``{name, value}`` pair
 whose name is secret (headers given as a list) are secrets too.
 
-Saved configs write ``***`` instead (``redact``); reading one back forgets
-those values (``without_redacted``), so they come from the environment again.
+Saved configs write ``***`` instead (``redact``); a secret written as a
+reference to a variable (``"$NAME"``, ``"${NAME}"``, ``"${NAME:-}"``) is a name,
+not a value, and is saved as it is. Reading a saved config back forgets the
+``***`` values, in tables and in lists of tables alike (``without_redacted``),
+so they come from the environment (or ``--set``) again, never from the copy.
 ``secret_values`` lists the values themselves (with those of the environment
 variables the config names), which ``config.masking`` then masks in
 everything a run writes or prints.
@@ -53,8 +56,8 @@ _PAIR_NAMES, _PAIR_VALUE = ("name", "key", "header"), "value"
 _URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<password>[^/\s@]+)(?=@)", re.IGNORECASE)
 #: ``?name=value`` / ``&name=value`` in a URL: a query parameter.
 _QUERY_PARAMETER = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.-]+)=)(?P<value>[^&#\s]*)")
-#: A secret given as a reference to a variable: ``$NAME`` or ``${NAME}``.
-_VARIABLE_REFERENCE = re.compile(r"\$\{?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}?")
+#: A secret given as a reference to a variable: ``$NAME``, ``${NAME}``, or ``${NAME:-}`` (none when it is unset).
+_VARIABLE_REFERENCE = re.compile(r"\$(?P<brace>\{)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?(brace)(?::-)?\})")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
@@ -140,16 +143,31 @@ def _collect(value: Any, key: str, secret: bool, environ: Mapping[str, str], fou
 
 
 def without_redacted(value: Any, path: str, dropped: list[str]) -> Any:
-    """``value`` without entries written as ***; their dotted paths go to ``dropped``."""
+    """``value`` without what a saved config holds as *** (at any depth, lists of tables included): values
+    written ***, lists holding them, and texts whose URL password or secret query parameter is ***.
+
+    Their keys, as ``--set`` names them (``envs[0].args.api_key``, below ``path``), go to ``dropped``.
+    """
+    if isinstance(value, list):
+        return [without_redacted(item, f"{path}[{index}]", dropped) for index, item in enumerate(value)]
     if not isinstance(value, Mapping):
         return value
     kept = {}
     for key, item in value.items():
-        if item == REDACTED:
-            dropped.append(f"{path}{key}")
+        where = f"{path}.{key}" if path else str(key)
+        if item == REDACTED or (isinstance(item, list) and REDACTED in item) or partly_redacted(item):
+            dropped.append(where)
         else:
-            kept[key] = without_redacted(item, f"{path}{key}.", dropped)
+            kept[key] = without_redacted(item, where, dropped)
     return kept
+
+
+def partly_redacted(value: Any) -> bool:
+    """Whether ``value`` is a URL whose password or secret query parameter was saved as ***."""
+    return isinstance(value, str) and (
+        any(m["password"] == REDACTED for m in _URL_PASSWORD.finditer(value))
+        or any(m["value"] == REDACTED and is_secret_key(m["name"]) for m in _QUERY_PARAMETER.finditer(value))
+    )
 
 
 def redact_text(text: str) -> str:
@@ -178,13 +196,18 @@ def _names_secret_variable(key: str) -> bool:
 def _redact_all(value: Any, key: str) -> Any:
     """Values under the secret-named ``key``, all replaced by ***.
 
-    Kept: unset values (None, ""), switches (booleans), and a ``secrets`` list, which
-    names variables and holds no values.
+    Kept: unset values (None, ""), switches (booleans), references to variables
+    (``"$NAME"``), and a ``secrets`` list, which names variables and holds no values.
     """
     if isinstance(value, Mapping):
         return {k: _redact_all(v, key) for k, v in value.items()}
     if isinstance(value, list):
         return value if _names_list(key, value) else [_redact_all(v, key) for v in value]
-    if value is None or value == "" or isinstance(value, bool):
+    if value is None or value == "" or isinstance(value, bool) or is_reference(value):
         return value
     return REDACTED
+
+
+def is_reference(value: Any) -> bool:
+    """Whether ``value`` names the variable holding a secret (``"$NAME"``, ``"${NAME}"``, ``"${NAME:-}"``): no secret itself."""
+    return isinstance(value, str) and _VARIABLE_REFERENCE.fullmatch(value) is not None
