@@ -15,19 +15,41 @@ LoRA terms together: their ``A`` factors stacked, their ``B`` factors (times
 the LoRA scale) in one block-diagonal matrix, copied from the adapter by
 ``refresh``. Any other model decodes through its own ``forward``; prefill
 always does.
+
+Between the matrix products a step's math is elementwise: RMSNorms, the
+rotation of queries and keys, residual adds, the SiLU gate. Run eagerly, each
+op is a kernel of its own (a few microseconds each, thousands a step on a
+GPU). ``StepMath`` holds that math as three functions (add-and-norm, norm-and-
+rotate, gate); given a ``torch.compile`` mode (``Placement.decode_compile``) it
+compiles them, so that inductor fuses each into a kernel or two. Only the rows
+vary between calls: the first call compiles for its shape, the next with another
+row count once more with the rows dynamic, and no later bucket recompiles. The
+compiled kernels are plain launches, so ``cuda_graphs`` captures them like any
+other (each step shape runs once before its capture, so no compile happens
+inside one). Where compiling fails the math runs eagerly from then on, logged
+once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from minds_core.logs import get_logger
+
 from .kv_slots import KVSlots
 
-__all__ = ["FastDecoder"]
+__all__ = ["COMPILE_MODES", "FastDecoder", "StepMath"]
+
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+"""The ``torch.compile`` modes ``StepMath`` takes: those that leave CUDA graphs to ``cuda_graphs`` (the modes that
+capture graphs of their own would capture inside ours)."""
+
+log = get_logger("sampler")
 
 _ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"})
 _ROPE_TYPES = frozenset({"default", "linear", "llama3"})  # inverse frequencies fixed at load time
@@ -87,7 +109,7 @@ class _Layer:
 class FastDecoder:
     """Decode steps of one Llama-family model over ``KVSlots``; ``for_model`` says whether it applies."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, compile_mode: str | None = None) -> None:
         inner = model.model
         config = model.config
         self.eps = float(config.rms_norm_eps)
@@ -117,6 +139,8 @@ class FastDecoder:
             )
             for layer in inner.layers
         ]
+        self._next_norms = [layer.input_norm for layer in self.layers[1:]] + [self.final_norm]
+        self.math = StepMath(compile_mode)
 
     def _qk_norm(self, attention: nn.Module) -> torch.Tensor | None:
         if not hasattr(attention, "q_norm"):
@@ -139,8 +163,9 @@ class FastDecoder:
             projection.refresh()
 
     @classmethod
-    def for_model(cls, model: nn.Module) -> FastDecoder | None:
-        """A fast decoder for ``model``, or None when its architecture is not one this module reproduces."""
+    def for_model(cls, model: nn.Module, compile_mode: str | None = None) -> FastDecoder | None:
+        """A fast decoder for ``model`` (its elementwise math compiled in ``compile_mode``, if given: ``StepMath``),
+        or None when its architecture is not one this module reproduces."""
         if hasattr(model, "get_base_model"):  # a peft model (``attach_lora``'s: LoRA without DoRA, in eval mode)
             model = model.get_base_model()
         config = getattr(model, "config", None)
@@ -154,7 +179,7 @@ class FastDecoder:
             or getattr(config, "mlp_bias", False)
         ):
             return None
-        return cls(model)
+        return cls(model, compile_mode)
 
     def forward(self, slots: KVSlots, token_ids: torch.Tensor) -> torch.Tensor:
         """Logits ``[rows, V]`` after feeding each row of the slots' window its token ``token_ids[row]`` at the
@@ -170,17 +195,14 @@ class FastDecoder:
             # columns].
             mask = slots.mask(x.dtype)[:, None, None].expand(rows, self.kv_heads, groups, -1)
             mask, beta = mask.reshape(rows * self.kv_heads, groups, -1), 1.0
-        half = self.head_dim // 2
         qk_width = (self.query_heads + self.kv_heads) * self.head_dim
-        for index, layer in enumerate(self.layers):
-            h = self._norm(x, layer.input_norm)
+        math, eps = self.math, self.eps
+        h = math.norm(x, self.layers[0].input_norm, eps)
+        for index, (layer, next_norm) in enumerate(zip(self.layers, self._next_norms, strict=True)):
             # Queries and keys side by side: one norm and one rotation for both.
             qkv = layer.qkv(h)
-            qk = qkv[:, :qk_width].view(rows, -1, self.head_dim)
+            qk = math.rotate(qkv[:, :qk_width].view(rows, -1, self.head_dim), layer.qk_norm, cos, sin, eps)
             v = qkv[:, qk_width:].view(rows, -1, self.head_dim)
-            if layer.qk_norm is not None:
-                qk = self._norm(qk, layer.qk_norm)
-            qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin)
             keys, values = slots.update(qk[:, self.query_heads :, None], v[:, :, None], index)
             # One query per row: each key/value head's group of query heads against that row's keys,
             # stored transposed, so that ``keys.transpose`` is the layout the product reads fastest.
@@ -189,17 +211,107 @@ class FastDecoder:
             scores = torch.baddbmm(mask, q, keys_t, beta=beta, alpha=layer.scaling)
             probs = scores.softmax(dim=-1, dtype=torch.float32).to(values.dtype)
             attended = torch.bmm(probs, values.reshape(rows * self.kv_heads, -1, self.head_dim))
-            x = x + layer.o(attended.view(rows, -1))
-            h = self._norm(x, layer.post_norm)
-            gate, up = layer.gate_up(h).chunk(2, dim=-1)
-            x = x + layer.down(F.silu(gate) * up)
-        return self.unembed(self._norm(x, self.final_norm))
+            x, h = math.add_norm(x, layer.o(attended.view(rows, -1)), layer.post_norm, eps)
+            x, h = math.add_norm(x, layer.down(math.gate(layer.gate_up(h))), next_norm, eps)
+        return self.unembed(h)
 
-    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """RMSNorm as Llama and Qwen compute it: in float32, scaled after casting back."""
-        if x.dtype == torch.float32:
-            return _rms_norm(x, self.eps) * weight
-        return weight * _rms_norm(x.float(), self.eps).to(x.dtype)
+
+class StepMath:
+    """The elementwise math of a decode step (see the module doc): eager, or compiled by ``torch.compile`` in
+    ``mode`` (one of ``COMPILE_MODES``) until compiling fails."""
+
+    def __init__(self, mode: str | None = None) -> None:
+        assert mode is None or mode in COMPILE_MODES, mode  # ``Placement`` checks what users set
+        self.mode = mode
+        self.failure: str | None = None
+        """Why the math runs eagerly though a mode was given (the first compile error), else None."""
+        self._compiled = _compiled(mode) if mode is not None else {}
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the math runs compiled (a mode was given, and compiling has not failed)."""
+        return bool(self._compiled)
+
+    def norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """RMSNorm of ``x`` scaled by ``weight`` (``_norm``)."""
+        return self._run(_norm, x, weight, eps)
+
+    def add_norm(
+        self, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual stream ``x + delta``, and its RMSNorm scaled by ``weight``."""
+        return self._run(_add_norm, x, delta, weight, eps)
+
+    def rotate(
+        self, qk: torch.Tensor, qk_norm: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, eps: float
+    ) -> torch.Tensor:
+        """Queries then keys ``[rows, heads, head_dim]``, normed per head (where ``qk_norm``) and rotated."""
+        return self._run(_rotate, qk, qk_norm, cos, sin, eps)
+
+    def gate(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """``silu(gate) * up`` of the gate and up projections side by side."""
+        return self._run(_gate, gate_up)
+
+    def _run(self, function: Callable, *args: object):
+        compiled = self._compiled.get(function)
+        if compiled is not None:
+            try:
+                return compiled(*args)
+            except Exception as exc:  # noqa: BLE001 - a failed compile: the math runs eagerly from now on
+                self.failure = _reason(exc)
+                self._compiled = {}
+                log.warning("decode math runs eagerly: torch.compile failed", mode=self.mode, reason=self.failure)
+        return function(*args)
+
+
+def _reason(exc: Exception) -> str:
+    """What failed, in a line: the exception's type and its message's first two lines (inductor's first line names
+    only the backend, its second the error)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return " ".join([f"{type(exc).__name__}:", *lines[:2]])[:400]
+
+
+def _compile(function: Callable, mode: str) -> Callable:
+    """``function`` compiled by inductor in ``mode`` (lazily: on its first call)."""
+    return torch.compile(function, mode=mode)
+
+
+_compiled_by_mode: dict[str, dict[Callable, Callable]] = {}
+
+
+def _compiled(mode: str) -> dict[Callable, Callable]:
+    """The step's functions compiled in ``mode``, shared by every ``StepMath`` of the process (compiled code is
+    kept per ``torch.compile`` wrapper: one wrapper per function compiles each shape once)."""
+    if mode not in _compiled_by_mode:
+        _compiled_by_mode[mode] = {function: _compile(function, mode) for function in (_norm, _add_norm, _rotate, _gate)}
+    return _compiled_by_mode[mode]
+
+
+def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm as Llama and Qwen compute it: in float32, scaled after casting back."""
+    if x.dtype == torch.float32:
+        return _rms_norm(x, eps) * weight
+    return weight * _rms_norm(x.float(), eps).to(x.dtype)
+
+
+def _add_norm(
+    x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    x = x + delta
+    return x, _norm(x, weight, eps)
+
+
+def _rotate(
+    qk: torch.Tensor, qk_norm: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, eps: float
+) -> torch.Tensor:
+    if qk_norm is not None:
+        qk = _norm(qk, qk_norm, eps)
+    return torch.addcmul(qk * cos, qk.roll(qk.shape[-1] // 2, dims=-1), sin)
+
+
+def _gate(gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
 def _rotations(
