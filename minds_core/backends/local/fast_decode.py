@@ -19,12 +19,12 @@ always does.
 Between the matrix products a step's math is elementwise: RMSNorms, the
 rotation of queries and keys, residual adds, the SiLU gate. Run eagerly, each
 op is a kernel of its own (a few microseconds each, thousands a step on a
-GPU). ``StepMath`` holds that math as three functions (add-and-norm, norm-and-
-rotate, gate); given a ``torch.compile`` mode (``Placement.decode_compile``) it
+GPU). ``StepMath`` holds that math as a few functions (add-and-norm, norm-and-
+rotate, softmax, gate); given a ``torch.compile`` mode (``Placement.decode_compile``) it
 compiles them, so that inductor fuses each into a kernel or two. Only the rows
-vary between calls: the first call compiles for its shape, the next with another
-row count once more with the rows dynamic, and no later bucket recompiles. The
-compiled kernels are plain launches, so ``cuda_graphs`` captures them like any
+(and the softmax's attended columns) vary between calls: the first call compiles
+for its shapes, a call with another size once more with that size dynamic (a
+single row compiles apart), and later buckets do not recompile. The compiled kernels are plain launches, so ``cuda_graphs`` captures them like any
 other (each step shape runs once before its capture, so no compile happens
 inside one). Where compiling fails the math runs eagerly from then on, logged
 once.
@@ -209,7 +209,7 @@ class FastDecoder:
             q = qk[:, : self.query_heads].reshape(rows * self.kv_heads, groups, self.head_dim)
             keys_t = keys.transpose(-1, -2).reshape(rows * self.kv_heads, self.head_dim, -1)
             scores = torch.baddbmm(mask, q, keys_t, beta=beta, alpha=layer.scaling)
-            probs = scores.softmax(dim=-1, dtype=torch.float32).to(values.dtype)
+            probs = math.probs(scores, values.dtype)
             attended = torch.bmm(probs, values.reshape(rows * self.kv_heads, -1, self.head_dim))
             x, h = math.add_norm(x, layer.o(attended.view(rows, -1)), layer.post_norm, eps)
             x, h = math.add_norm(x, layer.down(math.gate(layer.gate_up(h))), next_norm, eps)
@@ -248,6 +248,10 @@ class StepMath:
         """Queries then keys ``[rows, heads, head_dim]``, normed per head (where ``qk_norm``) and rotated."""
         return self._run(_rotate, qk, qk_norm, cos, sin, eps)
 
+    def probs(self, scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Attention weights: the softmax of ``scores`` over the last dim, computed in float32, in ``dtype``."""
+        return self._run(_probs, scores, dtype)
+
     def gate(self, gate_up: torch.Tensor) -> torch.Tensor:
         """``silu(gate) * up`` of the gate and up projections side by side."""
         return self._run(_gate, gate_up)
@@ -283,7 +287,7 @@ def _compiled(mode: str) -> dict[Callable, Callable]:
     """The step's functions compiled in ``mode``, shared by every ``StepMath`` of the process (compiled code is
     kept per ``torch.compile`` wrapper: one wrapper per function compiles each shape once)."""
     if mode not in _compiled_by_mode:
-        _compiled_by_mode[mode] = {function: _compile(function, mode) for function in (_norm, _add_norm, _rotate, _gate)}
+        _compiled_by_mode[mode] = {function: _compile(function, mode) for function in (_norm, _add_norm, _rotate, _probs, _gate)}
     return _compiled_by_mode[mode]
 
 
@@ -307,6 +311,10 @@ def _rotate(
     if qk_norm is not None:
         qk = _norm(qk, qk_norm, eps)
     return torch.addcmul(qk * cos, qk.roll(qk.shape[-1] // 2, dims=-1), sin)
+
+
+def _probs(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return scores.softmax(dim=-1, dtype=torch.float32).to(dtype)
 
 
 def _gate(gate_up: torch.Tensor) -> torch.Tensor:
