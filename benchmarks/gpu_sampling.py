@@ -148,7 +148,7 @@ def sampling_figures(
     base = service.create_sampling_client(base_model=str(model_dir)).result()
     _, bare = _timed(lambda: sample(base), shape.repeats)
     compiled_first, compiled = _timed(lambda: sample(compiled_sampler), shape.repeats)
-    math = compiled_sampler._sampler._batch.slots._fast.math  # a peek: whether the math ran compiled throughout
+    compiled_slots = compiled_sampler._sampler._batch.slots  # a peek: its graphs, and whether the math compiled
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device).eval()
     rows = torch.tensor(prompts, device=device).repeat_interleave(shape.samples, dim=0)
     tokenizer = sampler.get_tokenizer()
@@ -168,7 +168,8 @@ def sampling_figures(
     theirs = time.perf_counter() - start
     return {
         "minds": ours, "minds_base": bare, "minds_compiled": compiled, "minds_first": ours_first,
-        "minds_compiled_first": compiled_first, "compiled": math.compiled, "generate": theirs, "save": save_seconds,
+        "minds_compiled_first": compiled_first, "compiled": compiled_slots._fast.math.compiled,
+        "compiled_graphs": compiled_slots.graphs.captured, "generate": theirs, "save": save_seconds,
         "graphs": graphs, "tokens": shape.tokens,
     }  # fmt: skip
 
@@ -206,7 +207,8 @@ def main() -> None:
                   f"{r['tokens'] / r['generate']:,.0f} tokens/s -> {r['generate'] / r['minds']:.1f}x{goal}; "
                   f"snapshot (save_weights_and_get_sampling_client) {r['save']:.3f} s")  # fmt: skip
             state = "compiled" if r["compiled"] else "FELL BACK TO EAGER (see the log)"
-            print(f"  {size}: minds, decode math {args.decode_compile!r} ({state}): {r['minds_compiled']:.3f} s = "
+            print(f"  {size}: minds, decode math {args.decode_compile!r} ({state}, {int(r['compiled_graphs'])} step "
+                  f"graphs captured): {r['minds_compiled']:.3f} s = "
                   f"{r['tokens'] / r['minds_compiled']:,.0f} tokens/s -> {r['minds'] / r['minds_compiled']:.2f}x "
                   f"the eager math, {r['generate'] / r['minds_compiled']:.1f}x generate; first call "
                   f"{r['minds_compiled_first']:.1f} s (eager math: {r['minds_first']:.1f} s)")  # fmt: skip

@@ -218,54 +218,45 @@ class FastDecoder:
 
 class StepMath:
     """The elementwise math of a decode step (see the module doc): eager, or compiled by ``torch.compile`` in
-    ``mode`` (one of ``COMPILE_MODES``) until compiling fails."""
+    ``mode`` (one of ``COMPILE_MODES``) until compiling fails. Its functions, attributes (eager: the plain
+    functions themselves, nothing in between):
+
+    * ``norm(x, weight, eps)``: RMSNorm of ``x`` scaled by ``weight``, as Llama and Qwen compute it;
+    * ``add_norm(x, delta, weight, eps)``: the residual stream ``x + delta``, and its ``norm``;
+    * ``rotate(qk, qk_norm, cos, sin, eps)``: queries then keys ``[rows, heads, head_dim]``, normed per head
+      (where ``qk_norm`` is not None) and rotated by the rows' ``cos`` and ``sin`` ``[rows, 1, head_dim]``;
+    * ``probs(scores, dtype)``: the softmax of ``scores`` over the last dim, computed in float32, in ``dtype``;
+    * ``gate(gate_up)``: ``silu(gate) * up`` of the gate and up projections side by side.
+    """
 
     def __init__(self, mode: str | None = None) -> None:
         assert mode is None or mode in COMPILE_MODES, mode  # ``Placement`` checks what users set
         self.mode = mode
         self.failure: str | None = None
         """Why the math runs eagerly though a mode was given (the first compile error), else None."""
-        self._compiled = _compiled(mode) if mode is not None else {}
+        compiled = _compiled(mode) if mode is not None else {}
+        self.norm, self.add_norm, self.rotate, self.probs, self.gate = (
+            self._fallible(function, compiled[function]) if compiled else function for function in _FUNCTIONS
+        )
 
     @property
     def compiled(self) -> bool:
         """Whether the math runs compiled (a mode was given, and compiling has not failed)."""
-        return bool(self._compiled)
+        return self.mode is not None and self.failure is None
 
-    def norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        """RMSNorm of ``x`` scaled by ``weight`` (``_norm``)."""
-        return self._run(_norm, x, weight, eps)
+    def _fallible(self, function: Callable, compiled: Callable) -> Callable:
+        """``compiled``, or ``function`` from the first failure of any of this math's compiled functions on."""
 
-    def add_norm(
-        self, x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The residual stream ``x + delta``, and its RMSNorm scaled by ``weight``."""
-        return self._run(_add_norm, x, delta, weight, eps)
+        def run(*args: object):  # the result of ``function``
+            if self.failure is None:
+                try:
+                    return compiled(*args)
+                except Exception as exc:  # noqa: BLE001 - a failed compile: the math runs eagerly from now on
+                    self.failure = _reason(exc)
+                    log.warning("decode math runs eagerly: torch.compile failed", mode=self.mode, reason=self.failure)
+            return function(*args)
 
-    def rotate(
-        self, qk: torch.Tensor, qk_norm: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, eps: float
-    ) -> torch.Tensor:
-        """Queries then keys ``[rows, heads, head_dim]``, normed per head (where ``qk_norm``) and rotated."""
-        return self._run(_rotate, qk, qk_norm, cos, sin, eps)
-
-    def probs(self, scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """Attention weights: the softmax of ``scores`` over the last dim, computed in float32, in ``dtype``."""
-        return self._run(_probs, scores, dtype)
-
-    def gate(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """``silu(gate) * up`` of the gate and up projections side by side."""
-        return self._run(_gate, gate_up)
-
-    def _run(self, function: Callable, *args: object):
-        compiled = self._compiled.get(function)
-        if compiled is not None:
-            try:
-                return compiled(*args)
-            except Exception as exc:  # noqa: BLE001 - a failed compile: the math runs eagerly from now on
-                self.failure = _reason(exc)
-                self._compiled = {}
-                log.warning("decode math runs eagerly: torch.compile failed", mode=self.mode, reason=self.failure)
-        return function(*args)
+        return run
 
 
 def _reason(exc: Exception) -> str:
@@ -287,7 +278,7 @@ def _compiled(mode: str) -> dict[Callable, Callable]:
     """The step's functions compiled in ``mode``, shared by every ``StepMath`` of the process (compiled code is
     kept per ``torch.compile`` wrapper: one wrapper per function compiles each shape once)."""
     if mode not in _compiled_by_mode:
-        _compiled_by_mode[mode] = {function: _compile(function, mode) for function in (_norm, _add_norm, _rotate, _probs, _gate)}
+        _compiled_by_mode[mode] = {function: _compile(function, mode) for function in _FUNCTIONS}
     return _compiled_by_mode[mode]
 
 
@@ -320,6 +311,10 @@ def _probs(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def _gate(gate_up: torch.Tensor) -> torch.Tensor:
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+_FUNCTIONS = (_norm, _add_norm, _rotate, _probs, _gate)
+"""``StepMath``'s functions, in the order of its attributes."""
 
 
 def _rotations(
