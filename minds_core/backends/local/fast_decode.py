@@ -201,12 +201,12 @@ class FastDecoder:
         for index, (layer, next_norm) in enumerate(zip(self.layers, self._next_norms, strict=True)):
             # Queries and keys side by side: one norm and one rotation for both.
             qkv = layer.qkv(h)
-            qk = math.rotate(qkv[:, :qk_width].view(rows, -1, self.head_dim), layer.qk_norm, cos, sin, eps)
-            v = qkv[:, qk_width:].view(rows, -1, self.head_dim)
-            keys, values = slots.update(qk[:, self.query_heads :, None], v[:, :, None], index)
             # One query per row: each key/value head's group of query heads against that row's keys,
             # stored transposed, so that ``keys.transpose`` is the layout the product reads fastest.
-            q = qk[:, : self.query_heads].reshape(rows * self.kv_heads, groups, self.head_dim)
+            qk = qkv[:, :qk_width].view(rows, -1, self.head_dim)
+            q, k = math.rotate(qk, layer.qk_norm, cos, sin, eps, self.kv_heads)
+            v = qkv[:, qk_width:].view(rows, -1, self.head_dim)
+            keys, values = slots.update(k[:, :, None], v[:, :, None], index)
             keys_t = keys.transpose(-1, -2).reshape(rows * self.kv_heads, self.head_dim, -1)
             scores = torch.baddbmm(mask, q, keys_t, beta=beta, alpha=layer.scaling)
             probs = math.probs(scores, values.dtype)
@@ -223,8 +223,10 @@ class StepMath:
 
     * ``norm(x, weight, eps)``: RMSNorm of ``x`` scaled by ``weight``, as Llama and Qwen compute it;
     * ``add_norm(x, delta, weight, eps)``: the residual stream ``x + delta``, and its ``norm``;
-    * ``rotate(qk, qk_norm, cos, sin, eps)``: queries then keys ``[rows, heads, head_dim]``, normed per head
-      (where ``qk_norm`` is not None) and rotated by the rows' ``cos`` and ``sin`` ``[rows, 1, head_dim]``;
+    * ``rotate(qk, qk_norm, cos, sin, eps, kv_heads)``: queries then keys ``[rows, heads, head_dim]``, normed
+      per head (where ``qk_norm`` is not None) and rotated by the rows' ``cos`` and ``sin`` ``[rows, 1, head_dim]``;
+      the queries grouped by key/value head ``[rows * kv_heads, query heads per kv head, head_dim]``, and the keys
+      ``[rows, kv_heads, head_dim]``;
     * ``probs(scores, dtype)``: the softmax of ``scores`` over the last dim, computed in float32, in ``dtype``;
     * ``gate(gate_up)``: ``silu(gate) * up`` of the gate and up projections side by side.
     """
@@ -297,11 +299,14 @@ def _add_norm(
 
 
 def _rotate(
-    qk: torch.Tensor, qk_norm: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, eps: float
-) -> torch.Tensor:
+    qk: torch.Tensor, qk_norm: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, eps: float, kv_heads: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     if qk_norm is not None:
         qk = _norm(qk, qk_norm, eps)
-    return torch.addcmul(qk * cos, qk.roll(qk.shape[-1] // 2, dims=-1), sin)
+    qk = torch.addcmul(qk * cos, qk.roll(qk.shape[-1] // 2, dims=-1), sin)
+    rows, heads, head_dim = qk.shape
+    query_heads = heads - kv_heads
+    return qk[:, :query_heads].reshape(rows * kv_heads, query_heads // kv_heads, head_dim), qk[:, query_heads:]
 
 
 def _probs(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
