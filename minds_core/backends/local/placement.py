@@ -50,10 +50,12 @@ class Placement:
     else a dense mask."""
     decode_compile: str | None = None
     """The ``torch.compile`` mode (``fast_decode.COMPILE_MODES``: ``default`` or ``max-autotune-no-cudagraphs``) in
-    which samplers compile the elementwise math of their decode step (RMSNorms, rotary, residual adds, SiLU gate:
-    fused into a few kernels, which CUDA graphs then capture), or None to run it eagerly. Compiling costs seconds
-    at a sampler's first steps (once per process and row count: 1, then any); a failed compile runs eagerly,
-    logged once. Off until measured on a GPU (``benchmarks/gpu_sampling.py``)."""
+    which samplers compile the elementwise math of their decode step (RMSNorms, rotary, residual adds, softmax,
+    SiLU gate: fused into a few kernels, which CUDA graphs then capture), or None to run it eagerly. Compiling
+    costs seconds (~20 s on a loaded 2-core CPU) at the first steps of the process's first such sampler, and a
+    few times more at most as sizes change (a second row count, attended width or model shape makes that size
+    dynamic; a single row compiles apart); a failed compile runs eagerly, logged once. Off until measured on a
+    GPU (``benchmarks/gpu_sampling.py`` times both); on the CPU it is slower than eager (0.75x at minds-tiny)."""
 
     def __post_init__(self) -> None:
         if self.decode_compile is not None and self.decode_compile not in COMPILE_MODES:
