@@ -17,17 +17,18 @@ the LoRA scale) in one block-diagonal matrix, copied from the adapter by
 always does.
 
 Between the matrix products a step's math is elementwise: RMSNorms, the
-rotation of queries and keys, residual adds, the SiLU gate. Run eagerly, each
-op is a kernel of its own (a few microseconds each, thousands a step on a
-GPU). ``StepMath`` holds that math as a few functions (add-and-norm, norm-and-
-rotate, softmax, gate); given a ``torch.compile`` mode (``Placement.decode_compile``) it
-compiles them, so that inductor fuses each into a kernel or two. Only the rows
-(and the softmax's attended columns) vary between calls: the first call compiles
-for its shapes, a call with another size once more with that size dynamic (a
-single row compiles apart), and later buckets do not recompile. The compiled kernels are plain launches, so ``cuda_graphs`` captures them like any
-other (each step shape runs once before its capture, so no compile happens
-inside one). Where compiling fails the math runs eagerly from then on, logged
-once.
+rotation of queries and keys, residual adds, the softmax, the SiLU gate. Run
+eagerly, each op is a kernel of its own (a few microseconds each, hundreds a
+step on a GPU). ``StepMath`` holds that math as five functions (norm,
+add-and-norm, norm-and-rotate, softmax, gate); given a ``torch.compile`` mode
+(``Placement.decode_compile``) it compiles them, so that inductor fuses each
+into a kernel or two. Only the rows (and the softmax's attended columns) vary
+between calls: the first call compiles for its shapes, a call with another size
+once more with that size dynamic (a single row compiles apart), and later
+buckets do not recompile. The compiled kernels are plain launches, so
+``cuda_graphs`` captures them like any other (each step shape runs once before
+its capture, so no compile happens inside one). Where compiling fails the math
+runs eagerly from then on, logged once.
 """
 
 from __future__ import annotations
