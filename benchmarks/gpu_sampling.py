@@ -11,7 +11,7 @@ tiny model's byte tokenizer, whose ids are all the prompts use). One run times, 
   same from a sampling client of the bare base model (what the adapter costs: merged into the
   snapshot's weights, as ``Placement.merge_adapters`` has it on CUDA, nothing per step);
 * minds again with the decode step's elementwise math compiled (``Placement.decode_compile``,
-  ``--decode-compile``: inductor fuses the norms, rotary, residual adds and SiLU gate between the
+  ``--decode-compile``: inductor fuses the norms, rotary, residual adds, softmax and SiLU gate between the
   matrix products; a service of its own, the same snapshot's weights), and the seconds its first
   call took (the compile stall; the others' first calls beside it);
 * transformers ``generate`` of the base model (no adapter) on the 64 rows (each prompt 8 times),
