@@ -10,10 +10,14 @@ tiny model's byte tokenizer, whose ids are all the prompts use). One run times, 
   through the SDK-shaped sampling client (the 8 requests concurrent, as an RL step sends them); the
   same from a sampling client of the bare base model (what the adapter costs: merged into the
   snapshot's weights, as ``Placement.merge_adapters`` has it on CUDA, nothing per step);
+* minds again with the decode step's elementwise math compiled (``Placement.decode_compile``,
+  ``--decode-compile``: inductor fuses the norms, rotary, residual adds, softmax and SiLU gate between the
+  matrix products; a service of its own, the same snapshot's weights), and the seconds its first
+  call took (the compile stall; the others' first calls beside it);
 * transformers ``generate`` of the base model (no adapter) on the 64 rows (each prompt 8 times),
   sampling at temperature 1 for exactly 256 tokens.
 
-It prints tokens/s of each and their ratio. Targets on one H100: the 0.6B shape in <= 1.2 s and >= 15x
+It prints tokens/s of each and their ratios. Targets on one H100: the 0.6B shape in <= 1.2 s and >= 15x
 ``generate``; the 1.7B shape >= 10x. ``benchmarks/gpu_step.py`` times the training step and the whole RL step
 of the same shapes.
 """
@@ -24,7 +28,7 @@ import argparse
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -37,6 +41,8 @@ from transformers import (
 )
 
 from minds_core.backends.local import ServiceClient
+from minds_core.backends.local.fast_decode import COMPILE_MODES
+from minds_core.backends.local.models import BaseModelRegistry
 from minds_core.backends.local.tiny_model import _tokenizer
 
 __all__ = ["FULL", "SIZES", "SMOKE", "Shape", "build_model", "sampling_figures"]
@@ -95,24 +101,41 @@ def _prompts(shape: Shape) -> list[list[int]]:
     return torch.randint(0, 256, (shape.prompts, shape.prompt_tokens), generator=generator).tolist()
 
 
-def _timed(run, repeats: int) -> float:
-    """Median seconds of ``repeats`` calls of ``run`` (after one warm-up call)."""
+def _timed(run, repeats: int) -> tuple[float, float]:
+    """Seconds of a first call of ``run`` (a warm-up: compiles, captures), and the median of ``repeats`` more."""
+    start = time.perf_counter()
     run()
+    first = time.perf_counter() - start
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return first, statistics.median(times)
 
 
-def sampling_figures(service: ServiceClient, model_dir: Path, shape: Shape, device: str) -> dict[str, float]:
+def compiling_service(service: ServiceClient, mode: str) -> ServiceClient:
+    """A service beside ``service`` (its checkpoints, device and placement; base models of its own) whose samplers
+    compile their decode step's elementwise math in ``mode``: ``Placement.decode_compile``, which a service does
+    not take as an argument, so it is set here on the service's model registry."""
+    placement = replace(service._runtime.models.placement, decode_compile=mode)
+    compiling = ServiceClient(checkpoint_root=service.checkpoint_root, device=placement.device.type)
+    compiling._runtime.models = BaseModelRegistry(placement)
+    return compiling
+
+
+def sampling_figures(
+    service: ServiceClient, compiling: ServiceClient, model_dir: Path, shape: Shape, device: str
+) -> dict[str, float]:
     """Seconds of minds' sampling with the adapter snapshot (and of taking the snapshot), of the bare base model
-    (no adapter: what the adapter costs), and of ``generate`` on the same rows."""
+    (no adapter: what the adapter costs), of the snapshot on ``compiling`` (its decode math compiled), and of
+    ``generate`` on the same rows; ``*_first``: the first (warm-up) call of each minds sampler."""
     trainer = service.create_lora_training_client(str(model_dir), rank=shape.rank, seed=0).result()
     start = time.perf_counter()
     sampler = trainer.save_weights_and_get_sampling_client().result()
     save_seconds = time.perf_counter() - start
+    saved = trainer.save_weights_for_sampler("compiled").result().path
+    compiled_sampler = compiling.create_sampling_client(model_path=saved).result()
     prompts = _prompts(shape)
     params = types.SamplingParams(max_tokens=shape.max_tokens, temperature=1.0, seed=0, stop=[])
 
@@ -121,10 +144,12 @@ def sampling_figures(service: ServiceClient, model_dir: Path, shape: Shape, devi
         for future in futures:
             assert all(len(s.tokens) == shape.max_tokens for s in future.result().sequences)
 
-    ours = _timed(lambda: sample(sampler), shape.repeats)
+    ours_first, ours = _timed(lambda: sample(sampler), shape.repeats)
     graphs = sampler._sampler._batch.slots.graphs.captured  # a peek: how many step shapes were captured
     base = service.create_sampling_client(base_model=str(model_dir)).result()
-    bare = _timed(lambda: sample(base), shape.repeats)
+    _, bare = _timed(lambda: sample(base), shape.repeats)
+    compiled_first, compiled = _timed(lambda: sample(compiled_sampler), shape.repeats)
+    compiled_slots = compiled_sampler._sampler._batch.slots  # a peek: its graphs, and whether the math compiled
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device).eval()
     rows = torch.tensor(prompts, device=device).repeat_interleave(shape.samples, dim=0)
     tokenizer = sampler.get_tokenizer()
@@ -143,8 +168,10 @@ def sampling_figures(service: ServiceClient, model_dir: Path, shape: Shape, devi
     generate(shape.max_tokens)
     theirs = time.perf_counter() - start
     return {
-        "minds": ours, "minds_base": bare, "generate": theirs, "save": save_seconds, "graphs": graphs,
-        "tokens": shape.tokens,
+        "minds": ours, "minds_base": bare, "minds_compiled": compiled, "minds_first": ours_first,
+        "minds_compiled_first": compiled_first, "compiled": compiled_slots._fast.math.compiled,
+        "compiled_graphs": compiled_slots.graphs.captured, "generate": theirs, "save": save_seconds,
+        "graphs": graphs, "tokens": shape.tokens,
     }  # fmt: skip
 
 
@@ -152,6 +179,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, seconds, no targets checked")
     parser.add_argument("--sizes", nargs="+", choices=["0.6B", "1.7B"], default=["0.6B", "1.7B"])
+    parser.add_argument(
+        "--decode-compile", choices=COMPILE_MODES, default=COMPILE_MODES[0],
+        help="torch.compile mode of the compiled-math sampler (Placement.decode_compile)",
+    )  # fmt: skip
     args = parser.parse_args()
     device = "cpu" if args.smoke else "cuda"
     shape = SMOKE if args.smoke else FULL
@@ -161,10 +192,14 @@ def main() -> None:
     print(f"{shape.prompts} prompts x {shape.samples} samples, {shape.prompt_tokens}-token prompts, "
           f"{shape.max_tokens} tokens, no stop; minds with a rank-{shape.rank} LoRA snapshot, generate on the base")  # fmt: skip
     targets = {"0.6B": (1.2, 15.0), "1.7B": (None, 10.0)}
-    with tempfile.TemporaryDirectory() as tmp, ServiceClient(device=device) as service:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ServiceClient(device=device) as service,
+        compiling_service(service, args.decode_compile) as compiling,
+    ):
         for size in sizes:
             model_dir = build_model(Path(tmp) / size, size, device)
-            r = sampling_figures(service, model_dir, shape, device)
+            r = sampling_figures(service, compiling, model_dir, shape, device)
             seconds, ratio = targets.get(size, (None, None))
             goal = "" if ratio is None else f" (target >= {ratio:.0f}x" + (f", <= {seconds} s)" if seconds else ")")
             print(f"  {size}: minds {r['minds']:.3f} s = {r['tokens'] / r['minds']:,.0f} tokens/s "
@@ -172,6 +207,12 @@ def main() -> None:
                   f"generate {r['generate']:.3f} s = "
                   f"{r['tokens'] / r['generate']:,.0f} tokens/s -> {r['generate'] / r['minds']:.1f}x{goal}; "
                   f"snapshot (save_weights_and_get_sampling_client) {r['save']:.3f} s")  # fmt: skip
+            state = "compiled" if r["compiled"] else "FELL BACK TO EAGER (see the log)"
+            print(f"  {size}: minds, decode math {args.decode_compile!r} ({state}, {int(r['compiled_graphs'])} step "
+                  f"graphs captured): {r['minds_compiled']:.3f} s = "
+                  f"{r['tokens'] / r['minds_compiled']:,.0f} tokens/s -> {r['minds'] / r['minds_compiled']:.2f}x "
+                  f"the eager math, {r['generate'] / r['minds_compiled']:.1f}x generate; first call "
+                  f"{r['minds_compiled_first']:.1f} s (eager math: {r['minds_first']:.1f} s)")  # fmt: skip
 
 
 if __name__ == "__main__":

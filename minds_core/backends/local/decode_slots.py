@@ -68,12 +68,12 @@ class _ModelForward:
 class DecodeSlots:
     """Decode slots of one model on its device; see the module doc. Hold ``lock`` while using them."""
 
-    def __init__(self, model: nn.Module, max_rows: int) -> None:
+    def __init__(self, model: nn.Module, max_rows: int, compile_mode: str | None = None) -> None:
         self.lock = threading.Lock()
         self.max_rows = max_rows
         parameter = next(model.parameters())
         self.device = parameter.device
-        self._fast = fast = FastDecoder.for_model(model)
+        self._fast = fast = FastDecoder.for_model(model, compile_mode)
         self._forward: Callable[[KVSlots, torch.Tensor], torch.Tensor] = (
             fast.forward if fast is not None else _ModelForward(model)
         )
@@ -83,12 +83,13 @@ class DecodeSlots:
         self.draws: Draws | None = None
 
     @classmethod
-    def for_model(cls, model: nn.Module, max_rows: int) -> DecodeSlots:
-        """The decode slots of ``model`` (made on first use, kept while the model lives)."""
+    def for_model(cls, model: nn.Module, max_rows: int, compile_mode: str | None = None) -> DecodeSlots:
+        """The decode slots of ``model`` (made on first use, kept while the model lives; ``compile_mode``:
+        ``FastDecoder``'s)."""
         with _instances_lock:
             slots = _instances.get(model)
             if slots is None:
-                slots = _instances[model] = cls(model, max_rows)
+                slots = _instances[model] = cls(model, max_rows, compile_mode)
             return slots
 
     def refresh(self) -> None:

@@ -168,13 +168,14 @@ class DecodeBatch:
     in the model's decode slots."""
 
     def __init__(
-        self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, tokens_per_pass: int, max_rows: int
-    ) -> None:
+        self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, tokens_per_pass: int, max_rows: int,
+        compile_mode: str | None = None,
+    ) -> None:  # fmt: skip
         self.model = model
         self.tokenizer = tokenizer
         self.tokens_per_pass = tokens_per_pass  # padded prompt tokens (rows x longest) prefilled in one pass
         self.pending: queue.SimpleQueue[SampleRequest] = queue.SimpleQueue()
-        self.slots = DecodeSlots.for_model(model, max_rows)
+        self.slots = DecodeSlots.for_model(model, max_rows, compile_mode)  # compile_mode: ``FastDecoder``'s
         self.slots.refresh()
         self._waiting: deque[_Prefilled] = deque()
         self._rows: list[_Row | None] = []  # per slot

@@ -15,19 +15,42 @@ LoRA terms together: their ``A`` factors stacked, their ``B`` factors (times
 the LoRA scale) in one block-diagonal matrix, copied from the adapter by
 ``refresh``. Any other model decodes through its own ``forward``; prefill
 always does.
+
+Between the matrix products a step's math is elementwise: RMSNorms, the
+rotation of queries and keys, residual adds, the softmax, the SiLU gate. Run
+eagerly, each op is a kernel of its own (a few microseconds each, hundreds a
+step on a GPU). ``StepMath`` holds that math as five functions (norm,
+add-and-norm, norm-and-rotate, softmax, gate); given a ``torch.compile`` mode
+(``Placement.decode_compile``) it compiles them, so that inductor fuses each
+into a kernel or two. Only the rows (and the softmax's attended columns) vary
+between calls: the first call compiles for its shapes, a call with another size
+once more with that size dynamic (a single row compiles apart), and later
+buckets do not recompile. The compiled kernels are plain launches, so
+``cuda_graphs`` captures them like any other (each step shape runs once before
+its capture, so no compile happens inside one). Where compiling fails the math
+runs eagerly from then on, logged once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from minds_core.logs import get_logger
+
 from .kv_slots import KVSlots
 
-__all__ = ["FastDecoder"]
+__all__ = ["COMPILE_MODES", "FastDecoder", "StepMath"]
+
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+"""The ``torch.compile`` modes ``StepMath`` takes: those that leave CUDA graphs to ``cuda_graphs`` (the modes that
+capture graphs of their own would capture inside ours)."""
+
+log = get_logger("sampler")
 
 _ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"})
 _ROPE_TYPES = frozenset({"default", "linear", "llama3"})  # inverse frequencies fixed at load time
@@ -87,7 +110,7 @@ class _Layer:
 class FastDecoder:
     """Decode steps of one Llama-family model over ``KVSlots``; ``for_model`` says whether it applies."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, compile_mode: str | None = None) -> None:
         inner = model.model
         config = model.config
         self.eps = float(config.rms_norm_eps)
@@ -117,6 +140,8 @@ class FastDecoder:
             )
             for layer in inner.layers
         ]
+        self._next_norms = [layer.input_norm for layer in self.layers[1:]] + [self.final_norm]
+        self.math = StepMath(compile_mode)
 
     def _qk_norm(self, attention: nn.Module) -> torch.Tensor | None:
         if not hasattr(attention, "q_norm"):
@@ -139,8 +164,9 @@ class FastDecoder:
             projection.refresh()
 
     @classmethod
-    def for_model(cls, model: nn.Module) -> FastDecoder | None:
-        """A fast decoder for ``model``, or None when its architecture is not one this module reproduces."""
+    def for_model(cls, model: nn.Module, compile_mode: str | None = None) -> FastDecoder | None:
+        """A fast decoder for ``model`` (its elementwise math compiled in ``compile_mode``, if given: ``StepMath``),
+        or None when its architecture is not one this module reproduces."""
         if hasattr(model, "get_base_model"):  # a peft model (``attach_lora``'s: LoRA without DoRA, in eval mode)
             model = model.get_base_model()
         config = getattr(model, "config", None)
@@ -154,7 +180,7 @@ class FastDecoder:
             or getattr(config, "mlp_bias", False)
         ):
             return None
-        return cls(model)
+        return cls(model, compile_mode)
 
     def forward(self, slots: KVSlots, token_ids: torch.Tensor) -> torch.Tensor:
         """Logits ``[rows, V]`` after feeding each row of the slots' window its token ``token_ids[row]`` at the
@@ -170,36 +196,131 @@ class FastDecoder:
             # columns].
             mask = slots.mask(x.dtype)[:, None, None].expand(rows, self.kv_heads, groups, -1)
             mask, beta = mask.reshape(rows * self.kv_heads, groups, -1), 1.0
-        half = self.head_dim // 2
         qk_width = (self.query_heads + self.kv_heads) * self.head_dim
-        for index, layer in enumerate(self.layers):
-            h = self._norm(x, layer.input_norm)
+        math, eps = self.math, self.eps
+        h = math.norm(x, self.layers[0].input_norm, eps)
+        for index, (layer, next_norm) in enumerate(zip(self.layers, self._next_norms, strict=True)):
             # Queries and keys side by side: one norm and one rotation for both.
             qkv = layer.qkv(h)
-            qk = qkv[:, :qk_width].view(rows, -1, self.head_dim)
-            v = qkv[:, qk_width:].view(rows, -1, self.head_dim)
-            if layer.qk_norm is not None:
-                qk = self._norm(qk, layer.qk_norm)
-            qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin)
-            keys, values = slots.update(qk[:, self.query_heads :, None], v[:, :, None], index)
             # One query per row: each key/value head's group of query heads against that row's keys,
             # stored transposed, so that ``keys.transpose`` is the layout the product reads fastest.
-            q = qk[:, : self.query_heads].reshape(rows * self.kv_heads, groups, self.head_dim)
+            qk = qkv[:, :qk_width].view(rows, -1, self.head_dim)
+            q, k = math.rotate(qk, layer.qk_norm, cos, sin, eps, self.kv_heads)
+            v = qkv[:, qk_width:].view(rows, -1, self.head_dim)
+            keys, values = slots.update(k[:, :, None], v[:, :, None], index)
             keys_t = keys.transpose(-1, -2).reshape(rows * self.kv_heads, self.head_dim, -1)
             scores = torch.baddbmm(mask, q, keys_t, beta=beta, alpha=layer.scaling)
-            probs = scores.softmax(dim=-1, dtype=torch.float32).to(values.dtype)
+            probs = math.probs(scores, values.dtype)
             attended = torch.bmm(probs, values.reshape(rows * self.kv_heads, -1, self.head_dim))
-            x = x + layer.o(attended.view(rows, -1))
-            h = self._norm(x, layer.post_norm)
-            gate, up = layer.gate_up(h).chunk(2, dim=-1)
-            x = x + layer.down(F.silu(gate) * up)
-        return self.unembed(self._norm(x, self.final_norm))
+            x, h = math.add_norm(x, layer.o(attended.view(rows, -1)), layer.post_norm, eps)
+            x, h = math.add_norm(x, layer.down(math.gate(layer.gate_up(h))), next_norm, eps)
+        return self.unembed(h)
 
-    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """RMSNorm as Llama and Qwen compute it: in float32, scaled after casting back."""
-        if x.dtype == torch.float32:
-            return _rms_norm(x, self.eps) * weight
-        return weight * _rms_norm(x.float(), self.eps).to(x.dtype)
+
+class StepMath:
+    """The elementwise math of a decode step (see the module doc): eager, or compiled by ``torch.compile`` in
+    ``mode`` (one of ``COMPILE_MODES``) until compiling fails. Its functions, attributes (eager: the plain
+    functions themselves, nothing in between):
+
+    * ``norm(x, weight, eps)``: RMSNorm of ``x`` scaled by ``weight``, as Llama and Qwen compute it;
+    * ``add_norm(x, delta, weight, eps)``: the residual stream ``x + delta``, and its ``norm``;
+    * ``rotate(qk, qk_norm, cos, sin, eps, kv_heads)``: queries then keys ``[rows, heads, head_dim]``, normed
+      per head (where ``qk_norm`` is not None) and rotated by the rows' ``cos`` and ``sin`` ``[rows, 1, head_dim]``;
+      the queries grouped by key/value head ``[rows * kv_heads, query heads per kv head, head_dim]``, and the keys
+      ``[rows, kv_heads, head_dim]``;
+    * ``probs(scores, dtype)``: the softmax of ``scores`` over the last dim, computed in float32, in ``dtype``;
+    * ``gate(gate_up)``: ``silu(gate) * up`` of the gate and up projections side by side.
+    """
+
+    def __init__(self, mode: str | None = None) -> None:
+        assert mode is None or mode in COMPILE_MODES, mode  # ``Placement`` checks what users set
+        self.mode = mode
+        self.failure: str | None = None
+        """Why the math runs eagerly though a mode was given (the first compile error), else None."""
+        compiled = _compiled(mode) if mode is not None else {}
+        self.norm, self.add_norm, self.rotate, self.probs, self.gate = (
+            self._fallible(function, compiled[function]) if compiled else function for function in _FUNCTIONS
+        )
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the math runs compiled (a mode was given, and compiling has not failed)."""
+        return self.mode is not None and self.failure is None
+
+    def _fallible(self, function: Callable, compiled: Callable) -> Callable:
+        """``compiled``, or ``function`` from the first failure of any of this math's compiled functions on."""
+
+        def run(*args: object):  # the result of ``function``
+            if self.failure is None:
+                try:
+                    return compiled(*args)
+                except Exception as exc:  # noqa: BLE001 - a failed compile: the math runs eagerly from now on
+                    self.failure = _reason(exc)
+                    log.warning("decode math runs eagerly: torch.compile failed", mode=self.mode, reason=self.failure)
+            return function(*args)
+
+        return run
+
+
+def _reason(exc: Exception) -> str:
+    """What failed, in a line: the exception's type and its message's first two lines (inductor's first line names
+    only the backend, its second the error)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return " ".join([f"{type(exc).__name__}:", *lines[:2]])[:400]
+
+
+def _compile(function: Callable, mode: str) -> Callable:
+    """``function`` compiled by inductor in ``mode`` (lazily: on its first call)."""
+    return torch.compile(function, mode=mode)
+
+
+_compiled_by_mode: dict[str, dict[Callable, Callable]] = {}
+
+
+def _compiled(mode: str) -> dict[Callable, Callable]:
+    """The step's functions compiled in ``mode``, shared by every ``StepMath`` of the process (compiled code is
+    kept per ``torch.compile`` wrapper: one wrapper per function compiles each shape once)."""
+    if mode not in _compiled_by_mode:
+        _compiled_by_mode[mode] = {function: _compile(function, mode) for function in _FUNCTIONS}
+    return _compiled_by_mode[mode]
+
+
+def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm as Llama and Qwen compute it: in float32, scaled after casting back."""
+    if x.dtype == torch.float32:
+        return _rms_norm(x, eps) * weight
+    return weight * _rms_norm(x.float(), eps).to(x.dtype)
+
+
+def _add_norm(
+    x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    x = x + delta
+    return x, _norm(x, weight, eps)
+
+
+def _rotate(
+    qk: torch.Tensor, qk_norm: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, eps: float, kv_heads: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if qk_norm is not None:
+        qk = _norm(qk, qk_norm, eps)
+    qk = torch.addcmul(qk * cos, qk.roll(qk.shape[-1] // 2, dims=-1), sin)
+    rows, heads, head_dim = qk.shape
+    query_heads = heads - kv_heads
+    return qk[:, :query_heads].reshape(rows * kv_heads, query_heads // kv_heads, head_dim), qk[:, query_heads:]
+
+
+def _probs(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return scores.softmax(dim=-1, dtype=torch.float32).to(dtype)
+
+
+def _gate(gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+_FUNCTIONS = (_norm, _add_norm, _rotate, _probs, _gate)
+"""``StepMath``'s functions, in the order of its attributes."""
 
 
 def _rotations(

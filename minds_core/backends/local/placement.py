@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import LocalBadRequestError
+from .fast_decode import COMPILE_MODES
 from .packed_attention import packed_attention_mode
 
 __all__ = ["DEVICES", "Placement", "resolve_placement"]
@@ -47,6 +48,21 @@ class Placement:
     packed_attention: str = "dense"
     """How training passes mask packed rows (``packed_attention.MODES``): FlexAttention on CUDA where it compiles,
     else a dense mask."""
+    decode_compile: str | None = None
+    """The ``torch.compile`` mode (``fast_decode.COMPILE_MODES``: ``default`` or ``max-autotune-no-cudagraphs``) in
+    which samplers compile the elementwise math of their decode step (RMSNorms, rotary, residual adds, softmax,
+    SiLU gate: fused into a few kernels, which CUDA graphs then capture), or None to run it eagerly. Compiling
+    costs seconds (~20 s on a loaded 2-core CPU) at the first steps of the process's first such sampler, and a
+    few times more at most as sizes change (a second row count, attended width or model shape makes that size
+    dynamic; a single row compiles apart); a failed compile runs eagerly, logged once. Off until measured on a
+    GPU (``benchmarks/gpu_sampling.py`` times both); on the CPU it is slower than eager (0.75x at minds-tiny)."""
+
+    def __post_init__(self) -> None:
+        if self.decode_compile is not None and self.decode_compile not in COMPILE_MODES:
+            raise LocalBadRequestError(
+                f"Placement.decode_compile is {self.decode_compile!r}: use None (eager) or one of "
+                f"{', '.join(COMPILE_MODES)} (modes with CUDA graphs of their own would nest inside the sampler's)"
+            )
 
 
 def resolve_placement(device: str = "auto") -> Placement:

@@ -33,7 +33,9 @@ class SamplingEngine:
         self.base = base
         self.model = model
         placement = base.placement
-        self._batch = DecodeBatch(model, base.tokenizer, placement.tokens_per_micro_batch, placement.decode_rows)
+        self._batch = DecodeBatch(
+            model, base.tokenizer, placement.tokens_per_micro_batch, placement.decode_rows, placement.decode_compile
+        )
 
     @classmethod
     def for_base(cls, base: BaseModel) -> SamplingEngine:
