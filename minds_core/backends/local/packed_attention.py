@@ -186,7 +186,7 @@ def prove(
         try:
             leaves = [t.clone().requires_grad_() for t in inputs]
             out = kernel(*leaves, block_mask=mask, scale=scaling, enable_gqa=gqa)
-            got = (out, *torch.autograd.grad(out, leaves, grad_out))
+            got = (out.detach(), *torch.autograd.grad(out, leaves, grad_out))
         except torch.OutOfMemoryError:
             raise
         except Exception as exc:
@@ -194,7 +194,7 @@ def prove(
         with torch.autocast(device.type, enabled=False):
             leaves = [t.float().requires_grad_() for t in inputs]
             out = scaled_dot_product_attention(*leaves, attn_mask=_dense(mask), scale=scaling, enable_gqa=gqa)
-            want = (out, *torch.autograd.grad(out, leaves, grad_out.float()))
+            want = (out.detach(), *torch.autograd.grad(out, leaves, grad_out.float()))
     tolerance = max(8 * torch.finfo(query.dtype).eps, 1e-4)
     errors = torch.stack([(g.float() - w).abs().max() / w.abs().max().clamp(min=1) for g, w in zip(got, want, strict=True)])
     worst = float(errors.max())  # one host sync, once per kind of input
