@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 python3 -c "import torch, transformers, peft, tinker; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'tinker', tinker.__version__)" | tee -a $OUT/gpu.txt
 T0=$(date +%s)
 timeout ${TEST_S:-150} python3 -m pytest -o addopts="" --import-mode=importlib -p minds_core.testing -p no:cacheprovider -q --timeout 100 \
-  ${TESTS:-tests/backends/local/test_cuda.py tests/backends/local/test_cuda_graphs.py tests/backends/local/test_placement.py tests/backends/local/test_losses.py} > $OUT/tests.log 2>&1
+  ${TESTS:-tests/backends/local/test_cuda.py tests/backends/local/test_cuda_graphs.py tests/backends/local/test_cuda_flex.py tests/backends/local/test_placement.py tests/backends/local/test_losses.py} > $OUT/tests.log 2>&1
 echo "tests rc=$? in $(( $(date +%s) - T0 )) s" >> $OUT/tests.log
 grep -E "passed|failed|^FAILED|^ERROR|rc=" $OUT/tests.log | tail -15
 for b in ${BENCH:-gpu_sampling.py gpu_step.py serve_overhead.py}; do
