@@ -154,30 +154,34 @@ class LossPasses:
         on (logged once, with the first error). Out-of-memory errors and a ``CallerError`` are raised as they
         came, and so is the dense attempt's error (FlexAttention staying on: the fault was elsewhere)."""
         saved = [None if p.grad is None else p.grad.clone() for p in self._trainable]  # device copies: no sync
-        self._flex_used = False
-        try:
-            return attempt()
-        except BaseException as exc:  # noqa: BLE001 (restored, then raised or retried)
-            self._restore(saved)
-            failure = exc
-        retry = isinstance(failure, Exception) and self._flex_used
-        if not retry or isinstance(failure, (torch.OutOfMemoryError, CallerError)):
-            raise failure.error if isinstance(failure, CallerError) else failure
-        self._dense_only = True
-        try:
-            result = attempt()
-        except BaseException as exc:
-            self._restore(saved)
-            exc.add_note(f"(it ran again with the dense mask after FlexAttention failed: {failure!r:.300})")
-            raise
-        finally:
-            self._dense_only = False
-        disable_flex(failure)
-        return result
+        flex_error: Exception | None = None  # the first attempt's, where it ran again with the dense mask
+        while True:
+            self._flex_used, self._dense_only = False, flex_error is not None
+            try:
+                result = attempt()
+            except BaseException as exc:  # noqa: BLE001 (gradients restored, then raised or retried)
+                self._restore(saved)
+                failure = exc
+            else:
+                if flex_error is not None:
+                    disable_flex(flex_error)
+                return result
+            finally:
+                self._dense_only = False
+            flex_fault = isinstance(failure, Exception) and not isinstance(failure, (torch.OutOfMemoryError, CallerError))
+            if flex_error is None and self._flex_used and flex_fault:
+                flex_error = failure
+                continue
+            if isinstance(failure, CallerError):
+                failure = failure.error
+            if flex_error is not None:
+                failure.add_note(f"(it ran again with the dense mask after FlexAttention failed: {flex_error!r:.300})")
+            raise failure
 
     def _restore(self, saved: Sequence[torch.Tensor | None]) -> None:
+        """The gradients as ``saved`` (copies: a pass run again adds to them in place)."""
         for param, grad in zip(self._trainable, saved, strict=True):
-            param.grad = grad
+            param.grad = None if grad is None else grad.clone()
 
     def _run(
         self, items: Sequence[DatumTensors], loss: BatchLoss, *, backward: bool

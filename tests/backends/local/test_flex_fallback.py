@@ -186,7 +186,7 @@ def test_a_failure_that_is_not_flex_attentions_is_raised_and_leaves_the_gradient
 
     def bad_loss(lp: torch.Tensor, inputs: dict) -> torch.Tensor:
         seen.append(len(lp))
-        if len(seen) > 1:  # from the second micro-batch on: the first one's gradients are in already
+        if len(seen) % 2 == 0:  # the second micro-batch of each attempt: the first one's gradients are in already
             raise ValueError("a loss that breaks")
         return loss(lp, inputs)
 
@@ -224,3 +224,30 @@ def test_block_masks_capture_tensors_only_so_one_compiled_kernel_serves_every_sh
             mask = block_mask(batch.segment, batch.prefix_lengths, batch.width_prefix)
             captured = [cell.cell_contents for cell in mask.mask_mod.__closure__]
             assert captured and all(isinstance(value, torch.Tensor) for value in captured)
+
+
+def test_a_custom_loss_whose_flex_backward_fails_runs_again_densely(
+    trainer: TrainingClient, fresh_flex: Callable[[FakeKernel], None]
+) -> None:
+    data = shared_prompt_data(30, (5, 12, 7), seed=4) + shared_prompt_data(0, (9, 23), seed=5)
+    items = [submitted_datum(datum, i) for i, datum in enumerate(data)]
+    calls = []
+
+    def custom(data: list[types.Datum], logprobs: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        calls.append(len(data))
+        return -sum((lp * (i + 1)).sum() for i, lp in enumerate(logprobs)), {"n": float(len(logprobs))}
+
+    engine = trainer._trainer
+    engine.model.zero_grad(set_to_none=True)
+    want = engine.forward_backward_custom(data, items, custom)
+    want_grads = grads(trainer)
+    engine.model.zero_grad(set_to_none=True)
+    fresh_flex(FakeKernel(fail_from=2))
+    engine._passes.attention = "flex"
+    got = engine.forward_backward_custom(data, items, custom)
+    assert len(calls) == 3  # the dense reference, then the flex attempt and its dense rerun
+    assert packed_attention.flex_failure() == "RuntimeError: fake: inductor failed to compile FlexAttention's backward"
+    assert_same(grads(trainer), want_grads)
+    assert got.metrics == want.metrics
+    for a, b in zip(got.loss_fn_outputs, want.loss_fn_outputs, strict=True):
+        torch.testing.assert_close(a["logprobs"].to_torch(), b["logprobs"].to_torch(), rtol=0, atol=1e-5)
