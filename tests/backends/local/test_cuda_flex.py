@@ -75,13 +75,15 @@ def test_flex_attention_trains_like_the_dense_mask_and_never_falls_back(gpu_trai
 
 def test_packed_rows_of_new_shapes_reuse_the_compiled_kernel() -> None:
     """Forward and backward over block masks of many packed shapes (rows, width, prefix width): the kernel
-    compiles once per kind of shape (a single row or several, a prefix or none), not once per shape."""
+    compiles once per kind of shape (a single row or several, a prefix or none), not once per shape. The heads,
+    head size and scale are minds-tiny's (run alone, this test compiles for them; after the test above, which
+    trains minds-tiny, most kinds are compiled already)."""
     kernel = flex_kernel("cuda", True)
     gen = torch.Generator().manual_seed(3)
     shapes, before = set(), compiled_graphs()
 
     def random(rows: int, heads: int, tokens: int) -> torch.Tensor:
-        return torch.randn(rows, heads, tokens, 64, generator=gen).to("cuda", torch.bfloat16).requires_grad_()
+        return torch.randn(rows, heads, tokens, 16, generator=gen).to("cuda", torch.bfloat16).requires_grad_()
 
     with torch.autocast("cuda", dtype=torch.bfloat16):
         for seed in range(8):
@@ -96,7 +98,7 @@ def test_packed_rows_of_new_shapes_reuse_the_compiled_kernel() -> None:
                     mask = block_mask(segment, prefixes, batch.width_prefix)
                     q = random(rows, 4, width)
                     kv = [random(rows, 2, batch.width_prefix + width) for _ in range(2)]
-                    out = kernel(q, *kv, block_mask=mask, scale=0.125, enable_gqa=True)
+                    out = kernel(q, *kv, block_mask=mask, scale=0.25, enable_gqa=True)
                     out.float().square().mean().backward()
                     assert all(t.grad is not None and bool(t.grad.isfinite().all()) for t in (q, *kv))
     graphs = compiled_graphs() - before
