@@ -43,6 +43,7 @@ __all__ = [
     "MODES",
     "FlexAttentionFailed",
     "block_mask",
+    "compile_flex",
     "disable_flex",
     "flex_failure",
     "flex_kernel",
@@ -131,16 +132,24 @@ def _attention(
 
 
 def flex_kernel(device_type: str, grad: bool) -> Callable[..., torch.Tensor] | None:
-    """FlexAttention for a device type: compiled on CUDA (once per process, for every shape: ``dynamic`` sizes,
-    so packed rows of new widths reuse it); unfused elsewhere, where it has no backward pass (None with ``grad``)."""
+    """FlexAttention for a device type: compiled on CUDA (once per process, see ``compile_flex``); unfused
+    elsewhere, where it has no backward pass (None with ``grad``)."""
     if device_type == "cuda":
         return _compiled_flex()
     return None if grad else flex_attention
 
 
+def compile_flex(backend: str = "inductor") -> Callable[..., torch.Tensor]:
+    """FlexAttention compiled for packed rows: sizes as symbols from the first call on (``dynamic``), so that a new
+    row count, width or prefix width reuses the compiled kernel; it compiles again only for a new kind of shape
+    (torch specialises sizes of 1, e.g. a single row, and equal sizes, e.g. rows without a prefix). ``backend``:
+    inductor for the fused kernels; tests count compilations with others."""
+    return torch.compile(flex_attention, backend=backend, dynamic=True, fullgraph=True)
+
+
 @functools.cache
 def _compiled_flex() -> Callable[..., torch.Tensor]:
-    return torch.compile(flex_attention, dynamic=True, fullgraph=True)
+    return compile_flex()
 
 
 PROBE_SEGMENTS = ((0,) * 100 + (1,) * 80 + (-1,) * 12, (2,) * 150 + (3,) * 42)

@@ -6,39 +6,22 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tinker import types
 from torch._dynamo.utils import counters
 
 from minds_core.backends.local import TrainingClient, packed_attention
 from minds_core.backends.local.inputs import submitted_datum
 from minds_core.backends.local.packed_attention import block_mask, flex_kernel, prove
-from minds_core.backends.local.packing import Group, plan_waves
-from minds_core.backends.local.passes import LossPasses, shared_prefix_groups
+from minds_core.backends.local.passes import LossPasses
 from minds_core.backends.local.placement import resolve_placement
 
 from .test_cuda import gpu_service, gpu_trainer  # noqa: F401 - fixtures used here
+from .test_flex_fallback import mixed_request, packed_batches
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def compiled_graphs() -> int:
     return counters["stats"]["unique_graphs"]
-
-
-def mixed_request(seed: int, groups: int = 3) -> list[types.Datum]:
-    """Groups of rollouts sharing a prompt (prompts of 20-300 tokens, completions of 2-400), and datums alone."""
-    gen = torch.Generator().manual_seed(seed)
-    draw = lambda low, high: int(torch.randint(low, high, (), generator=gen))
-    data = []
-    for _ in range(groups):
-        prompt = torch.randint(0, 250, (draw(20, 300),), generator=gen).tolist()
-        for _ in range(draw(2, 6)):
-            tokens = prompt + torch.randint(0, 250, (draw(2, 400),), generator=gen).tolist()
-            data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens), loss_fn_inputs={"target_tokens": tokens}))
-    for _ in range(draw(1, 6)):
-        tokens = torch.randint(0, 250, (draw(3, 500),), generator=gen).tolist()
-        data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens), loss_fn_inputs={"target_tokens": tokens}))
-    return data
 
 
 def test_the_probe_passes_at_the_qwen3_shapes_in_bf16() -> None:
@@ -48,7 +31,7 @@ def test_the_probe_passes_at_the_qwen3_shapes_in_bf16() -> None:
     key = torch.empty(1, 8, 1, 128, device="cuda", dtype=torch.bfloat16)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         prove(kernel, query, key, key, 128**-0.5)
-    assert (torch.device("cuda"), torch.bfloat16, 16, 8, 128, 128, 128**-0.5, True) in packed_attention._proven
+    assert (query.device, torch.bfloat16, 16, 8, 128, 128, 128**-0.5, True) in packed_attention._proven
 
 
 def test_flex_attention_trains_like_the_dense_mask_and_never_falls_back(gpu_trainer: TrainingClient) -> None:  # noqa: F811
@@ -86,21 +69,16 @@ def test_packed_rows_of_new_shapes_reuse_the_compiled_kernel() -> None:
         return torch.randn(rows, heads, tokens, 16, generator=gen).to("cuda", torch.bfloat16).requires_grad_()
 
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        for seed in range(8):
-            items = [submitted_datum(datum, i) for i, datum in enumerate(mixed_request(seed))]
-            tokens = [item.tokens for item in items]
-            groups = shared_prefix_groups(items) if seed % 2 else [Group(0, list(range(len(items))))]
-            for wave in plan_waves(tokens, groups, tokens_per_pass=2048):
-                for batch in wave.micro_batches:
-                    segment, prefixes = batch.segment.cuda(), batch.prefix_lengths.cuda()
-                    rows, width = segment.shape
-                    shapes.add((rows, width, batch.width_prefix))
-                    mask = block_mask(segment, prefixes, batch.width_prefix)
-                    q = random(rows, 4, width)
-                    kv = [random(rows, 2, batch.width_prefix + width) for _ in range(2)]
-                    out = kernel(q, *kv, block_mask=mask, scale=0.25, enable_gqa=True)
-                    out.float().square().mean().backward()
-                    assert all(t.grad is not None and bool(t.grad.isfinite().all()) for t in (q, *kv))
+        for batch in packed_batches(range(8)):
+            segment, prefixes = batch.segment.cuda(), batch.prefix_lengths.cuda()
+            rows, width = segment.shape
+            shapes.add((rows, width, batch.width_prefix))
+            mask = block_mask(segment, prefixes, batch.width_prefix)
+            q = random(rows, 4, width)
+            kv = [random(rows, 2, batch.width_prefix + width) for _ in range(2)]
+            out = kernel(q, *kv, block_mask=mask, scale=0.25, enable_gqa=True)
+            out.float().square().mean().backward()
+            assert all(t.grad is not None and bool(t.grad.isfinite().all()) for t in (q, *kv))
     graphs = compiled_graphs() - before
     assert len(shapes) >= 10, shapes
     assert graphs <= 4, f"{graphs} compilations for {len(shapes)} shapes: {sorted(shapes)}"

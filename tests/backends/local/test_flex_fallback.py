@@ -9,18 +9,20 @@ real GPU kernel are in ``test_cuda_flex.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 import torch
 from structlog.testing import capture_logs
 from tinker import types
+from torch._dynamo.utils import counters
 from torch.nn.attention.flex_attention import BlockMask, create_mask
 
 from minds_core.backends.local import TrainingClient, packed_attention, passes
 from minds_core.backends.local.inputs import submitted_datum
-from minds_core.backends.local.packed_attention import block_mask, prove
-from minds_core.backends.local.packing import Group, plan_waves
+from minds_core.backends.local.packed_attention import block_mask, compile_flex, prove
+from minds_core.backends.local.packing import Group, MicroBatch, plan_waves
+from minds_core.backends.local.passes import shared_prefix_groups
 
 from .test_packed import rows, shared_prompt_data
 
@@ -251,3 +253,48 @@ def test_a_custom_loss_whose_flex_backward_fails_runs_again_densely(
     assert got.metrics == want.metrics
     for a, b in zip(got.loss_fn_outputs, want.loss_fn_outputs, strict=True):
         torch.testing.assert_close(a["logprobs"].to_torch(), b["logprobs"].to_torch(), rtol=0, atol=1e-5)
+
+
+def mixed_request(seed: int, groups: int = 3) -> list[types.Datum]:
+    """Groups of rollouts sharing a prompt (prompts of 20-300 tokens, completions of 2-400), and datums alone."""
+    gen = torch.Generator().manual_seed(seed)
+    draw = lambda low, high: int(torch.randint(low, high, (), generator=gen))
+    data = []
+    for _ in range(groups):
+        prompt = torch.randint(0, 250, (draw(20, 300),), generator=gen).tolist()
+        for _ in range(draw(2, 6)):
+            tokens = prompt + torch.randint(0, 250, (draw(2, 400),), generator=gen).tolist()
+            data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens), loss_fn_inputs={"target_tokens": tokens}))
+    for _ in range(draw(1, 6)):
+        tokens = torch.randint(0, 250, (draw(3, 500),), generator=gen).tolist()
+        data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens), loss_fn_inputs={"target_tokens": tokens}))
+    return data
+
+
+def packed_batches(seeds: Iterable[int], budget: int = 2048) -> Iterator[MicroBatch]:
+    """The micro-batches of a mixed request per seed: its groups sharing prompts (odd seeds), or all whole."""
+    for seed in seeds:
+        items = [submitted_datum(datum, i) for i, datum in enumerate(mixed_request(seed))]
+        groups = shared_prefix_groups(items) if seed % 2 else [Group(0, list(range(len(items))))]
+        for wave in plan_waves([item.tokens for item in items], groups, tokens_per_pass=budget):
+            yield from wave.micro_batches
+
+
+@pytest.mark.slow  # ~15 s: dynamo traces each kind of shape
+def test_one_compilation_serves_packed_rows_of_every_shape_of_a_kind() -> None:
+    """The settings of the CUDA kernel (``compile_flex``) with torch's eager backend: what dynamo compiles again
+    for (guards on sizes, on what the mask function captures), counted on the CPU; the CUDA test counts the
+    inductor kernels themselves."""
+    kernel = compile_flex(backend="eager")
+    before, shapes = counters["stats"]["unique_graphs"], set()
+    for batch in packed_batches(range(4)):
+        rows, width = batch.segment.shape
+        shapes.add((rows, width, batch.width_prefix))
+        mask = block_mask(batch.segment, batch.prefix_lengths, batch.width_prefix)
+        q, kv = torch.randn(rows, 4, width, 16), torch.randn(rows, 2, batch.width_prefix + width, 16)
+        with torch.no_grad():
+            out = kernel(q, kv, kv, block_mask=mask, scale=0.25, enable_gqa=True)
+        assert out.shape == q.shape and bool(out.isfinite().all())
+    graphs = counters["stats"]["unique_graphs"] - before
+    assert len(shapes) >= 10
+    assert graphs <= 4, f"{graphs} compilations for {len(shapes)} shapes: {sorted(shapes)}"
