@@ -10,8 +10,8 @@ Base models load with the attention implementation ``ATTENTION`` (registered her
 transformers): SDPA for every mask but a ``BlockMask``, which goes to FlexAttention.
 Sampling and every other caller thus run exactly as under ``sdpa``; only the training
 passes that ask for it (``Placement.packed_attention == "flex"``) build block masks.
-FlexAttention is compiled on CUDA, once per process for every shape of packed rows
-(sizes compiled as symbols, and a mask function that reads tensors only). Before a pass
+FlexAttention is compiled on CUDA, once per process for each kind of packed-row shape,
+not per shape (sizes compiled as symbols, a mask function that reads tensors only). Before a pass
 with gradients first uses it on a kind of input (dtype, head counts and sizes), a small
 probe runs it forward and backward against SDPA (``prove``): a kernel that fails to
 compile (inductor compiles the backward only at the first backward pass) or computes
@@ -66,8 +66,8 @@ def block_mask(segment: torch.Tensor, prefix_lengths: torch.Tensor, width_prefix
     of the row's ``prefix_lengths[b]`` prefix keys (the first ``width_prefix`` keys hold prefixes), or a body key
     of the same datum (``segment``: ``[rows, width]``, each body's number, -1 for padding) not after ``q``.
 
-    The mask function reads tensors only (no Python number of this batch), so that the compiled kernel, which
-    guards on what the function captures, serves every batch shape with one compilation (see ``flex_kernel``)."""
+    The mask function reads tensors only: no number of this batch is a Python constant that the compiled kernel,
+    which guards on what the function captures, could specialise on (see ``compile_flex``)."""
     rows, width = segment.shape
     column = torch.arange(-width_prefix, width, device=segment.device)  # each key's body column (prefix: < 0)
     prefix_end = prefix_lengths - width_prefix  # a key whose column is below this is one of the row's prefix
