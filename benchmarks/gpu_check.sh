@@ -17,7 +17,8 @@
 #   SMOKE=1 WHEELS= PYTHON=.venv/bin/python TREE=. OUT=$(mktemp -d) bash benchmarks/gpu_check.sh
 # Knobs: TREE (the tree to run in), OUT (required), PYTHON (python3), WHEELS (../../.whl; empty: install nothing and
 # use PYTHON's own packages), SITE (/tmp/site), SMOKE (1: on the CPU, figures mean nothing), TESTS (test files),
-# PYTEST_ARGS (SMOKE: -k cuda), BENCH (benchmark scripts), TEST_S / BENCH_S (a step's timeout; BENCH_S for every
+# TEST_K (the tests' -k expression: 'not cpu' on the GPU, leaving the CPU's parametrizations to the CI; 'cuda' with
+# SMOKE), PYTEST_ARGS (more pytest arguments), BENCH (benchmark scripts), TEST_S / BENCH_S (a step's timeout; BENCH_S for every
 # benchmark), TOTAL_S (the whole run: a step gets at most what is left of it).
 set -u
 : "${OUT:?set OUT to the folder that takes the logs}"
@@ -64,14 +65,14 @@ if os.environ["GPU"] == "1" and not sys.modules["torch"].cuda.is_available():
     sys.exit("torch sees no GPU (run with SMOKE=1 for a rehearsal on the CPU)")
 EOF
 [ $? -eq 0 ] || { cat "$SUMMARY"; exit 5; }
-TIMEOUT_ARG=$("$PY" -c "import pytest_timeout" 2>/dev/null && echo "--timeout 100")
+TIMEOUT_ARG=$("$PY" -c "import pytest_timeout" 2>/dev/null && echo "--timeout 240")
 # minds' pytest plugin, unless installed (then its entry point loads it already)
 PLUGIN_ARG=$("$PY" -c "from importlib.metadata import entry_points as e
 raise SystemExit(any(p.value == 'minds_core.testing' for p in e(group='pytest11')))" && echo "-p minds_core.testing")
 
 limit() {  # the timeout of step $1 before TOTAL_S caps it
   case $1 in
-    tests) echo "${TEST_S:-150}" ;;
+    tests) echo "${TEST_S:-200}" ;;
     gpu_sampling.py) echo "${BENCH_S:-120}" ;;
     gpu_step.py) echo "${BENCH_S:-180}" ;;
     *) echo "${BENCH_S:-200}" ;;
@@ -107,7 +108,7 @@ step() {  # step NAME COMMAND...: run COMMAND with its timeout; stdout in $OUT/N
 
 # shellcheck disable=SC2046,SC2086  # word splitting of the lists and of the optional arguments is meant
 step tests "$PY" -m pytest -o addopts="" --import-mode=importlib $PLUGIN_ARG -p no:cacheprovider -q \
-  --durations=10 $TIMEOUT_ARG ${PYTEST_ARGS-${SMOKE:+-k cuda}} \
+  --durations=10 $TIMEOUT_ARG -k "${TEST_K-$([ -n "$SMOKE" ] && echo cuda || echo 'not cpu')}" ${PYTEST_ARGS-} \
   ${TESTS:-$(grep -rl --include='*.py' 'cuda\.is_available' tests | sort)}
 for b in ${BENCH:-gpu_sampling.py gpu_step.py serve_overhead.py}; do
   step "$b" "$PY" "benchmarks/$b" ${SMOKE:+--smoke}

@@ -40,7 +40,7 @@ from local_backend import Shape, alternating_medians, build_model, matmul_params
 
 from minds_core.backends.local import ServiceClient
 from minds_core.backends.local.lora import LoraSpec, target_modules
-from minds_core.backends.local.packed_attention import MODES
+from minds_core.backends.local.packed_attention import MODES, flex_failure
 from minds_core.backends.local.pass_cost import TRIALS
 from minds_core.backends.local.placement import resolve_placement
 from minds_core.backends.local.tiny_model import _tokenizer
@@ -332,6 +332,8 @@ def gpu_shape(name: str, shape: Shape, device: str, rate: float, smoke: bool) ->
             costs = ", ".join(f"{k.split(':')[0].rsplit('_', 1)[1]} {v:.2f}" for k, v in plan.items() if k.startswith("ms_"))
             chosen = "shared its prompts" if plan["prompt_sharing:mean"] else "ran every datum whole"
             print(f"  {label}: the last step {chosen}; measured ms per 1000 tokens: {costs}")
+    if flex_failure():  # its requests ran again with the dense mask: the flex rows above timed that
+        print(f"  FlexAttention failed, so 'flex' ran the dense mask: {flex_failure()}")
     print(f"  whole RL step (snapshot + {len(grouped.rows)} x {shape.max_tokens} tokens sampled + training on all of "
           f"them): {whole.seconds:.3f} s, peak {whole.peak_gib:.2f} GiB (target <= 2.5 s for 0.6B on an H100/H200)")
 

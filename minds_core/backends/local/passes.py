@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -34,11 +35,11 @@ from .cache_argument import cache_argument, returned_cache
 from .head_logprobs import OutputHead
 from .inputs import DatumTensors
 from .losses import DATUM_INDEX
-from .packed_attention import ATTENTION, block_mask
+from .packed_attention import ATTENTION, block_mask, disable_flex, flex_usable
 from .packing import Group, MicroBatch, PrefixPass, Wave, plan_waves
 from .pass_cost import PlanTimes
 
-__all__ = ["BatchLoss", "LossPasses", "shared_prefix_groups"]
+__all__ = ["BatchLoss", "CallerError", "LossPasses", "shared_prefix_groups"]
 
 BatchLoss = Callable[[torch.Tensor, Mapping[str, torch.Tensor]], torch.Tensor]
 """``loss(logprobs, inputs) -> scalar``: the summed loss of a batch of tokens of several datums, concatenated:
@@ -49,6 +50,16 @@ MIN_SHARED_PREFIX = 16
 """Shortest common prefix looked for (datums are bucketed by their first this many tokens)."""
 
 _KV = list[tuple[torch.Tensor, torch.Tensor]]
+_T = TypeVar("_T")
+
+
+class CallerError(Exception):
+    """An error of the caller's own code (a custom loss) run inside ``LossPasses.falling_back``: raised as it
+    came (``error``), never retried."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def shared_prefix_groups(items: Sequence[DatumTensors], min_prefix: int = MIN_SHARED_PREFIX) -> list[Group]:
@@ -97,7 +108,7 @@ class LossPasses:
     ``share_prefixes``: whether datums sharing a prompt run it once; None (the default) chooses per
     request by the measured time of both plans (``pass_cost``). ``attention``: how packed rows are masked
     (``packed_attention.MODES``); ``flex`` needs a model loaded with ``packed_attention.ATTENTION``, and is
-    the dense mask otherwise.
+    the dense mask otherwise, and once FlexAttention has failed in the process (see ``falling_back``).
     """
 
     def __init__(
@@ -122,12 +133,59 @@ class LossPasses:
         self._boolean_mask = config._attn_implementation in ("sdpa", ATTENTION)
         self.attention = attention if config._attn_implementation == ATTENTION else "dense"
         self._plans = {backward: PlanTimes(self.device) for backward in (True, False)}
+        self._trainable = [p for p in model.parameters() if p.requires_grad]
+        self._flex_used = False  # whether the running attempt has built a FlexAttention block mask
+        self._dense_only = False  # while an attempt runs again with the dense mask
 
     def run(
         self, items: Sequence[DatumTensors], loss: BatchLoss, *, backward: bool
     ) -> tuple[list[torch.Tensor], float, dict[str, float]]:
         """Target log-probs of every datum (detached, on the CPU), the summed loss, and the metrics of the plan
         run (none when no datums share a prompt); with ``backward``, add its gradients."""
+        return self.falling_back(lambda: self._run(items, loss, backward=backward))
+
+    def falling_back(self, attempt: Callable[[], _T]) -> _T:
+        """``attempt()`` (passes of this object, and the backward passes of their losses), all or nothing: where
+        it raises, the gradients it added are taken back, so accumulated gradients stay as they were.
+
+        Where it raised after building a FlexAttention block mask (a kernel that fails to compile, often only
+        at its first backward pass, or its probe, see ``packed_attention.prove``), it runs again with the dense
+        mask; where that succeeds, FlexAttention was at fault and the process keeps the dense mask from then
+        on (logged once, with the first error). Out-of-memory errors and a ``CallerError`` are raised as they
+        came, and so is the dense attempt's error (FlexAttention staying on: the fault was elsewhere)."""
+        saved = [None if p.grad is None else p.grad.clone() for p in self._trainable]  # device copies: no sync
+        flex_error: Exception | None = None  # the first attempt's, where it ran again with the dense mask
+        while True:
+            self._flex_used, self._dense_only = False, flex_error is not None
+            try:
+                result = attempt()
+            except BaseException as exc:  # noqa: BLE001 (gradients restored, then raised or retried)
+                self._restore(saved)
+                failure = exc
+            else:
+                if flex_error is not None:
+                    disable_flex(flex_error)
+                return result
+            finally:
+                self._dense_only = False
+            flex_fault = isinstance(failure, Exception) and not isinstance(failure, (torch.OutOfMemoryError, CallerError))
+            if flex_error is None and self._flex_used and flex_fault:
+                flex_error = failure
+                continue
+            if isinstance(failure, CallerError):
+                failure = failure.error
+            if flex_error is not None:
+                failure.add_note(f"(it ran again with the dense mask after FlexAttention failed: {flex_error!r:.300})")
+            raise failure
+
+    def _restore(self, saved: Sequence[torch.Tensor | None]) -> None:
+        """The gradients as ``saved`` (copies: a pass run again adds to them in place)."""
+        for param, grad in zip(self._trainable, saved, strict=True):
+            param.grad = None if grad is None else grad.clone()
+
+    def _run(
+        self, items: Sequence[DatumTensors], loss: BatchLoss, *, backward: bool
+    ) -> tuple[list[torch.Tensor], float, dict[str, float]]:
         out: list[torch.Tensor] = [torch.empty(0)] * len(items)
         total = torch.zeros((), device=self.device)
         parts = [[items[i] for i in indices] for indices in _by_target_shape(items)]
@@ -221,7 +279,8 @@ class LossPasses:
     def _mask(self, batch: MicroBatch) -> torch.Tensor | BlockMask | None:
         if batch.plain:
             return None
-        if self.attention == "flex":
+        if self.attention == "flex" and not self._dense_only and flex_usable():
+            self._flex_used = True
             return block_mask(batch.segment, batch.prefix_lengths, batch.width_prefix)
         mask = batch.attention_mask
         if self._boolean_mask:

@@ -16,7 +16,7 @@ from .inputs import DatumTensors, check_datum
 from .lora import AdapterState, LoraSpec, adapter_state, attach_lora, load_adapter_state
 from .losses import get_loss, resolve_config
 from .models import BaseModel
-from .passes import LossPasses
+from .passes import CallerError, LossPasses
 
 __all__ = ["CustomLossFn", "TrainingEngine", "OptimizerState"]
 
@@ -76,10 +76,18 @@ class TrainingEngine:
         ``data`` are the caller's datums, which ``fn`` reads as the SDK's client-side loss function does.
         """
         items = self._checked(submitted, ("target_tokens",))
-        with torch.enable_grad():
-            logprobs = [lp.cpu() for lp in self._passes.logprobs_with_grad(items)]  # on the CPU, as the SDK has them
-            loss, metrics = fn(list(data), logprobs)
-            loss.backward()
+
+        def attempt() -> tuple[list[torch.Tensor], torch.Tensor, Mapping[str, Any]]:
+            with torch.enable_grad():
+                logprobs = [lp.cpu() for lp in self._passes.logprobs_with_grad(items)]  # on the CPU, as in the SDK
+                try:
+                    loss, metrics = fn(list(data), logprobs)
+                except Exception as exc:
+                    raise CallerError(exc) from exc
+                loss.backward()
+            return logprobs, loss, metrics
+
+        logprobs, loss, metrics = self._passes.falling_back(attempt)
         values = {key: float(value) for key, value in metrics.items()}
         return _output([lp.detach() for lp in logprobs], {**values, "loss:sum": float(loss.detach().sum())})
 

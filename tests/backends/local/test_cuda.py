@@ -233,6 +233,7 @@ def shared_prompts(trainer: TrainingClient, groups: int = 2, samples: int = 4) -
 
 
 def test_flex_attention_block_masks_match_the_dense_mask_within_bf16_tolerance(gpu_trainer: TrainingClient) -> None:
+    from minds_core.backends.local import packed_attention
     from minds_core.backends.local.inputs import submitted_datum
     from minds_core.backends.local.passes import LossPasses
 
@@ -250,6 +251,7 @@ def test_flex_attention_block_masks_match_the_dense_mask_within_bf16_tolerance(g
         logprobs, _, _ = passes.run(items, lambda lp, inputs: -(lp * inputs["advantages"]).sum(), backward=True)
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         results.append((logprobs, grads))
+        assert packed_attention.flex_failure() is None  # FlexAttention ran: no dense rerun stands in for it
     (flex_lp, flex_grads), (dense_lp, dense_grads) = results
     for got, want in zip(flex_lp, dense_lp, strict=True):
         assert_close_logprobs(got.numpy(), want.numpy())

@@ -316,7 +316,7 @@ def test_flex_attention_that_fails_to_build_leaves_the_dense_mask_for_the_rest_o
 ) -> None:
     calls = []
 
-    def kernel_without_a_compiler(device_type: str) -> Callable[..., torch.Tensor]:
+    def kernel_without_a_compiler(device_type: str, grad: bool) -> Callable[..., torch.Tensor]:
         """A fake FlexAttention kernel that fails as one does where its compiler is missing."""
 
         def fail(*args: object, **kwargs: object) -> torch.Tensor:
@@ -326,7 +326,7 @@ def test_flex_attention_that_fails_to_build_leaves_the_dense_mask_for_the_rest_o
         return fail
 
     monkeypatch.setattr(packed_attention, "flex_kernel", kernel_without_a_compiler)
-    monkeypatch.setattr(packed_attention, "_failed", [])
+    monkeypatch.setattr(packed_attention, "_failure", [])
     data = shared_prompt_data(30, (5, 12, 7), seed=4) + shared_prompt_data(0, (9, 23), seed=5)
     items = [submitted_datum(datum, i) for i, datum in enumerate(data)]
     results = []
@@ -337,7 +337,7 @@ def test_flex_attention_that_fails_to_build_leaves_the_dense_mask_for_the_rest_o
         )  # fmt: skip
         results.append(engine.run(items, lambda lp, inputs: -lp.sum(), backward=False)[0])
     assert calls == ["cpu"]  # tried once, then never again in this process
-    assert packed_attention._failed == ["RuntimeError: fake: triton found no C compiler"]
+    assert packed_attention.flex_failure() == "RuntimeError: fake: triton found no C compiler"
     for got, want in zip(*results, strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
