@@ -13,6 +13,7 @@ episode its ``Context``.
 from __future__ import annotations
 
 import asyncio
+import reprlib
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -24,6 +25,7 @@ import tinker
 from minds_core.backends import sampler_tokenizer
 from minds_core.backends.retry import REJECTIONS, Backoff
 from minds_core.config import EnvConfig, RunConfig
+from minds_core.contracts import RolloutExecutor
 from minds_core.envs.loading import build_environment
 from minds_core.envs.rubric import maybe_await
 from minds_core.envs.types import Context, Task, needs_policy_checkpoint
@@ -123,7 +125,7 @@ class Session:
         self.renderer: Renderer | None = None
         self.settings: list[EpisodeSettings] = []  #: per environment, what its rollouts run with
         self.sinks: SinkSet | None = None
-        self.executor: Any = None  #: the ``rollout.executor`` running the episodes (``start_executor``)
+        self._executor: RolloutExecutor | None = None
         #: What the sinks are closed with: the run's summary once it finished, else this placeholder.
         self.summary: dict[str, Any] = {"stopped": "early"}
 
@@ -141,6 +143,13 @@ class Session:
     def backoff(self) -> Backoff:
         """The door's retries, for the loop's own requests."""
         return self.door.backoff
+
+    @property
+    def executor(self) -> RolloutExecutor:
+        """The ``rollout.executor`` running the episodes, made as ``Session.open`` ends (``start_executor``)."""
+        if self._executor is None:
+            raise MindsError("the session has no rollout executor yet: Session.open makes it once the service is open")
+        return self._executor
 
     @classmethod
     async def open(cls, config: RunConfig, plugins: Plugins | None = None, resume_dir: Path | None = None) -> Session:
@@ -174,8 +183,16 @@ class Session:
 
     async def start_executor(self) -> None:
         """Make the ``rollout.executor`` (a cluster executor connects here, before any run directory exists)."""
-        factory = self.plugins.registry.lookup("rollout_executors", self.config.rollout.executor, "rollout.executor").obj
-        self.executor = await maybe_await(factory(self))
+        name = self.config.rollout.executor
+        entry = self.plugins.registry.lookup("rollout_executors", name, "rollout.executor")
+        executor = await maybe_await(entry.obj(self))
+        lacking = [part for part in ("needs_sampler_path", "run_groups", "close") if not hasattr(executor, part)]
+        if lacking:
+            raise MindsError(
+                f"rollout.executor = {name!r} (plugin {entry.plugin}): its factory returned {type(executor).__name__} "
+                f"{reprlib.repr(executor)}, not a RolloutExecutor: it lacks {', '.join(lacking)}"
+            )
+        self._executor = executor
 
     async def __aenter__(self) -> Self:
         return self
@@ -183,8 +200,8 @@ class Session:
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         if self.sinks is not None:
             self.sinks.close(self.summary)  # also on an error or Ctrl-C: the progress bar stops, files stay whole
-        if self.executor is not None:
-            await close_quietly(self.executor, f"rollout executor {self.config.rollout.executor}")
+        if self._executor is not None:
+            await close_quietly(self._executor, f"rollout executor {self.config.rollout.executor}")
         for handle in self.envs:
             await close_quietly(handle.env, f"environment {handle.name}")
         await self.door.close(error)
@@ -231,7 +248,7 @@ class Session:
             save = lambda: self.training_client.save_state(name, ttl_seconds=3600, overwrite=True)
             saved = await self.door.call(where, "save_state", save)
             checkpoint = saved.path
-        if self.executor is not None and self.executor.needs_sampler_path:
+        if self.executor.needs_sampler_path:
             # workers elsewhere sample from a path: save the weights once, and sample here from the same path
             publish = lambda: self.training_client.save_weights_for_sampler(f"sampler-v{version:06d}", ttl_seconds=3600)
             saved = await self.door.call(where, "save_weights_for_sampler", publish)

@@ -69,6 +69,32 @@ def test_an_unknown_executor_exits_2_naming_the_key_and_the_registered_ones(tmp_
     assert not (tmp_path / "test").exists()
 
 
+class ForgetfulPlugin:
+    """An executor factory that forgot its ``return``: the session would have no executor."""
+
+    @hookimpl
+    def minds_register_rollout_executors(self, register):
+        def make(session) -> None:
+            LocalExecutor(session)
+
+        register("forgetful", make, "makes a local executor and returns nothing")
+
+
+def test_an_executor_factory_that_returns_no_executor_stops_the_run_naming_it_and_its_plugin(minds_plugin, tmp_path, capsys) -> None:
+    from minds_core.testing import run_minds
+
+    minds_plugin(ForgetfulPlugin(), name="forgetful_plugin")
+    result = run_minds("--env", "ghost_trace", "--backend", "local", runs_dir=tmp_path, overrides=["rollout.executor=forgetful"])
+    err = capsys.readouterr().err
+    assert result.exit_code == 1
+    assert (
+        "rollout.executor = 'forgetful' (plugin forgetful_plugin): its factory returned NoneType None, "
+        "not a RolloutExecutor: it lacks needs_sampler_path, run_groups, close"
+    ) in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "test").exists()  # found before any run folder is made
+
+
 def test_check_names_lists_the_executor_with_the_other_unknown_names() -> None:
     config = load_config(None, ["env.id=ghost_trace", "rollout.executor=nowhere", "trainer.advantage=nothing"])
     with pytest.raises(ConfigError) as info:

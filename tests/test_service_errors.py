@@ -35,6 +35,11 @@ def unavailable() -> tinker.InternalServerError:
     return tinker.InternalServerError("Error code: 503 - overloaded", response=response, body={"detail": "overloaded"})
 
 
+def rejected() -> tinker.BadRequestError:
+    response = httpx.Response(400, json={"detail": "no"}, request=httpx.Request("POST", "https://tinker.invalid/"))
+    return tinker.BadRequestError("Error code: 400 - loss not supported", response=response, body=None)
+
+
 async def _raise(error: Exception) -> Any:
     raise error
 
@@ -156,10 +161,6 @@ def test_a_step_still_failing_after_the_retries_ends_the_run_naming_step_request
 @pytest.mark.slow
 def test_a_failed_step_saves_the_state_it_left_intact_and_the_run_resumes_there(tmp_path):
     # no periodic checkpoints: the state after step 1 is saved when step 2 is rejected, and the run resumes at step 2
-    def rejected() -> tinker.BadRequestError:
-        response = httpx.Response(400, json={"detail": "no"}, request=httpx.Request("POST", "https://tinker.invalid/"))
-        return tinker.BadRequestError("Error code: 400 - loss not supported", response=response, body=None)
-
     logs.configure("json", "warning")
     plugin = FlakyPlugin({3})
     plugin.error = rejected
@@ -175,6 +176,34 @@ def test_a_failed_step_saves_the_state_it_left_intact_and_the_run_resumes_there(
     resumed = load_config(resume_config_path(run_dir), [], drop_redacted=True)
     train(resumed, resume_dir=run_dir, plugins=plugins)
     assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
+
+
+@pytest.mark.slow
+def test_a_failed_sft_step_saves_the_state_it_left_intact_and_the_run_resumes_there(tmp_path):
+    # as in RL: no periodic checkpoints, step 2's forward_backward is rejected, the state after step 1 is saved
+    logs.configure("json", "warning")
+    chats = [[{"role": "user", "content": f"Say {w}."}, {"role": "assistant", "content": f"{w} {w}"}] for w in ("cat", "dog", "sun", "map")]
+    data = tmp_path / "chats.jsonl"
+    data.write_text("".join(json.dumps({"messages": m}) + "\n" for m in chats))
+    plugin = FlakyPlugin({3})
+    plugin.error = rejected
+    plugins = load_plugins(extra=[("flaky", plugin)])
+    config = load_config(None, ["trainer.mode=sft", f"sft.data={data}", "sft.batch_size=2", "sft.eval_fraction=0", "backend=flaky",
+                                "trainer.steps=4", "trainer.save_every=0", "metrics.sinks=[]", f"runs_dir={tmp_path}", "name=run"])  # fmt: skip
+    with pytest.raises(ServiceCallError) as caught:
+        train(config, plugins=plugins)
+    run_dir = tmp_path / "run"
+    assert str(caught.value).startswith("step 2: the service rejected forward_backward (BadRequestError: Error code: 400")
+    assert str(caught.value).endswith(f"the last checkpoint is step 1: minds run --resume {run_dir} continues from step 2")
+    (saved,) = _rows(run_dir / "checkpoints.jsonl")  # saved after the failure
+    assert saved["step"] == 1 and saved["state_path"].startswith("tinker://") and saved["sampler_path"]
+    assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1]
+    plugin.fail_on.clear()
+    resumed = load_config(resume_config_path(run_dir), [], drop_redacted=True)
+    train(resumed, resume_dir=run_dir, plugins=plugins)
+    assert plugin.services[-1].training.calls == 2  # the resumed run trained steps 2 and 3 only
+    assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert [c["step"] for c in _rows(run_dir / "checkpoints.jsonl")] == [1, 3]
 
 
 @pytest.mark.slow

@@ -40,7 +40,7 @@ from minds_core.rl.pacing import BatchesAhead, Cadence, Save, StepTimer
 from minds_core.rl.rollout import Group
 from minds_core.rl.rollout_records import group_record
 from minds_core.rl.step_metrics import batch_metrics
-from minds_core.rl.training_requests import check_losses, save_checkpoint, train_step
+from minds_core.rl.training_requests import check_losses, save_after_failure, save_checkpoint, step_checkpoint_name, train_step
 from minds_core.run_directory import (
     ROLLING_KEPT,
     ROLLING_PREFIX,
@@ -164,7 +164,7 @@ class RLLoop:
             self.rolling_saves += 1
             name = f"{ROLLING_PREFIX}{self.rolling_saves % ROLLING_KEPT}"
         else:
-            name = f"step-{step:06d}"
+            name = step_checkpoint_name(step)
         return await save_checkpoint(self.session.training_client, step, name, self.session.backoff, with_sampler=not rolling)
 
     async def delete(self, outdated: list[CheckpointRecord]) -> None:
@@ -180,19 +180,6 @@ class RLLoop:
                 left.pop(0)
         except Exception as exc:  # noqa: BLE001 - the service's error, reported; training goes on
             log.warning("could not delete periodic saves that newer ones outdated", paths=left, error=f"{type(exc).__name__}: {exc}")
-
-    async def save_after_failure(self, run: RunDirectory, intact_after: int | None) -> int | None:
-        """Checkpoint the state a failed step left intact, unless already saved; the last checkpoint's step."""
-        last = run.last_checkpoint()
-        if intact_after is None or intact_after < 0 or (last is not None and last.step >= intact_after):
-            return last.step if last else None
-        try:
-            checkpoint = await self.save(intact_after)
-        except ServiceCallError as exc:
-            log.warning("could not save a checkpoint after the failure", step=intact_after, error=str(exc))
-            return last.step if last else None
-        run.record_checkpoint(checkpoint)
-        return checkpoint.step
 
     # ------------------------------------------------------------ the steps
 
@@ -268,7 +255,8 @@ async def _train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins
             log.info("training", run=str(run.path), backend=session.backend, envs=envs, steps=config.trainer.steps, start=start)
             session.summary = await loop.run(run, sinks, start)
         except ServiceCallError as exc:  # keep what the run trained, say how to continue it
-            raise exc.resumable(run.shown, await loop.save_after_failure(run, exc.intact_after)) from exc.error
+            saved = await save_after_failure(session.training_client, run, exc.intact_after, session.backoff)
+            raise exc.resumable(run.shown, saved) from exc.error
         except OSError as exc:  # the checkpoint store, train.log or a sink's file: disk full, read-only
             raise file_error(exc, "write", run.shown) from None
     return session.summary

@@ -102,6 +102,29 @@ async def save_checkpoint(client: Any, step: int, name: str, backoff: Backoff, *
     return CheckpointRecord(step=step, state_path=state_path, sampler_path=sampler_path)
 
 
+def step_checkpoint_name(step: int) -> str:
+    """What a checkpoint of ``step`` is saved as (its sampler weights too): ``step-NNNNNN``."""
+    return f"step-{step:06d}"
+
+
+async def save_after_failure(client: Any, run: RunDirectory, intact_after: int | None, backoff: Backoff) -> int | None:
+    """Checkpoint the state a request that failed for good left intact (``ServiceCallError.intact_after``), unless
+    already saved, and record it in ``run``; the last checkpoint's step (None: none), which ``--resume`` continues after.
+
+    A save that fails too is logged, and the last checkpoint before it stays the one to resume from.
+    """
+    last = run.last_checkpoint()
+    if intact_after is None or intact_after < 0 or (last is not None and last.step >= intact_after):
+        return last.step if last else None
+    try:
+        checkpoint = await save_checkpoint(client, intact_after, step_checkpoint_name(intact_after), backoff, with_sampler=True)
+    except ServiceCallError as exc:
+        log.warning("could not save a checkpoint after the failure", step=intact_after, error=str(exc))
+        return last.step if last else None
+    run.record_checkpoint(checkpoint)
+    return checkpoint.step
+
+
 def check_losses(losses: dict[str, float], step: int, run: RunDirectory) -> None:
     """A MindsError when a loss of ``step`` is NaN or infinite: the update diverged, and nothing of it is kept or logged."""
     bad = {key: value for key, value in losses.items() if not math.isfinite(value)}

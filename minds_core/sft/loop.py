@@ -40,7 +40,14 @@ from minds_core.logs import get_logger
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
 from minds_core.rl.data_order import DataOrder
-from minds_core.rl.training_requests import adam_params, apply_update, check_losses, save_checkpoint
+from minds_core.rl.training_requests import (
+    adam_params,
+    apply_update,
+    check_losses,
+    save_after_failure,
+    save_checkpoint,
+    step_checkpoint_name,
+)
 from minds_core.run_directory import RunDirectory, RunLock, file_error
 from minds_core.service import ServiceLifetime
 from minds_core.session import load_environments
@@ -208,9 +215,8 @@ async def _train_sft(config: RunConfig, plugins: Plugins, resume_dir: Path | Non
             sizes = {"train": len(data.train), "held_out": len(data.held_out)}
             log.info("sft", run=str(run.path), backend=door.backend, **sizes, steps=config.trainer.steps)
             summary = await _loop(door, client, data, run, sinks, start)
-        except ServiceCallError as exc:  # say what the run kept and how to continue it
-            last = run.last_checkpoint()
-            raise exc.resumable(run.shown, last.step if last else None) from exc.error
+        except ServiceCallError as exc:  # keep what the run trained, say how to continue it
+            raise exc.resumable(run.shown, await save_after_failure(client, run, exc.intact_after, door.backoff)) from exc.error
         except OSError as exc:  # the checkpoint store, train.log or a sink's file: disk full, read-only
             raise file_error(exc, "write", run.shown) from None
         finally:
@@ -253,7 +259,7 @@ async def _loop(door: ServiceLifetime, client: Any, data: SftData, run: RunDirec
             stopping = stop.requested
             checkpoint = None
             if last_step or stopping or (cfg.save_every and (step + 1) % cfg.save_every == 0):
-                checkpoint = await save_checkpoint(client, step, f"step-{step:06d}", door.backoff, with_sampler=True)
+                checkpoint = await save_checkpoint(client, step, step_checkpoint_name(step), door.backoff, with_sampler=True)
             record["time/step"] = time.perf_counter() - step_began
             sinks.write(record)
             if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics
