@@ -87,11 +87,13 @@ SECRET_NAMES = [
     "password", "DB_PASSWORD", "passwd", "pwd", "pass", "passphrase", "token", "access_token", "refresh_token",
     "id_token", "auth_token", "hf_token", "GITHUB_TOKEN", "bearer", "auth", "authorization", "Authorization",
     "cookie", "Set-Cookie", "session", "session_id", "credentials", "credential", "sentry_dsn",
+    "api_keys", "passwords", "access_tokens", "apiKeys", "private_keys", "cookies",
 ]  # fmt: skip
 ORDINARY_NAMES = [
     "max_tokens", "stop_token", "eos_token", "pad_token", "num_tokens", "max_total_tokens", "tokenizer", "api_key_env",
     "TINKER_API_KEY_ENV", "key", "sort_key", "cache_key", "author", "auth_method", "password_file", "session_dir",
-    "secrets_file", "base_url", "name", "value", "passes", "pass_at_k",
+    "secrets_file", "base_url", "name", "value", "passes", "pass_at_k", "max_new_tokens", "prompt_tokens",
+    "stop_tokens", "keys", "sort_keys", "sessions", "max_sessions",
 ]  # fmt: skip
 
 
@@ -158,3 +160,8 @@ def test_the_command_line_w_and_b_stores_has_no_secret():
             "--set", "env.args.prompt=use sk-argv-known-99"]  # fmt: skip
     assert redact_arguments(argv) == ["minds", "run", "--set", "tinker.api_key=***", "--set=env.args.hf_token=***",
                                       "--set", "trainer.steps=3", "--set", "env.args.prompt=use ***"]  # fmt: skip
+
+
+def test_a_list_of_secrets_under_a_plural_name_is_redacted_whole():
+    shown = redact({"args": {"api_keys": ["sk-plural-1", "sk-plural-2"], "max_new_tokens": 64}})
+    assert shown == {"args": {"api_keys": [REDACTED, REDACTED], "max_new_tokens": 64}}

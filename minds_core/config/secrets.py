@@ -45,6 +45,12 @@ _KEY_KINDS = frozenset(
 )  # fmt: skip
 #: ``*_token`` settings that are not secrets: special tokens of a tokenizer, counts.
 _TOKEN_KINDS = frozenset({"stop", "eos", "bos", "pad", "unk", "sep", "cls", "mask", "special", "max", "num", "start", "end"})
+#: Plurals that name lists of secrets (``api_keys``, ``passwords``) and are read as their singular.
+_PLURALS = frozenset(
+    word + "s"
+    for word in ("key", "password", "passwd", "passphrase", "credential", "cookie", "dsn", "apikey", "secretkey",
+                 "privatekey", "accesskey", "signingkey", "apitoken", "accesstoken")
+)  # fmt: skip
 #: Secret-named keys whose lists hold names of variables (``secrets = ["OPENAI_API_KEY"]``), not values.
 _NAMES_LISTS = frozenset({"secret", "secrets"})
 #: Variables of the shell whose names read as secrets but are not (the working directory, the desktop).
@@ -72,6 +78,10 @@ def is_secret_key(key: str) -> bool:
     if not words or words[-1] == "env":
         return False
     last, before = words[-1], words[-2] if len(words) > 1 else ""
+    if last == "tokens":  # counts and lists of special tokens, unless the word before names a kind of secret
+        return before in _KEY_KINDS
+    if last in _PLURALS:
+        last = last[:-1]
     if last == "token":
         return before not in _TOKEN_KINDS
     if last == "key":
