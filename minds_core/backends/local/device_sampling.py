@@ -7,12 +7,18 @@ host sync, and a CUDA graph can capture it. Each row's sampled tokens and
 their log-probs are written into per-slot output buffers, read by the host
 only when rows finish.
 
-A draw is by inverse CDF: ``u`` uniform in (0, 1), the token is the first
-whose cumulative probability (summed in float64) reaches ``u`` times the total.
-``u`` is counter-based: a hash of the request's seed, the sample's index and
-the token's index in the sample (tabled for the whole row when it joins), so a
-seeded sample gets the same draws whatever else shares its batch, and no
-generator state is carried. Greedy
+A draw is an exponential race (Gumbel-max) in two rounds, with no cumulative
+sum over the vocabulary: the vocabulary is cut into ``blocks`` of ``width``
+tokens (both about its square root; the last block padded with nothing), a
+block is chosen by the argmax of its log-mass plus Gumbel noise, then a token
+in that block by the argmax of its tempered log-prob plus Gumbel noise. The
+maximum of Gumbel-perturbed log-weights over a block is itself Gumbel-distributed
+about the block's log-mass, so the two rounds draw exactly softmax(logits / T)
+(after top-k/top-p), while hashing only ``blocks + width`` noises per row and
+step, not one per token. Noise is counter-based: the uniforms are a hash of the
+row's key (from the request's seed and the sample's index), the token's index in
+the sample and the noise's lane, so a seeded sample gets the same draws whatever
+else shares its batch, and no generator state is carried. Greedy
 rows (temperature 0) take the argmax of the logits.
 Reported log-probs are under the model's own distribution at temperature 1,
 before truncation (the policy's ``log p`` that RL losses compare against).
@@ -20,6 +26,7 @@ before truncation (the policy's ``log p`` that RL losses compare against).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -66,6 +73,11 @@ def uniforms(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     return (bits.double() + 0.5) * 2.0**-53
 
 
+def gumbels(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """float32 standard Gumbel noise, one per (key, counter): ``-log E`` of an exponential ``E = -log u``."""
+    return uniforms(keys, counters).log_().neg_().log_().neg_().float()
+
+
 class Rows(NamedTuple):
     """Views of the first rows of each per-slot tensor a draw reads or writes (made once per row count)."""
 
@@ -81,7 +93,8 @@ class Rows(NamedTuple):
     limit: torch.Tensor
     written: torch.Tensor
     tokens: torch.Tensor
-    uniform: torch.Tensor
+    key: torch.Tensor
+    weights: torch.Tensor
     out_tokens: torch.Tensor
     out_logprobs: torch.Tensor
 
@@ -104,8 +117,10 @@ class Draws:
     ``logits [slots, V]`` (float32) are the next-token logits of each slot; ``tokens`` the tokens
     chosen by the last ``draw`` (what the next forward feeds); ``count`` the tokens each slot has
     sampled, ``done`` whether it stopped (a stop token, or its limit); ``out_tokens``/``out_logprobs``
-    ``[slots, capacity]`` every sampled token and its log-prob; ``uniform`` the draws' uniforms for
-    each index; ``written`` the index the last draw wrote at. Free slots are ``done``.
+    ``[slots, capacity]`` every sampled token and its log-prob; ``key`` each row's noise stream;
+    ``written`` the index the last draw wrote at. Free slots are ``done``. The vocabulary is raced in
+    ``blocks`` of ``width`` tokens (the module doc); ``weights [slots, blocks * width]`` holds a draw's
+    unnormalised probabilities (its padding past ``vocab`` stays 0).
     """
 
     def __init__(self, slots: int, vocab: int, capacity: int, stops: int, device: torch.device) -> None:
@@ -113,13 +128,16 @@ class Draws:
             return torch.full((slots, *shape), value, dtype=dtype, device=device)
 
         self.vocab, self.capacity = vocab, capacity
+        self.width = math.isqrt(vocab - 1) + 1  # the square root, rounded up
+        self.blocks = -(-vocab // self.width)
         self.logits = full(0.0, torch.float32, vocab)
         self.tokens = full(0, torch.int64)
         self.inverse_temperature = full(1.0, torch.float32)
         self.tempered = full(False, torch.bool)
         self.top_k = full(vocab, torch.int64)
         self.top_p = full(1.0, torch.float32)
-        self.uniform = full(0.5, torch.float64, capacity)
+        self.key = full(0, torch.int64)
+        self.weights = full(0.0, torch.float32, self.blocks * self.width)
         self.stop_ids = full(-1, torch.int64, stops)
         self.limit = full(1, torch.int64)
         self.count = full(0, torch.int64)
@@ -131,6 +149,7 @@ class Draws:
         self.top_logprobs = full(0.0, torch.float32, capacity, 0)
         self.slot_index = torch.arange(slots, device=device)
         self.vocab_rank = torch.arange(vocab, device=device)
+        self.lanes = torch.arange(self.blocks + self.width, device=device)  # a draw's noises: blocks', then tokens'
         self._rows: dict[int, Rows] = {}
 
     def first(self, rows: int) -> Rows:
@@ -141,7 +160,7 @@ class Draws:
                 self.logits[:rows], self.done[:rows], self.count[:rows], self.slot_index[:rows],
                 self.inverse_temperature[:rows, None], self.tempered[:rows], self.top_k[:rows, None],
                 self.top_p[:rows, None], self.stop_ids[:rows], self.limit[:rows], self.written[:rows], self.tokens[:rows],
-                self.uniform[:rows], self.out_tokens[:rows], self.out_logprobs[:rows],
+                self.key[:rows], self.weights[:rows], self.out_tokens[:rows], self.out_logprobs[:rows],
             )  # fmt: skip
         return views
 
@@ -157,7 +176,7 @@ class Draws:
 
     def _tensors(self) -> tuple[torch.Tensor, ...]:
         return (
-            self.logits, self.tokens, self.inverse_temperature, self.tempered, self.top_k, self.top_p, self.uniform,
+            self.logits, self.tokens, self.inverse_temperature, self.tempered, self.top_k, self.top_p, self.key,
             self.stop_ids, self.limit, self.count, self.done, self.written, self.out_tokens, self.out_logprobs,
             self.top_ids, self.top_logprobs,
         )  # fmt: skip
@@ -174,8 +193,7 @@ class Draws:
         self.tempered[slots] = column([bool(s.temperature) for s in settings], torch.bool)
         self.top_k[slots] = column([s.top_k if 0 < s.top_k < self.vocab else self.vocab for s in settings], torch.int64)
         self.top_p[slots] = column([s.top_p for s in settings], torch.float32)
-        keys = column([s.key for s in settings], torch.int64)
-        self.uniform[slots] = uniforms(keys[:, None], torch.arange(self.capacity, device=device))
+        self.key[slots] = column([s.key for s in settings], torch.int64)
         stop_ids = torch.full((len(settings), self.stops), -1, dtype=torch.int64)
         for row, s in enumerate(settings):
             stop_ids[row, : len(s.stop_ids)] = torch.tensor(sorted(s.stop_ids), dtype=torch.int64)
@@ -216,17 +234,7 @@ class Draws:
         logprobs = row.logits.log_softmax(dim=-1)  # the policy's, at temperature 1: what is reported
         choice = logprobs.argmax(dim=-1) if greedy else None
         if tempered:
-            if scaled or truncated:
-                tempered_logprobs = logprobs * row.inverse_temperature
-                if truncated:
-                    tempered_logprobs = self._truncate(tempered_logprobs, row)
-                # Unnormalised (less their max, so that nothing underflows): only the ratio to the total matters.
-                weights = (tempered_logprobs - tempered_logprobs.amax(dim=-1, keepdim=True)).exp_()
-            else:
-                weights = logprobs.exp()
-            cdf = weights.cumsum(dim=-1, dtype=torch.float64)
-            targets = row.uniform.gather(1, at) * cdf[:, -1:]
-            drawn = torch.searchsorted(cdf, targets)[:, 0].clamp_(max=self.vocab - 1)
+            drawn = self._race(row, logprobs, at, scaled, truncated)
             choice = drawn if choice is None else torch.where(row.tempered, drawn, choice)
         assert choice is not None, "a draw is greedy or tempered"
         chosen = choice[:, None]
@@ -237,6 +245,27 @@ class Draws:
         stopped = (chosen == row.stop_ids).any(dim=-1)
         row.count.add_(live)
         row.done.logical_or_(stopped.logical_or_(row.count >= row.limit))
+
+    def _race(self, row: Rows, logprobs: torch.Tensor, at: torch.Tensor, scaled: bool, truncated: bool) -> torch.Tensor:
+        """Each row's token drawn from its tempered, truncated distribution by the two-round race of the module
+        doc, with the noises of index ``at [rows, 1]`` of its stream."""
+        values = logprobs  # at temperature 1 and untruncated: at most 0, the largest at least -log V
+        weights = row.weights[:, : self.vocab]
+        if scaled or truncated:
+            values = logprobs * row.inverse_temperature
+            if truncated:
+                values = self._truncate(values, row)
+            # Unnormalised (less their max, so that nothing underflows): only the ratio to the total matters.
+            torch.sub(values, values.amax(dim=-1, keepdim=True), out=weights).exp_()
+        else:
+            torch.exp(values, out=weights)
+        masses = row.weights.view(-1, self.blocks, self.width).sum(dim=-1)
+        noise = gumbels(row.key[:, None], at * len(self.lanes) + self.lanes)
+        block = (masses.log_() + noise[:, : self.blocks]).argmax(dim=-1, keepdim=True)
+        members = block * self.width + self.lanes[: self.width]  # the block's tokens (the last one's past V: padding)
+        candidates = values.gather(1, members.clamp(max=self.vocab - 1))
+        candidates.masked_fill_(members >= self.vocab, float("-inf")).add_(noise[:, self.blocks :])
+        return members.gather(1, candidates.argmax(dim=-1, keepdim=True))[:, 0]
 
     def _truncate(self, scaled: torch.Tensor, row: Rows) -> torch.Tensor:
         """Tempered logits with the tokens outside each row's top-k, then its top-p, set to -inf."""
