@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from minds_core.backends.local.cuda_graphs import StepGraphs
 from minds_core.backends.local.device_sampling import (
     Draws,
     RowSettings,
@@ -23,8 +24,11 @@ def settings(temperature: float = 1.0, top_k: int = -1, top_p: float = 1.0, seed
     return RowSettings(temperature, top_k, top_p, row_key(seed, sample), stop_ids, limit)
 
 
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))
+
+
 def draws_of(logits: torch.Tensor, rows: list[RowSettings], slots: int | None = None) -> Draws:
-    draws = Draws(slots or len(rows), logits.shape[-1], capacity=2000, stops=4, device=torch.device("cpu"))
+    draws = Draws(slots or len(rows), logits.shape[-1], capacity=2000, stops=4, device=logits.device)
     for slot, row in enumerate(rows):
         draws.join(torch.tensor([slot]), logits[slot], [row])
     return draws
@@ -36,13 +40,23 @@ def kinds(rows: list[RowSettings], vocab: int = VOCAB) -> tuple[bool, bool, bool
     return 0 in temperatures, bool(temperatures - {0}), bool(temperatures - {0, 1}), truncates
 
 
+def drawn(logits: torch.Tensor, rows: list[RowSettings], steps: int, graphs: StepGraphs) -> Draws:
+    """``steps`` draws for ``rows`` from unchanging ``logits``, each a step of ``graphs`` (captured once on a GPU,
+    unless told not to, then replayed; eager on the CPU)."""
+    draws = draws_of(logits, rows)
+    switches = kinds(rows, draws.vocab)
+    for _ in range(steps):
+        graphs.run(switches, lambda: draws.draw(len(rows), *switches))
+    return draws
+
+
 def counts(logits: torch.Tensor, rows: list[RowSettings], copies: int, steps: int) -> torch.Tensor:
     """How often each token is drawn per setting of ``rows`` (each with logits of its own), from ``copies`` rows
     (samples 0, 1, ...) of each over ``steps`` draws of unchanging logits."""
     many = [replace(row, key=row_key(seed, sample)) for seed, row in enumerate(rows) for sample in range(copies)]
-    draws = draws_of(logits.repeat_interleave(copies, dim=0), many)
-    for _ in range(steps):
-        draws.draw(len(many), *kinds(rows, draws.vocab))
+    graphs = StepGraphs(logits.device)
+    draws = drawn(logits.repeat_interleave(copies, dim=0), many, steps, graphs)
+    assert graphs.captured == logits.is_cuda, graphs.eager_reason
     tokens = draws.out_tokens[:, :steps].reshape(len(rows), -1)
     assert 0 <= int(tokens.min()) and int(tokens.max()) < draws.vocab  # never a block's padding
     return torch.stack([torch.bincount(row, minlength=draws.vocab) for row in tokens]).double()
@@ -95,24 +109,45 @@ SETTINGS = {
 }
 
 
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("vocab", [50, 64])
-def test_draws_follow_softmax_at_their_temperature_within_top_k_and_top_p(vocab: int) -> None:
+def test_draws_follow_softmax_at_their_temperature_within_top_k_and_top_p(vocab: int, device: str) -> None:
     """20,000 seeded draws per setting (64 rows x 320 steps) pass a chi-square test at p = 1e-4 against
     softmax(logits / T) after truncation, and fail it against a temperature 12% off: the test can fail. A
-    vocabulary of 50 is raced in 7 blocks of 8 (the last padded), one of 64 in 8 of 8."""
+    vocabulary of 50 is raced in 7 blocks of 8 (the last padded), one of 64 in 8 of 8. On a GPU the draws
+    are a captured CUDA graph, replayed."""
     torch.manual_seed(4)
     rows = list(SETTINGS.values())
-    logits = torch.randn(len(rows), vocab) * 1.5
+    logits = (torch.randn(len(rows), vocab) * 1.5).to(device)
     observed = counts(logits, rows, copies=64, steps=320)
     for name, row, got, these in zip(SETTINGS, rows, observed, logits, strict=True):
-        probs = wanted(these, row)
+        probs = wanted(these.cpu(), row)
         cells = int((probs > 0).sum())
         assert chi_square(got, probs) < chi_square_bound(cells), name
         if row.top_k < 0 and row.top_p == 1:
-            off = wanted(these, replace(row, temperature=row.temperature * 1.12))
+            off = wanted(these.cpu(), replace(row, temperature=row.temperature * 1.12))
             assert chi_square(got, off) > chi_square_bound(cells), name
+    observed = observed.cpu()
     support = observed[3] > 0
     assert set(support.nonzero()[:, 0].tolist()) == set(logits[3].topk(7).indices.tolist())  # top-k: all k, no more
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_captured_draws_at_the_real_vocabulary_replay_eager_draws_and_the_cpu_s() -> None:
+    """Every setting beside a greedy row, 151,936 tokens: a captured CUDA graph's draws are the eager GPU draws,
+    bit for bit, and the CPU's but for rare near-ties (log-softmax rounds differently there)."""
+    torch.manual_seed(6)
+    rows = [replace(row, key=row_key(9, i)) for i, row in enumerate(SETTINGS.values())] + [settings(0.0)]
+    logits = torch.randn(len(rows), 151936) * 4
+    captured, eager = StepGraphs(torch.device("cuda")), StepGraphs(torch.device("cuda"), eager_reason="compared against")
+    runs = [drawn(logits.cuda(), rows, 24, graphs) for graphs in (captured, eager)]
+    assert captured.captured == 1, captured.eager_reason
+    runs.append(drawn(logits, rows, 24, StepGraphs(torch.device("cpu"))))
+    (tokens, logprobs), (eager_tokens, eager_logprobs), (cpu_tokens, _) = (
+        (run.out_tokens[:, :24].cpu(), run.out_logprobs[:, :24].cpu()) for run in runs
+    )
+    assert torch.equal(tokens, eager_tokens) and torch.equal(logprobs, eager_logprobs)
+    assert float((tokens == cpu_tokens).double().mean()) > 0.95
 
 
 def test_rows_draw_independent_streams() -> None:
