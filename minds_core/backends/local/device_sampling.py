@@ -7,18 +7,21 @@ host sync, and a CUDA graph can capture it. Each row's sampled tokens and
 their log-probs are written into per-slot output buffers, read by the host
 only when rows finish.
 
-A draw is an exponential race (Gumbel-max) in two rounds, with no cumulative
-sum over the vocabulary: the vocabulary is cut into ``blocks`` of ``width``
-tokens (both about its square root; the last block padded with nothing), a
-block is chosen by the argmax of its log-mass plus Gumbel noise, then a token
-in that block by the argmax of its tempered log-prob plus Gumbel noise. The
-maximum of Gumbel-perturbed log-weights over a block is itself Gumbel-distributed
-about the block's log-mass, so the two rounds draw exactly softmax(logits / T)
-(after top-k/top-p), while hashing only ``blocks + width`` noises per row and
-step, not one per token. Noise is counter-based: the uniforms are a hash of the
-row's key (from the request's seed and the sample's index), the token's index in
-the sample and the noise's lane, so a seeded sample gets the same draws whatever
-else shares its batch, and no generator state is carried. Greedy
+A draw is an exponential race in two rounds, with no cumulative sum over the
+vocabulary. Each token ``j`` of unnormalised probability ``w_j`` (softmax of
+logits / T, after top-k/top-p, less its max) arrives at ``E_j / w_j``, ``E_j``
+exponential: the first to arrive is ``j`` with probability ``w_j / sum(w)``
+(Gumbel-max in other words). The vocabulary is cut into ``blocks`` of
+``width`` tokens (both about its square root; the last block padded with
+weight 0), and as the first arrival of a block is itself exponential at the
+block's total weight, a draw races the blocks by their totals, then the
+tokens of the winning block: exactly the same distribution, with only
+``blocks + width`` exponentials per row and step instead of one per token,
+and one pass to exponentiate the logits and one to sum each block (float32).
+The exponentials are ``-log u`` of counter-based uniforms ``u``: a hash of the
+row's key (from the request's seed and the sample's index), the token's index
+in the sample and the exponential's lane, so a seeded sample gets the same
+draws whatever else shares its batch, and no generator state is carried. Greedy
 rows (temperature 0) take the argmax of the logits.
 Reported log-probs are under the model's own distribution at temperature 1,
 before truncation (the policy's ``log p`` that RL losses compare against).
@@ -71,11 +74,6 @@ def uniforms(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     """float64 uniforms in (0, 1), one per (key, counter): the hash's top 53 bits, centred in their interval."""
     bits = (_mix(keys + counters * _signed(_GOLDEN)) >> 11) & ((1 << 53) - 1)
     return (bits.double() + 0.5) * 2.0**-53
-
-
-def gumbels(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
-    """float32 standard Gumbel noise, one per (key, counter): ``-log E`` of an exponential ``E = -log u``."""
-    return uniforms(keys, counters).log_().neg_().log_().neg_().float()
 
 
 class Rows(NamedTuple):
@@ -248,24 +246,23 @@ class Draws:
 
     def _race(self, row: Rows, logprobs: torch.Tensor, at: torch.Tensor, scaled: bool, truncated: bool) -> torch.Tensor:
         """Each row's token drawn from its tempered, truncated distribution by the two-round race of the module
-        doc, with the noises of index ``at [rows, 1]`` of its stream."""
-        values = logprobs  # at temperature 1 and untruncated: at most 0, the largest at least -log V
-        weights = row.weights[:, : self.vocab]
-        if scaled or truncated:
-            values = logprobs * row.inverse_temperature
-            if truncated:
-                values = self._truncate(values, row)
-            # Unnormalised (less their max, so that nothing underflows): only the ratio to the total matters.
+        doc, with the uniforms of index ``at [rows, 1]`` of its stream."""
+        weights = row.weights[:, : self.vocab]  # unnormalised: less their max, so that nothing underflows
+        if truncated:
+            values = self._truncate(logprobs * row.inverse_temperature, row)
             torch.sub(values, values.amax(dim=-1, keepdim=True), out=weights).exp_()
+        elif scaled:
+            top = logprobs.amax(dim=-1, keepdim=True)
+            torch.addcmul(-top * row.inverse_temperature, logprobs, row.inverse_temperature, out=weights).exp_()
         else:
-            torch.exp(values, out=weights)
+            torch.exp(logprobs, out=weights)  # at most 1, the largest at least 1 / V
         masses = row.weights.view(-1, self.blocks, self.width).sum(dim=-1)
-        noise = gumbels(row.key[:, None], at * len(self.lanes) + self.lanes)
-        block = (masses.log_() + noise[:, : self.blocks]).argmax(dim=-1, keepdim=True)
-        members = block * self.width + self.lanes[: self.width]  # the block's tokens (the last one's past V: padding)
-        candidates = values.gather(1, members.clamp(max=self.vocab - 1))
-        candidates.masked_fill_(members >= self.vocab, float("-inf")).add_(noise[:, self.blocks :])
-        return members.gather(1, candidates.argmax(dim=-1, keepdim=True))[:, 0]
+        # log u = -E for E ~ Exp(1): the largest log u / w is the smallest arrival time E / w.
+        log_u = uniforms(row.key[:, None], at * len(self.lanes) + self.lanes).log_()
+        block = (log_u[:, : self.blocks] / masses).argmax(dim=-1, keepdim=True)
+        members = block * self.width + self.lanes[: self.width]  # the block's tokens (past V: padding, weight 0)
+        token = (log_u[:, self.blocks :] / row.weights.gather(1, members)).argmax(dim=-1, keepdim=True)
+        return members.gather(1, token)[:, 0]
 
     def _truncate(self, scaled: torch.Tensor, row: Rows) -> torch.Tensor:
         """Tempered logits with the tokens outside each row's top-k, then its top-p, set to -inf."""
