@@ -21,7 +21,10 @@ and one pass to exponentiate the logits and one to sum each block (float32).
 The exponentials are ``-log u`` of counter-based uniforms ``u``: a hash of the
 row's key (from the request's seed and the sample's index), the token's index
 in the sample and the exponential's lane, so a seeded sample gets the same
-draws whatever else shares its batch, and no generator state is carried. Greedy
+draws whatever else shares its batch, and no generator state is carried. Where
+the whole batch's ``log u`` take at most ``TABLE_BYTES`` (a small vocabulary),
+they are tabled for every index of a row when it joins, as a draw of a few
+hundred tokens costs little but its kernels; else each draw hashes its own. Greedy
 rows (temperature 0) take the argmax of the logits.
 Reported log-probs are under the model's own distribution at temperature 1,
 before truncation (the policy's ``log p`` that RL losses compare against).
@@ -35,7 +38,11 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Draws", "RowSettings", "row_key"]
+__all__ = ["TABLE_BYTES", "Draws", "RowSettings", "row_key"]
+
+TABLE_BYTES = 64 << 20
+"""The most a batch's tabled ``log u`` may take (``[slots, capacity, blocks + width]`` float32); past it, hashed
+at each draw."""
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _MIX = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
@@ -76,6 +83,11 @@ def uniforms(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     return (bits.double() + 0.5) * 2.0**-53
 
 
+def log_uniforms(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """float32 ``log u`` of ``uniforms``: minus the exponentials a draw races."""
+    return uniforms(keys, counters).log_().float()
+
+
 class Rows(NamedTuple):
     """Views of the first rows of each per-slot tensor a draw reads or writes (made once per row count)."""
 
@@ -92,6 +104,7 @@ class Rows(NamedTuple):
     written: torch.Tensor
     tokens: torch.Tensor
     key: torch.Tensor
+    log_u: torch.Tensor
     weights: torch.Tensor
     out_tokens: torch.Tensor
     out_logprobs: torch.Tensor
@@ -115,8 +128,9 @@ class Draws:
     ``logits [slots, V]`` (float32) are the next-token logits of each slot; ``tokens`` the tokens
     chosen by the last ``draw`` (what the next forward feeds); ``count`` the tokens each slot has
     sampled, ``done`` whether it stopped (a stop token, or its limit); ``out_tokens``/``out_logprobs``
-    ``[slots, capacity]`` every sampled token and its log-prob; ``key`` each row's noise stream;
-    ``written`` the index the last draw wrote at. Free slots are ``done``. The vocabulary is raced in
+    ``[slots, capacity]`` every sampled token and its log-prob; ``key`` each row's noise stream, and
+    ``log_u [slots, capacity, blocks + width]`` its draws' when tabled (``[slots, 0, ...]`` when not); ``written``
+    the index the last draw wrote at. Free slots are ``done``. The vocabulary is raced in
     ``blocks`` of ``width`` tokens (the module doc); ``weights [slots, blocks * width]`` holds a draw's
     unnormalised probabilities (its padding past ``vocab`` stays 0).
     """
@@ -135,6 +149,9 @@ class Draws:
         self.top_k = full(vocab, torch.int64)
         self.top_p = full(1.0, torch.float32)
         self.key = full(0, torch.int64)
+        lanes = self.blocks + self.width
+        self.tabled = slots * capacity * lanes * 4 <= TABLE_BYTES
+        self.log_u = full(0.0, torch.float32, capacity if self.tabled else 0, lanes)
         self.weights = full(0.0, torch.float32, self.blocks * self.width)
         self.stop_ids = full(-1, torch.int64, stops)
         self.limit = full(1, torch.int64)
@@ -158,7 +175,7 @@ class Draws:
                 self.logits[:rows], self.done[:rows], self.count[:rows], self.slot_index[:rows],
                 self.inverse_temperature[:rows, None], self.tempered[:rows], self.top_k[:rows, None],
                 self.top_p[:rows, None], self.stop_ids[:rows], self.limit[:rows], self.written[:rows], self.tokens[:rows],
-                self.key[:rows], self.weights[:rows], self.out_tokens[:rows], self.out_logprobs[:rows],
+                self.key[:rows], self.log_u[:rows], self.weights[:rows], self.out_tokens[:rows], self.out_logprobs[:rows],
             )  # fmt: skip
         return views
 
@@ -192,6 +209,7 @@ class Draws:
         self.top_k[slots] = column([s.top_k if 0 < s.top_k < self.vocab else self.vocab for s in settings], torch.int64)
         self.top_p[slots] = column([s.top_p for s in settings], torch.float32)
         self.key[slots] = column([s.key for s in settings], torch.int64)
+        self._table(slots)
         stop_ids = torch.full((len(settings), self.stops), -1, dtype=torch.int64)
         for row, s in enumerate(settings):
             stop_ids[row, : len(s.stop_ids)] = torch.tensor(sorted(s.stop_ids), dtype=torch.int64)
@@ -208,12 +226,20 @@ class Draws:
         """Copy slots ``source`` onto slots ``target``."""
         for tensor in self._tensors():
             tensor[target] = tensor[source]
+        self._table(target)
 
     def copy_from(self, old: Draws) -> None:
         """Take over the rows of an ``old`` state that is no larger in any dimension (growing)."""
         self.want_top(old.top_ids.shape[-1])
         for new, kept in zip(self._tensors(), old._tensors(), strict=True):
             new[tuple(map(slice, kept.shape))] = kept
+        self._table(self.slot_index)
+
+    def _table(self, slots: torch.Tensor) -> None:
+        """Table the ``log u`` of every index of the rows in ``slots`` from their keys (where tabled)."""
+        if self.tabled:
+            counters = torch.arange(self.log_u[0].numel(), device=self.key.device)
+            self.log_u[slots] = log_uniforms(self.key[slots, None], counters).view(-1, *self.log_u.shape[1:])
 
     def want_top(self, k: int) -> None:
         """Make room for ``k`` top log-probs per sampled token."""
@@ -258,7 +284,10 @@ class Draws:
             torch.exp(logprobs, out=weights)  # at most 1, the largest at least 1 / V
         masses = row.weights.view(-1, self.blocks, self.width).sum(dim=-1)
         # log u = -E for E ~ Exp(1): the largest log u / w is the smallest arrival time E / w.
-        log_u = uniforms(row.key[:, None], at * len(self.lanes) + self.lanes).log_()
+        if self.tabled:
+            log_u = row.log_u.gather(1, at[:, :, None].expand(-1, -1, len(self.lanes)))[:, 0]
+        else:
+            log_u = log_uniforms(row.key[:, None], at * len(self.lanes) + self.lanes)
         block = (log_u[:, : self.blocks] / masses).argmax(dim=-1, keepdim=True)
         members = block * self.width + self.lanes[: self.width]  # the block's tokens (past V: padding, weight 0)
         token = (log_u[:, self.blocks :] / row.weights.gather(1, members)).argmax(dim=-1, keepdim=True)
