@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from minds_core.backends.local import device_sampling
 from minds_core.backends.local.cuda_graphs import StepGraphs
 from minds_core.backends.local.device_sampling import (
     Draws,
@@ -226,3 +227,31 @@ def test_rows_move_and_grow_with_their_state(sources: list[int]) -> None:
     grown.copy_from(draws)
     assert torch.equal(grown.logits[:4], draws.logits) and torch.equal(grown.stop_ids[:4, :4], draws.stop_ids)
     assert grown.done[4:].all() and torch.equal(grown.out_tokens[:4, :2000], draws.out_tokens)
+
+
+def test_tabled_and_hashed_uniforms_draw_the_same_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose log-uniforms fit ``TABLE_BYTES`` tables them when rows join, move and grow; a batch past it
+    hashes them at each draw: the same draws either way."""
+    torch.manual_seed(7)
+    rows = [settings(1.0, seed=1), settings(0.7, seed=2, sample=1), settings(1.2, top_k=5, seed=3)]
+    logits = torch.randn(3, 50)
+
+    def run() -> tuple[bool, torch.Tensor]:
+        draws = draws_of(logits, rows)
+        for _ in range(10):
+            draws.draw(3, False, True, True, True)
+        draws.move(torch.tensor([2]), torch.tensor([0]))  # the third row goes on in the first slot too
+        for _ in range(5):
+            draws.draw(3, False, True, True, True)
+        grown = Draws(6, 50, capacity=2500, stops=4, device=torch.device("cpu"))
+        grown.copy_from(draws)
+        for _ in range(5):
+            grown.draw(3, False, True, True, True)
+        return grown.tabled, grown.out_tokens[:3, :20]
+
+    tabled, tokens = run()
+    monkeypatch.setattr(device_sampling, "TABLE_BYTES", 0)
+    hashed, again = run()
+    assert tabled and not hashed
+    assert torch.equal(tokens, again)
+    assert torch.equal(tokens[0, 10:], tokens[2, 10:])  # the moved row drew on as it would have in its own slot
