@@ -49,7 +49,7 @@ from transformers import (
 )
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
-from minds_core.backends.local.device_sampling import Draws, RowSettings, row_key, uniforms
+from minds_core.backends.local.device_sampling import Draws, Rows, RowSettings, row_key, uniforms
 from minds_core.backends.local.pass_cost import TRIALS
 from minds_core.backends.local.placement import resolve_placement
 from minds_core.backends.local.tiny_model import _tokenizer, tiny_model_path
@@ -253,7 +253,7 @@ class InverseCdfDraws(Draws):
         super().join(slots, logits, settings)
         self.uniform = uniforms(self.key[:, None], torch.arange(self.capacity, device=self.key.device))
 
-    def _race(self, row, logprobs: torch.Tensor, at: torch.Tensor, scaled: bool, truncated: bool) -> torch.Tensor:
+    def _race(self, row: Rows, logprobs: torch.Tensor, at: torch.Tensor, scaled: bool, truncated: bool) -> torch.Tensor:
         if scaled or truncated:
             values = logprobs * row.inverse_temperature
             if truncated:
