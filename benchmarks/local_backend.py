@@ -15,7 +15,8 @@ seconds, no targets checked). Every figure is a ratio measured in this run:
   Target: >= 70%.
 * One token draw of 64 rows over the 151,936-token Qwen vocabulary, per setting (temperature 1,
   0.7, top-p 0.9): the two-round race ``Draws.draw`` runs against the inverse-CDF draw it
-  replaced (float64 cumulative sum, ``searchsorted``), on the same logits, in turns. Reported.
+  replaced (float64 cumulative sum, ``searchsorted``), on the same logits, in turns, each as
+  the decoder runs it (a CUDA graph on a GPU). Reported; ``--draws`` times only these.
 * Peak RSS of a training step of the ~25M model at the default batch, in a child
   process (``--rss-child``). Target: <= 4 GB.
 
@@ -49,6 +50,7 @@ from transformers import (
 )
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local.cuda_graphs import StepGraphs
 from minds_core.backends.local.device_sampling import Draws, Rows, RowSettings, row_key, uniforms
 from minds_core.backends.local.pass_cost import TRIALS
 from minds_core.backends.local.placement import resolve_placement
@@ -279,7 +281,9 @@ def draw_figures(smoke: bool, device: str) -> dict[str, tuple[float, float]]:
         for kind in (Draws, InverseCdfDraws):
             draws = kind(rows, vocab, capacity=8, stops=1, device=torch.device(device))
             draws.join(torch.arange(rows, device=device), logits, settings)
-            runs.append(synced(functools.partial(draws.draw, rows, *switches), device))
+            graphs = StepGraphs(torch.device(device))  # as the decoder runs it: a CUDA graph on a GPU, replayed
+            step = functools.partial(draws.draw, rows, *switches)
+            runs.append(synced(functools.partial(graphs.run, switches, step), device))
         race, cdf = alternating_medians(runs, 3 if smoke else 9)
         figures[name] = (race, cdf)
     return figures
@@ -294,6 +298,13 @@ def synced(run: Callable[[], object], device: str) -> Callable[[], None]:
             torch.cuda.synchronize()
 
     return timed
+
+
+def print_draws(figures: dict[str, tuple[float, float]], smoke: bool) -> None:
+    """Print ``draw_figures``' seconds and their ratios."""
+    print(f"one draw, {'8 x 4,096' if smoke else '64 x 151,936'} (rows x vocabulary), race vs inverse CDF:")
+    for name, (race, cdf) in figures.items():
+        print(f"  {name:16s} race {race * 1e3:7.2f} ms, inverse CDF {cdf * 1e3:7.2f} ms -> {cdf / race:.1f}x")
 
 
 def rss_child(model_dir: str, smoke: bool, device: str) -> None:
@@ -314,10 +325,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, seconds, no targets checked")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the local backend computes")
+    parser.add_argument("--draws", action="store_true", help="time only one draw: the race vs inverse CDF")
     parser.add_argument("--rss-child", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
         rss_child(args.rss_child, args.smoke, args.device)
+        return
+    if args.draws:
+        print_draws(draw_figures(args.smoke, args.device), args.smoke)
         return
     shape = SMOKE if args.smoke else FULL
     gpu = args.device == "cuda"
@@ -353,9 +368,7 @@ def main() -> None:
     print(f"  {sampling['rows']} concurrent one-sample requests reach "
           f"{sampling['one_request'] / sampling['many_requests']:.0%} of one {sampling['rows']}-sample request's "
           "throughput (target >= 70%)")
-    print(f"one draw, {'8 x 4,096' if args.smoke else '64 x 151,936'} (rows x vocabulary), race vs inverse CDF:")
-    for name, (race, cdf) in draw_seconds.items():
-        print(f"  {name:16s} race {race * 1e3:7.2f} ms, inverse CDF {cdf * 1e3:7.2f} ms -> {cdf / race:.1f}x")
+    print_draws(draw_seconds, args.smoke)
     print(f"peak RSS, one RL step of the 25M model (child process): {memory['peak_rss'] / 2**30:.2f} GiB (target <= 4)"
           + (f"; peak GPU memory allocated {memory['peak_gpu'] / 2**30:.2f} GiB" if gpu else ""))
 
