@@ -13,6 +13,10 @@ seconds, no targets checked). Every figure is a ratio measured in this run:
   Target: >= 3x.
 * 32 concurrent one-sample requests against one 32-sample request (in turns, likewise).
   Target: >= 70%.
+* One token draw of 64 rows over the 151,936-token Qwen vocabulary, per setting (temperature 1,
+  0.7, top-p 0.9): the two-round race ``Draws.draw`` runs against the inverse-CDF draw it
+  replaced (float64 cumulative sum, ``searchsorted``), on the same logits, in turns, each as
+  the decoder runs it (a CUDA graph on a GPU). Reported; ``--draws`` times only these.
 * Peak RSS of a training step of the ~25M model at the default batch, in a child
   process (``--rss-child``). Target: <= 4 GB.
 
@@ -24,6 +28,7 @@ model joins the RL step. The targets above are the CPU's; on a GPU the figures a
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import resource
 import statistics
@@ -45,6 +50,8 @@ from transformers import (
 )
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local.cuda_graphs import StepGraphs
+from minds_core.backends.local.device_sampling import Draws, Rows, RowSettings, row_key, uniforms
 from minds_core.backends.local.pass_cost import TRIALS
 from minds_core.backends.local.placement import resolve_placement
 from minds_core.backends.local.tiny_model import _tokenizer, tiny_model_path
@@ -235,6 +242,71 @@ def sampler_vs_generate(service: ServiceClient, shape: Shape, device: str) -> di
     return {"ours": ours, "generate": batched, "one_request": one, "many_requests": many, "rows": rows}
 
 
+DRAW_SETTINGS = {"temperature 1": (1.0, 1.0), "temperature 0.7": (0.7, 1.0), "top-p 0.9": (1.0, 0.9)}
+"""The draws timed: temperature and top-p of every row."""
+
+
+class InverseCdfDraws(Draws):
+    """The baseline: ``Draws`` choosing each row's token by inverse CDF, as before the race (the first whose
+    float64 cumulative probability reaches a uniform, tabled per token index when the rows join, times the
+    total). Everything else in a draw is the same code."""
+
+    def join(self, slots: torch.Tensor, logits: torch.Tensor, settings: list[RowSettings]) -> None:
+        super().join(slots, logits, settings)
+        self.uniform = uniforms(self.key[:, None], torch.arange(self.capacity, device=self.key.device))
+
+    def _race(self, row: Rows, logprobs: torch.Tensor, at: torch.Tensor, scaled: bool, truncated: bool) -> torch.Tensor:
+        if scaled or truncated:
+            values = logprobs * row.inverse_temperature
+            if truncated:
+                values = self._truncate(values, row)
+            weights = (values - values.amax(dim=-1, keepdim=True)).exp_()
+        else:
+            weights = logprobs.exp()
+        cdf = weights.cumsum(dim=-1, dtype=torch.float64)
+        targets = self.uniform[: len(at)].gather(1, at) * cdf[:, -1:]
+        return torch.searchsorted(cdf, targets)[:, 0].clamp_(max=self.vocab - 1)
+
+
+def draw_figures(smoke: bool, device: str) -> dict[str, tuple[float, float]]:
+    """Seconds of one draw of every row by the race and by inverse CDF, per setting of ``DRAW_SETTINGS``."""
+    rows, vocab = (8, 4096) if smoke else (64, 151936)
+    torch.manual_seed(0)
+    logits = torch.randn(rows, vocab, device=device) * 3
+    figures = {}
+    for name, (temperature, top_p) in DRAW_SETTINGS.items():
+        settings = [RowSettings(temperature, -1, top_p, row_key(0, i), (), 8) for i in range(rows)]
+        switches = (False, True, temperature != 1, top_p < 1)
+        runs = []
+        for kind in (Draws, InverseCdfDraws):
+            draws = kind(rows, vocab, capacity=8, stops=1, device=torch.device(device))
+            draws.join(torch.arange(rows, device=device), logits, settings)
+            graphs = StepGraphs(torch.device(device))  # as the decoder runs it: a CUDA graph on a GPU, replayed
+            step = functools.partial(draws.draw, rows, *switches)
+            runs.append(synced(functools.partial(graphs.run, switches, step), device))
+        race, cdf = alternating_medians(runs, 3 if smoke else 9)
+        figures[name] = (race, cdf)
+    return figures
+
+
+def synced(run: Callable[[], object], device: str) -> Callable[[], None]:
+    """``run``, then wait for the GPU (where ``device`` is one) to finish it."""
+
+    def timed() -> None:
+        run()
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    return timed
+
+
+def print_draws(figures: dict[str, tuple[float, float]], smoke: bool) -> None:
+    """Print ``draw_figures``' seconds and their ratios."""
+    print(f"one draw, {'8 x 4,096' if smoke else '64 x 151,936'} (rows x vocabulary), race vs inverse CDF:")
+    for name, (race, cdf) in figures.items():
+        print(f"  {name:16s} race {race * 1e3:7.2f} ms, inverse CDF {cdf * 1e3:7.2f} ms -> {cdf / race:.1f}x")
+
+
 def rss_child(model_dir: str, smoke: bool, device: str) -> None:
     """(Child process) one RL step of the model in ``model_dir``; print peak RSS (and GPU memory) in bytes as JSON."""
     with ServiceClient(device=device) as service:
@@ -253,10 +325,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, seconds, no targets checked")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the local backend computes")
+    parser.add_argument("--draws", action="store_true", help="time only one draw: the race vs inverse CDF")
     parser.add_argument("--rss-child", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
         rss_child(args.rss_child, args.smoke, args.device)
+        return
+    if args.draws:
+        print_draws(draw_figures(args.smoke, args.device), args.smoke)
         return
     shape = SMOKE if args.smoke else FULL
     gpu = args.device == "cuda"
@@ -274,6 +350,7 @@ def main() -> None:
             results["300M"] = rl_step(service, str(build_model(Path(tmp) / "m300", hidden=1024, layers=24)), shape)
         sampling = sampler_vs_generate(service, shape, args.device)
         memory = peak_memory(big, args.smoke, args.device)
+    draw_seconds = draw_figures(args.smoke, args.device)
     floor_name = "GPU bf16 floor" if gpu else "1-core floor"
     print(f"RL step: {shape.groups} prompts x {shape.group_size} samples, ~{shape.prompt_tokens}-token prompts, "
           f"{shape.max_tokens} tokens, every rollout trained (importance_sampling, rank 8)")
@@ -291,6 +368,7 @@ def main() -> None:
     print(f"  {sampling['rows']} concurrent one-sample requests reach "
           f"{sampling['one_request'] / sampling['many_requests']:.0%} of one {sampling['rows']}-sample request's "
           "throughput (target >= 70%)")
+    print_draws(draw_seconds, args.smoke)
     print(f"peak RSS, one RL step of the 25M model (child process): {memory['peak_rss'] / 2**30:.2f} GiB (target <= 4)"
           + (f"; peak GPU memory allocated {memory['peak_gpu'] / 2**30:.2f} GiB" if gpu else ""))
 

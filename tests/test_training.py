@@ -36,7 +36,9 @@ def test_reward_rises_far_above_its_start(plugins, tmp_path, recipe):
     rewards = [r["reward/mean"] for r in rows]
     assert rewards[0] < 0.05, rewards  # a random byte is the letter a about 1/256 of the time
     assert min(rewards[-3:]) > 0.5, rewards
-    assert all(r["train/datums"] > 0 for r in rows[:3])
+    # A step whose every group drew no "a" (each group about 2 in 3 of the time, at first) trains on nothing;
+    # which early step does depends on the seed's draws.
+    assert any(r["train/datums"] > 0 for r in rows[:3]), rows
 
 
 def test_overlong_filtering_gives_truncated_replies_no_gradient(plugins, tmp_path):

@@ -46,10 +46,13 @@ def run(harness: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Ru
     def go(config: str, *sets: str) -> tuple[list[dict], list[dict]]:
         settings = [f"runs_dir={tmp_path}", "backend=local", "trainer.groups_per_batch=2", "metrics.rollouts_per_step=2", "metrics.sinks=[]", *sets]
         code = main(["run", config, "--steps", "2", "--name", "harness", *(a for s in settings for a in ("--set", s))])
-        assert code == 0, capsys.readouterr().err[-3000:]
+        error = capsys.readouterr().err if code else ""  # (left for the test to read when the run went well)
         folder = tmp_path / "harness"
-        metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-        rollouts = [json.loads(line) for line in (folder / "rollouts.jsonl").read_text().splitlines()]
+        metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()] if code in (0, 1) else []
+        rollouts = [json.loads(line) for line in (folder / "rollouts.jsonl").read_text().splitlines()] if metrics else []
+        alike = all(len({r["reward"] for r in group["rollouts"]}) == 1 for group in rollouts)
+        # The untrained tiny model's replies may score alike in every group: the run then says so and exits 1.
+        assert code == 0 or (code == 1 and alike and "minds: error: no step trained: " in error), error[-3000:]
         assert [m["step"] for m in metrics] == [0, 1]
         assert all(m["rollouts/failed"] == 0 and m["rollouts/total"] == 6 for m in metrics)
         assert len(rollouts) == 4 and all(len(g["rollouts"]) == 3 for g in rollouts)

@@ -7,12 +7,24 @@ host sync, and a CUDA graph can capture it. Each row's sampled tokens and
 their log-probs are written into per-slot output buffers, read by the host
 only when rows finish.
 
-A draw is by inverse CDF: ``u`` uniform in (0, 1), the token is the first
-whose cumulative probability (summed in float64) reaches ``u`` times the total.
-``u`` is counter-based: a hash of the request's seed, the sample's index and
-the token's index in the sample (tabled for the whole row when it joins), so a
-seeded sample gets the same draws whatever else shares its batch, and no
-generator state is carried. Greedy
+A draw is an exponential race in two rounds, with no cumulative sum over the
+vocabulary. Each token ``j`` of unnormalised probability ``w_j`` (softmax of
+logits / T, after top-k/top-p, less its max) arrives at ``E_j / w_j``, ``E_j``
+exponential: the first to arrive is ``j`` with probability ``w_j / sum(w)``
+(Gumbel-max in other words). The vocabulary is cut into ``blocks`` of
+``width`` tokens (both about its square root; the last block padded with
+weight 0), and as the first arrival of a block is itself exponential at the
+block's total weight, a draw races the blocks by their totals, then the
+tokens of the winning block: exactly the same distribution, with only
+``blocks + width`` exponentials per row and step instead of one per token,
+and one pass to exponentiate the logits and one to sum each block (float32).
+The exponentials are ``-log u`` of counter-based uniforms ``u``: a hash of the
+row's key (from the request's seed and the sample's index), the token's index
+in the sample and the exponential's lane, so a seeded sample gets the same
+draws whatever else shares its batch, and no generator state is carried. Where
+the whole batch's ``log u`` take at most ``TABLE_BYTES`` (a small vocabulary),
+they are tabled for every index of a row when it joins, as a draw of a few
+hundred tokens costs little but its kernels; else each draw hashes its own. Greedy
 rows (temperature 0) take the argmax of the logits.
 Reported log-probs are under the model's own distribution at temperature 1,
 before truncation (the policy's ``log p`` that RL losses compare against).
@@ -20,12 +32,17 @@ before truncation (the policy's ``log p`` that RL losses compare against).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
-__all__ = ["Draws", "RowSettings", "row_key"]
+__all__ = ["TABLE_BYTES", "Draws", "RowSettings", "row_key"]
+
+TABLE_BYTES = 64 << 20
+"""The most a batch's tabled ``log u`` may take (``[slots, capacity, blocks + width]`` float32); past it, hashed
+at each draw."""
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _MIX = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
@@ -66,6 +83,11 @@ def uniforms(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     return (bits.double() + 0.5) * 2.0**-53
 
 
+def log_uniforms(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """float32 ``log u`` of ``uniforms``: minus the exponentials a draw races."""
+    return uniforms(keys, counters).log_().float()
+
+
 class Rows(NamedTuple):
     """Views of the first rows of each per-slot tensor a draw reads or writes (made once per row count)."""
 
@@ -81,7 +103,9 @@ class Rows(NamedTuple):
     limit: torch.Tensor
     written: torch.Tensor
     tokens: torch.Tensor
-    uniform: torch.Tensor
+    key: torch.Tensor
+    log_u: torch.Tensor
+    weights: torch.Tensor
     out_tokens: torch.Tensor
     out_logprobs: torch.Tensor
 
@@ -104,8 +128,11 @@ class Draws:
     ``logits [slots, V]`` (float32) are the next-token logits of each slot; ``tokens`` the tokens
     chosen by the last ``draw`` (what the next forward feeds); ``count`` the tokens each slot has
     sampled, ``done`` whether it stopped (a stop token, or its limit); ``out_tokens``/``out_logprobs``
-    ``[slots, capacity]`` every sampled token and its log-prob; ``uniform`` the draws' uniforms for
-    each index; ``written`` the index the last draw wrote at. Free slots are ``done``.
+    ``[slots, capacity]`` every sampled token and its log-prob; ``key`` each row's noise stream, and
+    ``log_u [slots, capacity, blocks + width]`` its draws' when tabled (``[slots, 0, ...]`` when not); ``written``
+    the index the last draw wrote at. Free slots are ``done``. The vocabulary is raced in
+    ``blocks`` of ``width`` tokens (the module doc); ``weights [slots, blocks * width]`` holds a draw's
+    unnormalised probabilities (its padding past ``vocab`` stays 0).
     """
 
     def __init__(self, slots: int, vocab: int, capacity: int, stops: int, device: torch.device) -> None:
@@ -113,13 +140,19 @@ class Draws:
             return torch.full((slots, *shape), value, dtype=dtype, device=device)
 
         self.vocab, self.capacity = vocab, capacity
+        self.width = math.isqrt(vocab - 1) + 1  # the square root, rounded up
+        self.blocks = -(-vocab // self.width)
         self.logits = full(0.0, torch.float32, vocab)
         self.tokens = full(0, torch.int64)
         self.inverse_temperature = full(1.0, torch.float32)
         self.tempered = full(False, torch.bool)
         self.top_k = full(vocab, torch.int64)
         self.top_p = full(1.0, torch.float32)
-        self.uniform = full(0.5, torch.float64, capacity)
+        self.key = full(0, torch.int64)
+        lanes = self.blocks + self.width
+        self.tabled = slots * capacity * lanes * 4 <= TABLE_BYTES
+        self.log_u = full(0.0, torch.float32, capacity if self.tabled else 0, lanes)
+        self.weights = full(0.0, torch.float32, self.blocks * self.width)
         self.stop_ids = full(-1, torch.int64, stops)
         self.limit = full(1, torch.int64)
         self.count = full(0, torch.int64)
@@ -131,6 +164,7 @@ class Draws:
         self.top_logprobs = full(0.0, torch.float32, capacity, 0)
         self.slot_index = torch.arange(slots, device=device)
         self.vocab_rank = torch.arange(vocab, device=device)
+        self.lanes = torch.arange(self.blocks + self.width, device=device)  # a draw's noises: blocks', then tokens'
         self._rows: dict[int, Rows] = {}
 
     def first(self, rows: int) -> Rows:
@@ -141,7 +175,7 @@ class Draws:
                 self.logits[:rows], self.done[:rows], self.count[:rows], self.slot_index[:rows],
                 self.inverse_temperature[:rows, None], self.tempered[:rows], self.top_k[:rows, None],
                 self.top_p[:rows, None], self.stop_ids[:rows], self.limit[:rows], self.written[:rows], self.tokens[:rows],
-                self.uniform[:rows], self.out_tokens[:rows], self.out_logprobs[:rows],
+                self.key[:rows], self.log_u[:rows], self.weights[:rows], self.out_tokens[:rows], self.out_logprobs[:rows],
             )  # fmt: skip
         return views
 
@@ -157,7 +191,7 @@ class Draws:
 
     def _tensors(self) -> tuple[torch.Tensor, ...]:
         return (
-            self.logits, self.tokens, self.inverse_temperature, self.tempered, self.top_k, self.top_p, self.uniform,
+            self.logits, self.tokens, self.inverse_temperature, self.tempered, self.top_k, self.top_p, self.key,
             self.stop_ids, self.limit, self.count, self.done, self.written, self.out_tokens, self.out_logprobs,
             self.top_ids, self.top_logprobs,
         )  # fmt: skip
@@ -174,8 +208,8 @@ class Draws:
         self.tempered[slots] = column([bool(s.temperature) for s in settings], torch.bool)
         self.top_k[slots] = column([s.top_k if 0 < s.top_k < self.vocab else self.vocab for s in settings], torch.int64)
         self.top_p[slots] = column([s.top_p for s in settings], torch.float32)
-        keys = column([s.key for s in settings], torch.int64)
-        self.uniform[slots] = uniforms(keys[:, None], torch.arange(self.capacity, device=device))
+        self.key[slots] = column([s.key for s in settings], torch.int64)
+        self._table(slots)
         stop_ids = torch.full((len(settings), self.stops), -1, dtype=torch.int64)
         for row, s in enumerate(settings):
             stop_ids[row, : len(s.stop_ids)] = torch.tensor(sorted(s.stop_ids), dtype=torch.int64)
@@ -192,12 +226,20 @@ class Draws:
         """Copy slots ``source`` onto slots ``target``."""
         for tensor in self._tensors():
             tensor[target] = tensor[source]
+        self._table(target)
 
     def copy_from(self, old: Draws) -> None:
         """Take over the rows of an ``old`` state that is no larger in any dimension (growing)."""
         self.want_top(old.top_ids.shape[-1])
         for new, kept in zip(self._tensors(), old._tensors(), strict=True):
             new[tuple(map(slice, kept.shape))] = kept
+        self._table(self.slot_index)
+
+    def _table(self, slots: torch.Tensor) -> None:
+        """Table the ``log u`` of every index of the rows in ``slots`` from their keys (where tabled)."""
+        if self.tabled:
+            counters = torch.arange(self.log_u[0].numel(), device=self.key.device)
+            self.log_u[slots] = log_uniforms(self.key[slots, None], counters).view(-1, *self.log_u.shape[1:])
 
     def want_top(self, k: int) -> None:
         """Make room for ``k`` top log-probs per sampled token."""
@@ -216,17 +258,7 @@ class Draws:
         logprobs = row.logits.log_softmax(dim=-1)  # the policy's, at temperature 1: what is reported
         choice = logprobs.argmax(dim=-1) if greedy else None
         if tempered:
-            if scaled or truncated:
-                tempered_logprobs = logprobs * row.inverse_temperature
-                if truncated:
-                    tempered_logprobs = self._truncate(tempered_logprobs, row)
-                # Unnormalised (less their max, so that nothing underflows): only the ratio to the total matters.
-                weights = (tempered_logprobs - tempered_logprobs.amax(dim=-1, keepdim=True)).exp_()
-            else:
-                weights = logprobs.exp()
-            cdf = weights.cumsum(dim=-1, dtype=torch.float64)
-            targets = row.uniform.gather(1, at) * cdf[:, -1:]
-            drawn = torch.searchsorted(cdf, targets)[:, 0].clamp_(max=self.vocab - 1)
+            drawn = self._race(row, logprobs, at, scaled, truncated)
             choice = drawn if choice is None else torch.where(row.tempered, drawn, choice)
         assert choice is not None, "a draw is greedy or tempered"
         chosen = choice[:, None]
@@ -237,6 +269,29 @@ class Draws:
         stopped = (chosen == row.stop_ids).any(dim=-1)
         row.count.add_(live)
         row.done.logical_or_(stopped.logical_or_(row.count >= row.limit))
+
+    def _race(self, row: Rows, logprobs: torch.Tensor, at: torch.Tensor, scaled: bool, truncated: bool) -> torch.Tensor:
+        """Each row's token drawn from its tempered, truncated distribution by the two-round race of the module
+        doc, with the uniforms of index ``at [rows, 1]`` of its stream."""
+        weights = row.weights[:, : self.vocab]  # unnormalised: less their max, so that nothing underflows
+        if truncated:
+            values = self._truncate(logprobs * row.inverse_temperature, row)
+            torch.sub(values, values.amax(dim=-1, keepdim=True), out=weights).exp_()
+        elif scaled:
+            top = logprobs.amax(dim=-1, keepdim=True)
+            torch.addcmul(-top * row.inverse_temperature, logprobs, row.inverse_temperature, out=weights).exp_()
+        else:
+            torch.exp(logprobs, out=weights)  # at most 1, the largest at least 1 / V
+        masses = row.weights.view(-1, self.blocks, self.width).sum(dim=-1)
+        # log u = -E for E ~ Exp(1): the largest log u / w is the smallest arrival time E / w.
+        if self.tabled:
+            log_u = row.log_u.gather(1, at[:, :, None].expand(-1, -1, len(self.lanes)))[:, 0]
+        else:
+            log_u = log_uniforms(row.key[:, None], at * len(self.lanes) + self.lanes)
+        block = (log_u[:, : self.blocks] / masses).argmax(dim=-1, keepdim=True)
+        members = block * self.width + self.lanes[: self.width]  # the block's tokens (past V: padding, weight 0)
+        token = (log_u[:, self.blocks :] / row.weights.gather(1, members)).argmax(dim=-1, keepdim=True)
+        return members.gather(1, token)[:, 0]
 
     def _truncate(self, scaled: torch.Tensor, row: Rows) -> torch.Tensor:
         """Tempered logits with the tokens outside each row's top-k, then its top-p, set to -inf."""

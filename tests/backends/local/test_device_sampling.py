@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 import torch
 
+from minds_core.backends.local import device_sampling
+from minds_core.backends.local.cuda_graphs import StepGraphs
 from minds_core.backends.local.device_sampling import (
     Draws,
     RowSettings,
@@ -22,28 +25,67 @@ def settings(temperature: float = 1.0, top_k: int = -1, top_p: float = 1.0, seed
     return RowSettings(temperature, top_k, top_p, row_key(seed, sample), stop_ids, limit)
 
 
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))
+
+
 def draws_of(logits: torch.Tensor, rows: list[RowSettings], slots: int | None = None) -> Draws:
-    draws = Draws(slots or len(rows), logits.shape[-1], capacity=2000, stops=4, device=torch.device("cpu"))
+    draws = Draws(slots or len(rows), logits.shape[-1], capacity=2000, stops=4, device=logits.device)
     for slot, row in enumerate(rows):
         draws.join(torch.tensor([slot]), logits[slot], [row])
     return draws
 
 
-def kinds(rows: list[RowSettings]) -> tuple[bool, bool, bool, bool]:
-    truncates = any(r.temperature and (0 < r.top_k < VOCAB or r.top_p < 1) for r in rows)
+def kinds(rows: list[RowSettings], vocab: int = VOCAB) -> tuple[bool, bool, bool, bool]:
+    truncates = any(r.temperature and (0 < r.top_k < vocab or r.top_p < 1) for r in rows)
     temperatures = {r.temperature for r in rows}
     return 0 in temperatures, bool(temperatures - {0}), bool(temperatures - {0, 1}), truncates
 
 
-def frequencies(logits: torch.Tensor, rows: list[RowSettings], copies: int = 32, steps: int = 60) -> torch.Tensor:
+def drawn(logits: torch.Tensor, rows: list[RowSettings], steps: int, graphs: StepGraphs) -> Draws:
+    """``steps`` draws for ``rows`` from unchanging ``logits``, each a step of ``graphs`` (captured once on a GPU,
+    unless told not to, then replayed; eager on the CPU)."""
+    draws = draws_of(logits, rows)
+    switches = kinds(rows, draws.vocab)
+    for _ in range(steps):
+        graphs.run(switches, lambda: draws.draw(len(rows), *switches))
+    return draws
+
+
+def counts(logits: torch.Tensor, rows: list[RowSettings], copies: int, steps: int) -> torch.Tensor:
     """How often each token is drawn per setting of ``rows`` (each with logits of its own), from ``copies`` rows
     (samples 0, 1, ...) of each over ``steps`` draws of unchanging logits."""
     many = [replace(row, key=row_key(seed, sample)) for seed, row in enumerate(rows) for sample in range(copies)]
-    draws = draws_of(logits.repeat_interleave(copies, dim=0), many)
-    for _ in range(steps):
-        draws.draw(len(many), *kinds(rows))
+    graphs = StepGraphs(logits.device)
+    draws = drawn(logits.repeat_interleave(copies, dim=0), many, steps, graphs)
+    assert graphs.captured == logits.is_cuda, graphs.eager_reason
     tokens = draws.out_tokens[:, :steps].reshape(len(rows), -1)
-    return torch.stack([torch.bincount(row, minlength=draws.vocab) for row in tokens]).double() / tokens.shape[1]
+    assert 0 <= int(tokens.min()) and int(tokens.max()) < draws.vocab  # never a block's padding
+    return torch.stack([torch.bincount(row, minlength=draws.vocab) for row in tokens]).double()
+
+
+def wanted(logits: torch.Tensor, row: RowSettings) -> torch.Tensor:
+    """softmax(logits / T) over the top-k tokens, then over the smallest most likely set holding top-p of that
+    (float64, from a sort: the distribution a draw must follow)."""
+    scaled = logits.double() / row.temperature
+    ordered, order = scaled.sort(descending=True)
+    if 0 < row.top_k < len(logits):
+        ordered[row.top_k :] = float("-inf")
+    probs = ordered.softmax(-1)
+    ordered[(probs.cumsum(-1) - probs) >= row.top_p] = float("-inf")
+    return torch.empty_like(scaled).scatter_(0, order, ordered.softmax(-1))
+
+
+def chi_square(observed: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson's statistic of ``observed`` counts against ``probs`` (tokens of probability 0 must not occur)."""
+    assert float(observed[probs == 0].sum()) == 0, "drawn outside the support"
+    expected = probs[probs > 0] * observed.sum()
+    return float(((observed[probs > 0] - expected) ** 2 / expected).sum())
+
+
+def chi_square_bound(cells: int) -> float:
+    """The 1 - 1e-4 quantile of chi-square with ``cells - 1`` degrees of freedom (Wilson-Hilferty)."""
+    df = cells - 1
+    return df * (1 - 2 / (9 * df) + 3.719 * math.sqrt(2 / (9 * df))) ** 3
 
 
 def test_uniforms_are_uniform_reproducible_and_differ_per_key_and_counter() -> None:
@@ -58,24 +100,71 @@ def test_uniforms_are_uniform_reproducible_and_differ_per_key_and_counter() -> N
     assert float((histogram - 0.1).abs().max()) < 0.005
 
 
-def test_draws_follow_temperature_top_k_and_top_p() -> None:
-    torch.manual_seed(0)
-    logits = torch.randn(4, VOCAB) * 2
-    rows = [settings(1.0, seed=1), settings(0.5, seed=2), settings(1.0, top_k=3, seed=3), settings(0.8, top_p=0.6, seed=4)]
-    got = frequencies(logits, rows)
-    want = torch.stack([logits[0].softmax(-1), (logits[1] / 0.5).softmax(-1)]).double()
-    top3 = logits[2].topk(3).indices
-    truncated = torch.full((VOCAB,), float("-inf"))
-    truncated[top3] = logits[2, top3]
-    scaled = logits[3] / 0.8
-    ordered, order = scaled.sort(descending=True)
-    probs = ordered.softmax(-1)
-    keep = order[(probs.cumsum(-1) - probs) < 0.6]
-    nucleus = torch.full((VOCAB,), float("-inf"))
-    nucleus[keep] = scaled[keep]
-    want = torch.cat([want, truncated.softmax(-1)[None].double(), nucleus.softmax(-1)[None].double()])
-    assert float((got - want).abs().max()) < 0.05, (got - want).abs().max()
-    assert float(got[2][want[2] == 0].sum()) == 0 and float(got[3][want[3] == 0].sum()) == 0  # never outside
+SETTINGS = {
+    "temperature 1": settings(1.0),
+    "temperature 0.6": settings(0.6),
+    "temperature 1.7": settings(1.7),
+    "top-k 7 at 0.9": settings(0.9, top_k=7),
+    "top-p 0.7 at 1.3": settings(1.3, top_p=0.7),
+    "top-k 20, top-p 0.9": settings(1.0, top_k=20, top_p=0.9),
+}
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+@pytest.mark.parametrize("vocab", [50, 64])
+def test_draws_follow_softmax_at_their_temperature_within_top_k_and_top_p(vocab: int, device: str) -> None:
+    """20,000 seeded draws per setting (64 rows x 320 steps) pass a chi-square test at p = 1e-4 against
+    softmax(logits / T) after truncation, and fail it against a temperature 12% off: the test can fail. A
+    vocabulary of 50 is raced in 7 blocks of 8 (the last padded), one of 64 in 8 of 8. On a GPU the draws
+    are a captured CUDA graph, replayed."""
+    torch.manual_seed(4)
+    rows = list(SETTINGS.values())
+    logits = (torch.randn(len(rows), vocab) * 1.5).to(device)
+    observed = counts(logits, rows, copies=64, steps=320)
+    for name, row, got, these in zip(SETTINGS, rows, observed, logits, strict=True):
+        probs = wanted(these.cpu(), row)
+        cells = int((probs > 0).sum())
+        assert chi_square(got, probs) < chi_square_bound(cells), name
+        if row.top_k < 0 and row.top_p == 1:
+            off = wanted(these.cpu(), replace(row, temperature=row.temperature * 1.12))
+            assert chi_square(got, off) > chi_square_bound(cells), name
+    observed = observed.cpu()
+    support = observed[3] > 0
+    assert set(support.nonzero()[:, 0].tolist()) == set(logits[3].topk(7).indices.tolist())  # top-k: all k, no more
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_captured_draws_at_the_real_vocabulary_replay_eager_draws_and_the_cpu_s() -> None:
+    """Every setting beside a greedy row, 151,936 tokens: a captured CUDA graph's draws are the eager GPU draws,
+    bit for bit, and the CPU's but for rare near-ties (log-softmax rounds differently there)."""
+    torch.manual_seed(6)
+    rows = [replace(row, key=row_key(9, i)) for i, row in enumerate(SETTINGS.values())] + [settings(0.0)]
+    logits = torch.randn(len(rows), 151936) * 4
+    captured, eager = StepGraphs(torch.device("cuda")), StepGraphs(torch.device("cuda"), eager_reason="compared against")
+    runs = [drawn(logits.cuda(), rows, 24, graphs) for graphs in (captured, eager)]
+    assert captured.captured == 1, captured.eager_reason
+    runs.append(drawn(logits, rows, 24, StepGraphs(torch.device("cpu"))))
+    (tokens, logprobs), (eager_tokens, eager_logprobs), (cpu_tokens, _) = (
+        (run.out_tokens[:, :24].cpu(), run.out_logprobs[:, :24].cpu()) for run in runs
+    )
+    assert torch.equal(tokens, eager_tokens) and torch.equal(logprobs, eager_logprobs)
+    assert float((tokens == cpu_tokens).double().mean()) > 0.95
+
+
+def test_rows_draw_independent_streams() -> None:
+    """64 samples of one seed, 200 draws each from 50 equally likely tokens: two rows agree at a step, and a
+    row with its own next draw, as often as independent draws would (1 in 50), and no two rows are alike."""
+    rows = [settings(1.0, seed=3, sample=i) for i in range(64)]
+    draws = draws_of(torch.zeros(64, 50), rows)
+    for _ in range(200):
+        draws.draw(64, False, True, False, False)
+    tokens = draws.out_tokens[:, :200]
+    across = (tokens[:, None] == tokens[None]).double().sum(dim=-1)  # [64, 64] steps on which two rows agree
+    pairs = across[~torch.eye(64, dtype=torch.bool)]
+    assert abs(float(pairs.mean()) / 200 - 1 / 50) < 0.002 and float(pairs.max()) < 20
+    lagged = (tokens[:, 1:] == tokens[:, :-1]).double().mean()
+    assert abs(float(lagged) - 1 / 50) < 0.005
+    assert len({tuple(row) for row in tokens.tolist()}) == 64
 
 
 def test_greedy_rows_take_the_argmax_beside_tempered_rows_and_log_probs_are_at_temperature_one() -> None:
@@ -138,3 +227,31 @@ def test_rows_move_and_grow_with_their_state(sources: list[int]) -> None:
     grown.copy_from(draws)
     assert torch.equal(grown.logits[:4], draws.logits) and torch.equal(grown.stop_ids[:4, :4], draws.stop_ids)
     assert grown.done[4:].all() and torch.equal(grown.out_tokens[:4, :2000], draws.out_tokens)
+
+
+def test_tabled_and_hashed_uniforms_draw_the_same_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose log-uniforms fit ``TABLE_BYTES`` tables them when rows join, move and grow; a batch past it
+    hashes them at each draw: the same draws either way."""
+    torch.manual_seed(7)
+    rows = [settings(1.0, seed=1), settings(0.7, seed=2, sample=1), settings(1.2, top_k=5, seed=3)]
+    logits = torch.randn(3, 50)
+
+    def run() -> tuple[bool, torch.Tensor]:
+        draws = draws_of(logits, rows)
+        for _ in range(10):
+            draws.draw(3, False, True, True, True)
+        draws.move(torch.tensor([2]), torch.tensor([0]))  # the third row goes on in the first slot too
+        for _ in range(5):
+            draws.draw(3, False, True, True, True)
+        grown = Draws(6, 50, capacity=2500, stops=4, device=torch.device("cpu"))
+        grown.copy_from(draws)
+        for _ in range(5):
+            grown.draw(3, False, True, True, True)
+        return grown.tabled, grown.out_tokens[:3, :20]
+
+    tabled, tokens = run()
+    monkeypatch.setattr(device_sampling, "TABLE_BYTES", 0)
+    hashed, again = run()
+    assert tabled and not hashed
+    assert torch.equal(tokens, again)
+    assert torch.equal(tokens[0, 10:], tokens[2, 10:])  # the moved row drew on as it would have in its own slot
