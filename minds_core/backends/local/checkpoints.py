@@ -52,9 +52,8 @@ CheckpointKind = Literal["weights", "sampler_weights", "external_weights"]
 KINDS: tuple[CheckpointKind, ...] = ("weights", "sampler_weights", "external_weights")
 
 _FORMAT = "minds-local-checkpoint/1"
-_META = "minds_checkpoint.json"
 #: minds' own record of a checkpoint, beside its files (not one of the files a download hands out).
-METADATA_FILE = _META
+METADATA_FILE = "minds_checkpoint.json"
 _ADAPTER = "adapter_model.safetensors"
 _OPTIMIZER = "optimizer.safetensors"
 _RUN = "run.json"
@@ -122,7 +121,7 @@ class CheckpointStore:
                 "expires_at": None if ttl_seconds is None else (now + timedelta(seconds=ttl_seconds)).isoformat(),
                 "user_metadata": user_metadata or {},
             }
-            (staging / _META).write_text(json.dumps(meta, indent=2))
+            (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2))
             os.chmod(staging, 0o755)
             _publish(staging, final, path, overwrite)
         except OSError as exc:
@@ -138,8 +137,10 @@ class CheckpointStore:
         run_id, kind, name = parse_path(path)
         directory = self.root / run_id / kind / name
         meta = _read_meta(directory)
-        if meta is None and (directory / _META).exists():
-            raise LocalBadRequestError(f"Checkpoint {path} is damaged: {directory / _META} is not a checkpoint's metadata (not a JSON object)")
+        if meta is None and (directory / METADATA_FILE).exists():
+            raise LocalBadRequestError(
+                f"Checkpoint {path} is damaged: {directory / METADATA_FILE} is not a checkpoint's metadata (not a JSON object)"
+            )
         if meta is None:
             raise LocalNotFoundError(f"No checkpoint at {path} (looked in {directory}); {self._siblings(directory)}")
         if _is_expired(meta):
@@ -156,7 +157,9 @@ class CheckpointStore:
         try:
             base_model, lora = meta["base_model"], LoraSpec.from_json(meta["lora"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise LocalBadRequestError(f"Checkpoint {path} is damaged: {directory / _META} lacks its LoRA settings ({exc!r})") from None
+            raise LocalBadRequestError(
+                f"Checkpoint {path} is damaged: {directory / METADATA_FILE} lacks its LoRA settings ({exc!r})"
+            ) from None
         return CheckpointContents(
             base_model=base_model,
             lora=lora,
@@ -170,14 +173,14 @@ class CheckpointStore:
             _check_segment(run_id, "run id")
         pattern = "*" if run_id is None else run_id
         for kind in KINDS:
-            for meta_path in self.root.glob(f"{pattern}/{kind}/*/{_META}"):
+            for meta_path in self.root.glob(f"{pattern}/{kind}/*/{METADATA_FILE}"):
                 meta = _read_meta(meta_path.parent)
                 if meta is not None and not _is_expired(meta):
                     yield meta_path.parent, meta
 
     def sweep(self) -> None:
         """Remove the folders of expired checkpoints (readers already treat them as gone)."""
-        for meta_path in self.root.glob(f"*/*/*/{_META}"):
+        for meta_path in self.root.glob(f"*/*/*/{METADATA_FILE}"):
             meta = _read_meta(meta_path.parent)
             if meta is not None and _is_expired(meta):
                 retired = meta_path.parent.with_name(f".{meta_path.parent.name}.{uuid.uuid4().hex}.old")
@@ -221,10 +224,10 @@ class CheckpointStore:
             raise LocalNotFoundError(f"No checkpoint at {path} (or it has expired)")
         expires = None if ttl_seconds is None else datetime.now(UTC) + timedelta(seconds=ttl_seconds)
         meta["expires_at"] = None if expires is None else expires.isoformat()
-        staging = directory.parent / f".{name}.{_META}.{uuid.uuid4().hex}.tmp"  # beside the folder: never downloaded
+        staging = directory.parent / f".{name}.{METADATA_FILE}.{uuid.uuid4().hex}.tmp"  # beside the folder: never downloaded
         try:
             staging.write_text(json.dumps(meta, indent=2))
-            os.replace(staging, directory / _META)
+            os.replace(staging, directory / METADATA_FILE)
         except FileNotFoundError:  # deleted (or swept) meanwhile
             raise LocalNotFoundError(f"No checkpoint at {path} (it was deleted while its ttl was being set)") from None
         finally:
@@ -257,7 +260,7 @@ def _is_expired(meta: Mapping[str, Any]) -> bool:
 def _read_meta(directory: Path) -> dict[str, Any] | None:
     """The checkpoint's metadata, or None when ``directory`` holds no finished checkpoint (or its metadata is damaged)."""
     try:
-        meta = json.loads((directory / _META).read_text())
+        meta = json.loads((directory / METADATA_FILE).read_text())
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
     return meta if isinstance(meta, dict) else None
