@@ -118,7 +118,7 @@ class CheckpointStore:
                 "base_model": checkpoint.base_model,
                 "lora": checkpoint.lora.to_json(),
                 "created_at": now.isoformat(),
-                "expires_at": None if ttl_seconds is None else (now + timedelta(seconds=ttl_seconds)).isoformat(),
+                "expires_at": _expires_at(ttl_seconds, now),
                 "user_metadata": user_metadata or {},
             }
             (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2))
@@ -222,8 +222,7 @@ class CheckpointStore:
         meta = _read_meta(directory)
         if meta is None or _is_expired(meta):
             raise LocalNotFoundError(f"No checkpoint at {path} (or it has expired)")
-        expires = None if ttl_seconds is None else datetime.now(UTC) + timedelta(seconds=ttl_seconds)
-        meta["expires_at"] = None if expires is None else expires.isoformat()
+        meta["expires_at"] = _expires_at(ttl_seconds, datetime.now(UTC))
         staging = directory.parent / f".{name}.{METADATA_FILE}.{uuid.uuid4().hex}.tmp"  # beside the folder: never downloaded
         try:
             staging.write_text(json.dumps(meta, indent=2))
@@ -249,6 +248,11 @@ class CheckpointStore:
             return f"this root ({self.root}) has no such run or checkpoint kind"
         names = sorted(p.name for p in directory.parent.iterdir() if not p.name.startswith("."))
         return f"that run has: {', '.join(names[:20]) or 'none'}"
+
+
+def _expires_at(ttl_seconds: int | None, now: datetime) -> str | None:
+    """The ``expires_at`` a checkpoint records: ``ttl_seconds`` after ``now``, or None (it never expires)."""
+    return None if ttl_seconds is None else (now + timedelta(seconds=ttl_seconds)).isoformat()
 
 
 def _is_expired(meta: Mapping[str, Any]) -> bool:
