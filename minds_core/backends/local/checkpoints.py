@@ -195,9 +195,7 @@ class CheckpointStore:
         _check_segment(run_id, "run id")
         folder = self.root / run_id
         folder.mkdir(parents=True, exist_ok=True)
-        staging = folder / f".{_RUN}.{uuid.uuid4().hex}.tmp"
-        staging.write_text(json.dumps({"user_metadata": dict(user_metadata)}, indent=2))
-        os.replace(staging, folder / _RUN)
+        _replace_json(folder / _RUN, {"user_metadata": dict(user_metadata)}, folder / f".{_RUN}.{uuid.uuid4().hex}.tmp")
 
     def run_metadata(self, run_id: str) -> dict[str, str]:
         """The ``user_metadata`` the run was made with ({} when none was given)."""
@@ -225,12 +223,9 @@ class CheckpointStore:
         meta["expires_at"] = _expires_at(ttl_seconds, datetime.now(UTC))
         staging = directory.parent / f".{name}.{METADATA_FILE}.{uuid.uuid4().hex}.tmp"  # beside the folder: never downloaded
         try:
-            staging.write_text(json.dumps(meta, indent=2))
-            os.replace(staging, directory / METADATA_FILE)
+            _replace_json(directory / METADATA_FILE, meta, staging)
         except FileNotFoundError:  # deleted (or swept) meanwhile
             raise LocalNotFoundError(f"No checkpoint at {path} (it was deleted while its ttl was being set)") from None
-        finally:
-            staging.unlink(missing_ok=True)
 
     def delete(self, path: str) -> None:
         """Remove the checkpoint at tinker ``path`` (404 when there is none, or it has expired)."""
@@ -248,6 +243,15 @@ class CheckpointStore:
             return f"this root ({self.root}) has no such run or checkpoint kind"
         names = sorted(p.name for p in directory.parent.iterdir() if not p.name.startswith("."))
         return f"that run has: {', '.join(names[:20]) or 'none'}"
+
+
+def _replace_json(file: Path, data: Mapping[str, Any], staging: Path) -> None:
+    """``file`` replaced at once by ``data`` as JSON, written first to ``staging`` (gone afterwards, whatever happens)."""
+    try:
+        staging.write_text(json.dumps(data, indent=2))
+        os.replace(staging, file)
+    finally:
+        staging.unlink(missing_ok=True)
 
 
 def _expires_at(ttl_seconds: int | None, now: datetime) -> str | None:

@@ -160,3 +160,19 @@ def test_a_failed_save_leaves_no_checkpoint(
         service.create_training_client_from_state(f"tinker://{trainer.model_id}/weights/broken").result()
     monkeypatch.undo()
     assert trainer.save_state("broken").result().path.endswith("/weights/broken")
+
+
+def test_a_failed_metadata_write_keeps_the_old_record_and_leaves_no_staging_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = checkpoints.CheckpointStore(tmp_path)
+    store.save_run_metadata("run-1", {"note": "old"})
+
+    def disk_full(source: object, target: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoints.os, "replace", disk_full)
+    with pytest.raises(OSError, match="disk full"):
+        store.save_run_metadata("run-1", {"note": "new"})
+    assert store.run_metadata("run-1") == {"note": "old"}
+    assert sorted(p.name for p in (tmp_path / "run-1").iterdir()) == ["run.json"]
