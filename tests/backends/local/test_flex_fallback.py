@@ -219,7 +219,9 @@ def test_a_custom_loss_that_raises_runs_once_and_keeps_flex_attention(
     assert packed_attention.flex_usable()
 
 
-def test_block_masks_capture_tensors_only_so_one_compiled_kernel_serves_every_shape() -> None:
+def test_block_mask_functions_capture_tensors_only() -> None:
+    """No size of a batch is a Python constant the compiled kernel could guard on (compilation counts: the slow
+    ``test_one_compilation_serves_packed_rows_of_every_shape_of_a_kind``)."""
     tokens = [torch.cat([rows(20, seed=1)[0], tail]) for tail in rows(3, 9, 5, seed=2)] + rows(7, 30, seed=3)
     for wave in plan_waves(tokens, [Group(20, [0, 1, 2]), Group(0, [3, 4])], tokens_per_pass=48):
         for batch in wave.micro_batches:
