@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 import tinker
 
-from minds_core.backends.retry import ServiceCallError
+from minds_core.backends.retry import REJECTIONS, ServiceCallError
 from minds_core.config import RunConfig
 from minds_core.envs.single_turn import prompt_messages
 from minds_core.envs.types import Message
@@ -203,7 +203,7 @@ async def _train_sft(config: RunConfig, plugins: Plugins, resume_dir: Path | Non
                 [sft_datum(*tokenize(renderer, c)) for c in train_conversations],
                 [sft_datum(*tokenize(renderer, c)) for c in held_conversations],
             )
-        except TemplateError as exc:
+        except (TemplateError, *REJECTIONS) as exc:  # the hosted SDK asks the service for the tokenizer
             raise UsageError(f"cannot start SFT on {config.model.base_model!r}: {exc}") from None
         run = claims.enter_context(RunDirectory.create(config)) if resume_dir is None else RunDirectory.resume(resume_dir, config, start)
         sinks = SinkSet(config, plugins.registry, run)
