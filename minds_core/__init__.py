@@ -120,7 +120,7 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
         within,
     )
     from minds_core.config.secrets import secret_values  # noqa: F401
-    from minds_core.contracts import (  # noqa: F401  # noqa: F401
+    from minds_core.contracts import (  # noqa: F401
         NAME_RULE,
         REWARD_NAME_RULE,
         AdvantageEstimator,

@@ -283,7 +283,12 @@ CONTRACTS: dict[str, Contract] = {
     "advantage_estimators": Contract(AdvantageEstimator, "fn(rewards) (an AdvantageEstimator)", 1),
     "losses": LossContract(str | CustomLoss, "fn(data, logprobs) (the LossFunction of a CustomLoss)", 2),
     "metric_sinks": Contract(SinkFactory, "factory(config, run_dir) (a SinkFactory)", 2),
-    "backends": Contract(BackendFactory, "factory(config, run_dir) (a BackendFactory)", 2, methods={"can_serve": ("config",)}),
+    "backends": Contract(
+        BackendFactory,
+        "factory(config, run_dir) (a BackendFactory)",
+        2,
+        methods={"can_serve": ("config",), "export_adapter": ("config", "service", "checkpoint", "out_dir")},
+    ),
     "environment_adapters": Contract(EnvironmentAdapter, "adapter(obj, env_id) (an EnvironmentAdapter)", 2),
     "rollout_executors": Contract(ExecutorFactory, "factory(session) (an ExecutorFactory)", 1),
 }

@@ -62,6 +62,14 @@ class _AskingNothing:
         raise AssertionError("never called")
 
 
+class _ExportingWithoutService:
+    def __call__(self, config: Any, run_dir: Path) -> object:
+        return object()
+
+    def export_adapter(self, checkpoint: str, out_dir: Path) -> str:  # minds calls export_adapter(config, service, checkpoint, out_dir)
+        raise AssertionError("never called")
+
+
 #: (kind, name, obj, description, what the message says): one per rule of the contract.
 BROKEN = {
     "a name with capitals and spaces": ("environments", "Bad Name!", _loader, "", "breaks NAME_RULE: lower-case words joined by '_', e.g. 'ghost_trace'; say 'bad_name'"),
@@ -80,6 +88,7 @@ BROKEN = {
     "a sink factory without run_dir": ("metric_sinks", "printer", lambda config: None, "", "cannot be called as factory(config, run_dir) (a SinkFactory): too many positional arguments"),
     "a backend that is no factory": ("backends", "cluster", "https://cluster.invalid", "", "str 'https://cluster.invalid' is not callable as factory(config, run_dir) (a BackendFactory)"),
     "a backend whose can_serve takes no config": ("backends", "picky", _AskingNothing(), "", "cannot be called as can_serve(config): too many positional arguments"),
+    "a backend whose export_adapter takes no config nor service": ("backends", "exporter", _ExportingWithoutService(), "", "cannot be called as export_adapter(config, service, checkpoint, out_dir): too many positional arguments"),
     "an adapter without env_id": ("environment_adapters", "gym", lambda obj: None, "", "cannot be called as adapter(obj, env_id) (an EnvironmentAdapter): too many positional arguments"),
     "a description that is no str": ("metric_sinks", "quiet", lambda config, run_dir: None, 3, "the description is int 3, not a str"),
 }

@@ -81,11 +81,11 @@ class ScriptedService:
 
     async def create_lora_training_client(self, **kwargs: Any) -> ScriptedTraining:
         self.plugin.started.append("new")
-        return ScriptedTraining(await self.service.create_lora_training_client(**kwargs), self.plugin.script)
+        return self.plugin.training(await self.service.create_lora_training_client(**kwargs), self.plugin.script)
 
     async def create_training_client_from_state_with_optimizer(self, path: str) -> ScriptedTraining:
         self.plugin.started.append(path)
-        return ScriptedTraining(await self.service.create_training_client_from_state_with_optimizer(path), self.plugin.script)
+        return self.plugin.training(await self.service.create_training_client_from_state_with_optimizer(path), self.plugin.script)
 
     def close(self, status: str) -> Any:
         self.plugin.closed.append(status)
@@ -98,8 +98,9 @@ class ScriptedService:
 class ScriptedBackend:
     """Registers ``scripted``, the FAKE hosted service, as a plugin's backend."""
 
-    def __init__(self, script: dict[int, Callable[[], Any]]) -> None:
+    def __init__(self, script: dict[int, Callable[[], Any]], training: type[ScriptedTraining] = ScriptedTraining) -> None:
         self.script = script
+        self.training = training  #: the kind of training client its services start
         self.started: list[str] = []  #: "new", or the state a training client was restored from
         self.closed: list[str] = []  #: the statuses the services were closed with
 
@@ -192,6 +193,21 @@ def test_sft_reports_a_rejected_request_with_its_last_checkpoint(tmp_path):
     with pytest.raises(ServiceCallError, match=r"step 2: the service rejected forward_backward .*last checkpoint is step 1"):
         _sft(tmp_path, backend, "trainer.steps=4", "trainer.save_every=1")
     assert backend.closed == ["errored"]
+
+
+class TokenizerRejected(ScriptedTraining):
+    """FAKE hosted training client whose ``get_tokenizer`` the service rejects (the hosted SDK asks it for the model's info)."""
+
+    def get_tokenizer(self) -> Any:
+        raise _status(400)
+
+
+@pytest.mark.slow
+def test_sft_reports_a_rejected_tokenizer_request_as_a_usage_error(tmp_path):
+    backend = ScriptedBackend({}, TokenizerRejected)
+    with pytest.raises(UsageError, match=r"cannot start SFT on 'minds-tiny': Error code: 400 - scripted"):
+        _sft(tmp_path, backend)
+    assert backend.closed == ["errored"] and not (tmp_path / "sft").exists()
 
 
 @pytest.mark.slow

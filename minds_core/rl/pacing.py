@@ -20,7 +20,7 @@ from minds_core.config import TrainerConfig
 BatchT = TypeVar("BatchT")
 
 
-class Save(str, enum.Enum):
+class Save(enum.StrEnum):
     """What a step saves after it trained."""
 
     #: weights, optimizer state and sampler weights named ``step-NNNNNN``, kept (the last step, and on a stop)

@@ -30,12 +30,11 @@ from typing import Any
 import attrs
 import tinker
 
-from minds_core.backends.retry import ServiceCallError
+from minds_core.backends.retry import REJECTIONS, ServiceCallError
 from minds_core.config import RunConfig
 from minds_core.envs.single_turn import prompt_messages
 from minds_core.envs.types import Message
 from minds_core.errors import ConfigError, UsageError
-from minds_core.interrupt import RunInterrupted
 from minds_core.logs import get_logger
 from minds_core.plugins import Plugins, load_plugins
 from minds_core.render import Renderer, TemplateError
@@ -204,7 +203,7 @@ async def _train_sft(config: RunConfig, plugins: Plugins, resume_dir: Path | Non
                 [sft_datum(*tokenize(renderer, c)) for c in train_conversations],
                 [sft_datum(*tokenize(renderer, c)) for c in held_conversations],
             )
-        except TemplateError as exc:
+        except (TemplateError, *REJECTIONS) as exc:  # the hosted SDK asks the service for the tokenizer
             raise UsageError(f"cannot start SFT on {config.model.base_model!r}: {exc}") from None
         run = claims.enter_context(RunDirectory.create(config)) if resume_dir is None else RunDirectory.resume(resume_dir, config, start)
         sinks = SinkSet(config, plugins.registry, run)
@@ -237,8 +236,7 @@ async def _loop(door: ServiceLifetime, client: Any, data: SftData, run: RunDirec
     began = time.perf_counter()
     first_eval = await _held_out_loss(door, client, data.held_out, start) if data.held_out and start == 0 else None
     last_eval = first_eval
-    stop = door.stop_on_signal(f"minds sft --resume {run.shown}")
-    try:
+    with door.stop_on_signal(f"minds sft --resume {run.shown}") as stop:
         for step in range(start, cfg.steps):
             step_began = time.perf_counter()
             batch = [data.train[index] for _, index in schedule.batch(step)]
@@ -265,13 +263,7 @@ async def _loop(door: ServiceLifetime, client: Any, data: SftData, run: RunDirec
             if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics
                 run.record_checkpoint(checkpoint)
             if stopping and not last_step:
-                raise RunInterrupted(
-                    f"stopped by {stop.signal_name} after step {step} ({step + 1} of {cfg.steps} done); checkpoint saved. "
-                    f"Continue with: minds sft --resume {run.shown}",
-                    stop.signum or 0,
-                )
-    finally:
-        stop.restore()
+                raise stop.interrupted(step, cfg.steps)
     return {
         "steps": cfg.steps - start,
         "eval/loss_before": first_eval,
