@@ -36,7 +36,7 @@ from tinker import types
 from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from local_backend import Shape, alternating_medians, build_model, matmul_params
+from local_backend import Shape, alternating_medians, build_model, matmul_params, synced
 
 from minds_core.backends.local import ServiceClient
 from minds_core.backends.local.lora import LoraSpec, target_modules
@@ -267,17 +267,8 @@ def device_floors(device: str, smoke: bool) -> tuple[float, float]:
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     source = torch.empty(1 << (20 if smoke else 28), device=device, dtype=torch.uint8)
     target = torch.empty_like(source)
-
-    def synced(fn: Callable[[], object]) -> Callable[[], None]:
-        def run() -> None:
-            fn()
-            if device == "cuda":
-                torch.cuda.synchronize()
-
-        return run
-
     matmul, copy = alternating_medians(
-        [synced(lambda: [a @ b for _ in range(10)]), synced(lambda: [target.copy_(source) for _ in range(10)])], 5
+        [synced(lambda: [a @ b for _ in range(10)], device), synced(lambda: [target.copy_(source) for _ in range(10)], device)], 5
     )
     return 10 * 2 * n**3 / matmul, 10 * 2 * source.numel() / copy
 

@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py"))
+SHELL_SCRIPTS = sorted(BENCHMARKS[0].parent.glob("*.sh"))
 
 
 def test_the_benchmarks_are_found():
     assert {"pipeline.py", "cli_startup.py"} <= {p.name for p in BENCHMARKS}
+    assert "gpu_check.sh" in {p.name for p in SHELL_SCRIPTS}  # else the parse test below would collect nothing
 
 
 @pytest.mark.slow
@@ -33,7 +35,7 @@ def test_benchmark_runs_in_smoke_mode(script: Path, tmp_path: Path):
     assert done.stdout.strip(), f"{script.name} --smoke printed no figures"
 
 
-@pytest.mark.parametrize("script", sorted(BENCHMARKS[0].parent.glob("*.sh")), ids=lambda p: p.name)
+@pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=lambda p: p.name)
 def test_shell_scripts_parse(script: Path):
     # gpu_check.sh runs only on a lent GPU machine: its syntax, at least, is checked here (its CPU rehearsal,
     # SMOKE=1, is documented in the script and takes minutes)

@@ -118,30 +118,28 @@ class RayExecutor:
         session = self.session
         cfg = session.config
         settings = session.settings[order.env_index]
-        seed = None if order.seed is None else order.seed + index
-        attempt = 1
+        episode = EpisodeOrder(
+            env=order.env,
+            task=order.task,
+            seed=None if order.seed is None else order.seed + index,
+            attempt=1,
+            step=order.step,
+            params=settings.params,
+            rollout=cfg.rollout,
+            base_model=cfg.model.base_model,
+            chat_template_args=dict(cfg.model.chat_template_args),
+            lora_rank=cfg.model.lora_rank,
+            sampler_path=policy.sampler_path,
+            policy_checkpoint=policy.checkpoint,
+            endpoint=self.endpoint,
+            versions=self.versions,
+        )
         while True:
-            episode = EpisodeOrder(
-                env=order.env,
-                task=order.task,
-                seed=seed,
-                attempt=attempt,
-                step=order.step,
-                params=settings.params,
-                rollout=cfg.rollout,
-                base_model=cfg.model.base_model,
-                chat_template_args=dict(cfg.model.chat_template_args),
-                lora_rank=cfg.model.lora_rank,
-                sampler_path=policy.sampler_path,
-                policy_checkpoint=policy.checkpoint,
-                endpoint=self.endpoint,
-                versions=self.versions,
-            )
             async with self.slots:
                 rollout, lost = await self._attempt(episode)
             if not lost or rollout.attempts > cfg.rollout.retries:
                 break
-            attempt = rollout.attempts + 1
+            episode = attrs.evolve(episode, attempt=rollout.attempts + 1)
         if rollout.conversation is not None:  # the clients of this process, where the worker's were
             rollout.conversation = attrs.evolve(rollout.conversation, renderer=session.renderer, sampler=policy.sampler)
         return rollout

@@ -2,7 +2,7 @@
 finished, token-level rollout.
 
 Per worker process, kept between tasks: the plugins, each environment (built from its entry point
-and args, never unpickled), the Tinker clients and the renderer; one event loop on a thread of its
+and args, never unpickled), the Tinker clients, the renderer and the version check passed; one event loop on a thread of its
 own runs every episode of the process.
 """
 
@@ -33,7 +33,7 @@ def play(order: EpisodeOrder) -> tuple[Any, str]:
     import ray
 
     node = ray.get_runtime_context().get_node_id()
-    check_versions(order.versions, node)
+    _check_versions_once(order.versions, node)
     return asyncio.run_coroutine_threadsafe(_play(order), background_loop("minds-ray-episodes")).result(), node
 
 
@@ -42,6 +42,12 @@ def _cached(key: Any, make: Any) -> Any:
         if key not in _cache:
             _cache[key] = make()
         return _cache[key]
+
+
+def _check_versions_once(driver: dict[str, str], node: str) -> None:
+    """``check_versions``, once per worker process for each set of driver versions (reading the installed
+    distributions' metadata costs milliseconds, which every episode would otherwise pay); refused every time."""
+    _cached(("versions", tuple(sorted(driver.items()))), lambda: check_versions(driver, node))
 
 
 async def _play(order: EpisodeOrder) -> Any:

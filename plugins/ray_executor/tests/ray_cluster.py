@@ -18,7 +18,7 @@ ENV = str(Path(__file__).resolve().parent / "envs" / "burn_env.py")
 #: Node health checked every 0.5 s, dead after 3 misses: a killed node is noticed in seconds, not the default ~30.
 HEALTH = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "0"}
 #: No token authentication: a cluster of this machine's loopback for one test module (Ray would otherwise read,
-#: or write, ~/.ray/auth_token); drivers of the tests need the same (``LocalCluster.environ``).
+#: or write, ~/.ray/auth_token); drivers of the tests need the same (the ``cluster`` fixture sets it).
 AUTH = {"RAY_AUTH_MODE": "disabled"}
 
 

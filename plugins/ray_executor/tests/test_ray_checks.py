@@ -33,3 +33,25 @@ def test_a_secret_in_an_environment_s_args_stops_the_run_before_ray_starts(tmp_p
     assert "hold a secret, which every Ray task would carry to its worker" in err and "an *_env arg" in err
     assert secret not in err and "Traceback" not in err
     assert not (tmp_path / "test").exists()
+
+
+def test_a_worker_reads_its_installed_versions_once_per_driver_versions(monkeypatch) -> None:
+    from minds_ray import order, worker
+
+    reads = []
+
+    def counted(distributions: list[str]) -> dict[str, str]:
+        reads.append(distributions)
+        return installed_versions(distributions)
+
+    monkeypatch.setattr(order, "installed_versions", counted)
+    monkeypatch.setattr(worker, "_cache", {})
+    here = installed_versions(["minds-core", "minds-plugin-ray"])
+    for _ in range(3):  # episodes of one run: the metadata is read for the first only
+        worker._check_versions_once(here, "n1")
+    assert len(reads) == 1
+    other = {**here, "minds-core": "9.9.9"}
+    for _ in range(2):  # a driver with other versions is refused on every episode, each time read again
+        with pytest.raises(WorkerRefused, match="minds-core 9.9.9 on the driver"):
+            worker._check_versions_once(other, "n1")
+    assert len(reads) == 3

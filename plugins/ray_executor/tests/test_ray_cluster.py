@@ -30,17 +30,13 @@ QUICK = ["trainer.group_size=2", "trainer.groups_per_batch=2", "sampling.max_tok
 @pytest.fixture(scope="module")
 def cluster():
     started = LocalCluster()
-    before = {key: os.environ.get(key) for key in AUTH}
-    os.environ.update(AUTH)  # the drivers: this process, and the minds processes it starts
-    try:
-        yield started.start()
-    finally:
-        started.stop()
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key)
-            else:
-                os.environ[key] = value
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in AUTH.items():  # the drivers: this process, and the minds processes it starts
+            patch.setenv(key, value)
+        try:
+            yield started.start()
+        finally:
+            started.stop()
 
 
 def _records(folder: Path, suffix: str) -> list[dict]:
