@@ -154,12 +154,14 @@ class NoExport:
 def test_the_service_is_closed_once_with_how_the_command_ended(error, status):
     factory = NoExport()
     door = ServiceLifetime(load_config(None, ["backend=mine"]), "mine", factory)
+    raised = None
     try:
         with door:
             if error is not None:
                 raise error
     except BaseException as exc:  # noqa: BLE001 - the command's own error comes out unchanged
-        assert exc is error
+        raised = exc
+    assert raised is error  # neither swallowed nor replaced
     door.__exit__(None, None, None)  # closing again tells the service nothing more
     assert exit_status(error) == status and factory.made[0].closed == [status]
 
