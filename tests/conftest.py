@@ -9,8 +9,11 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from minds_core import hookimpl
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_PLUGINS = Path(__file__).parent / "plugins"
@@ -106,3 +109,81 @@ def any_args_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     )
     monkeypatch.chdir(tmp_path)
     return f"./{module}.py"
+
+
+async def _raise(error: BaseException) -> Any:
+    raise error
+
+
+class ScriptedTraining:
+    """FAKE hosted training client: the real local one; its forward_backward call N first runs ``script.pop(N)``.
+
+    An action that returns an exception makes that request raise it, as the SDK raises a service's error
+    (``tinker.InternalServerError`` for a 503, ``tinker.BadRequestError`` for a 400); any other action (one that
+    sends this process SIGINT, say) runs and the request goes on.
+    """
+
+    def __init__(self, client: Any, script: dict[int, Callable[[], Any]]) -> None:
+        self.client, self.script, self.calls = client, script, 0
+
+    def forward_backward(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        action = self.script.pop(self.calls, None)
+        error = action() if action is not None else None
+        if isinstance(error, BaseException):
+            return _raise(error)
+        return self.client.forward_backward(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+class ScriptedService:
+    """FAKE hosted service over the local backend: scripted training clients; it records how it was opened and closed."""
+
+    def __init__(self, service: Any, backend: ScriptedBackend) -> None:
+        self.service, self.backend = service, backend
+
+    def _scripted(self, client: Any) -> ScriptedTraining:
+        self.backend.trainings.append(self.backend.training(client, self.backend.script))
+        return self.backend.trainings[-1]
+
+    async def create_lora_training_client(self, **kwargs: Any) -> ScriptedTraining:
+        self.backend.started.append("new")
+        return self._scripted(await self.service.create_lora_training_client(**kwargs))
+
+    async def create_training_client_from_state_with_optimizer(self, path: str) -> ScriptedTraining:
+        self.backend.started.append(path)
+        return self._scripted(await self.service.create_training_client_from_state_with_optimizer(path))
+
+    def close(self, status: str) -> Any:
+        self.backend.closed.append(status)
+        return self.service.close(status)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.service, name)
+
+
+class ScriptedBackend:
+    """A plugin registering ``scripted``, the FAKE hosted service (the hosted one cannot be reached from here)."""
+
+    Training = ScriptedTraining  #: the class to subclass for a training client that fails otherwise
+
+    def __init__(self, script: dict[int, Callable[[], Any]], training: type[ScriptedTraining] = ScriptedTraining) -> None:
+        self.script = script  #: forward_backward call number (of each training client) -> what it does first
+        self.training = training  #: the kind of training client its services start
+        self.started: list[str] = []  #: "new", or the state a training client was restored from
+        self.trainings: list[ScriptedTraining] = []  #: every training client made, in order
+        self.closed: list[str] = []  #: the statuses the services were closed with
+
+    @hookimpl
+    def minds_register_backends(self, register: Any) -> None:
+        from minds_core.backends import create_local_service
+
+        register("scripted", lambda config, run_dir: ScriptedService(create_local_service(config, run_dir), self), "FAKE hosted service")
+
+
+@pytest.fixture
+def scripted_backend() -> type[ScriptedBackend]:
+    """``scripted_backend(script)``: a plugin whose ``scripted`` backend is the local one behind ``ScriptedService``."""
+    return ScriptedBackend

@@ -1,6 +1,6 @@
 """One door: every command opens and closes its training service through ``ServiceLifetime``.
 
-SFT runs on the real local backend (the tiny model) behind ``ScriptedService``, a FAKE
+SFT runs on the real local backend (the tiny model) behind ``ScriptedService`` (tests/conftest.py), a FAKE
 of a hosted service whose numbered ``forward_backward`` calls first do what the
 script says: fail with the SDK's own 503 (a transient failure, as the hosted
 service answers when overloaded) or 400, or send this process SIGINT, as Ctrl-C
@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import httpx
 import pytest
 import tinker
 
-from minds_core import hookimpl, logs
+from minds_core import logs
 from minds_core.backends.retry import ServiceCallError
 from minds_core.config import load_config
 from minds_core.errors import UsageError
@@ -46,72 +45,11 @@ def _status(code: int) -> tinker.APIStatusError:
     return kind(f"Error code: {code} - scripted", response=response, body={"detail": "scripted"})
 
 
-async def _raise(error: Exception) -> Any:
-    raise error
-
-
 def _interrupt() -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
-class ScriptedTraining:
-    """FAKE hosted training client: the real local one; forward_backward call N first runs ``script[N]``."""
-
-    def __init__(self, client: Any, script: dict[int, Callable[[], Any]]) -> None:
-        self.client, self.script, self.calls = client, script, 0
-
-    def forward_backward(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        action = self.script.pop(self.calls, None)
-        if action is not None:
-            error = action()
-            if isinstance(error, Exception):
-                return _raise(error)
-        return self.client.forward_backward(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.client, name)
-
-
-class ScriptedService:
-    """FAKE hosted service over the local backend: scripted training clients, and the status it was closed with."""
-
-    def __init__(self, service: Any, plugin: ScriptedBackend) -> None:
-        self.service, self.plugin = service, plugin
-
-    async def create_lora_training_client(self, **kwargs: Any) -> ScriptedTraining:
-        self.plugin.started.append("new")
-        return self.plugin.training(await self.service.create_lora_training_client(**kwargs), self.plugin.script)
-
-    async def create_training_client_from_state_with_optimizer(self, path: str) -> ScriptedTraining:
-        self.plugin.started.append(path)
-        return self.plugin.training(await self.service.create_training_client_from_state_with_optimizer(path), self.plugin.script)
-
-    def close(self, status: str) -> Any:
-        self.plugin.closed.append(status)
-        return self.service.close(status)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.service, name)
-
-
-class ScriptedBackend:
-    """Registers ``scripted``, the FAKE hosted service, as a plugin's backend."""
-
-    def __init__(self, script: dict[int, Callable[[], Any]], training: type[ScriptedTraining] = ScriptedTraining) -> None:
-        self.script = script
-        self.training = training  #: the kind of training client its services start
-        self.started: list[str] = []  #: "new", or the state a training client was restored from
-        self.closed: list[str] = []  #: the statuses the services were closed with
-
-    @hookimpl
-    def minds_register_backends(self, register: Any) -> None:
-        from minds_core.backends import create_local_service
-
-        register("scripted", lambda config, run_dir: ScriptedService(create_local_service(config, run_dir), self), "FAKE hosted service")
-
-
-def _sft(tmp_path: Path, backend: ScriptedBackend, *overrides: str) -> dict[str, Any]:
+def _sft(tmp_path: Path, backend: Any, *overrides: str) -> dict[str, Any]:
     logs.configure("json", "warning")
     data = tmp_path / "chats.jsonl"
     data.write_text("".join(json.dumps(c) + "\n" for c in CHATS))
@@ -155,12 +93,14 @@ class NoExport:
 def test_the_service_is_closed_once_with_how_the_command_ended(error, status):
     factory = NoExport()
     door = ServiceLifetime(load_config(None, ["backend=mine"]), "mine", factory)
+    raised = None
     try:
         with door:
             if error is not None:
                 raise error
     except BaseException as exc:  # noqa: BLE001 - the command's own error comes out unchanged
-        assert exc is error
+        raised = exc
+    assert raised is error  # neither swallowed nor replaced
     door.__exit__(None, None, None)  # closing again tells the service nothing more
     assert exit_status(error) == status and factory.made[0].closed == [status]
 
@@ -180,41 +120,40 @@ def test_auto_picks_from_the_registry_and_the_config_names_the_choice():
 
 
 @pytest.mark.slow
-def test_sft_retries_a_transient_service_failure_and_goes_on(tmp_path):
-    backend = ScriptedBackend({2: lambda: _status(503)})  # step 1's forward_backward fails once
+def test_sft_retries_a_transient_service_failure_and_goes_on(tmp_path, scripted_backend):
+    backend = scripted_backend({2: lambda: _status(503)})  # step 1's forward_backward fails once
     _sft(tmp_path, backend, "trainer.steps=3")
     assert [r["step"] for r in _rows(tmp_path / "sft" / "metrics.jsonl")] == [0, 1, 2]
     assert backend.script == {} and backend.closed == ["success"]
 
 
 @pytest.mark.slow
-def test_sft_reports_a_rejected_request_with_its_last_checkpoint(tmp_path):
-    backend = ScriptedBackend({3: lambda: _status(400)})
+def test_sft_reports_a_rejected_request_with_its_last_checkpoint(tmp_path, scripted_backend):
+    backend = scripted_backend({3: lambda: _status(400)})
     with pytest.raises(ServiceCallError, match=r"step 2: the service rejected forward_backward .*last checkpoint is step 1"):
         _sft(tmp_path, backend, "trainer.steps=4", "trainer.save_every=1")
     assert backend.closed == ["errored"]
 
 
-class TokenizerRejected(ScriptedTraining):
-    """FAKE hosted training client whose ``get_tokenizer`` the service rejects (the hosted SDK asks it for the model's info)."""
-
-    def get_tokenizer(self) -> Any:
-        raise _status(400)
-
-
 @pytest.mark.slow
-def test_sft_reports_a_rejected_tokenizer_request_as_a_usage_error(tmp_path):
-    backend = ScriptedBackend({}, TokenizerRejected)
+def test_sft_reports_a_rejected_tokenizer_request_as_a_usage_error(tmp_path, scripted_backend):
+    class TokenizerRejected(scripted_backend.Training):
+        """FAKE hosted training client whose ``get_tokenizer`` the service rejects (the SDK asks for the model's info)."""
+
+        def get_tokenizer(self) -> Any:
+            raise _status(400)
+
+    backend = scripted_backend({}, TokenizerRejected)
     with pytest.raises(UsageError, match=r"cannot start SFT on 'minds-tiny': Error code: 400 - scripted"):
         _sft(tmp_path, backend)
     assert backend.closed == ["errored"] and not (tmp_path / "sft").exists()
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_sft_saves_the_step_and_the_run_resumes_after_it(tmp_path):
+def test_ctrl_c_during_sft_saves_the_step_and_the_run_resumes_after_it(tmp_path, scripted_backend):
     steps = 6
     before = signal.getsignal(signal.SIGINT)  # the handler the process had (another test may have set its own)
-    backend = ScriptedBackend({3: _interrupt})  # Ctrl-C while step 2 trains
+    backend = scripted_backend({3: _interrupt})  # Ctrl-C while step 2 trains
     with pytest.raises(RunInterrupted, match=r"stopped by SIGINT after step 2 \(3 of 6 done\); checkpoint saved") as stopped:
         _sft(tmp_path, backend, f"trainer.steps={steps}", "trainer.save_every=0")
     assert stopped.value.exit_code == 130 and "minds sft --resume" in str(stopped.value)

@@ -58,6 +58,7 @@ def test_every_config_key_is_declared_with_arg_and_documented():
         for field in attrs.fields(attrs.resolve_types(section)):
             if attrs.has(field.type):
                 continue  # a section, documented by its class
+            assert "rule" in field.metadata, f"{section.__name__}.{field.name} is not declared with arg"
             assert field.metadata.get("doc"), f"{section.__name__}.{field.name} has no doc"
     assert field_rule(attrs.fields_dict(TrainerConfig)["steps"]) is not None
 

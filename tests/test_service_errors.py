@@ -2,8 +2,8 @@
 
 The local backend (real tiny model) serves every request. A rejected request is
 the real local service refusing a bad ``loss_fn_config``; transient failures
-are injected by ``FlakyService``, a FAKE of a hosted service whose requests
-fail with the SDK's own ``tinker.InternalServerError`` (503) or
+are injected by ``ScriptedService`` (tests/conftest.py), a FAKE of a hosted
+service whose scripted requests fail with the SDK's own ``tinker.InternalServerError`` (503) or
 ``tinker.BadRequestError`` (400), since the hosted service cannot be reached from here.
 """
 
@@ -18,8 +18,7 @@ import pytest
 import tinker
 
 import minds_toy_plugin  # importable through tests/conftest.py
-from minds_core import hookimpl, logs
-from minds_core.backends import create_local_service
+from minds_core import logs
 from minds_core.backends.retry import Backoff, ServiceCallError, call_service, is_transient
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
@@ -27,7 +26,7 @@ from minds_core.run_directory import resume_config_path
 from minds_core.training import train
 
 FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[]",
-        "env.id=toy_char_share", "backend=flaky", "trainer.save_every=1", "name=run"]  # fmt: skip
+        "env.id=toy_char_share", "backend=scripted", "trainer.save_every=1", "name=run"]  # fmt: skip
 
 
 def unavailable() -> tinker.InternalServerError:
@@ -40,68 +39,10 @@ def rejected() -> tinker.BadRequestError:
     return tinker.BadRequestError("Error code: 400 - loss not supported", response=response, body=None)
 
 
-async def _raise(error: Exception) -> Any:
-    raise error
-
-
-class FlakyTrainingClient:
-    """FAKE hosted training client: the real local one, but forward_backward calls number ``fail_on`` fail
-    (with 503 unless the plugin says otherwise)."""
-
-    def __init__(self, client: Any, plugin: FlakyPlugin) -> None:
-        self.client, self.plugin, self.calls = client, plugin, 0
-
-    def forward_backward(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        if self.calls in self.plugin.fail_on:
-            return _raise(self.plugin.error())
-        return self.client.forward_backward(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.client, name)
-
-
-class FlakyService:
-    """FAKE hosted service over the local backend; its training client is a ``FlakyTrainingClient``."""
-
-    def __init__(self, service: Any, plugin: FlakyPlugin) -> None:
-        self.service, self.plugin = service, plugin
-        self.training: FlakyTrainingClient | None = None
-
-    async def create_lora_training_client(self, **kwargs: Any) -> FlakyTrainingClient:
-        self.training = FlakyTrainingClient(await self.service.create_lora_training_client(**kwargs), self.plugin)
-        return self.training
-
-    async def create_training_client_from_state_with_optimizer(self, path: str) -> FlakyTrainingClient:
-        client = await self.service.create_training_client_from_state_with_optimizer(path)
-        self.training = FlakyTrainingClient(client, self.plugin)
-        return self.training
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.service, name)
-
-
-class FlakyPlugin:
-    def __init__(self, fail_on: set[int]) -> None:
-        self.fail_on = fail_on
-        self.error = unavailable
-        self.services: list[FlakyService] = []
-
-    @hookimpl
-    def minds_register_backends(self, register: Any) -> None:
-        def create(config: Any, run_dir: Path) -> FlakyService:
-            self.services.append(FlakyService(create_local_service(config, run_dir), self))
-            return self.services[-1]
-
-        register("flaky", create, "FAKE: the local backend with injected 503s")
-
-
-def _run(tmp_path: Path, fail_on: set[int], *overrides: str) -> FlakyPlugin:
+def _run(tmp_path: Path, backend: Any, *overrides: str) -> None:
     logs.configure("json", "warning")
-    plugin = FlakyPlugin(fail_on)
-    plugins = load_plugins(extra=[("toy", minds_toy_plugin), ("flaky", plugin)])
+    plugins = load_plugins(extra=[("toy", minds_toy_plugin), ("scripted", backend)])
     train(load_config(None, [*FAST, f"runs_dir={tmp_path}", *overrides]), plugins=plugins)
-    return plugin
 
 
 def _rows(path: Path) -> list[dict]:
@@ -134,21 +75,23 @@ async def test_a_request_is_retried_until_it_succeeds_and_gives_up_after_the_las
 
 
 @pytest.mark.slow
-def test_a_transient_failure_during_a_step_is_retried_and_the_run_goes_on(tmp_path, capsys):
-    plugin = _run(tmp_path, {2}, "trainer.steps=3")  # the second forward_backward (step 1) fails once
+def test_a_transient_failure_during_a_step_is_retried_and_the_run_goes_on(tmp_path, capsys, scripted_backend):
+    backend = scripted_backend({2: unavailable})  # the second forward_backward (step 1) fails once
+    _run(tmp_path, backend, "trainer.steps=3")
     rows = _rows(tmp_path / "run" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert all(r["train/datums"] > 0 and "train/skipped" not in r for r in rows)
-    assert plugin.services[0].training.calls == 4  # the failed try was sent again, once
+    assert backend.trainings[0].calls == 4  # the failed try was sent again, once
     warned = [json.loads(x) for x in capsys.readouterr().err.splitlines() if "retrying" in x]
     assert [(w["where"], w["request"], w["attempt"], w["retry_in"]) for w in warned] == [("step 1", "forward_backward", 1, 1.0)]
     assert [c["step"] for c in _rows(tmp_path / "run" / "checkpoints.jsonl")] == [0, 1, 2]
 
 
 @pytest.mark.slow
-def test_a_step_still_failing_after_the_retries_ends_the_run_naming_step_request_and_checkpoint(tmp_path):
+def test_a_step_still_failing_after_the_retries_ends_the_run_naming_step_request_and_checkpoint(tmp_path, scripted_backend):
+    backend = scripted_backend(dict.fromkeys(range(3, 100), unavailable))  # from step 2 on, the service answers 503
     with pytest.raises(ServiceCallError) as caught:
-        _run(tmp_path, set(range(3, 100)), "trainer.steps=5")  # from step 2 on, the service answers 503 (1+2+4 s of backoff)
+        _run(tmp_path, backend, "trainer.steps=5")  # (1+2+4 s of backoff)
     message = str(caught.value)
     run_dir = tmp_path / "run"
     assert message.startswith("step 2: forward_backward still failed after 4 attempts (InternalServerError: Error code: 503")
@@ -159,12 +102,11 @@ def test_a_step_still_failing_after_the_retries_ends_the_run_naming_step_request
 
 
 @pytest.mark.slow
-def test_a_failed_step_saves_the_state_it_left_intact_and_the_run_resumes_there(tmp_path):
+def test_a_failed_step_saves_the_state_it_left_intact_and_the_run_resumes_there(tmp_path, scripted_backend):
     # no periodic checkpoints: the state after step 1 is saved when step 2 is rejected, and the run resumes at step 2
     logs.configure("json", "warning")
-    plugin = FlakyPlugin({3})
-    plugin.error = rejected
-    plugins = load_plugins(extra=[("toy", minds_toy_plugin), ("flaky", plugin)])
+    backend = scripted_backend({3: rejected})
+    plugins = load_plugins(extra=[("toy", minds_toy_plugin), ("scripted", backend)])
     config = load_config(None, [*FAST, f"runs_dir={tmp_path}", "trainer.steps=4", "trainer.save_every=0"])
     with pytest.raises(ServiceCallError) as caught:
         train(config, plugins=plugins)
@@ -172,23 +114,22 @@ def test_a_failed_step_saves_the_state_it_left_intact_and_the_run_resumes_there(
     assert str(caught.value).startswith("step 2: the service rejected forward_backward (BadRequestError: Error code: 400")
     assert str(caught.value).endswith(f"the last checkpoint is step 1: minds run --resume {run_dir} continues from step 2")
     assert [c["step"] for c in _rows(run_dir / "checkpoints.jsonl")] == [1]  # saved after the failure
-    plugin.fail_on.clear()
+    assert backend.script == {}  # the rejected call was the script's last: the resumed run is not failed
     resumed = load_config(resume_config_path(run_dir), [], drop_redacted=True)
     train(resumed, resume_dir=run_dir, plugins=plugins)
     assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
 
 
 @pytest.mark.slow
-def test_a_failed_sft_step_saves_the_state_it_left_intact_and_the_run_resumes_there(tmp_path):
+def test_a_failed_sft_step_saves_the_state_it_left_intact_and_the_run_resumes_there(tmp_path, scripted_backend):
     # as in RL: no periodic checkpoints, step 2's forward_backward is rejected, the state after step 1 is saved
     logs.configure("json", "warning")
     chats = [[{"role": "user", "content": f"Say {w}."}, {"role": "assistant", "content": f"{w} {w}"}] for w in ("cat", "dog", "sun", "map")]
     data = tmp_path / "chats.jsonl"
     data.write_text("".join(json.dumps({"messages": m}) + "\n" for m in chats))
-    plugin = FlakyPlugin({3})
-    plugin.error = rejected
-    plugins = load_plugins(extra=[("flaky", plugin)])
-    config = load_config(None, ["trainer.mode=sft", f"sft.data={data}", "sft.batch_size=2", "sft.eval_fraction=0", "backend=flaky",
+    backend = scripted_backend({3: rejected})
+    plugins = load_plugins(extra=[("scripted", backend)])
+    config = load_config(None, ["trainer.mode=sft", f"sft.data={data}", "sft.batch_size=2", "sft.eval_fraction=0", "backend=scripted",
                                 "trainer.steps=4", "trainer.save_every=0", "metrics.sinks=[]", f"runs_dir={tmp_path}", "name=run"])  # fmt: skip
     with pytest.raises(ServiceCallError) as caught:
         train(config, plugins=plugins)
@@ -198,10 +139,10 @@ def test_a_failed_sft_step_saves_the_state_it_left_intact_and_the_run_resumes_th
     (saved,) = _rows(run_dir / "checkpoints.jsonl")  # saved after the failure
     assert saved["step"] == 1 and saved["state_path"].startswith("tinker://") and saved["sampler_path"]
     assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1]
-    plugin.fail_on.clear()
+    assert backend.script == {}  # the rejected call was the script's last: the resumed run is not failed
     resumed = load_config(resume_config_path(run_dir), [], drop_redacted=True)
     train(resumed, resume_dir=run_dir, plugins=plugins)
-    assert plugin.services[-1].training.calls == 2  # the resumed run trained steps 2 and 3 only
+    assert backend.trainings[-1].calls == 2  # the resumed run trained steps 2 and 3 only
     assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
     assert [c["step"] for c in _rows(run_dir / "checkpoints.jsonl")] == [1, 3]
 

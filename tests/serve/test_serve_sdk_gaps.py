@@ -259,8 +259,9 @@ def test_external_weights_encrypted_to_age_recipients_hold_no_plaintext_and_decr
     assert sorted(plain_files) == ["adapter_config.json", "adapter_model.safetensors"]
     opened = {name.removesuffix(".age"): pyrage.decrypt(data, [identity]) for name, data in sealed_files.items()}
     assert opened["adapter_config.json"] == plain_files["adapter_config.json"]
-    expected = load_tensors(plain_files["adapter_model.safetensors"])
-    for name, tensor in load_tensors(opened["adapter_model.safetensors"]).items():
+    expected, decrypted = (load_tensors(files["adapter_model.safetensors"]) for files in (plain_files, opened))
+    assert decrypted.keys() == expected.keys() and expected  # every tensor, none missing
+    for name, tensor in decrypted.items():
         torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0)
     assert not any(plain_files["adapter_model.safetensors"][-64:] in data for data in sealed_files.values())
 
