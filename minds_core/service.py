@@ -142,10 +142,15 @@ class ServiceLifetime:
                 base_model=cfg.model.base_model, rank=cfg.model.lora_rank, seed=cfg.seed, train_unembed=cfg.model.train_unembed
             )
         except REJECTIONS as exc:
-            start = f"from {state_path}" if state_path else f"on {cfg.model.base_model!r}"
-            raise UsageError(f"cannot start training {start}: {exc}") from None
+            raise self.cannot_start_training(state_path, exc) from None
         except tinker.APIConnectionError as exc:
             raise UsageError(f"cannot start training on {cfg.model.base_model!r}: the service stopped answering ({exc})") from None
+
+    def cannot_start_training(self, state_path: str | None, why: BaseException) -> UsageError:
+        """The error for a training client that the service (or its tokenizer) refused: where training was to start
+        (``state_path``, else the config's base model) and why."""
+        start = f"from {state_path}" if state_path else f"on {self.config.model.base_model!r}"
+        return UsageError(f"cannot start training {start}: {why}")
 
     def rest_client(self) -> Any:
         """The service's ``RestClient`` (checkpoints: list, info, delete)."""

@@ -218,8 +218,7 @@ class Session:
         try:
             self._use_tokenizer(self.training_client.get_tokenizer())
         except (TemplateError, *REJECTIONS) as exc:
-            start = f"from {state_path}" if state_path else f"on {self.config.model.base_model!r}"
-            raise UsageError(f"cannot start training {start}: {exc}") from None
+            raise self.door.cannot_start_training(state_path, exc) from None
 
     async def start_sampling(self, model_path: str | None, state_path: str | None = None) -> Policy:
         """A policy to evaluate without any training client: the weights at ``model_path``, else the base model."""
