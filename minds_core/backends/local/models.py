@@ -2,6 +2,9 @@
 
 At load, sibling linear layers get their weights back to back in one buffer (``sibling_weights``), so that
 samplers of the base model, and samplers keeping adapters unmerged, decode each group as one matrix product.
+The layers keep their values and stay frozen; everything else reads them as before: peft's wrappers in training,
+the module-tree copies that share base tensors by id (``lora.attach_lora``, ``adapted_models``), and
+``save_pretrained``. Checkpoints hold adapters only, and export loads a base model of its own.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import copy
 
 import torch
 from torch import nn
+from transformers import AutoModelForCausalLM
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL
 from minds_core.backends.local.decode_slots import _ModelForward
@@ -125,3 +126,13 @@ def test_siblings_out_of_order_or_apart_decode_one_product_each() -> None:
     fast = FastDecoder.for_model(model)
     assert fast is not None and not any(fused(fast))
     assert_same_steps(model, fast, unfused)
+
+
+def test_a_laid_out_base_saves_and_loads_as_before(tmp_path) -> None:
+    base = BaseModelRegistry(Placement(torch.device("cpu"), torch.float32)).get(DEFAULT_BASE_MODEL)
+    base.model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
+    saved = base.model.state_dict()
+    assert loaded.state_dict().keys() == saved.keys()
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(tensor, saved[name]), name
