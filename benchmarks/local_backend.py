@@ -17,6 +17,10 @@ seconds, no targets checked). Every figure is a ratio measured in this run:
   0.7, top-p 0.9): the two-round race ``Draws.draw`` runs against the inverse-CDF draw it
   replaced (float64 cumulative sum, ``searchsorted``), on the same logits, in turns, each as
   the decoder runs it (a CUDA graph on a GPU). Reported; ``--draws`` times only these.
+* One decode step of 8 rows at position 500 through a merged sampler's tree, its sibling
+  weights joined (one matrix product for q/k/v, one for gate/up) against the tree's deep
+  copy (one product per layer), in turns, and the aten ops each runs. Reported;
+  ``--decode-step`` times only these.
 * Peak RSS of a training step of the ~25M model at the default batch, in a child
   process (``--rss-child``). Target: <= 4 GB.
 
@@ -28,6 +32,7 @@ model joins the RL step. The targets above are the CPU's; on a GPU the figures a
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import json
 import resource
@@ -52,6 +57,10 @@ from transformers import (
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
 from minds_core.backends.local.cuda_graphs import StepGraphs
 from minds_core.backends.local.device_sampling import Draws, Rows, RowSettings, row_key, uniforms
+from minds_core.backends.local.fast_decode import FastDecoder
+from minds_core.backends.local.kv_slots import KVSlots
+from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
+from minds_core.backends.local.models import BaseModelRegistry
 from minds_core.backends.local.pass_cost import TRIALS
 from minds_core.backends.local.placement import resolve_placement
 from minds_core.backends.local.tiny_model import _tokenizer, tiny_model_path
@@ -307,6 +316,49 @@ def print_draws(figures: dict[str, tuple[float, float]], smoke: bool) -> None:
         print(f"  {name:16s} race {race * 1e3:7.2f} ms, inverse CDF {cdf * 1e3:7.2f} ms -> {cdf / race:.1f}x")
 
 
+def decode_step_figures(smoke: bool, device: str) -> dict[str, tuple[float, float, int, int]]:
+    """Per model (minds-tiny; a ~25M one unless ``smoke``): seconds and aten ops of one decode step of 8 rows at
+    position 500 through a merged rank-8 sampler's tree, its sibling weights joined (one product per group: q/k/v,
+    gate/up) and through the tree's deep copy (every weight a tensor of its own: one product per layer). A service
+    is open meanwhile: its torch thread settings are the sampler's."""
+    placement, rows, position = resolve_placement(device), 8, 40 if smoke else 500
+    spec = LoraSpec(rank=8)
+    figures = {}
+    with tempfile.TemporaryDirectory() as tmp, ServiceClient(device=device), torch.inference_mode():
+        names = [DEFAULT_BASE_MODEL] + ([] if smoke else [str(build_model(Path(tmp) / "m25"))])
+        for name in names:
+            base = BaseModelRegistry(placement).get(name)
+            tree, _ = base.adapted.acquire(spec, adapter_state(attach_lora(base.model, spec, seed=0)))
+            runs, ops = [], []
+            for model in (tree, copy.deepcopy(tree)):
+                fast = FastDecoder.for_model(model)
+                assert fast is not None
+                config = model.config
+                slots = KVSlots(config.num_hidden_layers, config.num_key_value_heads, fast.head_dim, rows,
+                                position + 8, placement.dtype, placement.device)  # fmt: skip
+                slots.positions[:rows] = position
+                slots.window(rows, position + 1, True)
+                tokens = torch.arange(rows, device=placement.device)
+                graphs = StepGraphs(placement.device)  # as the decoder runs it: a CUDA graph on a GPU, replayed
+                step = functools.partial(fast.forward, slots, tokens)
+                step()
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+                    step()
+                ops.append(sum(event.name.startswith("aten::") for event in profile.events()))
+                runs.append(synced(functools.partial(graphs.run, rows, step), device))
+            joined, separate = alternating_medians(runs, 3 if smoke else 21)
+            figures[Path(name).name] = (joined, separate, *ops)
+    return figures
+
+
+def print_decode_steps(figures: dict[str, tuple[float, float, int, int]]) -> None:
+    """Print ``decode_step_figures``' seconds, op counts and ratios."""
+    print("one decode step, 8 rows (a merged rank-8 sampler), sibling weights joined vs one weight per layer:")
+    for name, (joined, separate, joined_ops, separate_ops) in figures.items():
+        print(f"  {name:16s} joined {joined * 1e3:6.2f} ms ({joined_ops} aten ops), separate {separate * 1e3:6.2f} ms "
+              f"({separate_ops} aten ops) -> {separate / joined:.2f}x")
+
+
 def rss_child(model_dir: str, smoke: bool, device: str) -> None:
     """(Child process) one RL step of the model in ``model_dir``; print peak RSS (and GPU memory) in bytes as JSON."""
     with ServiceClient(device=device) as service:
@@ -326,6 +378,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, seconds, no targets checked")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the local backend computes")
     parser.add_argument("--draws", action="store_true", help="time only one draw: the race vs inverse CDF")
+    parser.add_argument("--decode-step", action="store_true", help="time only one decode step: joined vs one weight per layer")
     parser.add_argument("--rss-child", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
@@ -333,6 +386,9 @@ def main() -> None:
         return
     if args.draws:
         print_draws(draw_figures(args.smoke, args.device), args.smoke)
+        return
+    if args.decode_step:
+        print_decode_steps(decode_step_figures(args.smoke, args.device))
         return
     shape = SMOKE if args.smoke else FULL
     gpu = args.device == "cuda"
@@ -351,6 +407,7 @@ def main() -> None:
         sampling = sampler_vs_generate(service, shape, args.device)
         memory = peak_memory(big, args.smoke, args.device)
     draw_seconds = draw_figures(args.smoke, args.device)
+    decode_steps = decode_step_figures(args.smoke, args.device)
     floor_name = "GPU bf16 floor" if gpu else "1-core floor"
     print(f"RL step: {shape.groups} prompts x {shape.group_size} samples, ~{shape.prompt_tokens}-token prompts, "
           f"{shape.max_tokens} tokens, every rollout trained (importance_sampling, rank 8)")
@@ -369,6 +426,7 @@ def main() -> None:
           f"{sampling['one_request'] / sampling['many_requests']:.0%} of one {sampling['rows']}-sample request's "
           "throughput (target >= 70%)")
     print_draws(draw_seconds, args.smoke)
+    print_decode_steps(decode_steps)
     print(f"peak RSS, one RL step of the 25M model (child process): {memory['peak_rss'] / 2**30:.2f} GiB (target <= 4)"
           + (f"; peak GPU memory allocated {memory['peak_gpu'] / 2**30:.2f} GiB" if gpu else ""))
 

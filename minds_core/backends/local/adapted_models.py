@@ -6,11 +6,14 @@ place of each adapted ``W``, computed in float32 and rounded once to the base's
 dtype: no LoRA matmuls per decode step. Unmerged, the adapter stays a float32
 side path, as the trainer runs it: on a bf16 base, updates far below bf16's
 resolution of the weights still reach the sampler, at the cost of the LoRA
-matmuls in every step. Every other tensor is the base model's own, shared. The module trees are
-pooled per set of adapted layers: when a sampler is garbage-collected its
-tree returns to the pool, and the next sampler writes its snapshot into the
-same buffers, so a training step neither copies the module tree nor
-allocates weights anew.
+matmuls in every step. Every other tensor is the base model's own, shared. A
+merged tree's adapted weights lie back to back per group of sibling layers
+(``sibling_weights``: q/k/v/o, gate/up), so that a decode step runs each group
+as one matrix product. The module trees are pooled per set of adapted layers:
+when a sampler is garbage-collected its tree returns to the pool, and the next
+sampler writes its snapshot into the same buffers (in place: views of them,
+such as a decode step's joined weights or a captured CUDA graph's, stay valid),
+so a training step neither copies the module tree nor allocates weights anew.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from torch import nn
 
 from .errors import LocalBadRequestError
 from .lora import AdapterState, LoraSpec, attach_lora, load_adapter_state, target_modules
+from .sibling_weights import lay_out, sibling_groups
 
 __all__ = ["AdaptedModels"]
 
@@ -64,12 +68,12 @@ class AdaptedModels:
             self._free.setdefault(key, []).append(tree)
 
     def _new_tree(self, names: tuple[str, ...]) -> nn.Module:
-        """A copy of the module tree sharing every base tensor; the layers ``names`` get weights of their own."""
+        """A copy of the module tree sharing every base tensor; the layers ``names`` get weights of their own,
+        siblings' back to back in one buffer (``sibling_weights``)."""
         shared = {id(t): t for t in itertools.chain(self._base.parameters(), self._base.buffers())}
         tree = copy.deepcopy(self._base, shared)
-        for name in names:
-            module = tree.get_submodule(name)
-            module.weight = nn.Parameter(torch.empty_like(module.weight), requires_grad=False)
+        for group in sibling_groups(tree, names):
+            lay_out(group)
         return tree
 
 

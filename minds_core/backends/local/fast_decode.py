@@ -10,8 +10,13 @@ tensor, rotary angles from a table built once. So the step can be captured as
 a CUDA graph (``cuda_graphs``). A peft model with unmerged LoRA layers (a
 sampler whose placement keeps adapters unmerged, see ``adapted_models``) decodes the same way, each adapted
 layer adding its LoRA term as peft computes it: in the adapter's dtype, cast
-back to the layer's. Layers that read one input (q/k/v; gate/up) run their
-LoRA terms together: their ``A`` factors stacked, their ``B`` factors (times
+back to the layer's. Layers that read one input (q/k/v; gate/up) run as one
+matrix product where their weights lie back to back in one buffer, as the base
+model's (``models``) and a merged sampler's (``adapted_models``) do
+(``sibling_weights``): one view over that memory, so a snapshot merged in place
+later shows through it; their biases side by side in a copy made once (biases
+are frozen). Elsewhere each layer runs a product of its own. Their unmerged
+LoRA terms run together: their ``A`` factors stacked, their ``B`` factors (times
 the LoRA scale) in one block-diagonal matrix, copied from the adapter by
 ``refresh``. Any other model decodes through its own ``forward``; prefill
 always does.
@@ -43,6 +48,7 @@ from torch import nn
 from minds_core.logs import get_logger
 
 from .kv_slots import KVSlots
+from .sibling_weights import joined
 
 __all__ = ["COMPILE_MODES", "FastDecoder", "StepMath"]
 
@@ -57,13 +63,22 @@ _ROPE_TYPES = frozenset({"default", "linear", "llama3"})  # inverse frequencies 
 
 
 class _Projection:
-    """Linear layers that read one input, as one: their outputs side by side, and their unmerged LoRA terms
-    (if any) in two matrix products for all of them; see the module doc."""
+    """Linear layers that read one input, as one: their outputs side by side (one matrix product where their
+    weights lie back to back, else one per layer), and their unmerged LoRA terms (if any) in two matrix products
+    for all of them; see the module doc."""
 
     def __init__(self, modules: list[nn.Module]) -> None:
         bases = [getattr(module, "base_layer", module) for module in modules]
         self.weights = [base.weight for base in bases]  # the modules' own tensors
         self.biases = [base.bias for base in bases]
+        self.weight: torch.Tensor | None = None
+        """All the weights as one view of their memory (``sibling_weights.joined``), or None: one product each."""
+        self.bias: torch.Tensor | None = None
+        """With ``weight``: the biases side by side (a copy: biases are frozen), or None where there are none."""
+        if len(bases) > 1 and len({bias is None for bias in self.biases}) == 1:
+            self.weight = joined(self.weights)
+            if self.weight is not None and self.biases[0] is not None:
+                self.bias = torch.cat(self.biases)
         self.lora_a = self.lora_b = None
         self._loras: list[tuple[torch.Tensor, torch.Tensor, float]] = []
         if modules[0] is not bases[0]:  # peft LoRA layers (never merged by peft here): one adapter per sampler
@@ -87,8 +102,11 @@ class _Projection:
             rank, out = rank + a.shape[0], out + b.shape[0]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        outputs = [F.linear(x, weight, bias) for weight, bias in zip(self.weights, self.biases, strict=True)]
-        y = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
+        if self.weight is not None:
+            y = F.linear(x, self.weight, self.bias)
+        else:
+            outputs = [F.linear(x, weight, bias) for weight, bias in zip(self.weights, self.biases, strict=True)]
+            y = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
         if self.lora_a is None or self.lora_b is None:  # set together: plain layers
             return y
         lora = F.linear(F.linear(x.to(self.lora_a.dtype), self.lora_a), self.lora_b)

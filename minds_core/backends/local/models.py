@@ -1,4 +1,11 @@
-"""Base models: loading them once, sharing them frozen, and reading log-probs off their logits."""
+"""Base models: loading them once, sharing them frozen, and reading log-probs off their logits.
+
+At load, sibling linear layers get their weights back to back in one buffer (``sibling_weights``), so that
+samplers of the base model, and samplers keeping adapters unmerged, decode each group as one matrix product.
+The layers keep their values and stay frozen; everything else reads them as before: peft's wrappers in training,
+the module-tree copies that share base tensors by id (``lora.attach_lora``, ``adapted_models``), and
+``save_pretrained``. Checkpoints hold adapters only, and export loads a base model of its own.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ from .adapted_models import AdaptedModels
 from .errors import LocalNotFoundError
 from .packed_attention import ATTENTION
 from .placement import Placement
+from .sibling_weights import lay_out, sibling_groups
 from .tiny_model import DEFAULT_BASE_MODEL, tiny_model_path
 
 __all__ = ["BaseModel", "BaseModelRegistry", "target_logprobs"]
@@ -97,6 +105,9 @@ def _load(name: str, placement: Placement) -> BaseModel:
         ) from exc
     model.requires_grad_(False)
     model.eval()
+    for group in sibling_groups(model):  # one matrix product per group in a decode step (``fast_decode``)
+        if len(group) > 1:
+            lay_out(group)
     return BaseModel(name=name, model=model, tokenizer=tokenizer, placement=placement)
 
 

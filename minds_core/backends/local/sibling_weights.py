@@ -1,0 +1,78 @@
+"""Sibling linear layers' weights back to back in one buffer, so that layers reading one input are one product.
+
+The linear layers directly under one parent module (a layer's q/k/v/o
+projections; its MLP's gate/up projections) that read inputs of the same width,
+in one dtype on one device, form a group. ``lay_out`` gives a group one buffer
+``[sum of out features, in features]`` holding the weights in module order, and
+makes each layer's ``weight`` a view into it (a Parameter over the same memory:
+no second copy of the weights). Everything that reads or writes a layer's
+weight in place (``F.linear``, peft's base layer, a merge's ``copy_``) works as
+before; what reads a group of them can use ``joined``: one view over all of the
+weights, a single matrix product where there were one per layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["joined", "lay_out", "sibling_groups"]
+
+
+def sibling_groups(model: nn.Module, names: Iterable[str] | None = None) -> list[list[nn.Linear]]:
+    """The linear layers ``names`` of ``model`` (default: every one whose weight no other module shares, such as
+    an unembedding tied to the embedding) grouped by parent module, input width, dtype and device, in module order
+    (a layer without such a sibling is a group of one)."""
+    if names is None:
+        uses: dict[int, int] = {}
+        for _, param in model.named_parameters(remove_duplicate=False):
+            uses[id(param)] = uses.get(id(param), 0) + 1
+        names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and uses[id(m.weight)] == 1]
+    groups: dict[tuple[str, int, torch.dtype, torch.device], list[nn.Linear]] = {}
+    for name in names:
+        module = model.get_submodule(name)
+        if not isinstance(module, nn.Linear):
+            raise TypeError(f"{name!r} is a {type(module).__name__}, not a linear layer")
+        parent = name.rpartition(".")[0]
+        weight = module.weight
+        groups.setdefault((parent, weight.shape[1], weight.dtype, weight.device), []).append(module)
+    return list(groups.values())
+
+
+@torch.no_grad()
+def lay_out(group: Sequence[nn.Linear]) -> None:
+    """Give the layers of ``group`` (one of ``sibling_groups``) weights in one new buffer, back to back in order:
+    each ``weight`` a frozen Parameter viewing its rows, holding the values it had (LoRA trains factors beside a
+    weight, never the weight itself)."""
+    first = group[0].weight
+    buffer = first.new_empty(sum(module.weight.shape[0] for module in group), first.shape[1])
+    start = 0
+    for module in group:
+        weight = module.weight
+        rows = buffer[start : start + weight.shape[0]]
+        rows.copy_(weight)
+        module.weight = nn.Parameter(rows, requires_grad=False)
+        start += weight.shape[0]
+
+
+def joined(weights: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """One view ``[sum of rows, in]`` over ``weights`` where they lie back to back in one storage (as ``lay_out``
+    leaves them: each contiguous, starting where the one before ends, all of one input width), else None. The
+    view reads the same memory: later in-place writes to any of the weights show through it."""
+    first = weights[0]
+    storage, offset = first.untyped_storage().data_ptr(), first.storage_offset()
+    for weight in weights:
+        if (
+            weight.untyped_storage().data_ptr() != storage
+            or weight.storage_offset() != offset
+            or not weight.is_contiguous()
+            or weight.dim() != 2
+            or weight.shape[1] != first.shape[1]
+            or weight.dtype != first.dtype
+        ):
+            return None
+        offset += weight.numel()
+    width = first.shape[1]
+    return first.detach().as_strided(((offset - first.storage_offset()) // width, width), (width, 1))
