@@ -59,7 +59,7 @@ def live(base: torch.nn.Module) -> tuple[int, int]:
         warnings.simplefilter("ignore", FutureWarning)
         objects = gc.get_objects()
         clients = sum(isinstance(o, SamplingClient) for o in objects)
-        tensors = [o for o in objects if isinstance(o, torch.Tensor)]
+        tensors = [o for o in objects if type(o) in (torch.Tensor, torch.nn.Parameter)]  # not compile's fakes
     return clients, storage_bytes(tensors, shared=[*base.parameters(), *base.buffers()])
 
 
