@@ -103,8 +103,8 @@ def _chain(source: Future[Any], target: Future[Any], transform: Callable[[Any], 
 class Engine:
     """The served state, on one local ``ServiceClient`` (base models are loaded once, shared by all runs).
 
-    The sampling sessions kept are ``budget``'s (``samplers``), its memory default taken from the service's
-    device now (make the engine once the base models are loaded)."""
+    ``samplers`` keeps the sampling sessions within ``budget`` (default ``SamplerBudget()``), whose memory
+    default is measured on the service's device here: make the engine once the base models are loaded."""
 
     def __init__(
         self, service: ServiceClient, models: list[str], limits: ServeLimits, budget: SamplerBudget | None = None
