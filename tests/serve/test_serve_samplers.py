@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tinker
 from tinker import types
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
@@ -19,6 +20,8 @@ from minds_core.serve.engine import Engine
 from minds_core.serve.errors import NotFound
 from minds_core.serve.limits import ServeLimits
 from minds_core.serve.samplers import SamplerBudget
+
+from .conftest import KEY, start_server
 
 CLIENT = "client-a"
 GIB = 1 << 30
@@ -155,3 +158,21 @@ def test_a_bad_sampler_flag_exits_2_naming_it(flag: str, value: str, says: str, 
     assert code == 2
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_an_sdk_client_of_a_dropped_sampler_is_told_why_and_what_to_do(tmp_path: Path) -> None:
+    # the process boundary is the point: the reason crosses HTTP into the SDK's own error
+    server = start_server(tmp_path, "--sampler-memory-gib", "1e-9")
+    try:
+        service = tinker.ServiceClient(base_url=server.url, api_key=KEY)
+        training = service.create_lora_training_client(base_model=DEFAULT_BASE_MODEL, rank=2).result()
+        old = training.save_weights_and_get_sampling_client().result()
+        new = training.save_weights_and_get_sampling_client().result()  # past the budget: the old one is dropped
+        prompt = types.ModelInput.from_ints([5, 70, 71])
+        assert new.sample(prompt, 1, PARAMS).result().sequences
+        with pytest.raises(tinker.NotFoundError, match=r"was dropped: .*--sampler-memory-gib.*make a new one"):
+            old.sample(prompt, 1, PARAMS).result()
+        service.close("success").result(timeout=30)
+    finally:
+        assert server.stop() == 0
