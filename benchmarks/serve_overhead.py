@@ -13,8 +13,9 @@ On a GPU (the default where torch sees one), the step of issue 24, one shape:
 * ``Qwen3-0.6B``: gpu_step.py's Qwen3-0.6B configuration (random bf16 weights, the real
   151,936-token vocabulary), 8 prompts of 256 tokens x 8 samples x 256 tokens, a rank-32 LoRA.
   Target: served overhead <= 15%. The sides run one after the other, each with the GPU to
-  itself: in its steady state the server keeps ``MAX_SAMPLERS`` sampling sessions, each with its
-  own adapted weights and decode slots (~4.7 GB at this shape), which beside the in-process
+  itself: in its steady state the server keeps the sampling sessions its ``SamplerBudget`` allows
+  (by default at most ``max_samplers``, within a part of the GPU's free memory), each with its own
+  adapted weights and decode slots (~0.6 GB each at this shape), which beside the in-process
   side's would not fit one GPU. The GPU memory each side had in use is printed.
 
 On the CPU, two shapes on the tiny model, the sides held at once and their steps taken in turns
@@ -56,7 +57,7 @@ from gpu_step import qwen3_config, save_model, smoke_config
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
 from minds_core.backends.local.pass_cost import TRIALS
-from minds_core.serve.engine import MAX_SAMPLERS
+from minds_core.serve.samplers import SamplerBudget
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,11 @@ SMOKE_SHAPES = [
 CPU_SHAPES = [Shape("default", 4, 8, 48, 500, 0.15), Shape("small requests", 8, 8, 32, 12, None)]
 GPU_SHAPES = [Shape("Qwen3-0.6B", 8, 8, 256, 256, 0.15, steps=4, rank=32, model="0.6B", together=False)]
 
-WARMUP = {"served": max(MAX_SAMPLERS, 2 * TRIALS) + 1, "in-process": 2 * TRIALS + 1}
+KEPT = SamplerBudget().max_samplers
+"""Sampling sessions the server keeps at most (its default ``--max-samplers``; fewer where its memory budget binds)."""
+WARMUP = {"served": max(KEPT, 2 * TRIALS) + 1, "in-process": 2 * TRIALS + 1}
 """Untimed steps a side takes first: the first calls' costs, the training plans' trials (``pass_cost.TRIALS``
-of each), and on the server enough steps that it keeps ``MAX_SAMPLERS`` sampling sessions and each new one
+of each), and on the server enough steps that it keeps as many sampling sessions as it will and each new one
 reuses a dropped one's weights and decode slots (the steady state of a long run)."""
 
 PHASES = ("snapshot", "sample", "train")
@@ -213,7 +216,7 @@ def report(shape: Shape, times: dict[str, list[list[float]]], memory: dict[str, 
         print(f"    {phase:8s} in-process {medians['in-process'] * 1000:7.1f} ms, served {medians['served'] * 1000:7.1f} ms")
     if memory.get("served") is not None:
         print(f"  GPU memory in use after the last step: in-process {memory['in-process']:.1f} GiB, served "
-              f"{memory['served']:.1f} GiB (its {MAX_SAMPLERS} kept sampling sessions included)")  # fmt: skip
+              f"{memory['served']:.1f} GiB (its kept sampling sessions, at most {KEPT}, included)")  # fmt: skip
 
 
 def main() -> None:

@@ -11,8 +11,9 @@ already running ``SHUTDOWN_GRACE_SECONDS`` to finish and exits (abandoning any s
 On start it prints one JSON line, ``{"url": ..., "host": ..., "port": ...}``
 (with ``--port 0`` the port is a free one the system picked).
 
-What clients may ask is bounded by ``ServeLimits`` (``limits``); each client (API key) sees
-only what it created (``owners``). Off loopback, ``minds serve`` refuses to start without
+What clients may ask is bounded by ``ServeLimits`` (``limits``); the sampling clients kept,
+by ``SamplerBudget`` (``samplers``); each client (API key) sees only what it created
+(``owners``). Off loopback, ``minds serve`` refuses to start without
 ``--api-key``.
 """
 
@@ -28,8 +29,9 @@ from pathlib import Path
 from minds_core.errors import UsageError
 
 from .limits import ServeLimits
+from .samplers import SamplerBudget
 
-__all__ = ["LOOPBACK_HOSTS", "ServeLimits", "serve"]
+__all__ = ["LOOPBACK_HOSTS", "SamplerBudget", "ServeLimits", "serve"]
 
 #: Hosts only this machine can reach: the only ones ``minds serve`` listens on without an API key.
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
@@ -52,11 +54,13 @@ def serve(
     checkpoint_root: Path | None = None,
     device: str = "auto",
     limits: ServeLimits | None = None,
+    budget: SamplerBudget | None = None,
 ) -> None:
     """Load ``models`` on ``device``, listen on ``host:port`` and serve until SIGTERM/SIGINT.
 
     ``api_keys``: when given, each request must send one of them (each key is its own client);
-    required when ``host`` is not a loopback address (``UsageError`` otherwise)."""
+    required when ``host`` is not a loopback address (``UsageError`` otherwise). ``budget``: the sampling
+    clients kept (its memory default measured once the models are loaded)."""
     if not api_keys and host not in LOOPBACK_HOSTS:
         raise UsageError(
             f"--host {host}: off loopback, minds serve needs an API key, or anyone who can reach it trains "
@@ -72,7 +76,7 @@ def serve(
     try:
         for model in models:  # load now: a wrong name fails here, and the first request is not slow
             service.create_sampling_client(base_model=model).result()
-        engine = Engine(service, models, limits)
+        engine = Engine(service, models, limits, budget)
         server = TinkerServer((host, port), engine, api_keys, limits)
     except BaseException:
         service.close("errored")

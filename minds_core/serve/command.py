@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from .limits import add_limit_arguments, limits_from_arguments
+from .samplers import add_sampler_arguments, budget_from_arguments
 
 __all__ = ["add_serve_arguments", "serve_command"]
 
@@ -29,6 +30,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "$MINDS_SERVE_API_KEY; unset: any key, loopback only). Each key sees only the runs it created",
     )
     add_limit_arguments(parser)
+    add_sampler_arguments(parser)
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -52,6 +54,7 @@ def serve_command(args: argparse.Namespace) -> int:
     keys = tuple(key for key in args.api_keys or [os.environ.get("MINDS_SERVE_API_KEY", "")] if key)
     try:
         limits = limits_from_arguments(args)
+        budget = budget_from_arguments(args)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
@@ -63,6 +66,7 @@ def serve_command(args: argparse.Namespace) -> int:
             checkpoint_root=Path(args.checkpoint_root) if args.checkpoint_root else None,
             device=args.device,
             limits=limits,
+            budget=budget,
         )
     except (LocalNotFoundError, LocalBadRequestError) as exc:
         raise UsageError(f"--model/--device: {exc.message}") from None

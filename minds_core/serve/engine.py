@@ -35,6 +35,7 @@ from minds_core.backends.local.losses import LOSSES
 from .errors import BadRequest, HttpError, NotFound, TooManyRequests, public_detail
 from .limits import ServeLimits
 from .owners import RunOwners
+from .samplers import Kept, KeptSamplers, SamplerBudget
 
 __all__ = ["Engine"]
 
@@ -44,9 +45,6 @@ LONG_POLL_SECONDS = 20.0
 DELIVERED_KEPT = 256
 #: Seconds a finished result nobody retrieves is kept (its client has gone): memory stays bounded.
 ABANDONED_AFTER = 600.0
-#: Sampling sessions kept, the most recently used: an RL loop makes one per step and never says when
-#: it is done with one, so older ones are dropped (their weights go back to the local backend's pool).
-MAX_SAMPLERS = 8
 #: A page size past any listing, to filter a whole listing to one client's part before paging it.
 _EVERYTHING = 1 << 62
 
@@ -103,9 +101,14 @@ def _chain(source: Future[Any], target: Future[Any], transform: Callable[[Any], 
 
 
 class Engine:
-    """The served state, on one local ``ServiceClient`` (base models are loaded once, shared by all runs)."""
+    """The served state, on one local ``ServiceClient`` (base models are loaded once, shared by all runs).
 
-    def __init__(self, service: ServiceClient, models: list[str], limits: ServeLimits) -> None:
+    ``samplers`` keeps the sampling sessions within ``budget`` (default ``SamplerBudget()``), whose memory
+    default is measured on the service's device here: make the engine once the base models are loaded."""
+
+    def __init__(
+        self, service: ServiceClient, models: list[str], limits: ServeLimits, budget: SamplerBudget | None = None
+    ) -> None:
         self.service = service
         self.models = models
         self.limits = limits
@@ -117,11 +120,10 @@ class Engine:
         self._tokenizer_lock = threading.Lock()
         self._sessions: dict[str, tuple[str, bool]] = {}  # session id -> (owner, still open)
         self._runs: dict[str, _Run] = {}
-        # id -> (local SamplingClient, model_path, owner), least recently used first
-        self._samplers: collections.OrderedDict[str, tuple[Any, str | None, str]] = collections.OrderedDict()
+        budget = budget or SamplerBudget()
+        self.samplers = KeptSamplers(budget.memory_bytes(service.device), budget.max_samplers)
         self._pending: dict[str, tuple[Future[Any], float, str]] = {}  # request id -> (result, when tracked, owner)
         self._delivered: collections.OrderedDict[str, tuple[str, Any]] = collections.OrderedDict()  # id -> (owner, value)
-        self._dropped: collections.deque[str] = collections.deque(maxlen=4096)  # ids, to name them when asked
         self._unfinished: dict[str, int] = {}  # owner -> requests started and not yet finished
 
     def public(self, detail: str) -> str:
@@ -160,15 +162,14 @@ class Engine:
             self._sessions[session_id] = (owner, False)
             for key in [key for key, run in self._runs.items() if run.session_id == session_id]:
                 del self._runs[key]
-            for key in [key for key in self._samplers if key.startswith(f"{session_id}:")]:
-                del self._samplers[key]
+            self.samplers.forget(f"{session_id}:")
 
     def get_session(self, session_id: str, owner: str) -> types.GetSessionResponse:
         """The session's live training runs and sampling sessions."""
         self._session(session_id, owner, allow_finished=True)
         with self._lock:
             runs = [key for key, run in self._runs.items() if run.session_id == session_id]
-            samplers = [key for key in self._samplers if key.startswith(f"{session_id}:")]
+            samplers = self.samplers.ids(f"{session_id}:")
         return types.GetSessionResponse(training_run_ids=runs, sampler_ids=samplers)
 
     def list_sessions(self, limit: int, offset: int, owner: str) -> types.ListSessionsResponse:
@@ -289,7 +290,7 @@ class Engine:
 
         def register(sampler: Any) -> types.SaveWeightsForSamplerResponseInternal:
             with self._lock:
-                self._keep_sampler(session_id, sampler, None, owner)
+                self.samplers.keep(session_id, Kept(sampler, None, owner))
             return types.SaveWeightsForSamplerResponseInternal(sampling_session_id=session_id)
 
         return self._track(
@@ -433,7 +434,7 @@ class Engine:
         )
         session_id = f"{request.session_id}:sample:{request.sampling_session_seq_id}"
         with self._lock:
-            self._keep_sampler(session_id, sampler, request.model_path, owner)
+            self.samplers.keep(session_id, Kept(sampler, request.model_path, owner))
         return types.CreateSamplingSessionResponse(sampling_session_id=session_id)
 
     def get_sampler(self, sampler_id: str, owner: str) -> types.GetSamplerResponse:
@@ -447,26 +448,18 @@ class Engine:
         elif base_model is not None:
             self._check_base_model(base_model)
 
-    def _keep_sampler(self, sampler_id: str, sampler: Any, model_path: str | None, owner: str) -> None:
-        """Register a sampling session (call with the lock held), dropping the least recently used beyond
-        ``MAX_SAMPLERS``."""
-        self._samplers[sampler_id] = (sampler, model_path, owner)
-        while len(self._samplers) > MAX_SAMPLERS:
-            dropped, _ = self._samplers.popitem(last=False)
-            self._dropped.append(dropped)
-
     def _sampler(self, sampler_id: str, owner: str) -> tuple[Any, str | None]:
         with self._lock:
-            found = self._samplers.get(sampler_id)
-            if found is not None and found[2] == owner:
-                self._samplers.move_to_end(sampler_id)
-                return found[0], found[1]
-            dropped = found is None and sampler_id in self._dropped and sampler_id.startswith(self._own_prefixes(owner))
+            kept = self.samplers.use(sampler_id, owner)
+            if kept is not None:
+                return kept.sampler, kept.model_path
+            why = self.samplers.why_dropped(sampler_id)
+            dropped = why is not None and sampler_id.startswith(self._own_prefixes(owner))
         if dropped:
             raise NotFound(
-                f"Sampling session {sampler_id!r} was dropped: minds serve keeps the {MAX_SAMPLERS} most recently "
-                "used sampling clients; make a new one (save_weights_and_get_sampling_client or "
-                "create_sampling_client with the saved weights' path)"
+                f"Sampling session {sampler_id!r} was dropped: {why}, and it was the least recently used past that; "
+                "make a new one (save_weights_and_get_sampling_client or create_sampling_client with the saved "
+                "weights' path)"
             )
         raise NotFound(f"Unknown sampling session {sampler_id!r}")
 

@@ -10,20 +10,17 @@ import pytest
 from tinker import types
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
-from minds_core.serve import engine as engine_module
 from minds_core.serve.engine import Engine
 from minds_core.serve.errors import NotFound, TooManyRequests
 from minds_core.serve.limits import ServeLimits
+from minds_core.serve.samplers import SamplerBudget
 
 CLIENT = "client-a"
 
 
-def test_the_least_recently_used_sampling_sessions_are_dropped_and_named_when_asked_for(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(engine_module, "MAX_SAMPLERS", 3)
+def test_the_least_recently_used_sampling_sessions_are_dropped_and_named_when_asked_for(tmp_path: Path) -> None:
     with ServiceClient(checkpoint_root=tmp_path, device="cpu") as local:
-        engine = Engine(local, [DEFAULT_BASE_MODEL], ServeLimits())
+        engine = Engine(local, [DEFAULT_BASE_MODEL], ServeLimits(), SamplerBudget(max_samplers=3))
         session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), CLIENT)
         ids = []
         for seq in range(3):
@@ -32,12 +29,12 @@ def test_the_least_recently_used_sampling_sessions_are_dropped_and_named_when_as
             )
             ids.append(engine.create_sampling_session(request, CLIENT).sampling_session_id)
         engine.get_sampler(ids[0], CLIENT)  # used now: the second is the least recently used
-        watched = weakref.ref(engine._samplers[ids[1]][0])  # a peek that does not count as a use
+        watched = weakref.ref(engine.samplers._kept[ids[1]].sampler)  # a peek that does not count as a use
         request = types.CreateSamplingSessionRequest(
             session_id=session.session_id, sampling_session_seq_id=3, base_model=DEFAULT_BASE_MODEL
         )
         ids.append(engine.create_sampling_session(request, CLIENT).sampling_session_id)
-        with pytest.raises(NotFound, match="was dropped: minds serve keeps the 3 most recently used"):
+        with pytest.raises(NotFound, match=r"was dropped: minds serve keeps the 3 most recently used sampling clients \(--max-samplers\)"):
             engine.get_sampler(ids[1], CLIENT)
         for kept in (ids[0], ids[2], ids[3]):
             assert engine.get_sampler(kept, CLIENT).sampler_id == kept

@@ -14,6 +14,9 @@ when a sampler is garbage-collected its tree returns to the pool, and the next
 sampler writes its snapshot into the same buffers (in place: views of them,
 such as a decode step's joined weights or a captured CUDA graph's, stay valid),
 so a training step neither copies the module tree nor allocates weights anew.
+The pool keeps at most ``KEPT_FREE`` unused trees per set of layers and drops
+the others (their weights and decode slots are freed): trees of samplers that
+are gone do not pile up.
 """
 
 from __future__ import annotations
@@ -29,7 +32,11 @@ from .errors import LocalBadRequestError
 from .lora import AdapterState, LoraSpec, attach_lora, load_adapter_state, target_modules
 from .sibling_weights import lay_out, sibling_groups
 
-__all__ = ["AdaptedModels"]
+__all__ = ["KEPT_FREE", "AdaptedModels"]
+
+KEPT_FREE = 2
+"""Unused trees the pool keeps per set of adapted layers: an RL loop's previous snapshot, which the next one reuses,
+and one more for a second run of the same shape, or a snapshot that outlived its successor."""
 
 _ADAPTER_PREFIX = "base_model.model."
 
@@ -63,9 +70,11 @@ class AdaptedModels:
         return tree, key
 
     def release(self, key: PoolKey, tree: nn.Module) -> None:
-        """Return ``tree`` to the pool (its sampler is gone)."""
+        """Return ``tree`` to the pool (its sampler is gone); past ``KEPT_FREE`` unused ones it is dropped."""
         with self._lock:
-            self._free.setdefault(key, []).append(tree)
+            free = self._free.setdefault(key, [])
+            if len(free) < KEPT_FREE:
+                free.append(tree)
 
     def _new_tree(self, names: tuple[str, ...]) -> nn.Module:
         """A copy of the module tree sharing every base tensor; the layers ``names`` get weights of their own,

@@ -98,6 +98,13 @@ class DecodeSlots:
             with self.lock:
                 self._fast.refresh()
 
+    def held(self) -> list[torch.Tensor]:
+        """Every tensor these slots hold or read: keys/values, sampling state, the fast decoder's (the model's
+        weights among them; ``held_bytes`` leaves out what is shared). A captured graph's private pool of
+        intermediates is not among them."""
+        tensors = [*(self.kv.held() if self.kv is not None else ()), *(self.draws.held() if self.draws is not None else ())]
+        return tensors + (self._fast.held() if self._fast is not None else [])
+
     @property
     def slots(self) -> int:
         """Slots held (0 before the first ``reserve``)."""

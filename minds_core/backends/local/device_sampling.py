@@ -189,6 +189,10 @@ class Draws:
         """Stop tokens a slot can hold."""
         return self.stop_ids.shape[1]
 
+    def held(self) -> tuple[torch.Tensor, ...]:
+        """Every tensor this state holds (what it costs: ``held_bytes``)."""
+        return (*self._tensors(), self.log_u, self.weights, self.slot_index, self.vocab_rank, self.lanes)
+
     def _tensors(self) -> tuple[torch.Tensor, ...]:
         return (
             self.logits, self.tokens, self.inverse_temperature, self.tempered, self.top_k, self.top_p, self.key,

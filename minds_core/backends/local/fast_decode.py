@@ -176,6 +176,16 @@ class FastDecoder:
     def _projections(self) -> list[_Projection]:
         return [self.unembed, *(p for layer in self.layers for p in (layer.qkv, layer.o, layer.gate_up, layer.down))]
 
+    def held(self) -> list[torch.Tensor]:
+        """Every tensor a step reads: the model's own weights and this decoder's tables and stacked LoRA factors."""
+        tensors = [self.embed, self.final_norm, self._cos, self._sin, self._no_mask]
+        for layer in self.layers:
+            tensors += [layer.input_norm, layer.post_norm, *([] if layer.qk_norm is None else [layer.qk_norm])]
+        for projection in self._projections():
+            tensors += [*projection.weights, *(bias for bias in projection.biases if bias is not None)]
+            tensors += [t for t in (projection.lora_a, projection.lora_b) if t is not None]
+        return tensors
+
     def refresh(self) -> None:
         """Take up the adapter's current weights (a new snapshot loaded into the same module tree)."""
         for projection in self._projections():

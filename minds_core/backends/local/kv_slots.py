@@ -69,6 +69,10 @@ class KVSlots(Cache):
         total = sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
         return total // (self.slots * self.capacity)
 
+    def held(self) -> tuple[torch.Tensor, ...]:
+        """Every tensor these slots hold (the windows are views of them)."""
+        return (*self.keys, *self.values, self.positions, self.column_index)
+
     def window(self, rows: int, columns: int, aligned: bool = False) -> None:
         """Fix the next step's shape: slots ``0 .. rows - 1``, attending over positions ``0 .. columns - 1``;
         ``aligned``: every row that goes on is at position ``columns - 1`` (the samples of one prompt), so that

@@ -85,6 +85,14 @@ class SamplingClient:
             lambda: self._sampler.prompt_logprobs(model_input_tokens(prompt, "The prompt"), prompt_logprobs_last_n)
         )
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of memory this client holds of its own, as allocated now: the adapted weights it samples
+        with and its decode buffers (they grow with the batches it decodes). Dropping the client releases them
+        (its weights go back to a small pool that the next snapshot reuses). A client of the bare base model
+        holds 0: it shares the base's. minds' own; the SDK's ``SamplingClient`` has no such property."""
+        return self._sampler.held_bytes
+
     def get_tokenizer(self) -> PreTrainedTokenizerBase:
         """The base model's tokenizer."""
         return self._sampler.base.tokenizer

@@ -18,6 +18,7 @@ from torch import nn
 
 from .decoding import DecodeBatch, SampleRequest, StopRule, prompt_scores
 from .errors import LocalBadRequestError
+from .held_bytes import storage_bytes
 from .inputs import check_length, check_tokens
 from .lora import AdapterState, LoraSpec
 from .models import BaseModel
@@ -53,6 +54,20 @@ class SamplingEngine:
         sampler = cls(base, model)
         weakref.finalize(sampler, base.adapted.release, key, model)
         return sampler
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of memory this sampler holds of its own: its model's tensors that are not the base model's (the
+        adapted weights it decodes with) and its decode slots' (keys/values, sampling state, decoder tables), as
+        allocated now. 0 for a sampler of the bare base model: it decodes with the base's own tree and slots,
+        which live as long as the base does."""
+        if self.model is self.base.model:
+            return 0
+        base = self.base.model
+        return storage_bytes(
+            [*self.model.parameters(), *self.model.buffers(), *self._batch.slots.held()],
+            shared=[*base.parameters(), *base.buffers()],
+        )
 
     @property
     def device(self) -> torch.device:

@@ -87,6 +87,11 @@ class ServiceClient:
         self._closed = False
         self._lock = threading.Lock()
 
+    @property
+    def device(self) -> torch.device:
+        """Where this service computes (``device`` resolved: ``auto`` is ``cpu`` or ``cuda``). minds' own."""
+        return self._runtime.models.placement.device
+
     def create_lora_training_client(
         self,
         base_model: str,

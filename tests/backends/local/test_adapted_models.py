@@ -11,6 +11,7 @@ import torch
 from tinker import types
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, TrainingClient
+from minds_core.backends.local.held_bytes import storage_bytes
 from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
 from minds_core.backends.local.models import BaseModelRegistry
 from minds_core.backends.local.placement import Placement
@@ -101,3 +102,29 @@ def test_a_merged_snapshot_decodes_as_the_unmerged_side_path_does(
     for got, want in pairs:
         error = np.abs(np.concatenate(got) - np.concatenate(want))
         assert error.max() < max_error and error.mean() < mean_error, (error.max(), error.mean())
+
+
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+"""Tensors that hold memory (not the fake ones ``torch.compile`` leaves alive in other tests)."""
+
+
+def _live_tensor_bytes(base: torch.nn.Module) -> int:
+    """Bytes of the storages of every tensor alive in this process but ``base``'s (found by ``gc``)."""
+    gc.collect()
+    tensors = [o for o in gc.get_objects() if type(o) in PLAIN_TENSORS]
+    return storage_bytes(tensors, shared=[*base.parameters(), *base.buffers()])
+
+
+def test_a_samplers_held_bytes_are_the_memory_its_tensors_took(trainer: TrainingClient) -> None:
+    base = trainer._trainer.base.model
+    prompt, params = types.ModelInput.from_ints([5, 70, 71]), types.SamplingParams(max_tokens=4, seed=0)
+    warm = trainer.save_weights_and_get_sampling_client().result()  # the first calls' state; kept, so that the
+    warm.sample(prompt, 2, params).result()  # next sampler makes a tree of its own and does not reuse this one's
+    before = _live_tensor_bytes(base)
+    sampler = trainer.save_weights_and_get_sampling_client().result()
+    fresh = sampler.held_bytes  # its own adapted weights and decoder tables
+    # to within 1% (other tests' leftovers may come and go meanwhile): the decode buffers below are 6% of it
+    assert fresh == pytest.approx(_live_tensor_bytes(base) - before, rel=0.01)
+    sampler.sample(prompt, 8, params).result()
+    assert sampler.held_bytes > 1.03 * fresh  # and now its decode buffers
+    assert sampler.held_bytes == pytest.approx(_live_tensor_bytes(base) - before, rel=0.01)
