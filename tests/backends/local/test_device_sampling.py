@@ -134,7 +134,7 @@ def test_draws_follow_softmax_at_their_temperature_within_top_k_and_top_p(vocab:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_captured_draws_at_the_real_vocabulary_replay_eager_draws_and_the_cpu_s() -> None:
+def test_captured_draws_at_the_real_vocabulary_replay_eager_draws_and_the_host_s() -> None:
     """Every setting beside a greedy row, 151,936 tokens: a captured CUDA graph's draws are the eager GPU draws,
     bit for bit, and the CPU's but for rare near-ties (log-softmax rounds differently there)."""
     torch.manual_seed(6)
