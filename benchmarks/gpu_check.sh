@@ -99,6 +99,7 @@ step() {  # step NAME COMMAND...: run COMMAND with its timeout; stdout in $OUT/N
     echo "== $name: rc=$rc$why in $(( $(date +%s) - began )) s"
     if [ "$name" = tests ]; then
       grep -E "^(FAILED|ERROR) |[0-9]+ (passed|failed|skipped|errors?)" "$OUT/$name.log" | tail -25
+      [ -z "$why" ] || tail -2 "$OUT/$name.log" | sed 's/^/  stopped in: /'  # -v: the test that was running
     else
       grep -v -E "^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} \[" "$OUT/$name.log"  # the backend's log lines
     fi
@@ -107,7 +108,7 @@ step() {  # step NAME COMMAND...: run COMMAND with its timeout; stdout in $OUT/N
 }
 
 # shellcheck disable=SC2046,SC2086  # word splitting of the lists and of the optional arguments is meant
-step tests "$PY" -m pytest -o addopts="" --import-mode=importlib $PLUGIN_ARG -p no:cacheprovider -q \
+step tests "$PY" -m pytest -o addopts="" --import-mode=importlib $PLUGIN_ARG -p no:cacheprovider -v \
   --durations=10 $TIMEOUT_ARG -k "${TEST_K-$([ -n "$SMOKE" ] && echo cuda || echo 'not cpu')}" ${PYTEST_ARGS-} \
   ${TESTS:-$(grep -rl --include='*.py' 'cuda\.is_available' tests | sort)}
 for b in ${BENCH:-gpu_sampling.py gpu_step.py serve_overhead.py}; do
