@@ -17,7 +17,8 @@
 #   SMOKE=1 WHEELS= PYTHON=.venv/bin/python TREE=. OUT=$(mktemp -d) bash benchmarks/gpu_check.sh
 # Knobs: TREE (the tree to run in), OUT (required), PYTHON (python3), WHEELS (../../.whl; empty: install nothing and
 # use PYTHON's own packages), SITE (/tmp/site), SMOKE (1: on the CPU, figures mean nothing), TESTS (test files),
-# TEST_K (the tests' -k expression: 'not cpu' on the GPU, leaving the CPU's parametrizations to the CI; 'cuda' with
+# TEST_K (the tests' -k expression: 'not cpu' on the GPU, leaving the CPU's parametrizations and tests named for the CPU
+# to the CI, so no test that needs a GPU says 'cpu' in its name: tests/test_benchmarks.py checks; 'cuda' with
 # SMOKE), PYTEST_ARGS (more pytest arguments), BENCH (benchmark scripts), TEST_S / BENCH_S (a step's timeout; BENCH_S for every
 # benchmark), TOTAL_S (the whole run: a step gets at most what is left of it).
 set -u
