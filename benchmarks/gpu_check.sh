@@ -17,7 +17,8 @@
 #   SMOKE=1 WHEELS= PYTHON=.venv/bin/python TREE=. OUT=$(mktemp -d) bash benchmarks/gpu_check.sh
 # Knobs: TREE (the tree to run in), OUT (required), PYTHON (python3), WHEELS (../../.whl; empty: install nothing and
 # use PYTHON's own packages), SITE (/tmp/site), SMOKE (1: on the CPU, figures mean nothing), TESTS (test files),
-# TEST_K (the tests' -k expression: 'not cpu' on the GPU, leaving the CPU's parametrizations to the CI; 'cuda' with
+# TEST_K (the tests' -k expression: 'not cpu' on the GPU, leaving the CPU's parametrizations and tests named for the CPU
+# to the CI, so no test that needs a GPU says 'cpu' in its name: tests/test_benchmarks.py checks; 'cuda' with
 # SMOKE), PYTEST_ARGS (more pytest arguments), BENCH (benchmark scripts), TEST_S / BENCH_S (a step's timeout; BENCH_S for every
 # benchmark), TOTAL_S (the whole run: a step gets at most what is left of it).
 set -u
@@ -99,6 +100,7 @@ step() {  # step NAME COMMAND...: run COMMAND with its timeout; stdout in $OUT/N
     echo "== $name: rc=$rc$why in $(( $(date +%s) - began )) s"
     if [ "$name" = tests ]; then
       grep -E "^(FAILED|ERROR) |[0-9]+ (passed|failed|skipped|errors?)" "$OUT/$name.log" | tail -25
+      [ -z "$why" ] || tail -2 "$OUT/$name.log" | sed 's/^/  stopped in: /'  # -v: the test that was running
     else
       grep -v -E "^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} \[" "$OUT/$name.log"  # the backend's log lines
     fi
@@ -107,7 +109,7 @@ step() {  # step NAME COMMAND...: run COMMAND with its timeout; stdout in $OUT/N
 }
 
 # shellcheck disable=SC2046,SC2086  # word splitting of the lists and of the optional arguments is meant
-step tests "$PY" -m pytest -o addopts="" --import-mode=importlib $PLUGIN_ARG -p no:cacheprovider -q \
+step tests "$PY" -m pytest -o addopts="" --import-mode=importlib $PLUGIN_ARG -p no:cacheprovider -v \
   --durations=10 $TIMEOUT_ARG -k "${TEST_K-$([ -n "$SMOKE" ] && echo cuda || echo 'not cpu')}" ${PYTEST_ARGS-} \
   ${TESTS:-$(grep -rl --include='*.py' 'cuda\.is_available' tests | sort)}
 for b in ${BENCH:-gpu_sampling.py gpu_step.py serve_overhead.py}; do

@@ -7,6 +7,7 @@ scripts there (the GPU check) are only parsed.
 
 from __future__ import annotations
 
+import ast
 import gc
 import importlib
 import subprocess
@@ -41,6 +42,37 @@ def test_shell_scripts_parse(script: Path):
     # SMOKE=1, is documented in the script and takes minutes)
     done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0, f"bash -n {script.name}: {done.stderr}"
+
+
+def gpu_only_tests(source: str) -> list[str]:
+    """The test functions of a test module's ``source`` that are skipped without a GPU: marked, or in a module marked,
+    ``skipif(not torch.cuda.is_available(), ...)``, directly or through a module-level name for that mark."""
+    tree = ast.parse(source)
+    condition = "not torch.cuda.is_available()"
+    marks = {
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign) and "mark.skipif(" + condition in (ast.get_source_segment(source, node) or "")
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_"):
+            decorators = [ast.get_source_segment(source, d) or "" for d in node.decorator_list]
+            if "pytestmark" in marks or any(d in marks or "skipif(" + condition in d for d in decorators):
+                names.append(node.name)
+    return names
+
+
+def test_the_gpu_checks_test_selection_keeps_every_test_that_needs_a_gpu():
+    # gpu_check.sh runs every test file asking torch.cuda.is_available with -k 'not cpu', which deselects the CPU's
+    # parametrizations by a substring of the test's name (or its file's): a test that needs a GPU must not say 'cpu'
+    files = [p for p in sorted(Path(__file__).parent.rglob("test_*.py")) if "cuda.is_available" in p.read_text()]
+    needing = [f"{p.name}::{name}" for p in files for name in gpu_only_tests(p.read_text())]
+    assert len(needing) >= 20, needing  # the parse finds them: test_cuda*.py's (marked module-wide) ...
+    assert any(test.startswith("test_device_sampling.py::") for test in needing)  # ... and tests marked alone
+    assert not [test for test in needing if "cpu" in test.lower()]
 
 
 @pytest.mark.slow

@@ -52,10 +52,11 @@ def sft(trainer: TrainingClient, text: str) -> types.Datum:
 
 
 def trained(trainer: TrainingClient, steps: int = 3) -> TrainingClient:
+    """``trainer`` after ``steps`` SFT steps, done (a test that then reaches into its model must not race them)."""
     data = [sft(trainer, text) for text in TEXTS]
     for _ in range(steps):
         trainer.forward_backward(data, "cross_entropy")
-        trainer.optim_step(ADAM)
+        trainer.optim_step(ADAM).result()
     return trainer
 
 

@@ -31,7 +31,7 @@ def compiled_decoder(model: torch.nn.Module) -> FastDecoder:
 
 @pytest.mark.slow
 @torch.inference_mode()
-def test_compiled_steps_equal_eager_steps_and_later_buckets_do_not_recompile() -> None:
+def test_compiled_cpu_steps_equal_eager_steps_and_later_buckets_do_not_recompile() -> None:
     """Rows at different positions (a mask), then rows at one position (none): 6 rows, then 4, 2, 4 and 8.
     Inductor compiles each function for its first row count and once more with the rows dynamic; after that no
     row count compiles (a compile would fail under the ``fail_on_recompile`` stance, and fall back)."""
@@ -68,7 +68,7 @@ def greedy_and_seeded(placement: Placement) -> tuple[list[tuple[list[int], types
 
 
 @pytest.mark.slow
-def test_a_compiled_sampler_draws_the_tokens_and_log_probs_of_an_eager_one() -> None:
+def test_a_compiled_cpu_sampler_draws_the_tokens_and_log_probs_of_an_eager_one() -> None:
     eager, _ = greedy_and_seeded(Placement(CPU, torch.float32))
     compiled, sampler = greedy_and_seeded(Placement(CPU, torch.float32, decode_compile="default"))
     math = sampler._batch.slots._fast.math

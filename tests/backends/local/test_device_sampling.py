@@ -53,14 +53,15 @@ def drawn(logits: torch.Tensor, rows: list[RowSettings], steps: int, graphs: Ste
 
 def counts(logits: torch.Tensor, rows: list[RowSettings], copies: int, steps: int) -> torch.Tensor:
     """How often each token is drawn per setting of ``rows`` (each with logits of its own), from ``copies`` rows
-    (samples 0, 1, ...) of each over ``steps`` draws of unchanging logits."""
+    (samples 0, 1, ...) of each over ``steps`` draws of unchanging logits (on the CPU, beside the float64
+    probabilities they are tested against)."""
     many = [replace(row, key=row_key(seed, sample)) for seed, row in enumerate(rows) for sample in range(copies)]
     graphs = StepGraphs(logits.device)
     draws = drawn(logits.repeat_interleave(copies, dim=0), many, steps, graphs)
     assert graphs.captured == logits.is_cuda, graphs.eager_reason
     tokens = draws.out_tokens[:, :steps].reshape(len(rows), -1)
     assert 0 <= int(tokens.min()) and int(tokens.max()) < draws.vocab  # never a block's padding
-    return torch.stack([torch.bincount(row, minlength=draws.vocab) for row in tokens]).double()
+    return torch.stack([torch.bincount(row, minlength=draws.vocab) for row in tokens]).double().cpu()
 
 
 def wanted(logits: torch.Tensor, row: RowSettings) -> torch.Tensor:
@@ -128,13 +129,12 @@ def test_draws_follow_softmax_at_their_temperature_within_top_k_and_top_p(vocab:
         if row.top_k < 0 and row.top_p == 1:
             off = wanted(these.cpu(), replace(row, temperature=row.temperature * 1.12))
             assert chi_square(got, off) > chi_square_bound(cells), name
-    observed = observed.cpu()
     support = observed[3] > 0
     assert set(support.nonzero()[:, 0].tolist()) == set(logits[3].topk(7).indices.tolist())  # top-k: all k, no more
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_captured_draws_at_the_real_vocabulary_replay_eager_draws_and_the_cpu_s() -> None:
+def test_captured_draws_at_the_real_vocabulary_replay_eager_draws_and_the_host_s() -> None:
     """Every setting beside a greedy row, 151,936 tokens: a captured CUDA graph's draws are the eager GPU draws,
     bit for bit, and the CPU's but for rare near-ties (log-softmax rounds differently there)."""
     torch.manual_seed(6)

@@ -233,6 +233,52 @@ class FakeClock:
         self.now += seconds
 
 
+class FakeCudaEvent:
+    """A FAKE ``torch.cuda.Event`` (there is no GPU here): ``record`` notes the time of ``clock``, ``elapsed_time``
+    gives milliseconds as CUDA events do, ``synchronize`` counts the host waits."""
+
+    clock = FakeClock()
+    waits = 0
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        assert enable_timing, "events that time must be made with enable_timing"
+        self.at: float | None = None
+
+    def record(self) -> None:
+        self.at = self.clock()
+
+    def synchronize(self) -> None:
+        FakeCudaEvent.waits += 1
+
+    def elapsed_time(self, end: FakeCudaEvent) -> float:
+        assert self.at is not None and end.at is not None, "both events recorded"
+        return 1000 * (end.at - self.at)
+
+
+def test_gpu_requests_are_timed_by_events_read_only_once_settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA a request's plan is timed by events, read after the request has synchronised (``settle``): nothing
+    counts before, each settled request counts its seconds per datum token, and a failed request counts nothing."""
+    clock = FakeClock()
+    monkeypatch.setattr(FakeCudaEvent, "clock", clock)
+    monkeypatch.setattr(FakeCudaEvent, "waits", 0)
+    monkeypatch.setattr(torch.cuda, "Event", FakeCudaEvent)
+    plans = PlanTimes(torch.device("cuda"))
+    with plans.timing(True, 1000):
+        clock.charge(0.3)
+    with plans.timing(False, 2000):
+        clock.charge(0.2)
+    assert math.isnan(plans.seconds_per_token(True)) and FakeCudaEvent.waits == 0  # no host wait per request
+    with pytest.raises(RuntimeError, match="a pass failed"), plans.timing(True, 1000):
+        clock.charge(5.0)
+        raise RuntimeError("a pass failed")
+    plans.settle()
+    assert FakeCudaEvent.waits == 2
+    assert plans.seconds_per_token(True) == pytest.approx(0.3 / 1000)
+    assert plans.seconds_per_token(False) == pytest.approx(0.2 / 2000)
+    plans.settle()  # nothing left to read
+    assert FakeCudaEvent.waits == 2 and len(plans._times[True]) == 1
+
+
 def shared_prompt_data(prompt: int, tails: tuple[int, ...], seed: int) -> list[types.Datum]:
     """Datums of a ``prompt``-token prompt each followed by a tail of its own (of ``tails`` tokens)."""
     gen = torch.Generator().manual_seed(seed)
