@@ -107,3 +107,22 @@ def test_checkpoint_commands_have_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([command, "--help"])
     assert exit_info.value.code == 0 and "CHECKPOINT" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--samples", "1000000"], "trainer.eval_samples = 1000000: must be an integer in [1, 4096]"),
+        (["--tasks", "100000000"], "trainer.eval_tasks = 100000000: must be an integer in [1, 65536]"),
+        (["--tasks", "0"], "trainer.eval_tasks = 0: must be an integer in [1, 65536]"),
+        (["--tasks", "65536", "--samples", "2"], "trainer.eval_tasks x trainer.eval_samples = 65536 x 2: at most 65536 rollouts"),
+    ],
+)
+def test_eval_flags_are_held_to_the_bounds_of_the_keys_they_set(flags, message, minds_plugin, capsys):
+    import minds_toy_plugin
+    from minds_core.cli.command import main
+
+    minds_plugin(minds_toy_plugin, name="toy")
+    assert main(["eval", "--env", "toy_char_share", *flags]) == 2  # refused before anything loads: no hour-long evaluation
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err

@@ -98,6 +98,8 @@ def _eval(args: argparse.Namespace) -> int:
     extra = [f"env.id={args.env}"] if args.env else []
     if args.model:
         extra.append(f"model.base_model={args.model}")
+    # --tasks and --samples set their keys, so the config's bounds hold for them too (no million-sample evaluation)
+    extra += [f"trainer.{key}={value}" for key, value in (("eval_tasks", args.tasks), ("eval_samples", args.samples)) if value is not None]
     if args.checkpoint:
         ref = _resolve(args, extra=extra)
         config, model_path, state_path, label = ref.config, ref.sampler_path, ref.state_path, ref.label
@@ -110,15 +112,8 @@ def _eval(args: argparse.Namespace) -> int:
         model_path = config.trainer.resume_from or None
         state_path = model_path if model_path and "/weights/" in model_path else None
         label, run_dir = "base" if not model_path else model_path.rstrip("/").rsplit("/", 1)[-1], None
-    for flag, value in (("--tasks", args.tasks), ("--samples", args.samples)):
-        if value is not None and value < 1:
-            raise UsageError(f"{flag} {value}: must be >= 1")
     t = config.trainer
-    plan = EvalPlan(
-        args.split if args.split is not None else t.eval_split,
-        args.tasks or t.eval_tasks,
-        args.samples or t.eval_samples,
-    )
+    plan = EvalPlan(t.eval_split if args.split is None else args.split, t.eval_tasks, t.eval_samples)
     if args.output:  # checked before evaluating: an earlier evaluation is never overwritten, this one never lost
         taken = [str(f) for f in (Path(args.output), summary_path(Path(args.output))) if f.exists()]
         if taken:
