@@ -126,3 +126,19 @@ def test_eval_flags_are_held_to_the_bounds_of_the_keys_they_set(flags, message, 
     assert main(["eval", "--env", "toy_char_share", *flags]) == 2  # refused before anything loads: no hour-long evaluation
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
+
+
+def test_eval_name_is_one_file_name_in_the_run_folder(plugins, minds_plugin, tmp_path, capsys):
+    import minds_toy_plugin
+    from minds_core.cli.command import main
+
+    minds_plugin(minds_toy_plugin, name="toy")
+    runs = tmp_path / "runs"
+    train(load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={runs}", "name=run", "trainer.steps=1",
+                             "trainer.group_size=2", "trainer.groups_per_batch=1"]), plugins=plugins)  # fmt: skip
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for name in ("../../escape", "a/b", str(tmp_path / "absolute"), "..", "", "x" * 300):
+        assert main(["eval", str(runs / "run"), "--tasks", "1", "--samples", "1", "--name", name]) == 2, name
+        err = capsys.readouterr().err
+        assert f"--name {name!r}: must be one file name" in err and "Traceback" not in err, err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written, in or out

@@ -49,7 +49,7 @@ def add_commands(commands: Any, shared: argparse.ArgumentParser) -> None:
     evaluate.add_argument("--split", help="split to evaluate (default: trainer.eval_split, else test/eval/validation)")
     evaluate.add_argument("--tasks", type=int, metavar="N", help="first N tasks of the split (default: trainer.eval_tasks)")
     evaluate.add_argument("--samples", type=int, metavar="K", help="samples per task (default: trainer.eval_samples)")
-    evaluate.add_argument("--name", help="file name under eval/ (default: step-NNNNNN-<split>)")
+    evaluate.add_argument("--name", help="one file name under the run's eval/ (default: step-NNNNNN-<split>)")
     evaluate.add_argument("--output", metavar="FILE", help="where to write every rollout (jsonl); default <run>/eval/<name>.jsonl")
     evaluate.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
 
@@ -95,6 +95,8 @@ def _eval(args: argparse.Namespace) -> int:
     from minds_core.config import load_config
     from minds_core.errors import UsageError
 
+    if args.name is not None:
+        _check_file_name(args.name)
     extra = [f"env.id={args.env}"] if args.env else []
     if args.model:
         extra.append(f"model.base_model={args.model}")
@@ -163,6 +165,18 @@ def _run_claim(run_dir: Path | None, output: str | None) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+def _check_file_name(name: str) -> None:
+    """A UsageError unless ``name`` is one file name: an evaluation's files stay in the run's eval/ folder."""
+    from minds_core.config.schema import MAX_NAME
+    from minds_core.errors import UsageError
+
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0") or len(name) > MAX_NAME:
+        raise UsageError(
+            f"--name {name!r}: must be one file name (no / or \\, not . or .., at most {MAX_NAME} characters), "
+            "as evaluations are written to <run>/eval/<name>.jsonl; to write elsewhere pass --output FILE.jsonl"
+        )
 
 
 def _free_name(folder: Path, name: str) -> Path:
