@@ -142,3 +142,24 @@ def test_eval_name_is_one_file_name_in_the_run_folder(plugins, minds_plugin, tmp
         err = capsys.readouterr().err
         assert f"--name {name!r}: must be one file name" in err and "Traceback" not in err, err
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written, in or out
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--temperature", "inf"], "sampling.temperature = inf: must be a finite number in [0, 100.0]"),
+        (["--temperature", "1e308"], "sampling.temperature = 1e+308: must be a finite number in [0, 100.0]"),
+        (["--temperature", "-1"], "sampling.temperature = -1.0: must be a finite number in [0, 100.0]"),
+        (["--max-tokens", "0"], "sampling.max_tokens = 0: must be an integer in [1, 131072]"),
+        (["--seed", str(2**70)], f"--seed {2**70}: must be an integer in [0, {2**63 - 1}]"),
+        (["-n", "100000"], "-n 100000: must be an integer in [1, 4096]"),
+        (["-n", "0"], "-n 0: must be an integer in [1, 4096]"),
+    ],
+)
+def test_sample_flags_are_held_to_the_bounds_of_the_keys_they_set(flags, message, capsys):
+    from minds_core.cli.command import main
+
+    checkpoint = "tinker://nowhere/sampler_weights/step-000000"  # refused before anything looks for it
+    assert main(["sample", checkpoint, "--prompt", "hi", "--backend", "local", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err

@@ -237,22 +237,22 @@ def _chat_model(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
 
     from minds_core.backends.retry import REJECTIONS
     from minds_core.checkpoints.chat import ChatModel
+    from minds_core.config.schema import MAX_SEED
     from minds_core.errors import UsageError
     from minds_core.plugins import load_plugins
     from minds_core.service import ServiceLifetime
 
-    if args.max_tokens is not None and args.max_tokens < 1:
-        raise UsageError(f"--max-tokens {args.max_tokens}: must be >= 1")
-    if args.temperature is not None and not args.temperature >= 0:
-        raise UsageError(f"--temperature {args.temperature}: must be >= 0")
+    _check_bounds("--seed", args.seed, 0, MAX_SEED)
     plugins = load_plugins()
-    ref = _resolve(args, plugins.registry)
+    # --max-tokens and --temperature set their keys, so the config's bounds hold for them too (no infinite temperature)
+    flags = (("max_tokens", args.max_tokens), ("temperature", args.temperature))
+    ref = _resolve(args, plugins.registry, [f"sampling.{key}={value}" for key, value in flags if value is not None])
     config = ref.config
     system = _env_system_prompt(config, plugins) if args.env_system else args.system
     s = config.sampling
     params = tinker.types.SamplingParams(
-        max_tokens=args.max_tokens or s.max_tokens,
-        temperature=s.temperature if args.temperature is None else args.temperature,
+        max_tokens=s.max_tokens,
+        temperature=s.temperature,
         top_p=s.top_p,
         top_k=s.top_k,
         seed=args.seed,
@@ -263,6 +263,15 @@ def _chat_model(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
         except REJECTIONS as exc:
             raise UsageError(f"cannot sample from {ref.sampler_path}: {exc}") from None
         yield ChatModel.create(sampler, config.model.base_model, config.model.chat_template_args, params), system
+
+
+def _check_bounds(flag: str, value: int | None, low: int, high: int) -> None:
+    """A UsageError naming ``flag`` when ``value`` is given and not an integer in [low, high]."""
+    from minds_core.config.rules import problem, within
+    from minds_core.errors import UsageError
+
+    if value is not None and (wrong := problem(within(low, high), value, int)):
+        raise UsageError(f"{flag} {value}: {wrong}")
 
 
 def _env_system_prompt(config: Any, plugins: Any) -> str:
@@ -291,11 +300,11 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
 
 def _sample(args: argparse.Namespace) -> int:
     from minds_core.checkpoints.chat import REQUEST_ERRORS, opening
+    from minds_core.config.schema import MAX_GROUP
     from minds_core.errors import UsageError
     from minds_core.report.page import printable
 
-    if args.num_samples < 1:
-        raise UsageError(f"-n {args.num_samples}: must be >= 1")
+    _check_bounds("-n", args.num_samples, 1, MAX_GROUP)
     with _chat_model(args) as (model, system):
         try:
             replies = model.reply([*opening(system), {"role": "user", "content": args.prompt}], args.num_samples)
