@@ -15,14 +15,14 @@ import yaml
 
 from minds_core.errors import UsageError
 from minds_core.report.page import RunData, render
-from minds_core.run_directory import METRICS_FILE, ROLLOUTS_FILE, read_jsonl, resume_config_path
+from minds_core.run_directory import METRICS_FILE, ROLLOUTS_FILE, read_jsonl, run_config_path
 
 REPORT_FILE = "report.html"
 
 
 def load_run(run_dir: Path, status: str | None = None) -> RunData:
     """A run folder's files as RunData; a UsageError when ``run_dir`` is not a run."""
-    path = resume_config_path(run_dir)
+    path = run_config_path(run_dir)
     config_text = path.read_text(encoding="utf-8")
     try:
         config = yaml.safe_load(config_text) or {}
