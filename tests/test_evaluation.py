@@ -147,10 +147,10 @@ def test_eval_name_is_one_file_name_in_the_run_folder(plugins, minds_plugin, tmp
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--temperature", "inf"], "sampling.temperature = inf: must be a finite number in [0, 100.0]"),
-        (["--temperature", "1e308"], "sampling.temperature = 1e+308: must be a finite number in [0, 100.0]"),
-        (["--temperature", "-1"], "sampling.temperature = -1.0: must be a finite number in [0, 100.0]"),
-        (["--max-tokens", "0"], "sampling.max_tokens = 0: must be an integer in [1, 131072]"),
+        (["--temperature", "inf"], "--temperature inf: must be a finite number in [0, 100.0]"),
+        (["--temperature", "1e308"], "--temperature 1e+308: must be a finite number in [0, 100.0]"),
+        (["--temperature", "-1"], "--temperature -1.0: must be a finite number in [0, 100.0]"),
+        (["--max-tokens", "0"], "--max-tokens 0: must be an integer in [1, 131072]"),
         (["--seed", str(2**70)], f"--seed {2**70}: must be an integer in [0, {2**63 - 1}]"),
         (["-n", "100000"], "-n 100000: must be an integer in [1, 4096]"),
         (["-n", "0"], "-n 0: must be an integer in [1, 4096]"),

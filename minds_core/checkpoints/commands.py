@@ -47,8 +47,8 @@ def add_commands(commands: Any, shared: argparse.ArgumentParser) -> None:
     evaluate.add_argument("--env", metavar="NAME", help="environment (sets env.id; a run folder has its own)")
     evaluate.add_argument("--model", metavar="NAME", help="base model to evaluate when no CHECKPOINT is given")
     evaluate.add_argument("--split", help="split to evaluate (default: trainer.eval_split, else test/eval/validation)")
-    evaluate.add_argument("--tasks", type=int, metavar="N", help="first N tasks of the split (default: trainer.eval_tasks)")
-    evaluate.add_argument("--samples", type=int, metavar="K", help="samples per task (default: trainer.eval_samples)")
+    evaluate.add_argument("--tasks", type=int, metavar="N", help="first N tasks of the split (sets trainer.eval_tasks)")
+    evaluate.add_argument("--samples", type=int, metavar="K", help="samples per task (sets trainer.eval_samples)")
     evaluate.add_argument("--name", help="one file name under the run's eval/ (default: step-NNNNNN-<split>)")
     evaluate.add_argument("--output", metavar="FILE", help="where to write every rollout (jsonl); default <run>/eval/<name>.jsonl")
     evaluate.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
@@ -237,22 +237,23 @@ def _chat_model(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
 
     from minds_core.backends.retry import REJECTIONS
     from minds_core.checkpoints.chat import ChatModel
-    from minds_core.config.schema import MAX_SEED
+    from minds_core.config.schema import MAX_SAMPLE_TOKENS, MAX_SEED, MAX_TEMPERATURE
     from minds_core.errors import UsageError
     from minds_core.plugins import load_plugins
     from minds_core.service import ServiceLifetime
 
+    # held to the bounds of sampling.max_tokens and .temperature, and of seed (no infinite temperature)
+    _check_bounds("--max-tokens", args.max_tokens, 1, MAX_SAMPLE_TOKENS)
+    _check_bounds("--temperature", args.temperature, 0, MAX_TEMPERATURE)
     _check_bounds("--seed", args.seed, 0, MAX_SEED)
     plugins = load_plugins()
-    # --max-tokens and --temperature set their keys, so the config's bounds hold for them too (no infinite temperature)
-    flags = (("max_tokens", args.max_tokens), ("temperature", args.temperature))
-    ref = _resolve(args, plugins.registry, [f"sampling.{key}={value}" for key, value in flags if value is not None])
+    ref = _resolve(args, plugins.registry)
     config = ref.config
     system = _env_system_prompt(config, plugins) if args.env_system else args.system
     s = config.sampling
     params = tinker.types.SamplingParams(
-        max_tokens=s.max_tokens,
-        temperature=s.temperature,
+        max_tokens=args.max_tokens or s.max_tokens,
+        temperature=s.temperature if args.temperature is None else args.temperature,
         top_p=s.top_p,
         top_k=s.top_k,
         seed=args.seed,
@@ -265,12 +266,12 @@ def _chat_model(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
         yield ChatModel.create(sampler, config.model.base_model, config.model.chat_template_args, params), system
 
 
-def _check_bounds(flag: str, value: int | None, low: int, high: int) -> None:
-    """A UsageError naming ``flag`` when ``value`` is given and not an integer in [low, high]."""
+def _check_bounds(flag: str, value: float | None, low: float, high: float) -> None:
+    """A UsageError naming ``flag`` when ``value`` is given and not a (finite) number in [low, high]."""
     from minds_core.config.rules import problem, within
     from minds_core.errors import UsageError
 
-    if value is not None and (wrong := problem(within(low, high), value, int)):
+    if value is not None and (wrong := problem(within(low, high), value, type(value))):
         raise UsageError(f"{flag} {value}: {wrong}")
 
 
