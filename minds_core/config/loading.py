@@ -51,10 +51,11 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), d
     was saved as *** must be given again whole: a ConfigError names it.
     """
     data = read_config_file(path) if path else {}
+    assignments = list(overrides)
     if drop_redacted:
         dropped: list[str] = []
         saved, data = data, without_redacted(data, "", dropped)
-        given = tuple(assignment.partition("=")[0].strip() for assignment in overrides)
+        given = tuple(assignment.partition("=")[0].strip() for assignment in assignments)
         missing = [key for key in dropped if not any(key == g or key.startswith((f"{g}.", f"{g}[")) for g in given)]
         if lost := [key for key in missing if partly_redacted(get_path(saved, split_key(key)))]:
             raise ConfigError(
@@ -69,9 +70,10 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), d
                 keys=missing,
             )
     data = apply_harness_keys(data, str(path) if path else "config")
-    for assignment in overrides:
+    for assignment in assignments:
         apply_override(data, assignment)
-    return build_config(data, source=str(path) if path else "defaults and --set")
+    # where the values came from: a problem of an override is not the file's
+    return build_config(data, source=" and ".join([str(path) if path else "defaults", *(["--set"] if assignments else [])]))
 
 
 def _across_keys(config: RunConfig) -> Iterable[str]:
