@@ -165,10 +165,18 @@ def _exists_message(path: Path) -> str:
 
 
 def check_resume_changes(run_dir: Path, config: RunConfig) -> dict[str, tuple[Any, Any]]:
-    """The settings ``config`` changes from the run saved in ``run_dir``; a UsageError when one is in FIXED_ON_RESUME.
+    """The settings ``config`` changes from the run saved in ``run_dir``; a UsageError when one is in FIXED_ON_RESUME,
+    or when ``config`` leaves no step to train after the run's last checkpoint (a resume would do nothing).
 
     Secret-named keys are not compared: secrets are never saved, so they are given again.
     """
+    last = RunDirectory(run_dir).last_checkpoint()
+    if last is not None and last.step + 1 >= config.trainer.steps:
+        raise UsageError(
+            f"run {run_dir} has trained steps 0 to {last.step} (its last checkpoint is of step {last.step}) and "
+            f"trainer.steps = {config.trainer.steps}: nothing left to train: pass --steps N with N > {last.step + 1} "
+            "to train on"
+        )
     changes = config_changes(_saved_config(run_dir), config)
     fixed = {key: change for key, change in changes.items() if _is_fixed(key)}
     if fixed:
