@@ -65,6 +65,18 @@ class ChatModel:
         ]
 
 
+def utf8_problem(text: str) -> str:
+    """What keeps ``text`` from being UTF-8 text ("" when nothing): the bytes of a pipe or argument that did not
+    decode reach Python as lone surrogates, which no tokenizer takes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        shown = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        return f"not UTF-8 text ({shown} at character {exc.start})"
+    return ""
+
+
 def opening(system: str | None) -> list[Message]:
     """The conversation before the first user turn."""
     return [{"role": "system", "content": system}] if system else []
@@ -95,6 +107,9 @@ def chat_loop(model: ChatModel, system: str | None, stdin: TextIO, stdout: TextI
         if text.strip() == "/reset":
             messages = opening(system)
             print("chat: conversation cleared", file=sys.stderr)
+            continue
+        if wrong := utf8_problem(text):
+            print(f"chat: this line is {wrong}; nothing was sent", file=sys.stderr)
             continue
         messages.append({"role": "user", "content": text})
         try:

@@ -242,6 +242,7 @@ def _chat_model(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
     from minds_core.plugins import load_plugins
     from minds_core.service import ServiceLifetime
 
+    _check_text("--system", args.system)
     # held to the bounds of sampling.max_tokens and .temperature, and of seed (no infinite temperature)
     _check_bounds("--max-tokens", args.max_tokens, 1, MAX_SAMPLE_TOKENS)
     _check_bounds("--temperature", args.temperature, 0, MAX_TEMPERATURE)
@@ -275,6 +276,15 @@ def _check_bounds(flag: str, value: float | None, low: float, high: float) -> No
         raise UsageError(f"{flag} {value}: {wrong}")
 
 
+def _check_text(flag: str, text: str | None) -> None:
+    """A UsageError naming ``flag`` when ``text`` is given and is not UTF-8 text."""
+    from minds_core.checkpoints.chat import utf8_problem
+    from minds_core.errors import UsageError
+
+    if text is not None and (wrong := utf8_problem(text)):
+        raise UsageError(f"{flag}: {wrong}; pass UTF-8 text")
+
+
 def _env_system_prompt(config: Any, plugins: Any) -> str:
     """The system prompt of the config's (first) environment; a UsageError when it has none."""
     import asyncio
@@ -306,6 +316,7 @@ def _sample(args: argparse.Namespace) -> int:
     from minds_core.report.page import printable
 
     _check_bounds("-n", args.num_samples, 1, MAX_GROUP)
+    _check_text("--prompt", args.prompt)
     with _chat_model(args) as (model, system):
         try:
             replies = model.reply([*opening(system), {"role": "user", "content": args.prompt}], args.num_samples)
