@@ -15,7 +15,7 @@ import attrs
 import tinker
 
 from minds_core.envs.types import Message
-from minds_core.errors import UsageError
+from minds_core.errors import UsageError, utf8_problem
 from minds_core.render import Renderer, TemplateError
 from minds_core.report.page import printable
 
@@ -63,18 +63,6 @@ class ChatModel:
             )
             for seq in response.sequences
         ]
-
-
-def utf8_problem(text: str) -> str:
-    """What keeps ``text`` from being UTF-8 text ("" when nothing): the bytes of a pipe or argument that did not
-    decode reach Python as lone surrogates, which no tokenizer takes."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        code = ord(text[exc.start])
-        shown = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
-        return f"not UTF-8 text ({shown} at character {exc.start})"
-    return ""
 
 
 def opening(system: str | None) -> list[Message]:

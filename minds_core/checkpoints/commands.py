@@ -278,8 +278,7 @@ def _check_bounds(flag: str, value: float | None, low: float, high: float) -> No
 
 def _check_text(flag: str, text: str | None) -> None:
     """A UsageError naming ``flag`` when ``text`` is given and is not UTF-8 text."""
-    from minds_core.checkpoints.chat import utf8_problem
-    from minds_core.errors import UsageError
+    from minds_core.errors import UsageError, utf8_problem
 
     if text is not None and (wrong := utf8_problem(text)):
         raise UsageError(f"{flag}: {wrong}; pass UTF-8 text")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +19,15 @@ from minds_core.config.presets import apply_preset
 from minds_core.config.rules import field_rule, problem
 from minds_core.config.schema import MAX_ROLLOUTS_PER_STEP, RunConfig, schema_fields, unwrap_optional
 from minds_core.config.secrets import partly_redacted, shown_value, without_redacted
-from minds_core.errors import ConfigError, did_you_mean
+from minds_core.errors import ConfigError, did_you_mean, utf8_problem
 
 
 def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
     """Validate a raw mapping into a RunConfig; all problems are reported together. Its secret values are masked from now on."""
     seal(data)  # before validation: no message shows a secret either
     data = apply_preset(apply_harness_keys(dict(data), source))
-    problems = list(_unknown_keys(data, RunConfig, ""))
+    problems = list(_not_utf8(data, ""))  # no file a run writes could hold such text
+    problems += _unknown_keys(data, RunConfig, "")
     if not problems:
         try:
             with attrs.validators.disabled():  # the rules are checked below, every problem reported at once
@@ -41,6 +42,22 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
     if problems:
         raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(f"  - {p}" for p in problems))
     return config
+
+
+def _not_utf8(value: Any, key: str) -> Iterator[str]:
+    """Every key or string below ``value`` that is not UTF-8 text, named by its dotted key (never its value)."""
+    if isinstance(value, str):
+        if wrong := utf8_problem(value):
+            yield f"{key}: {wrong}"
+    elif isinstance(value, Mapping):
+        for name, item in value.items():
+            if isinstance(name, str) and (wrong := utf8_problem(name)):
+                yield f"{key or 'the top level'}: a key is {wrong}"
+            else:
+                yield from _not_utf8(item, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _not_utf8(item, f"{key}[{index}]")
 
 
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), drop_redacted: bool = False) -> RunConfig:
