@@ -163,3 +163,18 @@ def test_sample_flags_are_held_to_the_bounds_of_the_keys_they_set(flags, message
     assert main(["sample", checkpoint, "--prompt", "hi", "--backend", "local", *flags]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_evaluating(minds_plugin, tmp_path, capsys):
+    import minds_toy_plugin
+    from minds_core.cli.command import main
+
+    minds_plugin(minds_toy_plugin, name="toy")
+    (tmp_path / "afile").write_text("")
+    for output, message in (
+        (tmp_path, f"--output {tmp_path}: is a folder; pass a file path, e.g. {tmp_path}/eval.jsonl"),
+        (tmp_path / "afile" / "x.jsonl", f"--output {tmp_path}/afile/x.jsonl: cannot make its folder {tmp_path}/afile: {tmp_path}/afile is a file"),
+    ):
+        assert main(["eval", "--env", "toy_char_share", "--tasks", "1", "--samples", "1", "--output", str(output)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and "earlier evaluation" not in err, err

@@ -117,6 +117,7 @@ def _eval(args: argparse.Namespace) -> int:
     t = config.trainer
     plan = EvalPlan(t.eval_split if args.split is None else args.split, t.eval_tasks, t.eval_samples)
     if args.output:  # checked before evaluating: an earlier evaluation is never overwritten, this one never lost
+        _check_output(Path(args.output))
         taken = [str(f) for f in (Path(args.output), summary_path(Path(args.output))) if f.exists()]
         if taken:
             raise UsageError(
@@ -145,6 +146,21 @@ def _eval(args: argparse.Namespace) -> int:
     if output is None:
         print("rollouts not saved: pass --output FILE.jsonl to keep them", file=sys.stderr)
     return 0
+
+
+def _check_output(output: Path) -> None:
+    """A UsageError unless ``output`` can be written as a file: not a folder, its folder there or makeable (the
+    nearest that exists is a folder this process may write in). Nothing is made: the run may be held by another."""
+    import os
+
+    from minds_core.errors import UsageError
+
+    if output.is_dir():
+        raise UsageError(f"--output {output}: is a folder; pass a file path, e.g. {output / 'eval.jsonl'}")
+    place = next(p for p in (output.parent.absolute(), *output.parent.absolute().parents) if p.exists())
+    why = "is a file" if not place.is_dir() else "" if os.access(place, os.W_OK | os.X_OK) else "is not writable"
+    if why:
+        raise UsageError(f"--output {output}: cannot make its folder {output.parent}: {place} {why}")
 
 
 @contextlib.contextmanager
