@@ -340,3 +340,18 @@ def test_minds_report_of_a_folder_that_is_no_run_names_the_report_not_resume(tmp
         assert main(["report", str(folder)]) == 2
         err = capsys.readouterr().err
         assert f"{folder} is not a minds run folder (no config.yaml)" in err and "--resume" not in err, err
+
+
+def test_minds_report_never_writes_over_the_runs_own_files(tmp_path: Path, run_dir: Path, capsys) -> None:
+    from minds_core.cli.command import main
+
+    run = Path(shutil.copytree(run_dir, tmp_path / "copy"))
+    (run / "eval").mkdir(exist_ok=True)
+    (run / "eval" / "step-000001.jsonl").write_text("{}\n")
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    for own in ("metrics.jsonl", "config.yaml", "rollouts.jsonl", "checkpoints.jsonl", "eval/step-000001.jsonl"):
+        assert main(["report", str(run), "-o", str(run / own)]) == 2, own
+        err = capsys.readouterr().err
+        assert f"-o {run / own}: that is a file of the run, not its report" in err and "Traceback" not in err, err
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before  # nothing overwritten with HTML
+    assert main(["report", str(run), "-o", str(run / "again.html")]) == 0  # a report of its own name beside them is fine
