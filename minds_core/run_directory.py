@@ -145,11 +145,11 @@ class CheckpointRecord:
         return self.state_path.rstrip("/").rpartition("/")[2].startswith(ROLLING_PREFIX)
 
 
-def resume_config_path(run_dir: Path) -> Path:
-    """The config of an existing run, or a clear error."""
+def run_config_path(run_dir: Path) -> Path:
+    """The config file of an existing run folder; a UsageError naming the folder when it is not one."""
     path = run_dir / CONFIG_FILE
     if not path.is_file():
-        raise UsageError(f"--resume {run_dir}: not a minds run directory (no {CONFIG_FILE}); runs live under runs/<name>/")
+        raise UsageError(f"{run_dir} is not a minds run folder (no {CONFIG_FILE}); runs live under runs/<name>/")
     return path
 
 
@@ -165,10 +165,18 @@ def _exists_message(path: Path) -> str:
 
 
 def check_resume_changes(run_dir: Path, config: RunConfig) -> dict[str, tuple[Any, Any]]:
-    """The settings ``config`` changes from the run saved in ``run_dir``; a UsageError when one is in FIXED_ON_RESUME.
+    """The settings ``config`` changes from the run saved in ``run_dir``; a UsageError when one is in FIXED_ON_RESUME,
+    or when ``config`` leaves no step to train after the run's last checkpoint (a resume would do nothing).
 
     Secret-named keys are not compared: secrets are never saved, so they are given again.
     """
+    last = RunDirectory(run_dir).last_checkpoint()
+    if last is not None and last.step + 1 >= config.trainer.steps:
+        raise UsageError(
+            f"run {run_dir} has trained steps 0 to {last.step} (its last checkpoint is of step {last.step}) and "
+            f"trainer.steps = {config.trainer.steps}: nothing left to train: pass --steps N with N > {last.step + 1} "
+            "to train on"
+        )
     changes = config_changes(_saved_config(run_dir), config)
     fixed = {key: change for key, change in changes.items() if _is_fixed(key)}
     if fixed:
@@ -192,13 +200,13 @@ def secrets_not_given(run_dir: Path, config: RunConfig) -> list[str]:
     """Dotted keys of the secrets the run in ``run_dir`` had (its saved config holds ``***`` for them) that
     ``config`` lacks: they were not passed again."""
     redacted: list[str] = []
-    without_redacted(read_config_file(resume_config_path(run_dir)), "", redacted)
+    without_redacted(read_config_file(run_config_path(run_dir)), "", redacted)
     given = to_dict(config)
     return [key for key in redacted if get_path(given, split_key(key)) in (None, "")]
 
 
 def _saved_config(run_dir: Path) -> RunConfig:
-    path = resume_config_path(run_dir)
+    path = run_config_path(run_dir)
     return build_config(read_config_file(path), source=str(path))
 
 

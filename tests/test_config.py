@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,15 @@ def test_redaction_hides_secrets_and_keeps_ordinary_settings():
     assert shown["api_key_env"] == "MY_KEY" and shown["secrets"] == ["OPENAI_API_KEY"]
     assert shown["aws_secret_access_key"] == shown["hf_token"] == shown["headers"]["Authorization"] == REDACTED
     assert shown["credentials"] == {"user": REDACTED, "pass": REDACTED}
+
+
+def test_a_bad_value_from_an_override_is_not_blamed_on_the_file(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text('[env]\nid = "x"\n')
+    with pytest.raises(ConfigError, match=rf"invalid configuration \({re.escape(str(config))} and --set\):\n  - trainer.steps = -1"):
+        load_config(config, ["trainer.steps=-1"])  # the file is fine: the value came from the command line
+    config.write_text('[env]\nid = "x"\n[trainer]\nsteps = -1\n')
+    with pytest.raises(ConfigError, match=rf"invalid configuration \({re.escape(str(config))}\):"):
+        load_config(config)
+    with pytest.raises(ConfigError, match=r"invalid configuration \(defaults and --set\):"):
+        load_config(None, ["env.id=x", "trainer.steps=-1"])

@@ -191,3 +191,21 @@ def test_a_deep_toml_file_is_a_config_error(tmp_path):
     path.write_text("a = " + "[" * 100 + "]" * 100 + "\n")
     with pytest.raises(ConfigError, match="deeper than 64 levels"):
         read_config_file(path)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--name", "bad\udcff"], "name: not UTF-8 text (byte 0xff at character 3)"),
+        (["--set", "env.name=x\udcfe"], "env.name: not UTF-8 text (byte 0xfe at character 1)"),
+        (["--set", "env.args.k\udcff=1"], "env.args: a key is not UTF-8 text (byte 0xff at character 1)"),
+        (["--set", "tinker.api_key=tml-\udcff"], "tinker.api_key: not UTF-8 text (byte 0xff at character 4)"),
+    ],
+)
+def test_text_that_is_not_utf8_is_refused_naming_its_key(args, message, tmp_path, capsys):
+    """Bytes that did not decode (an argument in another encoding) reach Python as lone surrogates: no file of the
+    run could hold them, so they are refused before the run, not met as a traceback when config.yaml is written."""
+    code = main(["run", "--env", "ghost_trace", "--set", f"runs_dir={tmp_path}", "--steps", "1", *args, "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err, err
+    assert "tml-" not in err  # a secret's value is not shown, only where it is not UTF-8

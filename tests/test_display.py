@@ -56,3 +56,22 @@ def test_sample_shows_control_bytes_and_json_keeps_the_text(hostile_model: ChatM
     assert capsys.readouterr().out == "ok␛[2J␇␛[H!\n"
     assert main(["sample", "runs/any", "--prompt", "hi", "--json"]) == 0
     assert '"text": "ok\\u001b[2J\\u0007\\u001b[H!"' in capsys.readouterr().out  # JSON escapes them itself, exactly
+
+
+def test_a_chat_line_that_is_not_utf8_is_reported_and_the_chat_goes_on(hostile_model: ChatModel, capsys) -> None:
+    out = io.StringIO()
+    lines = "\udcff\udcfe bad bytes\nhi\n"  # a pipe's undecodable bytes, as Python reads them (surrogateescape)
+    assert chat_loop(hostile_model, None, io.StringIO(lines), out) == 1
+    assert out.getvalue() == "assistant> ok␛[2J␇␛[H!\n"  # only "hi" was answered
+    err = capsys.readouterr().err
+    assert "chat: this line is not UTF-8 text (byte 0xff at character 0); nothing was sent" in err and "Traceback" not in err
+
+
+def test_a_prompt_or_system_that_is_not_utf8_exits_2_naming_the_flag(hostile_model: ChatModel, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    checkpoint = "tinker://nowhere/sampler_weights/step-000000"  # refused before anything looks for it
+    assert main(["sample", checkpoint, "--backend", "local", "--system", "sys\udcff", "--prompt", "hi"]) == 2
+    assert "--system: not UTF-8 text (byte 0xff at character 3)" in capsys.readouterr().err
+    monkeypatch.setattr(checkpoint_commands, "_chat_model", lambda args: contextlib.nullcontext((hostile_model, None)))
+    assert main(["sample", "runs/any", "--prompt", "\udcfebad"]) == 2
+    err = capsys.readouterr().err
+    assert "--prompt: not UTF-8 text (byte 0xfe at character 0)" in err and "Traceback" not in err

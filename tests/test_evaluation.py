@@ -107,3 +107,74 @@ def test_checkpoint_commands_have_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([command, "--help"])
     assert exit_info.value.code == 0 and "CHECKPOINT" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--samples", "1000000"], "trainer.eval_samples = 1000000: must be an integer in [1, 4096]"),
+        (["--tasks", "100000000"], "trainer.eval_tasks = 100000000: must be an integer in [1, 65536]"),
+        (["--tasks", "0"], "trainer.eval_tasks = 0: must be an integer in [1, 65536]"),
+        (["--tasks", "65536", "--samples", "2"], "trainer.eval_tasks x trainer.eval_samples = 65536 x 2: at most 65536 rollouts"),
+    ],
+)
+def test_eval_flags_are_held_to_the_bounds_of_the_keys_they_set(flags, message, minds_plugin, capsys):
+    import minds_toy_plugin
+    from minds_core.cli.command import main
+
+    minds_plugin(minds_toy_plugin, name="toy")
+    assert main(["eval", "--env", "toy_char_share", *flags]) == 2  # refused before anything loads: no hour-long evaluation
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+
+
+def test_eval_name_is_one_file_name_in_the_run_folder(plugins, minds_plugin, tmp_path, capsys):
+    import minds_toy_plugin
+    from minds_core.cli.command import main
+
+    minds_plugin(minds_toy_plugin, name="toy")
+    runs = tmp_path / "runs"
+    train(load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={runs}", "name=run", "trainer.steps=1",
+                             "trainer.group_size=2", "trainer.groups_per_batch=1"]), plugins=plugins)  # fmt: skip
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for name in ("../../escape", "a/b", str(tmp_path / "absolute"), "..", "", "x" * 300):
+        assert main(["eval", str(runs / "run"), "--tasks", "1", "--samples", "1", "--name", name]) == 2, name
+        err = capsys.readouterr().err
+        assert f"--name {name!r}: must be one file name" in err and "Traceback" not in err, err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written, in or out
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--temperature", "inf"], "--temperature inf: must be a finite number in [0, 100.0]"),
+        (["--temperature", "1e308"], "--temperature 1e+308: must be a finite number in [0, 100.0]"),
+        (["--temperature", "-1"], "--temperature -1.0: must be a finite number in [0, 100.0]"),
+        (["--max-tokens", "0"], "--max-tokens 0: must be an integer in [1, 131072]"),
+        (["--seed", str(2**70)], f"--seed {2**70}: must be an integer in [0, {2**63 - 1}]"),
+        (["-n", "100000"], "-n 100000: must be an integer in [1, 4096]"),
+        (["-n", "0"], "-n 0: must be an integer in [1, 4096]"),
+    ],
+)
+def test_sample_flags_are_held_to_the_bounds_of_the_keys_they_set(flags, message, capsys):
+    from minds_core.cli.command import main
+
+    checkpoint = "tinker://nowhere/sampler_weights/step-000000"  # refused before anything looks for it
+    assert main(["sample", checkpoint, "--prompt", "hi", "--backend", "local", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_evaluating(minds_plugin, tmp_path, capsys):
+    import minds_toy_plugin
+    from minds_core.cli.command import main
+
+    minds_plugin(minds_toy_plugin, name="toy")
+    (tmp_path / "afile").write_text("")
+    for output, message in (
+        (tmp_path, f"--output {tmp_path}: is a folder; pass a file path, e.g. {tmp_path}/eval.jsonl"),
+        (tmp_path / "afile" / "x.jsonl", f"--output {tmp_path}/afile/x.jsonl: cannot make its folder {tmp_path}/afile: {tmp_path}/afile is a file"),
+    ):
+        assert main(["eval", "--env", "toy_char_share", "--tasks", "1", "--samples", "1", "--output", str(output)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and "earlier evaluation" not in err, err

@@ -207,3 +207,13 @@ def test_the_fakes_mirror_the_installed_sdk():
     ):
         parameters = inspect.signature(getattr(cls, name)).parameters
         assert set(keywords) <= set(parameters), f"{cls.__name__}.{name}{inspect.signature(getattr(cls, name))}"
+
+
+def test_an_out_dir_that_is_a_file_is_named_a_file(tmp_path):
+    (tmp_path / "empty").write_text("")
+    with pytest.raises(UsageError, match=r"empty is a file, not a folder: export to a new folder"):
+        _export(STATE, tmp_path / "empty", FakeHostedService(FakeRestClient({})))  # not "is not empty": it is
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    with pytest.raises(UsageError, match=r"full already exists and is not empty: export to a new folder"):
+        _export(STATE, tmp_path / "full", FakeHostedService(FakeRestClient({})))

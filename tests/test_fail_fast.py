@@ -94,3 +94,14 @@ def test_offline_bad_models_and_name_typos_fail_before_torch_loads(args: list[st
     assert message in done.stderr and "Traceback" not in done.stderr
     assert done.stdout.splitlines()[-1] == "TORCH=False"
     print(f"{' '.join(args)}: exit 2 after {seconds:.1f} s")
+
+
+def test_a_serve_checkpoint_root_that_is_a_file_is_named_before_the_model_loads(tmp_path: Path, capsys) -> None:
+    from minds_core.cli.command import main
+
+    root = tmp_path / "afile"
+    root.write_text("")
+    assert main(["serve", "--checkpoint-root", str(root), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"--checkpoint-root {root}: not a folder that can be made (File exists)" in err, err
+    assert "cannot listen" not in err and "--port" not in err  # the port was never the problem

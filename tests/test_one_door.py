@@ -29,7 +29,7 @@ from minds_core.config import load_config
 from minds_core.errors import UsageError
 from minds_core.interrupt import RunInterrupted
 from minds_core.plugins import load_plugins
-from minds_core.run_directory import resume_config_path
+from minds_core.run_directory import run_config_path
 from minds_core.service import ServiceLifetime, exit_status
 from minds_core.training import train
 
@@ -162,7 +162,7 @@ def test_ctrl_c_during_sft_saves_the_step_and_the_run_resumes_after_it(tmp_path,
     assert [c["step"] for c in _rows(run / "checkpoints.jsonl")] == [2]
     assert signal.getsignal(signal.SIGINT) is before  # the door gave Ctrl-C back
 
-    config = load_config(resume_config_path(run), [], drop_redacted=True)
+    config = load_config(run_config_path(run), [], drop_redacted=True)
     train(config, resume_dir=run, plugins=load_plugins(extra=[("scripted", backend)]))
     assert backend.started == ["new", _rows(run / "checkpoints.jsonl")[0]["state_path"]]  # weights and optimizer restored
     assert [r["step"] for r in _rows(run / "metrics.jsonl")] == list(range(steps))

@@ -234,7 +234,7 @@ def test_minds_report_command(run_minds, tmp_path: Path, run_dir: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(out) and "reward/mean" in out.read_text()
     missing = run_minds(["report", str(tmp_path / "nope")])
-    assert missing.returncode == 2 and "not a minds run directory" in missing.stderr and "Traceback" not in missing.stderr
+    assert missing.returncode == 2 and "is not a minds run folder" in missing.stderr and "Traceback" not in missing.stderr
     unwritable = run_minds(["report", str(run_dir), "-o", str(tmp_path / "no" / "such" / "dir.html")])
     assert unwritable.returncode == 2 and "cannot write the report to" in unwritable.stderr and "Traceback" not in unwritable.stderr
     broken = tmp_path / "broken"
@@ -331,3 +331,27 @@ def test_a_report_of_a_run_while_it_trains_and_after_kill_9(installed_plugin, tm
     rows = read_jsonl(metrics)  # whole lines only: a kill may tear the last
     text = write_report(tmp_path / "live").read_text()  # after kill -9
     assert f"<b>{len(rows)} of 500</b>" in text and len(rows) >= shown
+
+
+def test_minds_report_of_a_folder_that_is_no_run_names_the_report_not_resume(tmp_path: Path, capsys) -> None:
+    from minds_core.cli.command import main
+
+    for folder in (tmp_path / "nope", tmp_path):
+        assert main(["report", str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert f"{folder} is not a minds run folder (no config.yaml)" in err and "--resume" not in err, err
+
+
+def test_minds_report_never_writes_over_the_runs_own_files(tmp_path: Path, run_dir: Path, capsys) -> None:
+    from minds_core.cli.command import main
+
+    run = Path(shutil.copytree(run_dir, tmp_path / "copy"))
+    (run / "eval").mkdir(exist_ok=True)
+    (run / "eval" / "step-000001.jsonl").write_text("{}\n")
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    for own in ("metrics.jsonl", "config.yaml", "rollouts.jsonl", "checkpoints.jsonl", "eval/step-000001.jsonl"):
+        assert main(["report", str(run), "-o", str(run / own)]) == 2, own
+        err = capsys.readouterr().err
+        assert f"-o {run / own}: that is a file of the run, not its report" in err and "Traceback" not in err, err
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before  # nothing overwritten with HTML
+    assert main(["report", str(run), "-o", str(run / "again.html")]) == 0  # a report of its own name beside them is fine

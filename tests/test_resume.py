@@ -68,4 +68,4 @@ def test_kill_9_mid_run_then_resume(run_minds, installed_plugin, tmp_path):
 @pytest.mark.slow
 def test_resume_of_a_missing_directory_is_a_usage_error(run_minds, tmp_path):
     result = run_minds(["run", "--resume", str(tmp_path / "nope")])
-    assert result.returncode == 2 and "not a minds run directory" in result.stderr
+    assert result.returncode == 2 and "is not a minds run folder" in result.stderr

@@ -71,8 +71,22 @@ def test_dry_run_of_a_harmless_resume_passes_with_its_plugin_there(finished_run,
 
     monkeypatch.delenv("MINDS_DISABLE_PLUGINS", raising=False)
     minds_plugin(minds_toy_plugin, name="toy")
-    assert main(["run", "--resume", str(finished_run), "--set", "rollout.concurrency=2", "--dry-run"]) == 0
+    assert main(["run", "--resume", str(finished_run), "--set", "rollout.concurrency=2", "--steps", "3", "--dry-run"]) == 0
     assert "concurrency: 2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("steps", [[], ["--steps", "2"], ["--steps", "1"], ["--dry-run"]])
+def test_a_resume_with_no_step_left_to_train_exits_2_and_changes_nothing(finished_run, steps, minds_plugin, monkeypatch, capsys):
+    import minds_toy_plugin
+
+    monkeypatch.delenv("MINDS_DISABLE_PLUGINS", raising=False)
+    minds_plugin(minds_toy_plugin, name="toy")  # the run could resume: only its steps are done
+    before = {p.name: p.read_bytes() for p in finished_run.iterdir()}
+    assert main(["run", "--resume", str(finished_run), *steps]) == 2  # it trained steps 0 and 1 of its 2
+    err = capsys.readouterr().err
+    assert f"run {finished_run} has trained steps 0 to 1 (its last checkpoint is of step 1)" in err, err
+    assert "nothing left to train: pass --steps N with N > 2 to train on" in err and "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in finished_run.iterdir()} == before  # no "steps: -1" summary, no config change
 
 
 def test_harmless_changes_are_allowed_and_recorded(plugins, finished_run):

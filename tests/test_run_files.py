@@ -161,7 +161,7 @@ def test_a_read_only_run_folder_refuses_a_resume_before_any_work(finished_run, t
         return real_os_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", read_only)  # a fake for a read-only mount: the lock's open is the first write
-    code = main(["run", "--resume", str(run)])
+    code = main(["run", "--resume", str(run), "--steps", "3"])  # a step left to train: only the folder is in the way
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
     assert f"cannot claim the run folder (open its lock file) {run}/.lock: Read-only file system (EROFS, errno 30)" in err

@@ -22,7 +22,7 @@ from minds_core import logs
 from minds_core.backends.retry import Backoff, ServiceCallError, call_service, is_transient
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
-from minds_core.run_directory import resume_config_path
+from minds_core.run_directory import run_config_path
 from minds_core.training import train
 
 FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[]",
@@ -115,7 +115,7 @@ def test_a_failed_step_saves_the_state_it_left_intact_and_the_run_resumes_there(
     assert str(caught.value).endswith(f"the last checkpoint is step 1: minds run --resume {run_dir} continues from step 2")
     assert [c["step"] for c in _rows(run_dir / "checkpoints.jsonl")] == [1]  # saved after the failure
     assert backend.script == {}  # the rejected call was the script's last: the resumed run is not failed
-    resumed = load_config(resume_config_path(run_dir), [], drop_redacted=True)
+    resumed = load_config(run_config_path(run_dir), [], drop_redacted=True)
     train(resumed, resume_dir=run_dir, plugins=plugins)
     assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
 
@@ -140,7 +140,7 @@ def test_a_failed_sft_step_saves_the_state_it_left_intact_and_the_run_resumes_th
     assert saved["step"] == 1 and saved["state_path"].startswith("tinker://") and saved["sampler_path"]
     assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1]
     assert backend.script == {}  # the rejected call was the script's last: the resumed run is not failed
-    resumed = load_config(resume_config_path(run_dir), [], drop_redacted=True)
+    resumed = load_config(run_config_path(run_dir), [], drop_redacted=True)
     train(resumed, resume_dir=run_dir, plugins=plugins)
     assert backend.trainings[-1].calls == 2  # the resumed run trained steps 2 and 3 only
     assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]

@@ -198,7 +198,7 @@ def test_eval_command_prints_statistics_as_json(run_minds):
     assert record["splits"] == {"toy_char_share": "train"}  # no held-out split: the training one, with a warning
     assert "no held-out split" in result.stderr
     bad = run_minds(["eval", "--env", "toy_char_share", "--tasks", "0"], plugins=["toy_plugin"])
-    assert bad.returncode == 2 and "--tasks 0: must be >= 1" in bad.stderr
+    assert bad.returncode == 2 and "trainer.eval_tasks = 0: must be an integer in [1, 65536]" in bad.stderr
 
 
 def test_an_episode_without_any_reward_is_a_failed_rollout(plugins, tmp_path):

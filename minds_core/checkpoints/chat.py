@@ -15,7 +15,7 @@ import attrs
 import tinker
 
 from minds_core.envs.types import Message
-from minds_core.errors import UsageError
+from minds_core.errors import UsageError, utf8_problem
 from minds_core.render import Renderer, TemplateError
 from minds_core.report.page import printable
 
@@ -95,6 +95,9 @@ def chat_loop(model: ChatModel, system: str | None, stdin: TextIO, stdout: TextI
         if text.strip() == "/reset":
             messages = opening(system)
             print("chat: conversation cleared", file=sys.stderr)
+            continue
+        if wrong := utf8_problem(text):
+            print(f"chat: this line is {wrong}; nothing was sent", file=sys.stderr)
             continue
         messages.append({"role": "user", "content": text})
         try:

@@ -47,9 +47,9 @@ def add_commands(commands: Any, shared: argparse.ArgumentParser) -> None:
     evaluate.add_argument("--env", metavar="NAME", help="environment (sets env.id; a run folder has its own)")
     evaluate.add_argument("--model", metavar="NAME", help="base model to evaluate when no CHECKPOINT is given")
     evaluate.add_argument("--split", help="split to evaluate (default: trainer.eval_split, else test/eval/validation)")
-    evaluate.add_argument("--tasks", type=int, metavar="N", help="first N tasks of the split (default: trainer.eval_tasks)")
-    evaluate.add_argument("--samples", type=int, metavar="K", help="samples per task (default: trainer.eval_samples)")
-    evaluate.add_argument("--name", help="file name under eval/ (default: step-NNNNNN-<split>)")
+    evaluate.add_argument("--tasks", type=int, metavar="N", help="first N tasks of the split (sets trainer.eval_tasks)")
+    evaluate.add_argument("--samples", type=int, metavar="K", help="samples per task (sets trainer.eval_samples)")
+    evaluate.add_argument("--name", help="one file name under the run's eval/ (default: step-NNNNNN-<split>)")
     evaluate.add_argument("--output", metavar="FILE", help="where to write every rollout (jsonl); default <run>/eval/<name>.jsonl")
     evaluate.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
 
@@ -95,9 +95,13 @@ def _eval(args: argparse.Namespace) -> int:
     from minds_core.config import load_config
     from minds_core.errors import UsageError
 
+    if args.name is not None:
+        _check_file_name(args.name)
     extra = [f"env.id={args.env}"] if args.env else []
     if args.model:
         extra.append(f"model.base_model={args.model}")
+    # --tasks and --samples set their keys, so the config's bounds hold for them too (no million-sample evaluation)
+    extra += [f"trainer.{key}={value}" for key, value in (("eval_tasks", args.tasks), ("eval_samples", args.samples)) if value is not None]
     if args.checkpoint:
         ref = _resolve(args, extra=extra)
         config, model_path, state_path, label = ref.config, ref.sampler_path, ref.state_path, ref.label
@@ -110,16 +114,10 @@ def _eval(args: argparse.Namespace) -> int:
         model_path = config.trainer.resume_from or None
         state_path = model_path if model_path and "/weights/" in model_path else None
         label, run_dir = "base" if not model_path else model_path.rstrip("/").rsplit("/", 1)[-1], None
-    for flag, value in (("--tasks", args.tasks), ("--samples", args.samples)):
-        if value is not None and value < 1:
-            raise UsageError(f"{flag} {value}: must be >= 1")
     t = config.trainer
-    plan = EvalPlan(
-        args.split if args.split is not None else t.eval_split,
-        args.tasks or t.eval_tasks,
-        args.samples or t.eval_samples,
-    )
+    plan = EvalPlan(t.eval_split if args.split is None else args.split, t.eval_tasks, t.eval_samples)
     if args.output:  # checked before evaluating: an earlier evaluation is never overwritten, this one never lost
+        _check_output(Path(args.output))
         taken = [str(f) for f in (Path(args.output), summary_path(Path(args.output))) if f.exists()]
         if taken:
             raise UsageError(
@@ -150,6 +148,21 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_output(output: Path) -> None:
+    """A UsageError unless ``output`` can be written as a file: not a folder, its folder there or makeable (the
+    nearest that exists is a folder this process may write in). Nothing is made: the run may be held by another."""
+    import os
+
+    from minds_core.errors import UsageError
+
+    if output.is_dir():
+        raise UsageError(f"--output {output}: is a folder; pass a file path, e.g. {output / 'eval.jsonl'}")
+    place = next(p for p in (output.parent.absolute(), *output.parent.absolute().parents) if p.exists())
+    why = "is a file" if not place.is_dir() else "" if os.access(place, os.W_OK | os.X_OK) else "is not writable"
+    if why:
+        raise UsageError(f"--output {output}: cannot make its folder {output.parent}: {place} {why}")
+
+
 @contextlib.contextmanager
 def _run_claim(run_dir: Path | None, output: str | None) -> Iterator[None]:
     """The lock of ``run_dir`` while an evaluation writes into it (no ``--output``, or one inside it); a UsageError
@@ -168,6 +181,18 @@ def _run_claim(run_dir: Path | None, output: str | None) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+def _check_file_name(name: str) -> None:
+    """A UsageError unless ``name`` is one file name: an evaluation's files stay in the run's eval/ folder."""
+    from minds_core.config.schema import MAX_NAME
+    from minds_core.errors import UsageError
+
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0") or len(name) > MAX_NAME:
+        raise UsageError(
+            f"--name {name!r}: must be one file name (no / or \\, not . or .., at most {MAX_NAME} characters), "
+            "as evaluations are written to <run>/eval/<name>.jsonl; to write elsewhere pass --output FILE.jsonl"
+        )
 
 
 def _free_name(folder: Path, name: str) -> Path:
@@ -228,14 +253,16 @@ def _chat_model(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
 
     from minds_core.backends.retry import REJECTIONS
     from minds_core.checkpoints.chat import ChatModel
+    from minds_core.config.schema import MAX_SAMPLE_TOKENS, MAX_SEED, MAX_TEMPERATURE
     from minds_core.errors import UsageError
     from minds_core.plugins import load_plugins
     from minds_core.service import ServiceLifetime
 
-    if args.max_tokens is not None and args.max_tokens < 1:
-        raise UsageError(f"--max-tokens {args.max_tokens}: must be >= 1")
-    if args.temperature is not None and not args.temperature >= 0:
-        raise UsageError(f"--temperature {args.temperature}: must be >= 0")
+    _check_text("--system", args.system)
+    # held to the bounds of sampling.max_tokens and .temperature, and of seed (no infinite temperature)
+    _check_bounds("--max-tokens", args.max_tokens, 1, MAX_SAMPLE_TOKENS)
+    _check_bounds("--temperature", args.temperature, 0, MAX_TEMPERATURE)
+    _check_bounds("--seed", args.seed, 0, MAX_SEED)
     plugins = load_plugins()
     ref = _resolve(args, plugins.registry)
     config = ref.config
@@ -254,6 +281,23 @@ def _chat_model(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
         except REJECTIONS as exc:
             raise UsageError(f"cannot sample from {ref.sampler_path}: {exc}") from None
         yield ChatModel.create(sampler, config.model.base_model, config.model.chat_template_args, params), system
+
+
+def _check_bounds(flag: str, value: float | None, low: float, high: float) -> None:
+    """A UsageError naming ``flag`` when ``value`` is given and not a (finite) number in [low, high]."""
+    from minds_core.config.rules import problem, within
+    from minds_core.errors import UsageError
+
+    if value is not None and (wrong := problem(within(low, high), value, type(value))):
+        raise UsageError(f"{flag} {value}: {wrong}")
+
+
+def _check_text(flag: str, text: str | None) -> None:
+    """A UsageError naming ``flag`` when ``text`` is given and is not UTF-8 text."""
+    from minds_core.errors import UsageError, utf8_problem
+
+    if text is not None and (wrong := utf8_problem(text)):
+        raise UsageError(f"{flag}: {wrong}; pass UTF-8 text")
 
 
 def _env_system_prompt(config: Any, plugins: Any) -> str:
@@ -282,11 +326,12 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
 
 def _sample(args: argparse.Namespace) -> int:
     from minds_core.checkpoints.chat import REQUEST_ERRORS, opening
+    from minds_core.config.schema import MAX_GROUP
     from minds_core.errors import UsageError
     from minds_core.report.page import printable
 
-    if args.num_samples < 1:
-        raise UsageError(f"-n {args.num_samples}: must be >= 1")
+    _check_bounds("-n", args.num_samples, 1, MAX_GROUP)
+    _check_text("--prompt", args.prompt)
     with _chat_model(args) as (model, system):
         try:
             replies = model.reply([*opening(system), {"role": "user", "content": args.prompt}], args.num_samples)

@@ -60,7 +60,9 @@ def export_checkpoint(ref: CheckpointRef, out_dir: Path, door: ServiceLifetime, 
     and renamed into place, so a failed export leaves nothing half-written.
     ``door`` is the open service of the backend holding the checkpoint; it writes the adapter's files.
     """
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"{out_dir} is a file, not a folder: export to a new folder")
+    if out_dir.exists() and any(out_dir.iterdir()):
         raise UsageError(f"{out_dir} already exists and is not empty: export to a new folder")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))

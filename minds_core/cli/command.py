@@ -193,13 +193,13 @@ def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
     from minds_core.config import load_config
 
     if resume:
-        from minds_core.run_directory import resume_config_path
+        from minds_core.run_directory import run_config_path
 
         if args.config or args.name:
             from minds_core.errors import UsageError
 
             raise UsageError("--resume DIR continues that run with its own config and name: drop the config file and --name")
-        return load_config(resume_config_path(Path(resume)), _overrides(args), drop_redacted=True)
+        return load_config(run_config_path(Path(resume)), _overrides(args), drop_redacted=True)
     if args.config:
         from minds_core.envs.locate import importable
 

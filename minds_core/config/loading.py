@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +19,15 @@ from minds_core.config.presets import apply_preset
 from minds_core.config.rules import field_rule, problem
 from minds_core.config.schema import MAX_ROLLOUTS_PER_STEP, RunConfig, schema_fields, unwrap_optional
 from minds_core.config.secrets import partly_redacted, shown_value, without_redacted
-from minds_core.errors import ConfigError, did_you_mean
+from minds_core.errors import ConfigError, did_you_mean, utf8_problem
 
 
 def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
     """Validate a raw mapping into a RunConfig; all problems are reported together. Its secret values are masked from now on."""
     seal(data)  # before validation: no message shows a secret either
     data = apply_preset(apply_harness_keys(dict(data), source))
-    problems = list(_unknown_keys(data, RunConfig, ""))
+    problems = list(_not_utf8(data, ""))  # no file a run writes could hold such text
+    problems += _unknown_keys(data, RunConfig, "")
     if not problems:
         try:
             with attrs.validators.disabled():  # the rules are checked below, every problem reported at once
@@ -43,6 +44,22 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
     return config
 
 
+def _not_utf8(value: Any, key: str) -> Iterator[str]:
+    """Every key or string below ``value`` that is not UTF-8 text, named by its dotted key (never its value)."""
+    if isinstance(value, str):
+        if wrong := utf8_problem(value):
+            yield f"{key}: {wrong}"
+    elif isinstance(value, Mapping):
+        for name, item in value.items():
+            if isinstance(name, str) and (wrong := utf8_problem(name)):
+                yield f"{key or 'the top level'}: a key is {wrong}"
+            else:
+                yield from _not_utf8(item, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _not_utf8(item, f"{key}[{index}]")
+
+
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), drop_redacted: bool = False) -> RunConfig:
     """Read an optional config file, apply ``--set`` overrides, and validate.
 
@@ -51,10 +68,11 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), d
     was saved as *** must be given again whole: a ConfigError names it.
     """
     data = read_config_file(path) if path else {}
+    assignments = list(overrides)
     if drop_redacted:
         dropped: list[str] = []
         saved, data = data, without_redacted(data, "", dropped)
-        given = tuple(assignment.partition("=")[0].strip() for assignment in overrides)
+        given = tuple(assignment.partition("=")[0].strip() for assignment in assignments)
         missing = [key for key in dropped if not any(key == g or key.startswith((f"{g}.", f"{g}[")) for g in given)]
         if lost := [key for key in missing if partly_redacted(get_path(saved, split_key(key)))]:
             raise ConfigError(
@@ -69,9 +87,10 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), d
                 keys=missing,
             )
     data = apply_harness_keys(data, str(path) if path else "config")
-    for assignment in overrides:
+    for assignment in assignments:
         apply_override(data, assignment)
-    return build_config(data, source=str(path) if path else "defaults and --set")
+    # where the values came from: a problem of an override is not the file's
+    return build_config(data, source=" and ".join([str(path) if path else "defaults", *(["--set"] if assignments else [])]))
 
 
 def _across_keys(config: RunConfig) -> Iterable[str]:

@@ -15,14 +15,14 @@ import yaml
 
 from minds_core.errors import UsageError
 from minds_core.report.page import RunData, render
-from minds_core.run_directory import METRICS_FILE, ROLLOUTS_FILE, read_jsonl, resume_config_path
+from minds_core.run_directory import METRICS_FILE, ROLLOUTS_FILE, read_jsonl, run_config_path
 
 REPORT_FILE = "report.html"
 
 
 def load_run(run_dir: Path, status: str | None = None) -> RunData:
     """A run folder's files as RunData; a UsageError when ``run_dir`` is not a run."""
-    path = resume_config_path(run_dir)
+    path = run_config_path(run_dir)
     config_text = path.read_text(encoding="utf-8")
     try:
         config = yaml.safe_load(config_text) or {}
@@ -54,6 +54,11 @@ def write_report(run_dir: Path, out: Path | None = None, status: str | None = No
     run_dir = Path(run_dir)
     html = render(load_run(run_dir, status))
     out = Path(out) if out is not None else run_dir / REPORT_FILE
+    if out.is_file() and out.suffix != ".html" and out.resolve().is_relative_to(run_dir.resolve()):
+        raise UsageError(
+            f"-o {out}: that is a file of the run, not its report; write the report to a .html file "
+            f"(default {run_dir / REPORT_FILE})"
+        )
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # the sink and `minds report` may write at once
     try:
         tmp.write_text(html, encoding="utf-8")

@@ -40,6 +40,11 @@ def serve_command(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: give a port between 0 and 65535 (0 picks a free one)")
+    if args.checkpoint_root:  # before the model loads; and an error there is not the port's
+        try:
+            Path(args.checkpoint_root).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--checkpoint-root {args.checkpoint_root}: not a folder that can be made ({exc.strerror or exc})") from None
     from minds_core.backends.model_source import check_model_source
 
     for model in args.models or []:

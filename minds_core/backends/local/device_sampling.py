@@ -44,6 +44,7 @@ TABLE_BYTES = 64 << 20
 """The most a batch's tabled ``log u`` may take (``[slots, capacity, blocks + width]`` float32); past it, hashed
 at each draw."""
 
+_FLOAT32_MAX = torch.finfo(torch.float32).max
 _GOLDEN = 0x9E3779B97F4A7C15
 _MIX = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
 _MASK64 = (1 << 64) - 1
@@ -208,7 +209,8 @@ class Draws:
             return torch.tensor(values, dtype=dtype).to(device)
 
         self.logits[slots] = logits.float()
-        self.inverse_temperature[slots] = column([1 / s.temperature if s.temperature else 1.0 for s in settings], torch.float32)
+        inverse = [min(1 / s.temperature, _FLOAT32_MAX) if s.temperature else 1.0 for s in settings]  # finite: T > 0 tiny
+        self.inverse_temperature[slots] = column(inverse, torch.float32)
         self.tempered[slots] = column([bool(s.temperature) for s in settings], torch.bool)
         self.top_k[slots] = column([s.top_k if 0 < s.top_k < self.vocab else self.vocab for s in settings], torch.int64)
         self.top_p[slots] = column([s.top_p for s in settings], torch.float32)
@@ -278,12 +280,15 @@ class Draws:
         """Each row's token drawn from its tempered, truncated distribution by the two-round race of the module
         doc, with the uniforms of index ``at [rows, 1]`` of its stream."""
         weights = row.weights[:, : self.vocab]  # unnormalised: less their max, so that nothing underflows
-        if truncated:
-            values = self._truncate(logprobs * row.inverse_temperature, row)
-            torch.sub(values, values.amax(dim=-1, keepdim=True), out=weights).exp_()
-        elif scaled:
-            top = logprobs.amax(dim=-1, keepdim=True)
-            torch.addcmul(-top * row.inverse_temperature, logprobs, row.inverse_temperature, out=weights).exp_()
+        if truncated or scaled:
+            # The max is taken off before scaling: the likeliest token's weight is exactly 1 at any temperature (scaled
+            # first, a tiny T's huge logits would cancel to nothing, every weight 0, and token 0 be drawn).
+            gaps = logprobs - logprobs.amax(dim=-1, keepdim=True)
+            if truncated:
+                values = self._truncate(gaps * row.inverse_temperature, row)
+                torch.sub(values, values.amax(dim=-1, keepdim=True), out=weights).exp_()
+            else:
+                torch.mul(gaps, row.inverse_temperature, out=weights).exp_()
         else:
             torch.exp(logprobs, out=weights)  # at most 1, the largest at least 1 / V
         masses = row.weights.view(-1, self.blocks, self.width).sum(dim=-1)

@@ -143,7 +143,7 @@ def test_bad_checkpoints_are_usage_errors(trained, tmp_path, capsys):
     assert main(["sample", str(trained.run_dir), "--prompt", "x" * 9000]) == 2  # beyond minds-tiny's 8192 tokens
     assert "the service rejected the request" in capsys.readouterr().err
     assert main(["chat", str(trained.run_dir), "--max-tokens", "0"]) == 2
-    assert "--max-tokens 0: must be >= 1" in capsys.readouterr().err
+    assert "--max-tokens 0: must be an integer in [1, 131072]" in capsys.readouterr().err
 
 
 def _cli(args: list[str], stdin: str = "") -> subprocess.CompletedProcess:

@@ -184,6 +184,18 @@ def test_greedy_rows_take_the_argmax_beside_tempered_rows_and_log_probs_are_at_t
     torch.testing.assert_close(draws.top_logprobs[:, 0], top.values)
 
 
+@pytest.mark.parametrize("top_k", [-1, 5])
+@pytest.mark.parametrize("temperature", [1e-10, 1e-30, 1e-45])
+def test_a_tiny_temperature_draws_the_argmax_as_greedy_does(temperature: float, top_k: int) -> None:
+    torch.manual_seed(3)
+    logits = torch.randn(8, VOCAB) * 3 + 30  # a real model's logits: far from 0, so logits / T is huge
+    rows = [settings(temperature, top_k=top_k, seed=seed) for seed in range(8)]  # the limit of T -> 0 is greedy
+    draws = draws_of(logits, rows)
+    for _ in range(3):
+        draws.draw(8, *kinds(rows))
+    assert torch.equal(draws.out_tokens[:, :3], logits.argmax(dim=-1)[:, None].expand(-1, 3)), draws.out_tokens[:, :3]
+
+
 def test_a_seeded_row_draws_the_same_tokens_in_any_slot_beside_any_rows() -> None:
     torch.manual_seed(2)
     logits = torch.randn(VOCAB).expand(4, VOCAB)
