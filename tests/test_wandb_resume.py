@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -40,19 +41,32 @@ def _records(path: Path):
             yield record
 
 
-def _offline_runs(wandb_dir: Path) -> list[tuple[str, list[int]]]:
-    """(run id, logged steps) of each offline W&B session, oldest first."""
-    out = []
-    for path in sorted((wandb_dir / "wandb").glob("offline-run-*/run-*.wandb")):
-        run_id, steps = None, []
-        for record in _records(path):
-            kind = record.WhichOneof("record_type")
-            if kind == "run":
-                run_id = record.run.run_id
-            elif kind == "history":
-                steps.append(record.history.step.num)
-        out.append((run_id, steps))
-    return out
+def _offline_run(path: Path) -> tuple[str | None, list[int], bool]:
+    """(run id, logged steps, whether the session's exit record is written) of one offline W&B session."""
+    run_id, steps, ended = None, [], False
+    for record in _records(path):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            run_id = record.run.run_id
+        elif kind == "history":
+            steps.append(record.history.step.num)
+        elif kind == "exit":
+            ended = True
+    return run_id, steps, ended
+
+
+def _offline_runs(wandb_dir: Path, wait: float = 60.0) -> list[tuple[str | None, list[int]]]:
+    """(run id, logged steps) of each offline W&B session, oldest first.
+
+    W&B's service process writes a session's file on its own time, after ``finish()`` has returned (under load a
+    file read at once held only its header), so this waits up to ``wait`` seconds for every session's exit record.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        runs = [_offline_run(path) for path in sorted((wandb_dir / "wandb").glob("offline-run-*/run-*.wandb"))]
+        if all(ended for *_, ended in runs) or time.monotonic() > deadline:
+            return [(run_id, steps) for run_id, steps, _ in runs]
+        time.sleep(0.2)
 
 
 @pytest.mark.slow
