@@ -108,6 +108,8 @@ def _load(name: str, placement: Placement) -> BaseModel:
     for group in sibling_groups(model):  # one matrix product per group in a decode step (``fast_decode``)
         if len(group) > 1:
             lay_out(group)
+    if placement.device.type == "cuda":  # the per-layer weights just replaced: cached, mem_get_info counts them used
+        torch.cuda.empty_cache()
     return BaseModel(name=name, model=model, tokenizer=tokenizer, placement=placement)
 
 
