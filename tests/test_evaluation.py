@@ -178,3 +178,24 @@ def test_an_output_that_cannot_be_written_is_refused_before_evaluating(minds_plu
         assert main(["eval", "--env", "toy_char_share", "--tasks", "1", "--samples", "1", "--output", str(output)]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err and "earlier evaluation" not in err, err
+
+
+def test_an_output_in_a_folder_that_is_not_writable_says_so(minds_plugin, tmp_path, monkeypatch, capsys):
+    import os
+
+    import minds_toy_plugin
+    from minds_core.cli.command import main
+
+    minds_plugin(minds_toy_plugin, name="toy")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    # a FAKE read-only folder: chmod binds no one when the tests run as root
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != locked and real_access(path, mode))
+    for output, message in (
+        (locked / "x.jsonl", f"--output {locked}/x.jsonl: cannot write in its folder: {locked} is not writable"),
+        (locked / "a" / "x.jsonl", f"--output {locked}/a/x.jsonl: cannot make its folder {locked}/a: {locked} is not writable"),
+    ):
+        assert main(["eval", "--env", "toy_char_share", "--tasks", "1", "--samples", "1", "--output", str(output)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err

@@ -157,10 +157,13 @@ def _check_output(output: Path) -> None:
 
     if output.is_dir():
         raise UsageError(f"--output {output}: is a folder; pass a file path, e.g. {output / 'eval.jsonl'}")
-    place = next(p for p in (output.parent.absolute(), *output.parent.absolute().parents) if p.exists())
-    why = "is a file" if not place.is_dir() else "" if os.access(place, os.W_OK | os.X_OK) else "is not writable"
-    if why:
-        raise UsageError(f"--output {output}: cannot make its folder {output.parent}: {place} {why}")
+    parent = output.parent.absolute()
+    place = next(p for p in (parent, *parent.parents) if p.exists())
+    if not place.is_dir():
+        raise UsageError(f"--output {output}: cannot make its folder {output.parent}: {place} is a file; pass another --output")
+    if not os.access(place, os.W_OK | os.X_OK):
+        what = "write in its folder" if place == parent else f"make its folder {output.parent}"
+        raise UsageError(f"--output {output}: cannot {what}: {place} is not writable; pass another --output")
 
 
 @contextlib.contextmanager
