@@ -137,7 +137,7 @@ def test_eval_name_is_one_file_name_in_the_run_folder(plugins, minds_plugin, tmp
     train(load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={runs}", "name=run", "trainer.steps=1",
                              "trainer.group_size=2", "trainer.groups_per_batch=1"]), plugins=plugins)  # fmt: skip
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    for name in ("../../escape", "a/b", str(tmp_path / "absolute"), "..", "", "x" * 300):
+    for name in ("../../escape", "a/b", str(tmp_path / "absolute"), "..", "", "x" * 300, "界" * 80):  # 240 bytes
         assert main(["eval", str(runs / "run"), "--tasks", "1", "--samples", "1", "--name", name]) == 2, name
         err = capsys.readouterr().err
         assert f"--name {name!r}: must be one file name" in err and "Traceback" not in err, err

@@ -191,9 +191,10 @@ def _check_file_name(name: str) -> None:
     from minds_core.config.schema import MAX_NAME
     from minds_core.errors import UsageError
 
-    if not name or name in (".", "..") or any(c in name for c in "/\\\0") or len(name) > MAX_NAME:
+    size = len(name.encode(errors="surrogateescape"))  # bytes: what it makes (.NAME-2.summary.json.tmp) within 255
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0") or size > MAX_NAME:
         raise UsageError(
-            f"--name {name!r}: must be one file name (no / or \\, not . or .., at most {MAX_NAME} characters), "
+            f"--name {name!r}: must be one file name (no / or \\, not . or .., at most {MAX_NAME} bytes as UTF-8), "
             "as evaluations are written to <run>/eval/<name>.jsonl; to write elsewhere pass --output FILE.jsonl"
         )
 
