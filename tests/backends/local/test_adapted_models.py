@@ -135,7 +135,7 @@ class _RegrownMeanwhile(DecodeSlots):
     """Decode slots whose keys/values another thread's ``reserve`` drops (``kv = None``, before it sets the grown
     ones) right after they are first read: the interleaving of a sampler decoding while ``minds serve`` counts it."""
 
-    @property  # type: ignore[override]
+    @property
     def kv(self) -> object:
         self.__dict__["reads"] = self.__dict__.get("reads", 0) + 1
         return self.__dict__["kv"] if self.__dict__["reads"] == 1 else None
