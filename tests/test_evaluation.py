@@ -137,7 +137,7 @@ def test_eval_name_is_one_file_name_in_the_run_folder(plugins, minds_plugin, tmp
     train(load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={runs}", "name=run", "trainer.steps=1",
                              "trainer.group_size=2", "trainer.groups_per_batch=1"]), plugins=plugins)  # fmt: skip
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    for name in ("../../escape", "a/b", str(tmp_path / "absolute"), "..", "", "x" * 300):
+    for name in ("../../escape", "a/b", str(tmp_path / "absolute"), "..", "", "x" * 300, "界" * 80):  # 240 bytes
         assert main(["eval", str(runs / "run"), "--tasks", "1", "--samples", "1", "--name", name]) == 2, name
         err = capsys.readouterr().err
         assert f"--name {name!r}: must be one file name" in err and "Traceback" not in err, err
@@ -178,3 +178,24 @@ def test_an_output_that_cannot_be_written_is_refused_before_evaluating(minds_plu
         assert main(["eval", "--env", "toy_char_share", "--tasks", "1", "--samples", "1", "--output", str(output)]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err and "earlier evaluation" not in err, err
+
+
+def test_an_output_in_a_folder_that_is_not_writable_says_so(minds_plugin, tmp_path, monkeypatch, capsys):
+    import os
+
+    import minds_toy_plugin
+    from minds_core.cli.command import main
+
+    minds_plugin(minds_toy_plugin, name="toy")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    # a FAKE read-only folder: chmod binds no one when the tests run as root
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != locked and real_access(path, mode))
+    for output, message in (
+        (locked / "x.jsonl", f"--output {locked}/x.jsonl: cannot write in its folder: {locked} is not writable"),
+        (locked / "a" / "x.jsonl", f"--output {locked}/a/x.jsonl: cannot make its folder {locked}/a: {locked} is not writable"),
+    ):
+        assert main(["eval", "--env", "toy_char_share", "--tasks", "1", "--samples", "1", "--output", str(output)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err

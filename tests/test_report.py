@@ -355,3 +355,15 @@ def test_minds_report_never_writes_over_the_runs_own_files(tmp_path: Path, run_d
         assert f"-o {run / own}: that is a file of the run, not its report" in err and "Traceback" not in err, err
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before  # nothing overwritten with HTML
     assert main(["report", str(run), "-o", str(run / "again.html")]) == 0  # a report of its own name beside them is fine
+
+
+def test_minds_report_to_a_folder_says_it_is_one(tmp_path: Path, run_dir: Path, monkeypatch, capsys) -> None:
+    from minds_core.cli.command import main
+
+    run = Path(shutil.copytree(run_dir, tmp_path / "copy"))
+    monkeypatch.chdir(tmp_path)
+    for folder in (".", "/", str(run)):  # '.' and '/' have no name: a ValueError traceback (exit 1)
+        assert main(["report", str(run), "-o", folder]) == 2, folder
+        err = capsys.readouterr().err
+        assert f"-o {folder}: is a folder; pass a file path, e.g. {Path(folder) / 'report.html'}" in err, err
+        assert "Traceback" not in err

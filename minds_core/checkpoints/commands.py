@@ -157,10 +157,13 @@ def _check_output(output: Path) -> None:
 
     if output.is_dir():
         raise UsageError(f"--output {output}: is a folder; pass a file path, e.g. {output / 'eval.jsonl'}")
-    place = next(p for p in (output.parent.absolute(), *output.parent.absolute().parents) if p.exists())
-    why = "is a file" if not place.is_dir() else "" if os.access(place, os.W_OK | os.X_OK) else "is not writable"
-    if why:
-        raise UsageError(f"--output {output}: cannot make its folder {output.parent}: {place} {why}")
+    parent = output.parent.absolute()
+    place = next(p for p in (parent, *parent.parents) if p.exists())
+    if not place.is_dir():
+        raise UsageError(f"--output {output}: cannot make its folder {output.parent}: {place} is a file; pass another --output")
+    if not os.access(place, os.W_OK | os.X_OK):
+        what = "write in its folder" if place == parent else f"make its folder {output.parent}"
+        raise UsageError(f"--output {output}: cannot {what}: {place} is not writable; pass another --output")
 
 
 @contextlib.contextmanager
@@ -188,9 +191,10 @@ def _check_file_name(name: str) -> None:
     from minds_core.config.schema import MAX_NAME
     from minds_core.errors import UsageError
 
-    if not name or name in (".", "..") or any(c in name for c in "/\\\0") or len(name) > MAX_NAME:
+    size = len(name.encode(errors="surrogateescape"))  # bytes: what it makes (.NAME-2.summary.json.tmp) within 255
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0") or size > MAX_NAME:
         raise UsageError(
-            f"--name {name!r}: must be one file name (no / or \\, not . or .., at most {MAX_NAME} characters), "
+            f"--name {name!r}: must be one file name (no / or \\, not . or .., at most {MAX_NAME} bytes as UTF-8), "
             "as evaluations are written to <run>/eval/<name>.jsonl; to write elsewhere pass --output FILE.jsonl"
         )
 

@@ -54,6 +54,8 @@ def write_report(run_dir: Path, out: Path | None = None, status: str | None = No
     run_dir = Path(run_dir)
     html = render(load_run(run_dir, status))
     out = Path(out) if out is not None else run_dir / REPORT_FILE
+    if out.is_dir():
+        raise UsageError(f"-o {out}: is a folder; pass a file path, e.g. {out / REPORT_FILE}")
     if out.is_file() and out.suffix != ".html" and out.resolve().is_relative_to(run_dir.resolve()):
         raise UsageError(
             f"-o {out}: that is a file of the run, not its report; write the report to a .html file "

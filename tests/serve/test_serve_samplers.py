@@ -135,6 +135,25 @@ def test_using_a_sampler_makes_it_the_last_to_be_dropped(local: ServiceClient) -
         loop.sample(newer)
 
 
+def test_a_sampler_dropped_while_it_decodes_answers_its_running_request(local: ServiceClient) -> None:
+    loop = Loop(Engine(local, [DEFAULT_BASE_MODEL], ServeLimits(), SamplerBudget(max_samplers=1)))
+    old = loop.new_sampler()
+    tree = loop.local_sampler(old)._sampler.model
+    slots = DecodeSlots.for_model(tree, 1)
+    request = types.SampleRequest(
+        sampling_session_id=old, prompt=types.ModelInput.from_ints([5, 70, 71, 72]), num_samples=2, sampling_params=PARAMS
+    )
+    with slots.lock:  # the request is running: its decode waits for the slots, which this test holds meanwhile
+        running = loop.engine.sample(request, CLIENT)
+        new = loop.new_sampler()  # counting the old one's bytes must not wait for its slots' lock
+        assert loop.kept() == [new]
+        assert loop.local_sampler(new)._sampler.model is not tree  # not handed on while a request still decodes on it
+    response = loop._result(running)
+    assert [len(sequence.tokens) for sequence in response.sequences] == [6, 6]  # answered in full, though dropped
+    with pytest.raises(NotFound, match="was dropped"):
+        loop.sample(old)
+
+
 def test_a_base_model_sampler_holds_nothing_of_its_own(local: ServiceClient) -> None:
     sampler = local.create_sampling_client(base_model=DEFAULT_BASE_MODEL).result()
     sampler.sample(types.ModelInput.from_ints([5, 70, 71]), 2, PARAMS).result()

@@ -101,9 +101,11 @@ class DecodeSlots:
     def held(self) -> list[torch.Tensor]:
         """Every tensor these slots hold or read: keys/values, sampling state, the fast decoder's (the model's
         weights among them; ``held_bytes`` leaves out what is shared). A captured graph's private pool of
-        intermediates is not among them."""
-        tensors = [*(self.kv.held() if self.kv is not None else ()), *(self.draws.held() if self.draws is not None else ())]
-        return tensors + (self._fast.held() if self._fast is not None else [])
+        intermediates is not among them. Safe without ``lock`` (which a whole decode batch holds): each buffer is
+        read once, as ``reserve`` on another thread may drop it meanwhile."""
+        kv, draws, fast = self.kv, self.draws, self._fast
+        tensors = [*(kv.held() if kv is not None else ()), *(draws.held() if draws is not None else ())]
+        return tensors + (fast.held() if fast is not None else [])
 
     @property
     def slots(self) -> int:

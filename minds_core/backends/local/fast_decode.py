@@ -182,7 +182,8 @@ class FastDecoder:
         for layer in self.layers:
             tensors += [layer.input_norm, layer.post_norm, *([] if layer.qk_norm is None else [layer.qk_norm])]
         for projection in self._projections():
-            tensors += [*projection.weights, *(bias for bias in projection.biases if bias is not None)]
+            biases = [*projection.biases, projection.bias]  # ``bias``: the joined biases' copy
+            tensors += [*projection.weights, *(bias for bias in biases if bias is not None)]
             tensors += [t for t in (projection.lora_a, projection.lora_b) if t is not None]
         return tensors
 

@@ -105,9 +105,12 @@ def _load(name: str, placement: Placement) -> BaseModel:
         ) from exc
     model.requires_grad_(False)
     model.eval()
+    # Laid out on their way to the device, not once there: there the per-layer weights they replace would stay in
+    # torch's cache, which mem_get_info counts as used (and emptying it is unsafe while a thread captures a graph).
     for group in sibling_groups(model):  # one matrix product per group in a decode step (``fast_decode``)
         if len(group) > 1:
-            lay_out(group)
+            lay_out(group, placement.device)
+    model.to(placement.device)  # the rest (tensors there already stay as they are: views of their buffer)
     return BaseModel(name=name, model=model, tokenizer=tokenizer, placement=placement)
 
 
@@ -119,7 +122,7 @@ def _from_pretrained(
     model = AutoModelForCausalLM.from_pretrained(
         source, dtype=placement.dtype, attn_implementation=ATTENTION, local_files_only=local_files_only
     )
-    return tokenizer, model.to(placement.device)
+    return tokenizer, model  # on the CPU: ``_load`` moves it
 
 
 def _locate(name: str) -> str:

@@ -158,7 +158,7 @@ class SamplingEngine:
                 f"prompt ({prompt_length} tokens) + max_tokens ({max_tokens}) exceeds the "
                 f"{self.base.max_length}-token context of {self.base.name!r}"
             )
-        if params.temperature < 0:
+        if not params.temperature >= 0:  # NaN too
             problems.append(f"temperature must be 0 (greedy) or more, got {params.temperature}")
         if not 0 < params.top_p <= 1:
             problems.append(f"top_p must be in (0, 1], got {params.top_p}")

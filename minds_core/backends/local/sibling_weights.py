@@ -42,12 +42,12 @@ def sibling_groups(model: nn.Module, names: Iterable[str] | None = None) -> list
 
 
 @torch.no_grad()
-def lay_out(group: Sequence[nn.Linear]) -> None:
-    """Give the layers of ``group`` (one of ``sibling_groups``) weights in one new buffer, back to back in order:
-    each ``weight`` a frozen Parameter viewing its rows, holding the values it had (LoRA trains factors beside a
-    weight, never the weight itself)."""
+def lay_out(group: Sequence[nn.Linear], device: torch.device | None = None) -> None:
+    """Give the layers of ``group`` (one of ``sibling_groups``) weights in one new buffer on ``device`` (default:
+    theirs), back to back in order: each ``weight`` a frozen Parameter viewing its rows, holding the values it had
+    (LoRA trains factors beside a weight, never the weight itself)."""
     first = group[0].weight
-    buffer = first.new_empty(sum(module.weight.shape[0] for module in group), first.shape[1])
+    buffer = first.new_empty(sum(module.weight.shape[0] for module in group), first.shape[1], device=device)
     start = 0
     for module in group:
         weight = module.weight

@@ -11,6 +11,7 @@ import torch
 from tinker import types
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, TrainingClient
+from minds_core.backends.local.decode_slots import DecodeSlots
 from minds_core.backends.local.held_bytes import storage_bytes
 from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
 from minds_core.backends.local.models import BaseModelRegistry
@@ -128,3 +129,29 @@ def test_a_samplers_held_bytes_are_the_memory_its_tensors_took(trainer: Training
     sampler.sample(prompt, 8, params).result()
     assert sampler.held_bytes > 1.03 * fresh  # and now its decode buffers
     assert sampler.held_bytes == pytest.approx(_live_tensor_bytes(base) - before, rel=0.01)
+
+
+class _RegrownMeanwhile(DecodeSlots):
+    """Decode slots whose keys/values another thread's ``reserve`` drops (``kv = None``, before it sets the grown
+    ones) right after they are first read: the interleaving of a sampler decoding while ``minds serve`` counts it."""
+
+    @property
+    def kv(self) -> object:
+        self.__dict__["reads"] = self.__dict__.get("reads", 0) + 1
+        return self.__dict__["kv"] if self.__dict__["reads"] == 1 else None
+
+    @kv.setter
+    def kv(self, value: object) -> None:
+        self.__dict__["kv"] = value
+
+
+def test_held_bytes_can_be_read_while_the_decode_buffers_are_replaced(trainer: TrainingClient) -> None:
+    sampler = trainer.save_weights_and_get_sampling_client().result()
+    sampler.sample(types.ModelInput.from_ints([5, 70, 71]), 2, types.SamplingParams(max_tokens=4, seed=0)).result()
+    slots = sampler._sampler._batch.slots
+    with_kv = sampler.held_bytes
+    slots.__class__ = _RegrownMeanwhile  # the slots are read without their lock, which a whole decode batch holds
+    try:
+        assert 0 < sampler.held_bytes <= with_kv
+    finally:
+        slots.__class__ = DecodeSlots

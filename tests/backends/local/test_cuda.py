@@ -271,3 +271,28 @@ def test_prompt_sharing_follows_the_times_measured_on_the_gpu(gpu_trainer: Train
     assert measured["ms_per_ktoken_sharing:mean"] > 0 and measured["ms_per_ktoken_whole:mean"] > 0
     faster = measured["ms_per_ktoken_sharing:mean"] <= measured["ms_per_ktoken_whole:mean"]
     assert outputs[-1]["prompt_sharing:mean"] == float(faster)
+
+
+def test_laying_out_a_base_at_load_leaves_no_second_copy_of_its_weights_cached(tmp_path: Path) -> None:
+    """Sibling weights are laid out at load in new buffers (``sibling_weights``); the per-layer ones they replace,
+    freed, must not stay in torch's cache: ``torch.cuda.mem_get_info``, which sizes the decode buffers and
+    ``minds serve``'s sampler budget, does not count cached memory as free."""
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    from minds_core.backends.local.models import BaseModelRegistry
+    from minds_core.backends.local.tiny_model import tiny_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=2048, intermediate_size=8192, num_hidden_layers=2,
+        num_attention_heads=16, num_key_value_heads=4, head_dim=128, tie_word_embeddings=True,
+    )  # fmt: skip
+    Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(tmp_path)  # gate/up 32 MiB each: blocks of their own
+    tokenizer.save_pretrained(tmp_path)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    reserved = torch.cuda.memory_reserved()
+    base = BaseModelRegistry(resolve_placement("cuda")).get(str(tmp_path))
+    weights = sum(p.numel() * p.element_size() for p in base.model.parameters())
+    grown = torch.cuda.memory_reserved() - reserved
+    assert grown < 1.1 * weights + (32 << 20), (grown, weights)  # the replaced gate/up kept cached: ~1.5 x weights

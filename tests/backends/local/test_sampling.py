@@ -189,6 +189,8 @@ async def test_base_model_sampler_equals_a_fresh_adapter(
         ([1, 2], 0, types.SamplingParams(max_tokens=4), "num_samples"),
         ([1, 2], 1, types.SamplingParams(max_tokens=10**6), "exceeds"),
         ([1, 2], 1, types.SamplingParams(max_tokens=4, top_p=0), "top_p"),
+        # NaN (JSON's NaN, which minds serve's parser takes) compares false: it drew token 0 every time
+        ([1, 2], 1, types.SamplingParams(max_tokens=4, temperature=float("nan")), "temperature must be 0 .greedy. or more, got nan"),
     ],
 )
 def test_bad_sampling_requests_fail_alone(sampler: SamplingClient, prompt, num_samples, params, message) -> None:

@@ -108,6 +108,8 @@ def test_qkv_biases_join_the_product() -> None:
     fast = FastDecoder.for_model(model)
     assert fast is not None and all(fused(fast))
     assert fast.layers[0].qkv.bias is not None and fast.layers[0].gate_up.bias is None
+    held = {id(t) for t in fast.held()}
+    assert all(id(layer.qkv.bias) in held for layer in fast.layers)  # the joined biases: copies the decoder holds
     assert_same_steps(model, fast, unfused)
     theirs = steps(model, PROMPTS, _ModelForward(model), 3)  # and transformers' own forward over the laid-out model
     for got, expected in zip(steps(model, PROMPTS, fast.forward, 3), theirs, strict=True):
