@@ -29,6 +29,7 @@ import tinker
 from tinker import types
 
 from minds_core.backends.local import ServiceClient, TrainingClient
+from minds_core.backends.local.catalog import capabilities
 from minds_core.backends.local.checkpoints import parse_path
 from minds_core.backends.local.losses import LOSSES
 
@@ -188,11 +189,7 @@ class Engine:
         return open_
 
     def capabilities(self) -> types.GetServerCapabilitiesResponse:
-        return types.GetServerCapabilitiesResponse(
-            supported_models=[
-                types.SupportedModel(model_name=name, trainable=True, sampleable=True) for name in self.models
-            ]
-        )
+        return capabilities(self.models)
 
     # -- training runs ----------------------------------------------------------------
     def create_model(self, request: types.CreateModelRequest, owner: str) -> types.UntypedAPIFuture:

@@ -59,6 +59,24 @@ def clients(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[An
     service.close("success").result(timeout=30)
 
 
+def test_the_quickstarts_list_of_supported_models_names_the_models_it_trains(clients: tuple[Any, Any]) -> None:
+    # Tinker's quickstart begins by listing the models: the RestClient's way and the deprecated ServiceClient one
+    service, rest = clients
+    names = [model.model_name for model in rest.get_server_capabilities().result().supported_models]
+    assert names == ["minds-tiny"]
+    with pytest.warns(FutureWarning, match="get_server_capabilities"):
+        deprecated = service.get_server_capabilities()
+    assert [model.model_name for model in deprecated.supported_models] == names
+    with pytest.warns(FutureWarning, match="get_server_capabilities_async"):
+        answered = asyncio.run(service.get_server_capabilities_async())
+    assert [model.model_name for model in answered.supported_models] == names
+    assert asyncio.run(_awaited(rest.get_server_capabilities())).supported_models[0].trainable
+
+
+async def _awaited(future: Any) -> Any:
+    return await future
+
+
 def test_user_metadata_of_a_run_comes_back_with_its_training_run(clients: tuple[Any, Any]) -> None:
     service, rest = clients
     metadata = {"renderer_name": "qwen3", "created_by": "a cookbook loop"}

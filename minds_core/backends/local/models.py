@@ -84,6 +84,11 @@ class BaseModelRegistry:
                 self._models[name] = _load(name, self.placement)
             return self._models[name]
 
+    def loaded(self) -> list[str]:
+        """The names of the models loaded so far, in the order they were first asked for."""
+        with self._lock:
+            return list(self._models)
+
 
 def _load(name: str, placement: Placement) -> BaseModel:
     source = _locate(name)
