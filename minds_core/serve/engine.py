@@ -189,7 +189,9 @@ class Engine:
         return open_
 
     def capabilities(self) -> types.GetServerCapabilitiesResponse:
-        return capabilities(self.models)
+        """The in-process answer (which knows each loaded model's context), for the served models only."""
+        known = {m.model_name: m.max_context_length for m in self.rest.get_server_capabilities().result().supported_models}
+        return capabilities({name: known.get(name) for name in self.models})
 
     # -- training runs ----------------------------------------------------------------
     def create_model(self, request: types.CreateModelRequest, owner: str) -> types.UntypedAPIFuture:

@@ -27,7 +27,7 @@ import tinker
 import torch
 from peft import PeftModel
 from tinker import types
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from minds_core.backends.local import ServiceClient
 from minds_core.backends.local.tiny_model import tiny_model_path
@@ -62,15 +62,18 @@ def clients(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[An
 def test_the_quickstarts_list_of_supported_models_names_the_models_it_trains(clients: tuple[Any, Any]) -> None:
     # Tinker's quickstart begins by listing the models: the RestClient's way and the deprecated ServiceClient one
     service, rest = clients
-    names = [model.model_name for model in rest.get_server_capabilities().result().supported_models]
-    assert names == ["minds-tiny"]
+    service.create_lora_training_client("minds-tiny", rank=4).result()
+    (listed,) = rest.get_server_capabilities().result().supported_models
+    names = [listed.model_name]
+    assert names == ["minds-tiny"] and listed.trainable and listed.sampleable
+    assert listed.max_context_length == AutoConfig.from_pretrained(tiny_model_path()).max_position_embeddings
     with pytest.warns(FutureWarning, match="get_server_capabilities"):
         deprecated = service.get_server_capabilities()
     assert [model.model_name for model in deprecated.supported_models] == names
     with pytest.warns(FutureWarning, match="get_server_capabilities_async"):
         answered = asyncio.run(service.get_server_capabilities_async())
     assert [model.model_name for model in answered.supported_models] == names
-    assert asyncio.run(_awaited(rest.get_server_capabilities())).supported_models[0].trainable
+    assert asyncio.run(_awaited(rest.get_server_capabilities())).supported_models == [listed]
 
 
 async def _awaited(future: Any) -> Any:

@@ -9,7 +9,7 @@ checkpoints are left out (each listing sweeps them away first).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,11 +24,12 @@ __all__ = ["Catalog", "capabilities"]
 _TYPES: dict[str, types.CheckpointType] = {"weights": "training", "sampler_weights": "sampler", "external_weights": "external"}
 
 
-def capabilities(model_names: Iterable[str]) -> types.GetServerCapabilitiesResponse:
-    """The SDK's ``get_server_capabilities`` answer: each of ``model_names`` (once), trainable and sampleable."""
+def capabilities(context_lengths: Mapping[str, int | None]) -> types.GetServerCapabilitiesResponse:
+    """The SDK's ``get_server_capabilities`` answer: each model (by name, with its context when known), trainable and sampleable."""
     return types.GetServerCapabilitiesResponse(
         supported_models=[
-            types.SupportedModel(model_name=name, trainable=True, sampleable=True) for name in dict.fromkeys(model_names)
+            types.SupportedModel(model_name=name, max_context_length=length, trainable=True, sampleable=True)
+            for name, length in context_lengths.items()
         ]
     )
 

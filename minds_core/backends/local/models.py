@@ -84,10 +84,10 @@ class BaseModelRegistry:
                 self._models[name] = _load(name, self.placement)
             return self._models[name]
 
-    def loaded(self) -> list[str]:
-        """The names of the models loaded so far, in the order they were first asked for."""
+    def context_lengths(self) -> dict[str, int]:
+        """Each model loaded so far (in the order first asked for) and its longest sequence."""
         with self._lock:
-            return list(self._models)
+            return {name: model.max_length for name, model in self._models.items()}
 
 
 def _load(name: str, placement: Placement) -> BaseModel:

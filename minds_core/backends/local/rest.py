@@ -9,7 +9,7 @@ are shared with ``minds serve`` (``catalog``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Literal, TypeVar
 
@@ -35,16 +35,19 @@ class RestClient:
     """Checkpoints and training runs under one local checkpoint root, through the SDK's ``RestClient`` API."""
 
     def __init__(
-        self, store: CheckpointStore, model_names: Callable[[], Iterable[str]] = lambda: [DEFAULT_BASE_MODEL]
+        self,
+        store: CheckpointStore,
+        context_lengths: Callable[[], Mapping[str, int | None]] = lambda: {DEFAULT_BASE_MODEL: None},
     ) -> None:
         self._catalog = Catalog(store)
-        self._model_names = model_names
+        self._context_lengths = context_lengths
 
     def get_server_capabilities(self) -> APIFuture[types.GetServerCapabilitiesResponse]:
         """The models to train and sample: ``minds-tiny`` and every other base model the service has loaded.
 
-        Any model directory or hub id loads on first use, so the list is of those known, not a limit."""
-        return _answer(lambda: capabilities(self._model_names()))
+        Any model directory or hub id loads on first use, so the list is of those known, not a limit; a
+        model's ``max_context_length`` is known once it is loaded."""
+        return _answer(lambda: capabilities(self._context_lengths()))
 
     def list_checkpoints(self, training_run_id: types.ModelID) -> APIFuture[types.CheckpointsListResponse]:
         """The run's checkpoints (training and sampler), newest first."""

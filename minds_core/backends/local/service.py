@@ -163,7 +163,7 @@ class ServiceClient:
         talks HTTP; locally this method is the way to one, so it does not warn.
         """
         self._check_open()
-        return RestClient(self._runtime.store, lambda: [DEFAULT_BASE_MODEL, *self._runtime.models.loaded()])
+        return RestClient(self._runtime.store, lambda: {DEFAULT_BASE_MODEL: None, **self._runtime.models.context_lengths()})
 
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
         """Deprecated, as in the SDK (``FutureWarning``): ``create_rest_client().get_server_capabilities().result()``."""
