@@ -117,3 +117,16 @@ def test_top_k_prompt_and_sample_logprobs_match_the_in_process_backend(service, 
     for mine, theirs in zip(got.sequences, want.sequences, strict=True):
         assert mine.topk_logprobs is not None and theirs.topk_logprobs is not None
         assert [[t for t, _ in row] for row in mine.topk_logprobs] == [[t for t, _ in row] for row in theirs.topk_logprobs]
+
+
+def test_a_one_token_prompt_scores_as_none_alone_in_both(service, local) -> None:
+    # a prompt of just the BOS token has no position to score: [None], as the SDK documents element 0
+    for client in (service, local):
+        sampler = client.create_sampling_client(base_model="minds-tiny").result()
+        assert sampler.compute_logprobs(types.ModelInput.from_ints([5])).result() == [None]
+        response = sampler.sample(
+            types.ModelInput.from_ints([5]), 1, types.SamplingParams(max_tokens=2, seed=0),
+            include_prompt_logprobs=True, topk_prompt_logprobs=2,
+        ).result()  # fmt: skip
+        assert response.prompt_logprobs == [None] and response.topk_prompt_logprobs == [None]
+        assert len(response.sequences[0].tokens) == 2

@@ -143,5 +143,5 @@ def _locate(name: str) -> str:
 def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """``log p(target)`` at each position: logits ``[T, V]``, targets ``[T]`` or ``[T, K]``."""
     logits = logits.float()
-    picked = logits.gather(-1, targets.reshape(targets.shape[0], -1))
+    picked = logits.gather(-1, targets.unsqueeze(-1) if targets.dim() == 1 else targets)  # [T, 1] or [T, K], T may be 0
     return (picked - torch.logsumexp(logits, dim=-1, keepdim=True)).reshape(targets.shape)
