@@ -120,6 +120,7 @@ class Engine:
         self._lock = threading.Lock()
         self._tokenizer_lock = threading.Lock()
         self._sessions: dict[str, tuple[str, bool]] = {}  # session id -> (owner, still open)
+        self._session_names: dict[str, types.CreateSessionRequest] = {}  # session id -> its user_metadata, display_name
         self._runs: dict[str, _Run] = {}
         budget = budget or SamplerBudget()
         self.samplers = KeptSamplers(budget.memory_bytes(service.device), budget.max_samplers)
@@ -145,9 +146,11 @@ class Engine:
 
     # -- sessions ------------------------------------------------------------------
     def create_session(self, request: types.CreateSessionRequest, owner: str) -> types.CreateSessionResponse:
+        self.limits.check_session(request)
         session_id = f"minds-{uuid.uuid4().hex[:12]}"
         with self._lock:
             self._sessions[session_id] = (owner, True)
+            self._session_names[session_id] = request
         return types.CreateSessionResponse(session_id=session_id)
 
     def heartbeat(self, session_id: str, owner: str) -> dict[str, str]:
@@ -171,7 +174,13 @@ class Engine:
         with self._lock:
             runs = [key for key, run in self._runs.items() if run.session_id == session_id]
             samplers = self.samplers.ids(f"{session_id}:")
-        return types.GetSessionResponse(training_run_ids=runs, sampler_ids=samplers)
+            created = self._session_names[session_id]
+        return types.GetSessionResponse(
+            training_run_ids=runs,
+            sampler_ids=samplers,
+            user_metadata=created.user_metadata,
+            display_name=created.display_name,
+        )
 
     def list_sessions(self, limit: int, offset: int, owner: str) -> types.ListSessionsResponse:
         """One page of the client's sessions, newest first."""

@@ -80,6 +80,23 @@ async def _awaited(future: Any) -> Any:
     return await future
 
 
+def test_a_sessions_metadata_and_display_name_come_back_from_get_session(served: Served) -> None:
+    # the cookbook names its session (session_name) and tags it with the recipe's metadata
+    service = tinker.ServiceClient(base_url=served.url, api_key=KEY, user_metadata={"recipe": "rl_basic"}, display_name="my run")
+    try:
+        trainer = service.create_lora_training_client("minds-tiny", rank=4).result()
+        session = tinker.RestClient(base_url=served.url, api_key=KEY).get_session(service.holder.get_session_id()).result()
+        assert (session.user_metadata, session.display_name) == ({"recipe": "rl_basic"}, "my run")
+        assert session.training_run_ids == [trainer.model_id]
+    finally:
+        service.close("success").result(timeout=30)
+    # the server keeps them while it runs: past its bound, a session is refused, saying which limit
+    with pytest.raises(tinker.BadRequestError, match="max_session_metadata_bytes"):
+        tinker.ServiceClient(base_url=served.url, api_key=KEY, user_metadata={"blob": "x" * 70_000}).create_lora_training_client(
+            "minds-tiny", rank=4
+        ).result()
+
+
 def test_user_metadata_of_a_run_comes_back_with_its_training_run(clients: tuple[Any, Any]) -> None:
     service, rest = clients
     metadata = {"renderer_name": "qwen3", "created_by": "a cookbook loop"}
