@@ -333,14 +333,14 @@ class Engine:
         if request.base_model is not None:
             self._check_base_model(request.base_model)
         self._check_room()
-        model_id = f"{request.session_id}:train:{request.model_seq_id}"
-        metadata = _str_metadata(request.user_metadata)
-        if request.optimizer:
-            local = self.service.create_training_client_from_state_with_optimizer(
-                request.path, request.base_model, user_metadata=metadata
-            )
-        else:
-            local = self.service.create_training_client_from_state(request.path, request.base_model, user_metadata=metadata)
+        model_id = f"{request.session_id}:train:{request.model_seq_id}"  # the SDK derives it: the run must carry it
+        local = self.service._from_state(
+            request.path,
+            request.base_model,
+            _str_metadata(request.user_metadata),
+            with_optimizer=bool(request.optimizer),
+            run_id=model_id,
+        )
 
         def register(client: TrainingClient) -> types.LoadWeightsResponse:
             self.owners.claim(client.model_id, owner)

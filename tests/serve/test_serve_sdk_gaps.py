@@ -97,6 +97,22 @@ def test_a_sessions_metadata_and_display_name_come_back_from_get_session(served:
         ).result()
 
 
+def test_a_run_made_from_a_checkpoint_is_found_by_its_model_id(clients: tuple[Any, Any]) -> None:
+    # the SDK names such a run itself (session:train:N, "the same model id the server derives"): its
+    # checkpoints and its training run must be found by that id, as a resumed cookbook run looks them up
+    service, rest = clients
+    saved = service.create_lora_training_client("minds-tiny", rank=4, seed=0).result().save_state("first").result().path
+    for resumed in (
+        service.create_training_client_from_state(saved).result(),
+        service.create_training_client_from_state_with_optimizer(saved).result(),
+    ):
+        again = resumed.save_state("again").result().path
+        assert again == f"tinker://{resumed.model_id}/weights/again"
+        assert resumed.get_info().model_id == resumed.model_id
+        assert rest.get_training_run(resumed.model_id).result().training_run_id == resumed.model_id
+        assert [c.tinker_path for c in rest.list_checkpoints(resumed.model_id).result().checkpoints] == [again]
+
+
 def test_user_metadata_of_a_run_comes_back_with_its_training_run(clients: tuple[Any, Any]) -> None:
     service, rest = clients
     metadata = {"renderer_name": "qwen3", "created_by": "a cookbook loop"}

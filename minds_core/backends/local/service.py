@@ -223,7 +223,9 @@ class ServiceClient:
         *,
         with_optimizer: bool,
         optimizer: types.OptimizerConfig | None = None,
+        run_id: str | None = None,
     ) -> BackcompatTrainingClientFuture:
+        """A run from the checkpoint at ``path``; ``minds serve`` names it ``run_id``, the id the SDK derives for it."""
         self._check_open()
 
         def build() -> TrainingEngine:
@@ -234,7 +236,9 @@ class ServiceClient:
             trainer.load_state(checkpoint.adapter, checkpoint.optimizer)
             return trainer
 
-        return BackcompatTrainingClientFuture(TrainingClient(self._runtime, _new_run_id())._start(build, user_metadata))
+        return BackcompatTrainingClientFuture(
+            TrainingClient(self._runtime, run_id or _new_run_id())._start(build, user_metadata)
+        )
 
     def _check_open(self) -> None:
         if self._closed:
