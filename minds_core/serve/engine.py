@@ -29,6 +29,7 @@ import tinker
 from tinker import types
 
 from minds_core.backends.local import ServiceClient, TrainingClient
+from minds_core.backends.local.catalog import capabilities
 from minds_core.backends.local.checkpoints import parse_path
 from minds_core.backends.local.losses import LOSSES
 
@@ -119,6 +120,7 @@ class Engine:
         self._lock = threading.Lock()
         self._tokenizer_lock = threading.Lock()
         self._sessions: dict[str, tuple[str, bool]] = {}  # session id -> (owner, still open)
+        self._session_names: dict[str, types.CreateSessionRequest] = {}  # session id -> its user_metadata, display_name
         self._runs: dict[str, _Run] = {}
         budget = budget or SamplerBudget()
         self.samplers = KeptSamplers(budget.memory_bytes(service.device), budget.max_samplers)
@@ -144,9 +146,11 @@ class Engine:
 
     # -- sessions ------------------------------------------------------------------
     def create_session(self, request: types.CreateSessionRequest, owner: str) -> types.CreateSessionResponse:
+        self.limits.check_session(request)
         session_id = f"minds-{uuid.uuid4().hex[:12]}"
         with self._lock:
             self._sessions[session_id] = (owner, True)
+            self._session_names[session_id] = request
         return types.CreateSessionResponse(session_id=session_id)
 
     def heartbeat(self, session_id: str, owner: str) -> dict[str, str]:
@@ -170,7 +174,13 @@ class Engine:
         with self._lock:
             runs = [key for key, run in self._runs.items() if run.session_id == session_id]
             samplers = self.samplers.ids(f"{session_id}:")
-        return types.GetSessionResponse(training_run_ids=runs, sampler_ids=samplers)
+            created = self._session_names[session_id]
+        return types.GetSessionResponse(
+            training_run_ids=runs,
+            sampler_ids=samplers,
+            user_metadata=created.user_metadata,
+            display_name=created.display_name,
+        )
 
     def list_sessions(self, limit: int, offset: int, owner: str) -> types.ListSessionsResponse:
         """One page of the client's sessions, newest first."""
@@ -188,11 +198,9 @@ class Engine:
         return open_
 
     def capabilities(self) -> types.GetServerCapabilitiesResponse:
-        return types.GetServerCapabilitiesResponse(
-            supported_models=[
-                types.SupportedModel(model_name=name, trainable=True, sampleable=True) for name in self.models
-            ]
-        )
+        """The in-process answer (which knows each loaded model's context), for the served models only."""
+        known = {m.model_name: m.max_context_length for m in self.rest.get_server_capabilities().result().supported_models}
+        return capabilities({name: known.get(name) for name in self.models})
 
     # -- training runs ----------------------------------------------------------------
     def create_model(self, request: types.CreateModelRequest, owner: str) -> types.UntypedAPIFuture:
@@ -325,14 +333,14 @@ class Engine:
         if request.base_model is not None:
             self._check_base_model(request.base_model)
         self._check_room()
-        model_id = f"{request.session_id}:train:{request.model_seq_id}"
-        metadata = _str_metadata(request.user_metadata)
-        if request.optimizer:
-            local = self.service.create_training_client_from_state_with_optimizer(
-                request.path, request.base_model, user_metadata=metadata
-            )
-        else:
-            local = self.service.create_training_client_from_state(request.path, request.base_model, user_metadata=metadata)
+        model_id = f"{request.session_id}:train:{request.model_seq_id}"  # the SDK derives it: the run must carry it
+        local = self.service._from_state(
+            request.path,
+            request.base_model,
+            _str_metadata(request.user_metadata),
+            with_optimizer=bool(request.optimizer),
+            run_id=model_id,
+        )
 
         def register(client: TrainingClient) -> types.LoadWeightsResponse:
             self.owners.claim(client.model_id, owner)

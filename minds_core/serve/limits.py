@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,9 @@ class ServeLimits:
     )
     max_lora_rank: int = _limit(256, "highest LoRA rank create_model accepts")
     max_training_runs: int = _limit(64, "most training runs alive at once, all clients together (a finished session frees its runs)")
+    max_session_metadata_bytes: int = _limit(
+        1 << 16, "most bytes of user_metadata and display_name (as JSON) a session may carry; each is kept while the server runs"
+    )
     max_pending_requests: int = _limit(1024, "most unfinished requests (queued or running) one API key may have; more are answered 429")
     backlog: int = _limit(128, "listen backlog: connections the system holds while the server accepts others")
     max_connections: int = _limit(512, "most connections served at once; more are closed at accept (clients retry)")
@@ -60,6 +64,12 @@ class ServeLimits:
         """A new LoRA run of ``rank``."""
         if not 1 <= rank <= self.max_lora_rank:
             raise self._refusal("lora_config.rank", rank, "max_lora_rank", low=1)
+
+    def check_session(self, request: types.CreateSessionRequest) -> None:
+        """A new session's ``user_metadata`` and ``display_name``, which the server keeps for ``get_session``."""
+        size = len(json.dumps([request.user_metadata, request.display_name]).encode())
+        if size > self.max_session_metadata_bytes:
+            raise self._refusal("the session's user_metadata and display_name, in bytes", size, "max_session_metadata_bytes")
 
     def check_sample(self, request: types.SampleRequest) -> None:
         """A sample request: sample count, tokens to generate, the whole batch, top-k and target tensors."""

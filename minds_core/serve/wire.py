@@ -15,6 +15,7 @@ import numpy as np
 import zstandard
 from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
+from tinker.types.topk_logprobs import TopkLogprobs
 
 from .errors import BadRequest, PayloadTooLarge
 from .limits import ServeLimits
@@ -187,19 +188,17 @@ def _floats(values: Any) -> bytes:
     return np.asarray([np.nan if value is None else value for value in values], dtype=np.float32).tobytes()
 
 
-def _topk(rows: Any) -> pb.TopkLogprobs | None:
-    """``[[(token, logprob), ...], ...]`` (None rows allowed) as a dense ``TopkLogprobs``."""
-    if not rows:
+def _topk(topk: TopkLogprobs | None) -> pb.TopkLogprobs | None:
+    """The SDK's dense top-k matrices (empty positions already hold its sentinel) as a ``TopkLogprobs`` message."""
+    if topk is None or topk.token_ids.size == 0:
         return None
-    k = max((len(row) for row in rows if row), default=0)
-    if k == 0:
-        return None
-    ids = np.zeros((len(rows), k), dtype=np.int32)
-    logprobs = np.full((len(rows), k), np.nan, dtype=np.float32)
-    for i, row in enumerate(rows):
-        for j, (token, logprob) in enumerate(row or []):
-            ids[i, j], logprobs[i, j] = token, logprob
-    return pb.TopkLogprobs(token_ids=ids.tobytes(), logprobs=logprobs.tobytes(), k=k, length=len(rows))
+    length, k = topk.token_ids.shape
+    return pb.TopkLogprobs(
+        token_ids=np.ascontiguousarray(topk.token_ids, dtype=np.int32).tobytes(),
+        logprobs=np.ascontiguousarray(topk.logprobs, dtype=np.float32).tobytes(),
+        k=k,
+        length=length,
+    )
 
 
 def encode_sample(response: types.SampleResponse) -> bytes:
@@ -212,12 +211,12 @@ def encode_sample(response: types.SampleResponse) -> bytes:
         )
         if sequence.logprobs is not None:
             item.logprobs = _floats(sequence.logprobs)
-        topk = _topk(sequence.topk_logprobs)
+        topk = _topk(sequence.topk_logprobs_np)
         if topk is not None:
             item.topk_sampled_logprobs.CopyFrom(topk)
     if response.prompt_logprobs is not None:
         message.prompt_logprobs = _floats(response.prompt_logprobs)
-    topk = _topk(response.topk_prompt_logprobs)
+    topk = _topk(response.topk_prompt_logprobs_np)
     if topk is not None:
         message.topk_prompt_logprobs.CopyFrom(topk)
     if response.target_prompt_logprobs is not None:

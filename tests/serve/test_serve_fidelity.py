@@ -95,3 +95,38 @@ def test_ttl_weights_info_and_delete_through_the_sdks_rest_client(served, servic
     assert rest.list_checkpoints(trainer.model_id).result().checkpoints == []
     with pytest.raises(tinker.NotFoundError):
         rest.delete_checkpoint(trainer.model_id, "sampler_weights/kept").result()
+
+
+def test_top_k_prompt_and_sample_logprobs_match_the_in_process_backend(service, local, tokens) -> None:
+    # the SDK marks a position without top-k entries (the prompt's first) by its sentinel, read back as None
+    served = service.create_sampling_client(base_model="minds-tiny").result()
+    in_process = local.create_sampling_client(base_model="minds-tiny").result()
+    prompt, params = types.ModelInput.from_ints(tokens(8, 5)), types.SamplingParams(max_tokens=3, seed=2)
+    asked = {"include_prompt_logprobs": True, "topk_prompt_logprobs": 3, "topk_sample_logprobs": 2}
+    got = served.sample(prompt, 2, params, **asked).result()
+    want = in_process.sample(prompt, 2, params, **asked).result()
+    assert want.topk_prompt_logprobs is not None and want.topk_prompt_logprobs[0] is None
+    assert got.topk_prompt_logprobs is not None and got.topk_prompt_logprobs[0] is None
+    ids = [[t for t, _ in row] for row in want.topk_prompt_logprobs[1:]]
+    assert [[t for t, _ in row] for row in got.topk_prompt_logprobs[1:]] == ids
+    np.testing.assert_allclose(
+        [[lp for _, lp in row] for row in got.topk_prompt_logprobs[1:]],
+        [[lp for _, lp in row] for row in want.topk_prompt_logprobs[1:]],
+        rtol=1e-5, atol=1e-5,
+    )  # fmt: skip
+    for mine, theirs in zip(got.sequences, want.sequences, strict=True):
+        assert mine.topk_logprobs is not None and theirs.topk_logprobs is not None
+        assert [[t for t, _ in row] for row in mine.topk_logprobs] == [[t for t, _ in row] for row in theirs.topk_logprobs]
+
+
+def test_a_one_token_prompt_scores_as_none_alone_in_both(service, local) -> None:
+    # a prompt of just the BOS token has no position to score: [None], as the SDK documents element 0
+    for client in (service, local):
+        sampler = client.create_sampling_client(base_model="minds-tiny").result()
+        assert sampler.compute_logprobs(types.ModelInput.from_ints([5])).result() == [None]
+        response = sampler.sample(
+            types.ModelInput.from_ints([5]), 1, types.SamplingParams(max_tokens=2, seed=0),
+            include_prompt_logprobs=True, topk_prompt_logprobs=2,
+        ).result()  # fmt: skip
+        assert response.prompt_logprobs == [None] and response.topk_prompt_logprobs == [None]
+        assert len(response.sequences[0].tokens) == 2

@@ -27,7 +27,7 @@ import tinker
 import torch
 from peft import PeftModel
 from tinker import types
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from minds_core.backends.local import ServiceClient
 from minds_core.backends.local.tiny_model import tiny_model_path
@@ -57,6 +57,60 @@ def clients(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[An
         service = tinker.ServiceClient(base_url=served.url, api_key=KEY)
     yield service, service.create_rest_client()
     service.close("success").result(timeout=30)
+
+
+def test_the_quickstarts_list_of_supported_models_names_the_models_it_trains(clients: tuple[Any, Any]) -> None:
+    # Tinker's quickstart begins by listing the models: the RestClient's way and the deprecated ServiceClient one
+    service, rest = clients
+    service.create_lora_training_client("minds-tiny", rank=4).result()
+    (listed,) = rest.get_server_capabilities().result().supported_models
+    names = [listed.model_name]
+    assert names == ["minds-tiny"] and listed.trainable and listed.sampleable
+    assert listed.max_context_length == AutoConfig.from_pretrained(tiny_model_path()).max_position_embeddings
+    with pytest.warns(FutureWarning, match="get_server_capabilities"):
+        deprecated = service.get_server_capabilities()
+    assert [model.model_name for model in deprecated.supported_models] == names
+    with pytest.warns(FutureWarning, match="get_server_capabilities_async"):
+        answered = asyncio.run(service.get_server_capabilities_async())
+    assert [model.model_name for model in answered.supported_models] == names
+    assert asyncio.run(_awaited(rest.get_server_capabilities())).supported_models == [listed]
+
+
+async def _awaited(future: Any) -> Any:
+    return await future
+
+
+def test_a_sessions_metadata_and_display_name_come_back_from_get_session(served: Served) -> None:
+    # the cookbook names its session (session_name) and tags it with the recipe's metadata
+    service = tinker.ServiceClient(base_url=served.url, api_key=KEY, user_metadata={"recipe": "rl_basic"}, display_name="my run")
+    try:
+        trainer = service.create_lora_training_client("minds-tiny", rank=4).result()
+        session = tinker.RestClient(base_url=served.url, api_key=KEY).get_session(service.holder.get_session_id()).result()
+        assert (session.user_metadata, session.display_name) == ({"recipe": "rl_basic"}, "my run")
+        assert session.training_run_ids == [trainer.model_id]
+    finally:
+        service.close("success").result(timeout=30)
+    # the server keeps them while it runs: past its bound, a session is refused, saying which limit
+    with pytest.raises(tinker.BadRequestError, match="max_session_metadata_bytes"):
+        tinker.ServiceClient(base_url=served.url, api_key=KEY, user_metadata={"blob": "x" * 70_000}).create_lora_training_client(
+            "minds-tiny", rank=4
+        ).result()
+
+
+def test_a_run_made_from_a_checkpoint_is_found_by_its_model_id(clients: tuple[Any, Any]) -> None:
+    # the SDK names such a run itself (session:train:N, "the same model id the server derives"): its
+    # checkpoints and its training run must be found by that id, as a resumed cookbook run looks them up
+    service, rest = clients
+    saved = service.create_lora_training_client("minds-tiny", rank=4, seed=0).result().save_state("first").result().path
+    for resumed in (
+        service.create_training_client_from_state(saved).result(),
+        service.create_training_client_from_state_with_optimizer(saved).result(),
+    ):
+        again = resumed.save_state("again").result().path
+        assert again == f"tinker://{resumed.model_id}/weights/again"
+        assert resumed.get_info().model_id == resumed.model_id
+        assert rest.get_training_run(resumed.model_id).result().training_run_id == resumed.model_id
+        assert [c.tinker_path for c in rest.list_checkpoints(resumed.model_id).result().checkpoints] == [again]
 
 
 def test_user_metadata_of_a_run_comes_back_with_its_training_run(clients: tuple[Any, Any]) -> None:

@@ -9,6 +9,7 @@ checkpoints are left out (each listing sweeps them away first).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,19 @@ from tinker import types
 from .checkpoints import METADATA_FILE, CheckpointStore, parse_path
 from .errors import LocalNotFoundError
 
-__all__ = ["Catalog"]
+__all__ = ["Catalog", "capabilities"]
 
 _TYPES: dict[str, types.CheckpointType] = {"weights": "training", "sampler_weights": "sampler", "external_weights": "external"}
+
+
+def capabilities(context_lengths: Mapping[str, int | None]) -> types.GetServerCapabilitiesResponse:
+    """The SDK's ``get_server_capabilities`` answer: each model (by name, with its context when known), trainable and sampleable."""
+    return types.GetServerCapabilitiesResponse(
+        supported_models=[
+            types.SupportedModel(model_name=name, max_context_length=length, trainable=True, sampleable=True)
+            for name, length in context_lengths.items()
+        ]
+    )
 
 
 class Catalog:

@@ -84,6 +84,11 @@ class BaseModelRegistry:
                 self._models[name] = _load(name, self.placement)
             return self._models[name]
 
+    def context_lengths(self) -> dict[str, int]:
+        """Each model loaded so far (in the order first asked for) and its longest sequence."""
+        with self._lock:
+            return {name: model.max_length for name, model in self._models.items()}
+
 
 def _load(name: str, placement: Placement) -> BaseModel:
     source = _locate(name)
@@ -141,5 +146,5 @@ def _locate(name: str) -> str:
 def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """``log p(target)`` at each position: logits ``[T, V]``, targets ``[T]`` or ``[T, K]``."""
     logits = logits.float()
-    picked = logits.gather(-1, targets.reshape(targets.shape[0], -1))
+    picked = logits.gather(-1, targets.unsqueeze(-1) if targets.dim() == 1 else targets)  # [T, 1] or [T, K], T may be 0
     return (picked - torch.logsumexp(logits, dim=-1, keepdim=True)).reshape(targets.shape)

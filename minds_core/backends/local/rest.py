@@ -9,18 +9,19 @@ are shared with ``minds serve`` (``catalog``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Literal, TypeVar
 
 from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
 
-from .catalog import Catalog
+from .catalog import Catalog, capabilities
 from .checkpoints import CheckpointStore, parse_path
 from .deprecated import async_twin
 from .errors import LocalBadRequestError, LocalNotFoundError
 from .futures import completed_future, failed_future
+from .tiny_model import DEFAULT_BASE_MODEL
 
 __all__ = ["RestClient"]
 
@@ -33,8 +34,20 @@ _NEVER = datetime.max.replace(tzinfo=UTC)
 class RestClient:
     """Checkpoints and training runs under one local checkpoint root, through the SDK's ``RestClient`` API."""
 
-    def __init__(self, store: CheckpointStore) -> None:
+    def __init__(
+        self,
+        store: CheckpointStore,
+        context_lengths: Callable[[], Mapping[str, int | None]] = lambda: {DEFAULT_BASE_MODEL: None},
+    ) -> None:
         self._catalog = Catalog(store)
+        self._context_lengths = context_lengths
+
+    def get_server_capabilities(self) -> APIFuture[types.GetServerCapabilitiesResponse]:
+        """The models to train and sample: ``minds-tiny`` and every other base model the service has loaded.
+
+        Any model directory or hub id loads on first use, so the list is of those known, not a limit; a
+        model's ``max_context_length`` is known once it is loaded."""
+        return _answer(lambda: capabilities(self._context_lengths()))
 
     def list_checkpoints(self, training_run_id: types.ModelID) -> APIFuture[types.CheckpointsListResponse]:
         """The run's checkpoints (training and sampler), newest first."""

@@ -33,6 +33,7 @@ from .rest import RestClient
 from .runtime import Runtime
 from .sampling_client import SamplingClient
 from .sampling_engine import SamplingEngine
+from .tiny_model import DEFAULT_BASE_MODEL
 from .training_client import TrainingClient
 from .training_engine import TrainingEngine
 
@@ -162,7 +163,17 @@ class ServiceClient:
         talks HTTP; locally this method is the way to one, so it does not warn.
         """
         self._check_open()
-        return RestClient(self._runtime.store)
+        return RestClient(self._runtime.store, lambda: {DEFAULT_BASE_MODEL: None, **self._runtime.models.context_lengths()})
+
+    def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
+        """Deprecated, as in the SDK (``FutureWarning``): ``create_rest_client().get_server_capabilities().result()``."""
+        _warn_capabilities("get_server_capabilities()")
+        return self.create_rest_client().get_server_capabilities().result()
+
+    async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
+        """Deprecated, as in the SDK (``FutureWarning``): ``await create_rest_client().get_server_capabilities()``."""
+        _warn_capabilities("get_server_capabilities_async()")
+        return await self.create_rest_client().get_server_capabilities()
 
     def close(
         self,
@@ -212,7 +223,9 @@ class ServiceClient:
         *,
         with_optimizer: bool,
         optimizer: types.OptimizerConfig | None = None,
+        run_id: str | None = None,
     ) -> BackcompatTrainingClientFuture:
+        """A run from the checkpoint at ``path``; ``minds serve`` names it ``run_id``, the id the SDK derives for it."""
         self._check_open()
 
         def build() -> TrainingEngine:
@@ -223,7 +236,9 @@ class ServiceClient:
             trainer.load_state(checkpoint.adapter, checkpoint.optimizer)
             return trainer
 
-        return BackcompatTrainingClientFuture(TrainingClient(self._runtime, _new_run_id())._start(build, user_metadata))
+        return BackcompatTrainingClientFuture(
+            TrainingClient(self._runtime, run_id or _new_run_id())._start(build, user_metadata)
+        )
 
     def _check_open(self) -> None:
         if self._closed:
@@ -231,6 +246,15 @@ class ServiceClient:
 
 
 _CLOSE_STATUSES = ("success", "errored", "interrupted")
+
+
+def _warn_capabilities(method: str) -> None:
+    warnings.warn(
+        f"DEPRECATED: ServiceClient.{method} is deprecated and will be removed in a future tinker SDK version. "
+        "Use the RestClient's get_server_capabilities() instead; it returns an APIFuture.",
+        FutureWarning,
+        stacklevel=3,
+    )
 
 
 def create_service_client(checkpoint_root: str | os.PathLike[str] | None, device: str = "auto") -> ServiceClient:

@@ -14,6 +14,7 @@ METHODS = [
     (local.ServiceClient, tinker.ServiceClient, [
         "create_lora_training_client", "create_training_client_from_state",
         "create_training_client_from_state_with_optimizer", "create_sampling_client", "close",
+        "get_server_capabilities",
     ]),
     (local.TrainingClient, tinker.TrainingClient, [
         "forward", "forward_backward", "forward_backward_custom", "optim_step", "save_state",
@@ -25,7 +26,7 @@ METHODS = [
     (RestClient, tinker.RestClient, [
         "list_checkpoints", "list_user_checkpoints", "get_training_run", "get_training_run_by_tinker_path",
         "list_training_runs", "get_weights_info_by_tinker_path", "get_external_weights_urls", "delete_checkpoint",
-        "delete_checkpoint_from_tinker_path",
+        "delete_checkpoint_from_tinker_path", "get_server_capabilities",
     ]),
 ]
 
