@@ -74,10 +74,22 @@ class JoinedLoRA:
         self.weight = joined([layer.weight for layer in base])
         biases = [layer.bias for layer in base]
         self.bias = None if biases[0] is None else torch.cat(biases).detach()  # frozen: copied once
+        self.factors: list[torch.Tensor] = []
+        """The layers' ``lora_A`` then ``lora_B`` weights (the parameters the optimizer holds), taken at ``install``."""
+        self.a = self.b = None
+        self._addresses: tuple[int, ...] = ()
+        self.outs = [layer.base_layer.weight.shape[0] for layer in self.layers]
+        self.ranks = [layer.r[self.adapter] for layer in self.layers]
         self._pending: _Pending | None = None
 
     def install(self) -> None:
-        """Replace each layer's ``forward`` by one computing the group (peft's stays behind it)."""
+        """Replace each layer's ``forward`` by one computing the group (peft's stays behind it), reading the
+        layers' factors as they are now (install again after replacing a factor's Parameter)."""
+        self.factors = [layer.lora_A[self.adapter].weight for layer in self.layers]
+        self.factors += [layer.lora_B[self.adapter].weight for layer in self.layers]
+        n = len(self.layers)
+        self.a, self.b = joined(self.factors[:n]), joined(self.factors[n:])
+        self._addresses = tuple(factor.data_ptr() for factor in self.factors)
         for index, layer in enumerate(self.layers):
             layer.forward = partial(self._forward, index, partial(LoraLinear.forward, layer))
 
@@ -87,15 +99,8 @@ class JoinedLoRA:
         for layer in self.layers:
             layer.__dict__.pop("forward", None)
 
-    def factors(self) -> list[torch.Tensor]:
-        """The layers' ``lora_A`` then ``lora_B`` weights (the parameters the optimizer holds)."""
-        return [layer.lora_A[self.adapter].weight for layer in self.layers] + [
-            layer.lora_B[self.adapter].weight for layer in self.layers
-        ]
-
     def _forward(self, index: int, peft_forward: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         layer = self.layers[index]
-        factors = self.factors()
         autocast = torch.is_autocast_enabled(x.device.type)
         dtype = torch.get_autocast_dtype(x.device.type) if autocast else x.dtype
         if (
@@ -104,19 +109,19 @@ class JoinedLoRA:
             or layer.disable_adapters
             or layer.merged
             or layer.active_adapters != [self.adapter]
-            or (not autocast and x.dtype != factors[0].dtype)
+            or (not autocast and x.dtype != self.factors[0].dtype)
+            or self.a is None
+            or self.b is None
+            or self.weight is None
+            or tuple(factor.data_ptr() for factor in self.factors) != self._addresses  # moved since: not joined
         ):
             self._pending = None
             return peft_forward(x, *args, **kwargs)
-        key = (x, x._version, torch.is_grad_enabled(), dtype)
+        key = (x._version, torch.is_grad_enabled(), dtype)
         pending = self._pending
-        if pending is None or index in pending.taken or pending.key[0] is not x or pending.key[1:] != key[1:]:
-            a, b = joined(factors[: len(self.layers)]), joined(factors[len(self.layers) :])
-            if a is None or b is None or self.weight is None:  # the factors were replaced since: peft's way
-                self._pending = None
-                return peft_forward(x, *args, **kwargs)
-            outputs = _Products.apply(x, _Plan(self, a, b, dtype), *factors)
-            pending = self._pending = _Pending(key, outputs)
+        if pending is None or index in pending.taken or pending.x is not x or pending.key != key:
+            outputs = _Products.apply(x, self, dtype, *self.factors)
+            pending = self._pending = _Pending(x, key, outputs)
         pending.taken.add(index)
         if len(pending.taken) == len(self.layers):
             self._pending = None  # every layer has its output: hold nothing between passes
@@ -125,77 +130,57 @@ class JoinedLoRA:
 
 @dataclass
 class _Pending:
-    key: tuple[Any, ...]  # the input tensor, its version, grad mode, compute dtype
+    x: torch.Tensor
+    key: tuple[Any, ...]  # x's version, grad mode, compute dtype
     outputs: tuple[torch.Tensor, ...]
     taken: set[int] = field(default_factory=set)
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """What ``_Products`` reads besides its tensor inputs: the group, its factors joined, and the compute dtype."""
-
-    group: JoinedLoRA
-    a: torch.Tensor  # [ranks, in]: the layers' A factors, one view of their memory
-    b: torch.Tensor  # [outs, rank]: their B factors, likewise
-    dtype: torch.dtype
-
-
 class _Products(torch.autograd.Function):
     """The outputs of a group's layers (see the module doc) from their input and their factors ``A_1..A_n,
-    B_1..B_n`` (inputs, so that their gradients reach them; the products read ``plan``'s joined views of them)."""
+    B_1..B_n`` (inputs, so that their gradients reach them; the products read the group's joined views of them)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, plan: _Plan, *factors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        group, dtype = plan.group, plan.dtype
-        assert group.weight is not None
-        lead, width = x.shape[:-1], x.shape[-1]
-        x2 = x.reshape(-1, width).to(dtype)
-        a, b = plan.a.to(dtype), plan.b.to(dtype)
-        weight = group.weight.to(dtype)
+    def forward(
+        ctx: Any, x: torch.Tensor, group: JoinedLoRA, dtype: torch.dtype, *factors: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        assert group.weight is not None and group.a is not None and group.b is not None
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, x.shape[-1]).to(dtype)
+        a, b = group.a.to(dtype), group.b.to(dtype)
         h = torch.mm(x2, a.t())
         if group.bias is None:
-            y = torch.mm(x2, weight.t())
+            y = torch.mm(x2, group.weight.to(dtype).t())
         else:
-            y = torch.addmm(group.bias.to(dtype), x2, weight.t())
-        blocks = _blocks(factors)
-        for rows, ranks in blocks:
-            y[:, rows].addmm_(h[:, ranks], b[rows].t(), alpha=group.scale)
+            y = torch.addmm(group.bias.to(dtype), x2, group.weight.to(dtype).t())
+        ys = y.split(group.outs, dim=1)
+        for yi, hi, bi in zip(ys, h.split(group.ranks, dim=1), b.split(group.outs), strict=True):
+            yi.addmm_(hi, bi.t(), alpha=group.scale)
         ctx.save_for_backward(x2, h, a, b)
-        ctx.plan, ctx.blocks, ctx.shape, ctx.x_dtype = plan, blocks, x.shape, x.dtype
+        ctx.group, ctx.dtype, ctx.shape, ctx.x_dtype = group, dtype, x.shape, x.dtype
         ctx.factor_dtypes = (factors[0].dtype, factors[-1].dtype)
-        return tuple(y[:, rows].view(*lead, rows.stop - rows.start) for rows, _ in blocks)
+        return tuple(yi.view(*lead, yi.shape[1]) for yi in ys)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x2, h, a, b = ctx.saved_tensors
-        plan, blocks = ctx.plan, ctx.blocks
-        scale = plan.group.scale
-        rows_total = x2.shape[0]
-        flat = [grad.reshape(rows_total, -1).to(plan.dtype) for grad in grads]
-        g = flat[0] if len(flat) == 1 else torch.cat(flat, dim=1)  # [tokens, outs]
-        gh = h.new_empty(h.shape[1], rows_total)  # h's gradient, transposed: each block's rows contiguous
+        group, dtype, tokens = ctx.group, ctx.dtype, x2.shape[0]
+        outs, ranks, scale = group.outs, group.ranks, group.scale
+        flat = [grad.reshape(tokens, -1) for grad in grads]
+        g = (flat[0] if len(flat) == 1 else torch.cat(flat, dim=1)).to(dtype)  # [tokens, outs]
+        gh = h.new_empty(h.shape[1], tokens)  # h's gradient, transposed: each block's rows contiguous
         gb = b.new_empty(b.shape)
-        for rows, ranks in blocks:
-            torch.addmm(gh[ranks], b[rows].t(), g[:, rows].t(), beta=0, alpha=scale, out=gh[ranks])
-            torch.addmm(gb[rows], g[:, rows].t(), h[:, ranks], beta=0, alpha=scale, out=gb[rows])
+        for ghi, gbi, gi, hi, bi in zip(
+            gh.split(ranks), gb.split(outs), g.split(outs, dim=1), h.split(ranks, dim=1), b.split(outs), strict=True
+        ):
+            torch.addmm(ghi, bi.t(), gi.t(), beta=0, alpha=scale, out=ghi)
+            torch.addmm(gbi, gi.t(), hi, beta=0, alpha=scale, out=gbi)
         ga = torch.mm(gh, x2).to(ctx.factor_dtypes[0])
         gb = gb.to(ctx.factor_dtypes[1])
         gx = None
         if ctx.needs_input_grad[0]:
-            assert plan.group.weight is not None
-            gx = torch.mm(g, plan.group.weight.to(plan.dtype)).addmm_(gh.t(), a)
-            gx = gx.view(ctx.shape).to(ctx.x_dtype)
-        return gx, None, *(ga[ranks] for _, ranks in blocks), *(gb[rows] for rows, _ in blocks)
-
-
-def _blocks(factors: Sequence[torch.Tensor]) -> list[tuple[slice, slice]]:
-    """Each layer's output columns and rank columns in the joined products."""
-    n = len(factors) // 2
-    blocks, rank, out = [], 0, 0
-    for a, b in zip(factors[:n], factors[n:], strict=True):
-        blocks.append((slice(out, out + b.shape[0]), slice(rank, rank + a.shape[0])))
-        rank, out = rank + a.shape[0], out + b.shape[0]
-    return blocks
+            gx = torch.mm(g, group.weight.to(dtype)).addmm_(gh.t(), a).view(ctx.shape).to(ctx.x_dtype)
+        return gx, None, None, *ga.split(ranks), *gb.split(outs)
 
 
 def _inputs(model: nn.Module, layers: Sequence[nn.Module]) -> dict[nn.Module, torch.Tensor]:
