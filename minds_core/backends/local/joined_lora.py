@@ -18,16 +18,18 @@ weights are the base model's, back to back since load (``models``); the group's 
 ``lora_B`` weights, are laid out back to back here too (``sibling_weights.lay_out``), so each joined factor
 is a view of the layers' own parameters: the optimizer holds the same per-layer parameters, the adapter
 state keeps peft's keys, and every gradient reaches the parameter it belongs to. Under autocast the factors
-compute in its dtype (cast once per group), as peft's do; the math is peft's, so the two agree up to the
-float rounding of the products' order.
+compute in its dtype (cast once per group), as peft's do; the math is peft's, so the two agree up to float
+rounding (in bf16 a layer's LoRA term is scaled and added inside its product, rounded once where peft rounds
+three times; in float64 they agree to 1e-12).
 
 Each layer's ``forward`` is replaced by one reading its group: the first layer called with an input computes
 the whole group and keeps the other layers' outputs, which their calls with that same tensor (same version)
-take; any other call computes anew. Which groups join is chosen once: a layer whose group cannot (LoRA
-dropout, DoRA or another variant, a LoRA bias, ranks or scales that differ, base weights not back to back, more
-than one adapter) runs alone, and a layer that cannot run this way at all keeps peft's forward; at a call
-with other arguments, or with the adapter disabled or merged, or outside autocast with an input of another
-dtype than the factors, a layer runs peft's forward for that call.
+take; any other call computes anew. Which groups join is chosen once: the layers of a group that cannot
+(ranks or scales that differ, base weights not back to back) run alone, and a layer that is no plain LoRA
+layer (LoRA dropout, DoRA or another variant, a LoRA bias, more than one adapter) keeps peft's forward; at a call
+with other arguments, or with the adapter disabled or merged, outside autocast with an input of another
+dtype than the factors, or with factors that no longer lie where ``install`` found them (moved to another
+device), a layer runs peft's forward for that call.
 """
 
 from __future__ import annotations
