@@ -426,7 +426,8 @@ class _NotViews(TorchDispatchMode):
 
 def print_train_steps(figures: dict[str, tuple[float, float, int, int, int, int]]) -> None:
     """Print ``train_step_figures``' seconds, op counts and ratios."""
-    print("one forward_backward of 32 rollouts (rank 8), sibling LoRA layers joined vs peft's per-layer forward:")
+    print("one forward_backward of the RL step's rollouts (rank 8), sibling LoRA layers joined vs peft's per-layer "
+          "forward:")
     for name, (joined, separate, ops, kernels, separate_ops, separate_kernels) in figures.items():
         print(f"  {name:16s} joined {joined * 1e3:7.1f} ms ({ops} aten ops, {kernels} not views), peft "
               f"{separate * 1e3:7.1f} ms ({separate_ops} aten ops, {separate_kernels} not views) "
