@@ -11,10 +11,12 @@ from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from minds_core.backends.local import TrainingClient, joined_lora
 from minds_core.backends.local.joined_lora import join_lora
 from minds_core.backends.local.lora import LoraSpec, attach_lora
 from minds_core.backends.local.sibling_weights import lay_out, sibling_groups
 
+from .conftest import SEQUENCES
 from .test_fast_decode import models
 
 TOKENS = torch.tensor([[3, 17, 250, 9, 41, 7, 7, 120], [5, 1, 299, 64, 2, 88, 13, 0]])
@@ -40,8 +42,9 @@ def adapted(base: nn.Module, seed: int = 3) -> nn.Module:
     return model
 
 
-def loss_and_grads(model: nn.Module) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    logits = model(input_ids=TOKENS).logits
+def loss_and_grads(model: nn.Module, autocast: torch.dtype | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        logits = model(input_ids=TOKENS).logits.double()
     loss = logits.log_softmax(-1)[..., 5].sum() + logits.pow(2).mean()
     loss.backward()
     grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.requires_grad}
@@ -158,3 +161,59 @@ def test_base_weights_not_back_to_back_run_each_layer_alone() -> None:
     base = models()["qwen3"].double().eval().requires_grad_(False)  # no layout: every weight a tensor of its own
     groups = join_lora(adapted(base), base)
     assert [len(group.layers) for group in groups] == [1] * 15
+
+
+def test_under_bf16_autocast_a_bf16_base_and_float32_factors_train_as_close_to_float32_as_pefts_do() -> None:
+    """As on a GPU: the factors compute in bf16 (cast once per group), their gradients reach them in float32; both
+    paths round (differently), and the groups' outputs and gradients lie as close to float32's as peft's."""
+    base = loaded("qwen3", torch.bfloat16)
+    theirs, ours = adapted(base), adapted(base)
+    for module in [*theirs.modules(), *ours.modules()]:  # as ``TrainingEngine`` sets them for a bf16 base
+        if hasattr(module, "cast_input_dtype_enabled"):
+            module.cast_input_dtype_enabled = False
+    join_lora(ours, base)
+    exact, exact_grads = loss_and_grads(adapted(loaded("qwen3", torch.bfloat16).float()))  # the same values
+    logits, grads = loss_and_grads(theirs, torch.bfloat16)
+    got, got_grads = loss_and_grads(ours, torch.bfloat16)
+    error = lambda a, b: float((a - b).norm() / b.norm())
+    assert error(got, exact) <= error(logits, exact)  # 2.1% against 2.8%: rounded once where peft rounds thrice
+    ours_errors, their_errors = [], []
+    for key, grad in exact_grads.items():
+        assert got_grads[key].dtype == torch.float32
+        ours_errors.append(error(got_grads[key], grad))
+        their_errors.append(error(grads[key], grad))
+        assert ours_errors[-1] <= 2 * their_errors[-1], key  # each within bf16's noise (1-5% here, both paths)
+    assert sum(ours_errors) <= sum(their_errors)
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "importance_sampling"])
+def test_a_training_clients_passes_run_the_groups_and_get_pefts_gradients(
+    trainer: TrainingClient, sft_datum, off_policy, grads_of, monkeypatch: pytest.MonkeyPatch, loss: str
+) -> None:
+    engine = trainer._trainer
+    assert [len(group.layers) for group in engine.joined] == [3, 1, 2, 1] * 2 + [1]  # minds-tiny: 2 layers, lm_head
+    with torch.no_grad():  # lora_B starts at zero: random, so that every factor has a gradient
+        generator = torch.Generator().manual_seed(0)
+        for name, param in engine.model.named_parameters():
+            if ".lora_B." in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.1)
+    data = [sft_datum(text) for text in SEQUENCES]
+    data = data if loss == "cross_entropy" else off_policy(trainer, data)
+    calls = []
+    apply = joined_lora._Products.apply
+    monkeypatch.setattr(joined_lora._Products, "apply", lambda *args: calls.append(1) or apply(*args))
+    results, grads = [], []
+    for install in (True, False):
+        for group in engine.joined:
+            group.install() if install else group.uninstall()
+        calls.clear()
+        results.append(trainer.forward_backward(data, loss).result())
+        grads.append(grads_of(trainer))
+        assert bool(calls) == install
+        engine._optimizer.zero_grad(set_to_none=True)
+    joined, peft = grads
+    assert joined.keys() == peft.keys() and len(peft) == 2 * 15
+    for key, grad in peft.items():
+        scale = float(grad.abs().max())  # float32 sums in other orders
+        torch.testing.assert_close(joined[key], grad, rtol=1e-4, atol=1e-5 * scale, msg=lambda m, key=key: f"{key}: {m}")
+    assert results[0].metrics["loss:sum"] == pytest.approx(results[1].metrics["loss:sum"], rel=1e-5)
