@@ -192,6 +192,7 @@ def test_a_training_clients_passes_run_the_groups_and_get_pefts_gradients(
 ) -> None:
     engine = trainer._trainer
     assert [len(group.layers) for group in engine.joined] == [3, 1, 2, 1] * 2 + [1]  # minds-tiny: 2 layers, lm_head
+    engine.load_state(engine.adapter_state())  # copied into the same parameters: the groups still run (below)
     with torch.no_grad():  # lora_B starts at zero: random, so that every factor has a gradient
         generator = torch.Generator().manual_seed(0)
         for name, param in engine.model.named_parameters():
