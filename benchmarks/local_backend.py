@@ -21,6 +21,10 @@ seconds, no targets checked). Every figure is a ratio measured in this run:
   weights joined (one matrix product for q/k/v, one for gate/up) against the tree's deep
   copy (one product per layer), in turns, and the aten ops each runs. Reported;
   ``--decode-step`` times only these.
+* One ``forward_backward`` (importance_sampling, rank 8) of the RL step's 32 rollouts, random completions,
+  prompts shared, through a training engine whose sibling LoRA layers compute as one group
+  (``joined_lora``) against the same engine on peft's per-layer forward, in turns, and the aten ops
+  each runs (all of them, and those that are not views). Reported; ``--train-step`` times only these.
 * Peak RSS of a training step of the ~25M model at the default batch, in a child
   process (``--rss-child``). Target: <= 4 GB.
 
@@ -44,9 +48,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tinker import types
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import (
     AutoModelForCausalLM,
     GenerationConfig,
@@ -58,6 +64,7 @@ from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
 from minds_core.backends.local.cuda_graphs import StepGraphs
 from minds_core.backends.local.device_sampling import Draws, Rows, RowSettings, row_key, uniforms
 from minds_core.backends.local.fast_decode import FastDecoder
+from minds_core.backends.local.inputs import DatumTensors, submitted_datum
 from minds_core.backends.local.kv_slots import KVSlots
 from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
 from minds_core.backends.local.models import BaseModelRegistry
@@ -359,6 +366,74 @@ def print_decode_steps(figures: dict[str, tuple[float, float, int, int]]) -> Non
               f"({separate_ops} aten ops) -> {separate / joined:.2f}x")
 
 
+def train_step_figures(smoke: bool, device: str) -> dict[str, tuple[float, float, int, int, int, int]]:
+    """Per model (minds-tiny; a ~25M one unless ``smoke``): seconds of one ``forward_backward`` of RL rollouts
+    with sibling LoRA layers joined and on peft's forward, and the aten ops (all, not views) of each."""
+    shape = SMOKE if smoke else FULL
+    figures = {}
+    with tempfile.TemporaryDirectory() as tmp, ServiceClient(device=device) as service:
+        names = [DEFAULT_BASE_MODEL] + ([] if smoke else [str(build_model(Path(tmp) / "m25"))])
+        for name in names:
+            trainer = service.create_lora_training_client(name, rank=8, seed=0).result()
+            engine = trainer._trainer
+            engine._passes.share_prefixes = True  # one plan for both: the comparison is the LoRA layers'
+            generator = torch.Generator().manual_seed(0)
+            items = []
+            for prompt in prompts(trainer.get_tokenizer(), shape):
+                for _ in range(shape.group_size):
+                    full = prompt + torch.randint(3, 250, (shape.max_tokens,), generator=generator).tolist()
+                    n = len(full) - 1
+                    datum = types.Datum(
+                        model_input=types.ModelInput.from_ints(full[:-1]),
+                        loss_fn_inputs={"target_tokens": full[1:], "logprobs": [-1.0] * n, "advantages": [0.5] * n},
+                    )
+                    items.append(submitted_datum(datum, len(items)))
+            ops = []
+            for join in (True, False):
+                step = functools.partial(_train_step, engine, items, join, device)
+                step()
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+                    step()
+                events = [event.name for event in profile.events() if event.name.startswith("aten::")]
+                with _NotViews() as not_views:
+                    step()
+                ops += [len(events), not_views.count]
+            runs = [functools.partial(_train_step, engine, items, join, device) for join in (True, False)]
+            joined, separate = alternating_medians(runs, 1 if smoke else 7)
+            figures[Path(name).name] = (joined, separate, *ops)
+    return figures
+
+
+def _train_step(engine: Any, items: list[DatumTensors], join: bool, device: str) -> None:
+    for group in engine.joined:
+        group.install() if join else group.uninstall()
+    engine.forward_backward(items, "importance_sampling", None, backward=True)
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+class _NotViews(TorchDispatchMode):
+    """Counts the aten ops that reach the kernels below autograd and are not views (no kernel of their own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += not func.is_view
+        return func(*args, **(kwargs or {}))
+
+
+def print_train_steps(figures: dict[str, tuple[float, float, int, int, int, int]]) -> None:
+    """Print ``train_step_figures``' seconds, op counts and ratios."""
+    print("one forward_backward of the RL step's rollouts (rank 8), sibling LoRA layers joined vs peft's per-layer "
+          "forward:")
+    for name, (joined, separate, ops, kernels, separate_ops, separate_kernels) in figures.items():
+        print(f"  {name:16s} joined {joined * 1e3:7.1f} ms ({ops} aten ops, {kernels} not views), peft "
+              f"{separate * 1e3:7.1f} ms ({separate_ops} aten ops, {separate_kernels} not views) "
+              f"-> {separate / joined:.2f}x")
+
+
 def rss_child(model_dir: str, smoke: bool, device: str) -> None:
     """(Child process) one RL step of the model in ``model_dir``; print peak RSS (and GPU memory) in bytes as JSON."""
     with ServiceClient(device=device) as service:
@@ -379,6 +454,7 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the local backend computes")
     parser.add_argument("--draws", action="store_true", help="time only one draw: the race vs inverse CDF")
     parser.add_argument("--decode-step", action="store_true", help="time only one decode step: joined vs one weight per layer")
+    parser.add_argument("--train-step", action="store_true", help="time only one forward_backward: joined LoRA vs peft's")
     parser.add_argument("--rss-child", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
@@ -389,6 +465,9 @@ def main() -> None:
         return
     if args.decode_step:
         print_decode_steps(decode_step_figures(args.smoke, args.device))
+        return
+    if args.train_step:
+        print_train_steps(train_step_figures(args.smoke, args.device))
         return
     shape = SMOKE if args.smoke else FULL
     gpu = args.device == "cuda"
@@ -408,6 +487,7 @@ def main() -> None:
         memory = peak_memory(big, args.smoke, args.device)
     draw_seconds = draw_figures(args.smoke, args.device)
     decode_steps = decode_step_figures(args.smoke, args.device)
+    train_steps = train_step_figures(args.smoke, args.device)
     floor_name = "GPU bf16 floor" if gpu else "1-core floor"
     print(f"RL step: {shape.groups} prompts x {shape.group_size} samples, ~{shape.prompt_tokens}-token prompts, "
           f"{shape.max_tokens} tokens, every rollout trained (importance_sampling, rank 8)")
@@ -427,6 +507,7 @@ def main() -> None:
           "throughput (target >= 70%)")
     print_draws(draw_seconds, args.smoke)
     print_decode_steps(decode_steps)
+    print_train_steps(train_steps)
     print(f"peak RSS, one RL step of the 25M model (child process): {memory['peak_rss'] / 2**30:.2f} GiB (target <= 4)"
           + (f"; peak GPU memory allocated {memory['peak_gpu'] / 2**30:.2f} GiB" if gpu else ""))
 

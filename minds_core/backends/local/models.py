@@ -1,7 +1,8 @@
 """Base models: loading them once, sharing them frozen, and reading log-probs off their logits.
 
 At load, sibling linear layers get their weights back to back in one buffer (``sibling_weights``), so that
-samplers of the base model, and samplers keeping adapters unmerged, decode each group as one matrix product.
+samplers of the base model, and samplers keeping adapters unmerged, decode each group as one matrix product,
+and training runs the base products of the layers that read one input as one (``joined_lora``).
 The layers keep their values and stay frozen; everything else reads them as before: peft's wrappers in training,
 the module-tree copies that share base tensors by id (``lora.attach_lora``, ``adapted_models``), and
 ``save_pretrained``. Checkpoints hold adapters only, and export loads a base model of its own.

@@ -42,10 +42,11 @@ def sibling_groups(model: nn.Module, names: Iterable[str] | None = None) -> list
 
 
 @torch.no_grad()
-def lay_out(group: Sequence[nn.Linear], device: torch.device | None = None) -> None:
+def lay_out(group: Sequence[nn.Linear], device: torch.device | None = None, *, trainable: bool = False) -> None:
     """Give the layers of ``group`` (one of ``sibling_groups``) weights in one new buffer on ``device`` (default:
-    theirs), back to back in order: each ``weight`` a frozen Parameter viewing its rows, holding the values it had
-    (LoRA trains factors beside a weight, never the weight itself)."""
+    theirs), back to back in order: each ``weight`` a Parameter viewing its rows, holding the values it had; frozen
+    (LoRA trains factors beside a weight, never the weight itself) unless ``trainable`` (LoRA factors:
+    ``joined_lora``)."""
     first = group[0].weight
     buffer = first.new_empty(sum(module.weight.shape[0] for module in group), first.shape[1], device=device)
     start = 0
@@ -53,7 +54,7 @@ def lay_out(group: Sequence[nn.Linear], device: torch.device | None = None) -> N
         weight = module.weight
         rows = buffer[start : start + weight.shape[0]]
         rows.copy_(weight)
-        module.weight = nn.Parameter(rows, requires_grad=False)
+        module.weight = nn.Parameter(rows, requires_grad=trainable)
         start += weight.shape[0]
 
 

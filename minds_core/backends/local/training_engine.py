@@ -13,6 +13,7 @@ from tinker import types
 
 from .errors import LocalBadRequestError
 from .inputs import DatumTensors, check_datum
+from .joined_lora import join_lora
 from .lora import AdapterState, LoraSpec, adapter_state, attach_lora, load_adapter_state
 from .losses import get_loss, resolve_config
 from .models import BaseModel
@@ -41,6 +42,7 @@ class TrainingEngine:
             for module in self.model.modules():  # peft's cast of each input up to float32 would only be undone
                 if hasattr(module, "cast_input_dtype_enabled"):
                     module.cast_input_dtype_enabled = False
+        self.joined = join_lora(self.model, base.model)  # sibling layers' LoRA in few products, same parameters
         self._params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
         self._fused = placement.device.type == "cuda"
         self._optimizer = torch.optim.AdamW(list(self._params.values()), fused=self._fused or None)
