@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.message import Message
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -280,6 +281,16 @@ ROUTES: list[tuple[str, str, Callable[[_Call], Any]]] = [
 _COMPILED = [(method, re.compile(f"^{pattern}$"), handler) for method, pattern, handler in ROUTES]
 
 
+#: What to do about each refusal http.server makes itself, before a request reaches the routes.
+_PROTOCOL_HINTS = {
+    400: "send a request line of the form METHOD /path HTTP/1.1",
+    414: "the request line is over 65536 bytes: send the data in the body",
+    431: "send at most 100 headers of at most 65536 bytes each",
+    501: "minds serve answers GET, POST, PUT, DELETE and PATCH",
+    505: "send HTTP/1.1 (or HTTP/1.0)",
+}
+
+
 class _HungUp(Exception):
     """The client went silent or away in the middle of a request: the connection is closed, nothing answered."""
 
@@ -304,7 +315,6 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         self._body_read = False
         path = urlsplit(self.path).path
-        engine = self.server.engine
         try:
             if not path.startswith(DOWNLOADS):  # a signed download URL stands in for the key: urllib sends none
                 self._check_key()
@@ -315,12 +325,34 @@ class _Handler(BaseHTTPRequestHandler):
             return
         except (HttpError, tinker.APIStatusError) as exc:
             status = exc.status if isinstance(exc, HttpError) else exc.status_code
-            detail = exc.detail if isinstance(exc, HttpError) else exc.message
-            body, content_type = json.dumps({"detail": engine.public(detail)}).encode(), "application/json"
+            self._send_detail(status, exc.detail if isinstance(exc, HttpError) else exc.message)
+            return
         except Exception as exc:  # noqa: BLE001 - a bug: answered as a 500 naming it, the server keeps serving
-            detail = engine.public(f"minds serve failed on {self.command} {path}: {type(exc).__name__}: {exc}")
-            status, body, content_type = 500, json.dumps({"detail": detail}).encode(), "application/json"
+            self._send_detail(500, f"minds serve failed on {self.command} {path}: {type(exc).__name__}: {exc}")
+            return
         self._send(status, body, content_type)
+
+    def parse_request(self) -> bool:
+        """http.server's parsing, less HTTP/0.9 (no status line, no headers: nothing a Tinker client reads)."""
+        if not super().parse_request():
+            return False
+        if self.request_version == "HTTP/0.9":
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request line {self.requestline[:200]!r}: no HTTP version")
+            return False
+        return True
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a malformed request line, headers past its limits) as JSON, not an HTML page."""
+        self._body_read = False  # whatever follows the request line is not read: the connection closes
+        reason = message or HTTPStatus(code).phrase
+        self._send_detail(code, f"{reason[:300]}: {_PROTOCOL_HINTS.get(code, 'send a well-formed HTTP/1.1 request')}")
+
+    def _send_detail(self, status: int, detail: str) -> None:
+        """An error answer: ``{"detail": ...}``, the shape of every error this server sends, server paths hidden."""
+        if self.request_version == "HTTP/0.9":  # a request line too broken to name a version still gets a status line
+            self.request_version = "HTTP/1.0"
+        body = json.dumps({"detail": self.server.engine.public(detail)}).encode()
+        self._send(status, body, "application/json")
 
     def _route(self, path: str, raw: bytes) -> tuple[int, bytes | Path, str]:
         allowed = []

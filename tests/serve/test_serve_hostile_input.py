@@ -1,0 +1,60 @@
+"""``minds serve`` under malformed HTTP, spoken over raw sockets and the SDK: every answer is JSON ``{"detail"}``.
+
+A Tinker client reads every error body as JSON; an HTML page (http.server's own ``send_error``) reaches it
+as an undecodable body instead of the reason. Each case here is answered with the status, a detail that
+names what was wrong and how to fix it, and the server goes on serving.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from .conftest import KEY, Served
+
+pytestmark = pytest.mark.slow
+
+
+def _raw(served: Served, data: bytes) -> tuple[int, str, dict]:
+    """Send ``data`` as it is on a fresh socket; the status, the Content-Type and the JSON body of the answer."""
+    address = urlsplit(served.url)
+    with socket.create_connection((address.hostname, address.port), timeout=30) as conn:
+        conn.sendall(data)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            piece = conn.recv(65536)
+            assert piece, f"the server closed without an answer: {answer!r}"
+            answer += piece
+        header, rest = answer.split(b"\r\n\r\n", 1)
+        length = int(re.search(rb"(?i)Content-Length: (\d+)", header).group(1))
+        while len(rest) < length:
+            rest += conn.recv(65536)
+    content_type = re.search(rb"(?i)Content-Type: ([^\r\n]+)", header).group(1).decode()
+    return int(header.split()[1]), content_type, json.loads(rest[:length])
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "words"),
+    [
+        (b"GARBAGE\r\n\r\n", 400, "request line"),
+        (b"POST /api/v1/healthz HTTP/1.1 extra\r\n\r\n", 400, "request line"),
+        (b"GET /api/v1/healthz\r\n\r\n", 400, "no HTTP version"),
+        (b"GET /api/v1/healthz HTTP/9.9\r\n\r\n", 505, "HTTP/1.1"),
+        (b"GET /api/v1/healthz HTTP/x.y\r\n\r\n", 400, "HTTP/1.1"),
+        (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", 414, "65536"),
+        (b"GET /api/v1/healthz HTTP/1.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n", 431, "headers"),
+        (b"GET /api/v1/healthz HTTP/1.1\r\n" + b"X-Many: 1\r\n" * 150 + b"\r\n", 431, "headers"),
+        (b"BREW /api/v1/healthz HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 501, "GET, POST"),
+    ],
+    ids=["no-words", "four-words", "http-0.9", "version-9.9", "version-garbage", "uri-too-long", "header-too-long", "too-many-headers", "method"],
+)
+def test_malformed_http_is_answered_json(served: Served, request_bytes: bytes, status: int, words: str) -> None:
+    got, content_type, body = _raw(served, request_bytes)
+    assert (got, content_type) == (status, "application/json"), body
+    assert set(body) == {"detail"} and words in body["detail"], body
+    assert httpx.get(f"{served.url}/api/v1/healthz", headers={"X-API-Key": KEY}).json() == {"status": "ok"}
