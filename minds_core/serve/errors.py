@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-__all__ = ["BadRequest", "HttpError", "MethodNotAllowed", "NotFound", "PayloadTooLarge", "TooManyRequests", "Unauthorized", "public_detail"]
+__all__ = [
+    "BadRequest",
+    "HttpError",
+    "MethodNotAllowed",
+    "NotFound",
+    "PayloadTooLarge",
+    "TooManyRequests",
+    "Unauthorized",
+    "UnsupportedMediaType",
+    "public_detail",
+]
 
 
 class HttpError(Exception):
@@ -43,6 +53,12 @@ class PayloadTooLarge(HttpError):
     """413: a request body (as sent, or once decompressed) past ``ServeLimits``; the connection is closed."""
 
     status = 413
+
+
+class UnsupportedMediaType(HttpError):
+    """415: a body in a ``Content-Encoding`` the server does not decode (the message names those it does)."""
+
+    status = 415
 
 
 class TooManyRequests(HttpError):

@@ -8,7 +8,7 @@ as protobuf (``wire``).
 Every route the SDK 0.38 ``RestClient`` can call is in ``ROUTES``: it works, or (a feature
 with no meaning on one machine) answers a JSON 400 saying what to do instead. Each answer,
 error or not, is JSON (or protobuf). The server holds under hostile input (``ServeLimits``):
-bodies are capped as they are read (``Content-Length`` or chunked), a silent connection is
+bodies are capped as they are read (``Content-Length`` or chunked) and as they are decompressed, a silent connection is
 closed, connections past the cap are dropped at accept, and when file descriptors run out the
 accept loop backs off instead of spinning.
 """
@@ -41,6 +41,7 @@ from minds_core.backends.local.checkpoints import CheckpointStore
 
 from .downloads import DOWNLOADS_PREFIX as DOWNLOADS
 from .downloads import Downloads
+from .encodings import decode_body
 from .engine import Engine
 from .errors import (
     BadRequest,
@@ -168,9 +169,7 @@ class _Call:
 def _forward_backward(call: _Call) -> Any:
     if PROTO_CONTENT_TYPE not in call.headers.get("Content-Type", ""):
         raise BadRequest(f"forward_backward takes a protobuf body (Content-Type: {PROTO_CONTENT_TYPE})")
-    request, forward_only = decode_forward_backward(
-        call.raw, call.headers.get("Content-Encoding", ""), call.engine.limits
-    )
+    request, forward_only = decode_forward_backward(call.raw, call.engine.limits)
     return call.engine.forward_backward(request, forward_only, call.client)
 
 
@@ -407,7 +406,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise Unauthorized("Invalid API key: this minds serve was started with --api-key; send that key")
 
     def _read_body(self) -> bytes:
-        """The request body, refused (413) as soon as it passes ``max_body_bytes``."""
+        """The request body, refused (413) as soon as it passes ``max_body_bytes``; its Content-Encoding undone."""
         limit = self.server.limits.max_body_bytes
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             body = self._read_chunked(limit)
@@ -419,7 +418,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _too_large(f"Content-Length {given}", limit)
             body = self._read_exactly(int(given), time.monotonic())
         self._body_read = True
-        return body
+        return decode_body(body, self.headers.get("Content-Encoding", ""), self.server.limits.max_decompressed_bytes)
 
     def _read_chunked(self, limit: int) -> bytes:
         started, pieces, size = time.monotonic(), [], 0

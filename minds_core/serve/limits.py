@@ -30,7 +30,7 @@ class ServeLimits:
     """The bounds ``minds serve`` holds every client to (defaults fit a single-GPU server)."""
 
     max_body_bytes: int = _limit(16 << 20, "largest request body, as sent (the SDK sends forward_backward in ~5 MB chunks)")
-    max_decompressed_bytes: int = _limit(128 << 20, "largest zstd-compressed body once decompressed")
+    max_decompressed_bytes: int = _limit(128 << 20, "largest compressed body (gzip, deflate, zstd) once decompressed")
     max_num_samples: int = _limit(256, "most samples one sample request may ask for (num_samples)")
     max_new_tokens: int = _limit(32768, "most tokens one sample may generate (SamplingParams.max_tokens; unset counts as this)")
     max_batch_tokens: int = _limit(

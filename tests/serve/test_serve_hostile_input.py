@@ -7,13 +7,16 @@ names what was wrong and how to fix it, and the server goes on serving.
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import socket
+import zlib
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import zstandard
 
 from .conftest import KEY, Served
 
@@ -58,3 +61,29 @@ def test_malformed_http_is_answered_json(served: Served, request_bytes: bytes, s
     assert (got, content_type) == (status, "application/json"), body
     assert set(body) == {"detail"} and words in body["detail"], body
     assert httpx.get(f"{served.url}/api/v1/healthz", headers={"X-API-Key": KEY}).json() == {"status": "ok"}
+
+
+def test_a_compressed_body_is_decoded_or_refused_with_415(served: Served) -> None:
+    session = {"tags": [], "user_metadata": {}, "sdk_version": "test"}
+    plain = json.dumps(session).encode()
+    packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    bodies = {
+        "gzip": gzip.compress(plain),
+        "deflate": zlib.compress(plain),
+        "zstd": zstandard.ZstdCompressor().compress(plain),
+        "Deflate": packer.compress(plain) + packer.flush(),  # raw deflate; the coding's name is case-insensitive
+    }
+    with httpx.Client(base_url=served.url, headers={"X-API-Key": KEY}, timeout=60) as http:
+        for encoding, body in bodies.items():
+            answer = http.post("/api/v1/create_session", content=body, headers={"Content-Encoding": encoding})
+            assert answer.status_code == 200 and answer.json()["session_id"], (encoding, answer.text)
+        brotli = http.post("/api/v1/create_session", content=plain, headers={"Content-Encoding": "br"})
+        assert brotli.status_code == 415 and brotli.headers["content-type"] == "application/json"
+        assert "Content-Encoding 'br' is not supported" in brotli.json()["detail"]
+        bomb = http.post(
+            "/api/v1/create_session", content=gzip.compress(bytes(256 << 20)), headers={"Content-Encoding": "gzip"}
+        )  # 256 KiB sent, 256 MiB once decompressed: past the default 128 MiB
+        assert bomb.status_code == 413 and "max_decompressed_bytes" in bomb.json()["detail"]
+        lying = http.post("/api/v1/create_session", content=plain, headers={"Content-Encoding": "gzip"})
+        assert lying.status_code == 400 and "not valid gzip" in lying.json()["detail"]
+        assert http.post("/api/v1/create_session", content=plain).status_code == 200  # the connection goes on
