@@ -16,7 +16,9 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import tinker
 import zstandard
+from tinker import types
 
 from .conftest import KEY, Served
 
@@ -87,3 +89,24 @@ def test_a_compressed_body_is_decoded_or_refused_with_415(served: Served) -> Non
         lying = http.post("/api/v1/create_session", content=plain, headers={"Content-Encoding": "gzip"})
         assert lying.status_code == 400 and "not valid gzip" in lying.json()["detail"]
         assert http.post("/api/v1/create_session", content=plain).status_code == 200  # the connection goes on
+
+
+def test_sampling_params_out_of_the_sdks_ranges_fail_naming_the_field(served: Served) -> None:
+    service = tinker.ServiceClient(base_url=served.url, api_key=KEY)
+    sampler = service.create_sampling_client(base_model="minds-tiny").result(timeout=60)
+    prompt = types.ModelInput.from_ints([5, 6, 7])
+    for params, words in (
+        (types.SamplingParams(max_tokens=2, top_k=0), "top_k must be -1 (no limit) or at least 1, got 0"),
+        (types.SamplingParams(max_tokens=2, top_k=-7), "top_k must be -1 (no limit) or at least 1, got -7"),
+    ):
+        with pytest.raises(tinker.RequestFailedError) as refused:
+            sampler.sample(prompt, 1, params).result(timeout=60)
+        assert words in str(refused.value)
+    for top_k in (-1, 1, 10**9):  # no limit, greedy-like, more than the vocabulary: all sample
+        assert len(sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2, top_k=top_k)).result(timeout=60).sequences) == 1
+    with httpx.Client(base_url=served.url, headers={"X-API-Key": KEY}, timeout=60) as http:  # NaN: JSON the SDK never sends
+        body = b'{"num_samples": 1, "base_model": "minds-tiny", "prompt": {"chunks": [{"type": "encoded_text", "tokens": [5]}]},'
+        future = http.post("/api/v1/asample", content=body + b' "sampling_params": {"max_tokens": 2, "temperature": NaN}}').json()
+        answer = http.post("/api/v1/retrieve_future", json={"request_id": future["request_id"]}).json()
+        assert answer["category"] == "user" and "temperature must be 0 (greedy) or a finite positive number, got nan" in answer["error"]
+    service.close("success").result(timeout=30)

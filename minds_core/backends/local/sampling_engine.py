@@ -6,6 +6,7 @@ Requests go to the sampler's ``DecodeBatch`` (continuous batching, see
 
 from __future__ import annotations
 
+import math
 import secrets
 import weakref
 from collections.abc import Sequence
@@ -158,10 +159,12 @@ class SamplingEngine:
                 f"prompt ({prompt_length} tokens) + max_tokens ({max_tokens}) exceeds the "
                 f"{self.base.max_length}-token context of {self.base.name!r}"
             )
-        if params.temperature < 0:
-            problems.append(f"temperature must be 0 (greedy) or more, got {params.temperature}")
+        if not 0 <= params.temperature < math.inf:  # NaN too
+            problems.append(f"temperature must be 0 (greedy) or a finite positive number, got {params.temperature}")
         if not 0 < params.top_p <= 1:
             problems.append(f"top_p must be in (0, 1], got {params.top_p}")
+        if params.top_k != -1 and params.top_k < 1:  # the SDK's SamplingParams: -1 for no limit
+            problems.append(f"top_k must be -1 (no limit) or at least 1, got {params.top_k}")
         if problems:
             raise LocalBadRequestError("; ".join(problems))
         return max_tokens

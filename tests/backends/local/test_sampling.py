@@ -189,6 +189,11 @@ async def test_base_model_sampler_equals_a_fresh_adapter(
         ([1, 2], 0, types.SamplingParams(max_tokens=4), "num_samples"),
         ([1, 2], 1, types.SamplingParams(max_tokens=10**6), "exceeds"),
         ([1, 2], 1, types.SamplingParams(max_tokens=4, top_p=0), "top_p"),
+        ([1, 2], 1, types.SamplingParams(max_tokens=4, top_k=0), r"top_k must be -1 \(no limit\) or at least 1, got 0"),
+        ([1, 2], 1, types.SamplingParams(max_tokens=4, top_k=-2), "top_k must be -1"),
+        ([1, 2], 1, types.SamplingParams(max_tokens=4, temperature=float("nan")), "temperature must be 0 .greedy. or a finite"),
+        ([1, 2], 1, types.SamplingParams(max_tokens=4, temperature=float("inf")), "temperature must be"),
+        ([1, 2], 1, types.SamplingParams(max_tokens=4, temperature=-1), "temperature must be"),
     ],
 )
 def test_bad_sampling_requests_fail_alone(sampler: SamplingClient, prompt, num_samples, params, message) -> None:
