@@ -6,6 +6,7 @@ __all__ = [
     "BadRequest",
     "HttpError",
     "MethodNotAllowed",
+    "NotAcceptable",
     "NotFound",
     "PayloadTooLarge",
     "TooManyRequests",
@@ -47,6 +48,12 @@ class MethodNotAllowed(HttpError):
     """405: a route the server has, asked for with another method (the message names the one it serves)."""
 
     status = 405
+
+
+class NotAcceptable(HttpError):
+    """406: a result asked for in a form the server cannot give it in (the message names the one it can)."""
+
+    status = 406
 
 
 class PayloadTooLarge(HttpError):

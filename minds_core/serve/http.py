@@ -47,6 +47,7 @@ from .errors import (
     BadRequest,
     HttpError,
     MethodNotAllowed,
+    NotAcceptable,
     NotFound,
     PayloadTooLarge,
     Unauthorized,
@@ -175,12 +176,15 @@ def _forward_backward(call: _Call) -> Any:
 
 def _retrieve(call: _Call) -> Any:
     value = call.engine.retrieve(str(call.json().get("request_id", "")), call.client)
-    wants_proto = PROTO_CONTENT_TYPE in call.headers.get("Accept", "")
-    if wants_proto and isinstance(value, types.ForwardBackwardOutput):
-        return 200, encode_forward_backward(value), PROTO_CONTENT_TYPE
-    if wants_proto and isinstance(value, types.SampleResponse):
-        return 200, encode_sample(value), PROTO_CONTENT_TYPE
-    return value
+    if not isinstance(value, (types.ForwardBackwardOutput, types.SampleResponse)):
+        return value
+    if PROTO_CONTENT_TYPE not in call.headers.get("Accept", ""):  # the SDK always asks; they have no JSON form here
+        raise NotAcceptable(
+            f"The result of {call.json().get('request_id')!r} is a {type(value).__name__}, served as protobuf only: "
+            f"retrieve it again with Accept: {PROTO_CONTENT_TYPE} (the Tinker SDK sends that)"
+        )
+    encode = encode_forward_backward if isinstance(value, types.ForwardBackwardOutput) else encode_sample
+    return 200, encode(value), PROTO_CONTENT_TYPE
 
 
 def _external_weights_urls(call: _Call) -> Any:

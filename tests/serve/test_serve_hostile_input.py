@@ -19,6 +19,7 @@ import pytest
 import tinker
 import zstandard
 from tinker import types
+from tinker.proto.response_conv import deserialize_sample_response
 
 from .conftest import KEY, Served
 
@@ -110,3 +111,18 @@ def test_sampling_params_out_of_the_sdks_ranges_fail_naming_the_field(served: Se
         answer = http.post("/api/v1/retrieve_future", json={"request_id": future["request_id"]}).json()
         assert answer["category"] == "user" and "temperature must be 0 (greedy) or a finite positive number, got nan" in answer["error"]
     service.close("success").result(timeout=30)
+
+
+def test_a_sample_result_retrieved_as_json_says_to_ask_for_protobuf(served: Served) -> None:
+    request = types.SampleRequest(
+        num_samples=1, base_model="minds-tiny", prompt=types.ModelInput.from_ints([5, 6]),
+        sampling_params=types.SamplingParams(max_tokens=2),
+    )  # fmt: skip
+    with httpx.Client(base_url=served.url, headers={"X-API-Key": KEY}, timeout=60) as http:
+        future = http.post("/api/v1/asample", json=request.model_dump(mode="json")).json()
+        while (answer := http.post("/api/v1/retrieve_future", json=future)).status_code == 200:
+            assert answer.json()["type"] == "try_again", answer.text
+        assert answer.status_code == 406 and answer.headers["content-type"] == "application/json"
+        assert "Accept: application/x-protobuf" in answer.json()["detail"]
+        proto = http.post("/api/v1/retrieve_future", json=future, headers={"Accept": "application/x-protobuf"})
+    assert len(deserialize_sample_response(proto.content).sequences[0].tokens) == 2
