@@ -140,10 +140,10 @@ class SamplingEngine:
         return [None if np.isnan(v) else float(v) for v in values]
 
     def _prompt(self, prompt: Sequence[int]) -> torch.Tensor:
-        ids = torch.tensor(list(prompt), dtype=torch.int64)
-        check_tokens(ids, self.base, "The prompt")
-        check_length(len(ids), self.base, "The prompt")
-        return ids
+        tokens = list(prompt)
+        check_tokens(tokens, self.base, "The prompt")
+        check_length(len(tokens), self.base, "The prompt")
+        return torch.tensor(tokens, dtype=torch.int64)
 
     def _check(self, params: types.SamplingParams, num_samples: int, prompt_length: int) -> int:
         """Validate the request; the number of tokens to generate at most."""
@@ -175,6 +175,7 @@ class SamplingEngine:
         items = [stop] if isinstance(stop, str) else list(stop)
         strings = tuple(item for item in items if isinstance(item, str))
         ids = frozenset(int(item) for item in items if not isinstance(item, str))
+        check_tokens(sorted(ids), self.base, "sampling_params.stop")  # else a row that never joins its batch
         if "" in strings:
             raise LocalBadRequestError("Stop strings must not be empty")
         return StopRule(ids, strings)
