@@ -72,7 +72,10 @@ class ServeLimits:
             k = getattr(request, name, None) or 0
             if k > self.max_logprobs_k:
                 raise self._refusal(name, k, "max_logprobs_k")
-        prompt = request.prompt.length
+        try:
+            prompt = request.prompt.length
+        except ValueError as exc:  # an image chunk without expected_tokens
+            raise BadRequest(f"prompt: {exc}; minds serve samples from token chunks (encoded_text) only") from None
         total = request.num_samples * (prompt + (max_tokens if max_tokens is not None else self.max_new_tokens))
         if total > self.max_batch_tokens:
             raise BadRequest(

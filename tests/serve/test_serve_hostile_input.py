@@ -126,3 +126,13 @@ def test_a_sample_result_retrieved_as_json_says_to_ask_for_protobuf(served: Serv
         assert "Accept: application/x-protobuf" in answer.json()["detail"]
         proto = http.post("/api/v1/retrieve_future", json=future, headers={"Accept": "application/x-protobuf"})
     assert len(deserialize_sample_response(proto.content).sequences[0].tokens) == 2
+
+
+def test_an_image_prompt_is_a_400_not_a_server_error(served: Served) -> None:
+    body = {
+        "num_samples": 1, "base_model": "minds-tiny", "sampling_params": {"max_tokens": 2},
+        "prompt": {"chunks": [{"type": "image", "data": "iVBORw0K", "format": "png"}]},
+    }  # fmt: skip
+    with httpx.Client(base_url=served.url, headers={"X-API-Key": KEY}, timeout=60) as http:
+        answer = http.post("/api/v1/asample", json=body)
+    assert answer.status_code == 400 and "token chunks (encoded_text) only" in answer.json()["detail"], answer.text

@@ -71,6 +71,16 @@ def test_requests_within_the_limits_pass() -> None:
         limits.check_shape("t", [4, -1])
 
 
+def test_a_prompt_of_unknown_length_is_a_bad_request_not_a_server_error() -> None:
+    image = types.ImageChunk(data=b"\x89PNG", format="png")  # no expected_tokens: its length is unknown
+    request = types.SampleRequest(
+        num_samples=1, base_model="minds-tiny", prompt=types.ModelInput(chunks=[image]),
+        sampling_params=types.SamplingParams(max_tokens=2),
+    )  # fmt: skip
+    with pytest.raises(BadRequest, match=r"prompt: ImageChunk expected_tokens .* token chunks \(encoded_text\) only"):
+        ServeLimits().check_sample(request)
+
+
 def test_every_limit_has_a_flag_and_a_bad_value_names_it() -> None:
     parser = argparse.ArgumentParser()
     add_limit_arguments(parser)
