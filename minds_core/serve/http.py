@@ -58,6 +58,7 @@ from .wire import (
     decode_forward_backward,
     encode_forward_backward,
     encode_sample,
+    parse_forward_backward,
 )
 
 __all__ = ["ROUTES", "TinkerServer"]
@@ -138,6 +139,8 @@ class _Call:
     raw: bytes
     headers: Message
     server: TinkerServer
+    #: (model_id, seq_id) of a request in a training run's order, once its body is parsed
+    ordered: tuple[str, int] | None = None
 
     def json(self) -> Json:
         try:
@@ -150,10 +153,13 @@ class _Call:
 
     def model(self, cls: type[pydantic.BaseModel]) -> Any:
         try:
-            return cls.model_validate(self.json())
+            value = cls.model_validate(self.json())
         except pydantic.ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()[:5])
             raise BadRequest(f"Invalid {cls.__name__}: {problems}") from None
+        if getattr(value, "model_id", None) is not None and getattr(value, "seq_id", None) is not None:
+            self.ordered = (value.model_id, value.seq_id)
+        return value
 
     def page(self) -> tuple[int, int]:
         """``limit`` and ``offset`` of a listing's query string (the SDK's defaults when absent)."""
@@ -170,7 +176,9 @@ class _Call:
 def _forward_backward(call: _Call) -> Any:
     if PROTO_CONTENT_TYPE not in call.headers.get("Content-Type", ""):
         raise BadRequest(f"forward_backward takes a protobuf body (Content-Type: {PROTO_CONTENT_TYPE})")
-    request, forward_only = decode_forward_backward(call.raw, call.engine.limits)
+    message = parse_forward_backward(call.raw)
+    call.ordered = (message.model_id, message.seq_id)
+    request, forward_only = decode_forward_backward(message, call.engine.limits)
     return call.engine.forward_backward(request, forward_only, call.client)
 
 
@@ -284,6 +292,8 @@ ROUTES: list[tuple[str, str, Callable[[_Call], Any]]] = [
 _COMPILED = [(method, re.compile(f"^{pattern}$"), handler) for method, pattern, handler in ROUTES]
 
 
+#: Statuses the SDK retries with the same seq_id: a request refused with one keeps its place in its run's order.
+_RETRIED = {408, 409, 429}
 #: What to do about each refusal http.server makes itself, before a request reaches the routes.
 _PROTOCOL_HINTS = {
     400: "send a request line of the form METHOD /path HTTP/1.1",
@@ -317,6 +327,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         self._body_read = False
+        self._call: _Call | None = None
         path = urlsplit(self.path).path
         try:
             if not path.startswith(DOWNLOADS):  # a signed download URL stands in for the key: urllib sends none
@@ -328,6 +339,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         except (HttpError, tinker.APIStatusError) as exc:
             status = exc.status if isinstance(exc, HttpError) else exc.status_code
+            if self._call is not None and self._call.ordered and status < 500 and status not in _RETRIED:
+                self.server.engine.refused(*self._call.ordered, self._call.client)
             self._send_detail(status, exc.detail if isinstance(exc, HttpError) else exc.message)
             return
         except Exception as exc:  # noqa: BLE001 - a bug: answered as a 500 naming it, the server keeps serving
@@ -367,7 +380,8 @@ class _Handler(BaseHTTPRequestHandler):
                 allowed.append(method)
                 continue
             client = self.server.engine.owners.client_of(self.headers.get("X-API-Key", ""))
-            value = handler(_Call(self.server.engine, client, match.groups(), self.path, raw, self.headers, self.server))
+            self._call = _Call(self.server.engine, client, match.groups(), self.path, raw, self.headers, self.server)
+            value = handler(self._call)
             return value if isinstance(value, tuple) else _json(value)
         if allowed:
             raise MethodNotAllowed(f"minds serve serves {path} with {' and '.join(allowed)} only, not {self.command}")

@@ -17,7 +17,7 @@ from tinker.proto import tinker_public_pb2 as pb
 from .errors import BadRequest
 from .limits import ServeLimits
 
-__all__ = ["PROTO_CONTENT_TYPE", "decode_forward_backward", "encode_forward_backward", "encode_sample"]
+__all__ = ["PROTO_CONTENT_TYPE", "decode_forward_backward", "encode_forward_backward", "encode_sample", "parse_forward_backward"]
 
 PROTO_CONTENT_TYPE = "application/x-protobuf"
 
@@ -29,14 +29,22 @@ _DTYPES: dict[int, tuple[np.dtype[Any], types.TensorDtype]] = {
 _STOP_REASONS = {"stop": pb.STOP_REASON_STOP, "length": pb.STOP_REASON_LENGTH}
 
 
-def decode_forward_backward(body: bytes, limits: ServeLimits) -> tuple[types.ForwardBackwardRequest, bool]:
-    """The request and its ``forward_only`` flag, from the SDK's protobuf body, its Content-Encoding undone
-    (``encodings``); tensors checked against ``limits``."""
+def parse_forward_backward(body: bytes) -> pb.ForwardBackwardRequest:
+    """The SDK's protobuf body (its Content-Encoding undone by ``encodings``) as a message, nothing checked yet."""
     message = pb.ForwardBackwardRequest()
     try:
         message.ParseFromString(body)
     except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
         raise BadRequest(f"The forward_backward body is not a tinker_public.ForwardBackwardRequest: {exc}") from None
+    return message
+
+
+def decode_forward_backward(
+    body: bytes | pb.ForwardBackwardRequest, limits: ServeLimits
+) -> tuple[types.ForwardBackwardRequest, bool]:
+    """The request and its ``forward_only`` flag, from the SDK's protobuf body (or its parsed message); tensors
+    checked against ``limits``."""
+    message = body if isinstance(body, pb.ForwardBackwardRequest) else parse_forward_backward(body)
     _check_size(message, limits)
     config: dict[str, float | str] = {key: value for key, value in message.loss_fn_config.items()}
     for key, value in message.loss_fn_config_v2.items():

@@ -15,6 +15,7 @@ import zlib
 from urllib.parse import urlsplit
 
 import httpx
+import numpy as np
 import pytest
 import tinker
 import zstandard
@@ -136,3 +137,23 @@ def test_an_image_prompt_is_a_400_not_a_server_error(served: Served) -> None:
     with httpx.Client(base_url=served.url, headers={"X-API-Key": KEY}, timeout=60) as http:
         answer = http.post("/api/v1/asample", json=body)
     assert answer.status_code == 400 and "token chunks (encoded_text) only" in answer.json()["detail"], answer.text
+
+
+def test_a_refused_training_request_does_not_hold_up_the_runs_next_ones(served: Served) -> None:
+    """The SDK numbers a run's requests (seq_id) and the server runs them in that order: a request refused with a
+    4xx the SDK does not retry never runs, and the ones after it must not wait for it forever."""
+    service = tinker.ServiceClient(base_url=served.url, api_key=KEY)
+    trainer = service.create_lora_training_client("minds-tiny", rank=2, seed=0).result(timeout=60)
+    datum = types.Datum(model_input=types.ModelInput.from_ints([5, 6, 7]), loss_fn_inputs={"target_tokens": np.array([6, 7, 8])})
+    image = types.Datum(
+        model_input=types.ModelInput(chunks=[types.ImageChunk(data=b"\x89PNG", format="png", expected_tokens=3)]),
+        loss_fn_inputs={"target_tokens": np.array([6, 7, 8])},
+    )
+    with pytest.raises(tinker.NotFoundError), pytest.warns(FutureWarning):  # refused by the engine, before the run's queue
+        trainer.load_state("tinker://local-nothing/weights/none").result(timeout=60)
+    with pytest.raises(tinker.BadRequestError, match="only token chunks"):  # refused while its body is decoded
+        trainer.forward_backward([image], "cross_entropy").result(timeout=60)
+    loss = trainer.forward_backward([datum], "cross_entropy").result(timeout=60).metrics["loss:sum"]
+    assert trainer.optim_step(types.AdamParams(learning_rate=0.01)).result(timeout=60).metrics is not None
+    assert loss > 0
+    service.close("success").result(timeout=30)
