@@ -8,9 +8,10 @@ as protobuf (``wire``).
 Every route the SDK 0.38 ``RestClient`` can call is in ``ROUTES``: it works, or (a feature
 with no meaning on one machine) answers a JSON 400 saying what to do instead. Each answer,
 error or not, is JSON (or protobuf). The server holds under hostile input (``ServeLimits``):
-bodies are capped as they are read (``Content-Length`` or chunked) and as they are decompressed, a silent connection is
-closed, connections past the cap are dropped at accept, and when file descriptors run out the
-accept loop backs off instead of spinning.
+bodies are capped as they are read (``Content-Length`` or chunked) and as they are decompressed;
+a connection is closed when it goes silent, or when its request has not arrived whole within the
+read timeout (a client dripping it a byte at a time); connections past the cap are dropped at
+accept, and when file descriptors run out the accept loop backs off instead of spinning.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ Json = dict[str, Any]
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 #: Longest pause between two accept() tries while descriptors are exhausted.
 MAX_ACCEPT_BACKOFF_SECONDS = 0.5
+#: A connection's deadline once it has been cut off.
+_CUT = -1.0
 #: After refusing a body it did not read, the server reads (and drops) this much of it, so that the
 #: client sees the answer instead of a reset connection.
 _DRAIN_BYTES = 4 << 20
@@ -87,8 +90,41 @@ class TinkerServer(ThreadingHTTPServer):
         self._accept_backoff = 0.0
         self._connections = 0
         self._connections_lock = threading.Lock()
+        self._deadlines: dict[socket.socket, float] = {}  # connections reading a request: when they are cut off
+        self._closing = threading.Event()
         self.downloads = Downloads(Catalog(CheckpointStore(Path(engine.service.checkpoint_root))))
         super().__init__(address, _Handler)
+        threading.Thread(target=self._cut_overdue, name="minds-serve-deadlines", daemon=True).start()
+
+    def read_deadline(self, connection: socket.socket, seconds: float | None) -> bool:
+        """Cut ``connection`` off unless its request has arrived ``seconds`` from now (None: it has); whether it
+        already was (its request is then not served: what arrived of it may be cut short)."""
+        with self._connections_lock:
+            cut = self._deadlines.get(connection) == _CUT
+            if seconds is None:
+                self._deadlines.pop(connection, None)
+            else:
+                self._deadlines[connection] = time.monotonic() + seconds
+        return cut
+
+    def _cut_overdue(self) -> None:
+        """Shut the sockets whose request is overdue: a client dripping bytes never leaves one silent for long."""
+        pause = min(1.0, self.limits.read_timeout_seconds / 4)
+        while not self._closing.wait(pause):
+            now = time.monotonic()
+            with self._connections_lock:
+                overdue = [conn for conn, deadline in self._deadlines.items() if _CUT < deadline < now]
+                for conn in overdue:
+                    self._deadlines[conn] = _CUT
+            for conn in overdue:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)  # the handler's blocked read returns: it closes the connection
+                except OSError:
+                    pass
+
+    def server_close(self) -> None:
+        self._closing.set()
+        super().server_close()
 
     def get_request(self) -> tuple[socket.socket, Any]:
         """accept(); when descriptors run out, wait (longer each time, up to a bound) before the next try."""
@@ -317,6 +353,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.timeout = self.server.limits.read_timeout_seconds  # applied to the socket: reads and writes
         super().setup()
 
+    def handle_one_request(self) -> None:
+        """One request, which must arrive whole (request line, headers, body) within ``read_timeout_seconds``."""
+        self.server.read_deadline(self.connection, self.server.limits.read_timeout_seconds)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.read_deadline(self.connection, None)
+
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: one line per request would drown the training logs of a busy client."""
 
@@ -333,6 +377,8 @@ class _Handler(BaseHTTPRequestHandler):
             if not path.startswith(DOWNLOADS):  # a signed download URL stands in for the key: urllib sends none
                 self._check_key()
             raw = self._read_body()
+            if self.server.read_deadline(self.connection, None):  # cut off while it dripped in: a torn request
+                raise _HungUp
             status, body, content_type = self._route(path, raw)
         except _HungUp:
             self.close_connection = True

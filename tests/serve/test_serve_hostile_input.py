@@ -11,6 +11,7 @@ import gzip
 import json
 import re
 import socket
+import time
 import zlib
 from urllib.parse import urlsplit
 
@@ -22,7 +23,7 @@ import zstandard
 from tinker import types
 from tinker.proto.response_conv import deserialize_sample_response
 
-from .conftest import KEY, Served
+from .conftest import KEY, Served, start_server
 
 pytestmark = pytest.mark.slow
 
@@ -157,3 +158,44 @@ def test_a_refused_training_request_does_not_hold_up_the_runs_next_ones(served: 
     assert trainer.optim_step(types.AdamParams(learning_rate=0.01)).result(timeout=60).metrics is not None
     assert loss > 0
     service.close("success").result(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def impatient(tmp_path_factory: pytest.TempPathFactory):
+    server = start_server(tmp_path_factory.mktemp("impatient"), "--read-timeout-seconds", "2")
+    yield server
+    assert server.stop() == 0
+
+
+@pytest.mark.parametrize(
+    "opening",
+    [b"GET /api/v1/healthz HTTP/1.1\r\nX-Slow: ", b"POST /api/v1/create_session HTTP/1.1\r\nContent-Length: 100000\r\n\r\n{"],
+    ids=["headers", "body"],
+)
+def test_a_client_that_drips_its_request_is_cut_off_at_the_read_timeout(impatient: Served, opening: bytes) -> None:
+    """A byte a second never leaves the socket silent for the timeout, but the request as a whole must arrive in it:
+    else a few hundred such clients hold every connection the server allows."""
+    address = urlsplit(impatient.url)
+    with socket.create_connection((address.hostname, address.port), timeout=30) as conn:
+        conn.sendall(opening)
+        started = time.monotonic()
+        cut = False
+        while time.monotonic() - started < 15:
+            time.sleep(0.5)
+            try:
+                conn.sendall(b"a")
+            except OSError:
+                cut = True
+                break
+            conn.setblocking(False)
+            try:
+                cut = conn.recv(65536) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                cut = True
+            conn.setblocking(True)
+            if cut:
+                break
+    assert cut and time.monotonic() - started < 8, "the server kept a dripping request past its read timeout"
+    assert httpx.get(f"{impatient.url}/api/v1/healthz", headers={"X-API-Key": KEY}).json() == {"status": "ok"}
