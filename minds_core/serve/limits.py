@@ -47,7 +47,7 @@ class ServeLimits:
     max_pending_requests: int = _limit(1024, "most unfinished requests (queued or running) one API key may have; more are answered 429")
     backlog: int = _limit(128, "listen backlog: connections the system holds while the server accepts others")
     max_connections: int = _limit(512, "most connections served at once; more are closed at accept (clients retry)")
-    read_timeout_seconds: float = _limit(120.0, "a connection silent this long while the server waits to read from it is closed")
+    read_timeout_seconds: float = _limit(120.0, "a connection silent this long, or whose request (headers and body) takes longer to arrive, is closed")
 
     def __post_init__(self) -> None:
         for item in dataclasses.fields(self):
