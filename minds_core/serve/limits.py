@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 __all__ = ["ServeLimits", "add_limit_arguments", "limits_from_arguments"]
 
 
+#: Longest time a limit may name (a socket timeout must fit the platform's time_t).
+_MAX_SECONDS = 2**31 - 1
+
+
 def _limit(default: float, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
@@ -54,6 +58,8 @@ class ServeLimits:
             value = getattr(self, item.name)
             if not value > 0:
                 raise ValueError(f"--{_flag(item.name)} must be positive, got {value}")
+            if isinstance(value, float) and not value <= _MAX_SECONDS:  # a socket timeout past time_t: every read fails
+                raise ValueError(f"--{_flag(item.name)} must be at most {_MAX_SECONDS} seconds, got {value}")
 
     # -- admission ------------------------------------------------------------------------
     def check_lora(self, rank: int) -> None:

@@ -88,6 +88,9 @@ def test_every_limit_has_a_flag_and_a_bad_value_names_it() -> None:
     assert limits == ServeLimits(max_lora_rank=8, read_timeout_seconds=2.5)
     with pytest.raises(ValueError, match="--max-num-samples must be positive"):
         limits_from_arguments(parser.parse_args(["--max-num-samples", "0"]))
+    for endless in ("inf", "1e300"):  # past time_t: every connection's socket timeout would fail, nothing served
+        with pytest.raises(ValueError, match="--read-timeout-seconds must be at most 2147483647 seconds"):
+            limits_from_arguments(parser.parse_args(["--read-timeout-seconds", endless]))
 
 
 def _body(tokens: int) -> bytes:
