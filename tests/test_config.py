@@ -34,6 +34,7 @@ CORPUS = {
     "top_level_list.yaml": "the top level must be a table/mapping",
     "negative_off_policy.yaml": "trainer.max_steps_off_policy = -1: must be an integer in [0, 1000]",
     "zero_env_weight.yaml": "every environment has weight 0 (switched off)",
+    "env_and_envs.toml": "env and envs are both set: [env] (also what --env NAME sets) is the one environment",
     "reward_without_name.toml": "env.rewards[0].name: required key is missing",
     "config.json": "unknown config format '.json'",
     "not_utf8.toml": "not_utf8.toml:1: not UTF-8 text (byte 0xe9 at offset 11)",
@@ -55,6 +56,17 @@ def test_malformed_config_gives_one_screen_message_and_exit_2(name, capsys):
     assert CORPUS[name] in err
     assert "Traceback" not in err
     assert len(err.splitlines()) <= 20
+
+
+def test_env_given_to_a_config_of_several_envs_is_refused_not_added(tmp_path, capsys):
+    """``--env`` sets env.id: on a config of [[envs]] it would train on one more environment, not instead."""
+    several = tmp_path / "several.toml"
+    several.write_text('[[envs]]\nid = "ghost_trace"\n\n[[envs]]\nid = "self_prediction"\nweight = 2.0\n')
+    code = main(["run", str(several), "--env", "ghost_trace", "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "env and envs are both set" in err and "put every environment in [[envs]]" in err
+    assert main(["run", str(several), "--dry-run"]) == 0
 
 
 def test_defaults_need_no_file():

@@ -177,8 +177,8 @@ def test_yaml_bombs_are_refused_quickly(text, message, tmp_path, capsys):
 
 def test_a_few_aliases_still_work(tmp_path):
     path = tmp_path / "anchors.yaml"
-    path.write_text("env: &e {id: toy_char_share}\nenvs: [*e, *e]\n")
-    assert [e.id for e in load_config(path).envs] == ["toy_char_share", "toy_char_share"]
+    path.write_text("envs: [&e {id: toy_char_share}, *e, *e]\n")  # (env and envs together are refused)
+    assert [e.id for e in load_config(path).envs] == ["toy_char_share"] * 3
 
 
 def test_duplicate_keys_in_a_set_value_are_refused():

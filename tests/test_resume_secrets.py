@@ -166,8 +166,8 @@ def test_a_secret_in_a_list_of_tables_is_never_taken_from_the_saved_copy(listed_
 #: Every place a secret sits in a run's config, as ``--set`` names it, and the value given there.
 PLACES = {
     "tinker.api_key": "tml-top-level-1",
-    "env.args.api_key": SECRET,
-    "env.args.auth.token": SECRET,
+    "envs[2].args.api_key": SECRET,
+    "envs[2].args.auth.token": SECRET,
     "envs[0].args.api_key": SECRET,
     "envs[1].args.client.password": SECRET,
     "envs[1].args.headers[0].value": f"Bearer {SECRET}",
@@ -177,13 +177,13 @@ PLACES = {
 #: A config holding every place of PLACES, with references to variables beside them.
 EVERYWHERE = {
     "tinker": {"api_key": PLACES["tinker.api_key"], "api_key_env": "MY_TINKER_KEY"},
-    "env": {"id": "x", "args": {"api_key": SECRET, "auth": {"token": SECRET}}},
     "envs": [
         {"id": "y", "args": {"api_key": SECRET, "credentials": [SECRET, AGAIN], "judge_key": "${JUDGE_KEY}"},
          "rewards": [{"name": "r", "args": {"judge_token": SECRET}}]},
         {"id": "z", "args": {"client": {"password": SECRET, "user": "u"}, "secrets": {"OPENAI_API_KEY": "$OPENAI_API_KEY",
          "HF_TOKEN": "${HF_TOKEN:-}"}, "headers": [{"name": "Authorization", "value": f"Bearer {SECRET}"},
                                                    {"name": "Accept", "value": "text/plain"}]}},
+        {"id": "x", "args": {"api_key": SECRET, "auth": {"token": SECRET}}},
     ],
 }  # fmt: skip
 

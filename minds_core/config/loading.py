@@ -36,7 +36,13 @@ def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
             problems = structure_errors(exc)
         else:
             problems = list(_checks(config, ""))
-            if (config.env is not None or config.envs) and not config.environments:
+            if config.env is not None and config.envs:
+                problems.append(
+                    "env and envs are both set: [env] (also what --env NAME sets) is the one environment of a run, "
+                    "[[envs]] the list of several; put every environment in [[envs]] (the [env] table as one more "
+                    "entry, with its weight) or drop [[envs]]"
+                )
+            elif (config.env is not None or config.envs) and not config.environments:
                 problems.append("every environment has weight 0 (switched off): give at least one a weight > 0")
             problems.extend(_across_keys(config))
     if problems:

@@ -240,8 +240,8 @@ class RunConfig:
     seed: int = arg(0, within(0, MAX_SEED), doc="seeds the data order, sampling and the adapter's initialisation")
     backend: str = arg("auto", doc="auto | local | tinker | a plugin's backend")
     runs_dir: str = arg("runs", FOLDER, doc="where run directories (runs/<name>/) are made")
-    env: EnvConfig | None = arg(None, doc="the environment (``[env]``); more with ``[[envs]]``")
-    envs: list[EnvConfig] = arg([], doc="more environments (``[[envs]]``), each like ``[env]``")
+    env: EnvConfig | None = arg(None, doc="the environment (``[env]``); for several, ``[[envs]]`` instead")
+    envs: list[EnvConfig] = arg([], doc="several environments (``[[envs]]``), each like ``[env]``; not with ``env``")
     model: ModelConfig = attrs.field(factory=ModelConfig)
     tinker: TinkerConfig = attrs.field(factory=TinkerConfig)
     local: LocalConfig = attrs.field(factory=LocalConfig)
@@ -254,7 +254,7 @@ class RunConfig:
 
     @property
     def environments(self) -> list[EnvConfig]:
-        """``env`` and ``envs`` together, in order, without those switched off (weight 0)."""
+        """``env`` or ``envs`` (never both: ``build_config`` refuses that), without those switched off (weight 0)."""
         return [e for e in ([self.env] if self.env is not None else []) + list(self.envs) if e.weight > 0]
 
 

@@ -58,7 +58,7 @@ class _Run:
         self.session_id = session_id
         self.owner = owner
         self._next_seq = 1
-        self._waiting: dict[int, tuple[Callable[[TrainingClient], Any], Future[Any]]] = {}
+        self._waiting: dict[int, tuple[Callable[[TrainingClient], Any], Future[Any]] | None] = {}  # None: skipped
         self._lock = threading.Lock()
 
     def submit(self, seq_id: int | None, call: Callable[[TrainingClient], Any]) -> Future[Any]:
@@ -71,10 +71,23 @@ class _Run:
             if seq_id < self._next_seq or seq_id in self._waiting:
                 raise BadRequest(f"seq_id {seq_id} of model {self.client.model_id} was already received")
             self._waiting[seq_id] = (call, result)
-            while self._next_seq in self._waiting:
-                self._dispatch(*self._waiting.pop(self._next_seq))
-                self._next_seq += 1
+            self._hand_over()
         return result
+
+    def skip(self, seq_id: int) -> None:
+        """``seq_id`` was refused (a 4xx the SDK does not retry): the requests after it go on without it."""
+        with self._lock:
+            if seq_id >= self._next_seq and seq_id not in self._waiting:
+                self._waiting[seq_id] = None
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Dispatch the requests whose turn has come (call with the lock held)."""
+        while self._next_seq in self._waiting:
+            waiting = self._waiting.pop(self._next_seq)
+            if waiting is not None:
+                self._dispatch(*waiting)
+            self._next_seq += 1
 
     def _dispatch(self, call: Callable[[TrainingClient], Any], result: Future[Any]) -> None:
         try:
@@ -349,6 +362,14 @@ class Engine:
             return types.LoadWeightsResponse(path=request.path, type="load_weights")
 
         return self._track(local.future(), owner, register)
+
+    def refused(self, model_id: str, seq_id: int, owner: str) -> None:
+        """Request ``seq_id`` of ``owner``'s run ``model_id`` was refused for good: later requests of the run
+        must not wait for it (else the SDK's training client hangs on its next call)."""
+        with self._lock:
+            run = self._runs.get(model_id)
+        if run is not None and run.owner == owner:
+            run.skip(seq_id)
 
     def _run(self, model_id: str, owner: str) -> _Run:
         with self._lock:

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-__all__ = ["BadRequest", "HttpError", "MethodNotAllowed", "NotFound", "PayloadTooLarge", "TooManyRequests", "Unauthorized", "public_detail"]
+__all__ = [
+    "BadRequest",
+    "HttpError",
+    "MethodNotAllowed",
+    "NotAcceptable",
+    "NotFound",
+    "PayloadTooLarge",
+    "TooManyRequests",
+    "Unauthorized",
+    "UnsupportedMediaType",
+    "public_detail",
+]
 
 
 class HttpError(Exception):
@@ -39,10 +50,22 @@ class MethodNotAllowed(HttpError):
     status = 405
 
 
+class NotAcceptable(HttpError):
+    """406: a result asked for in a form the server cannot give it in (the message names the one it can)."""
+
+    status = 406
+
+
 class PayloadTooLarge(HttpError):
     """413: a request body (as sent, or once decompressed) past ``ServeLimits``; the connection is closed."""
 
     status = 413
+
+
+class UnsupportedMediaType(HttpError):
+    """415: a body in a ``Content-Encoding`` the server does not decode (the message names those it does)."""
+
+    status = 415
 
 
 class TooManyRequests(HttpError):

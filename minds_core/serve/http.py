@@ -8,9 +8,10 @@ as protobuf (``wire``).
 Every route the SDK 0.38 ``RestClient`` can call is in ``ROUTES``: it works, or (a feature
 with no meaning on one machine) answers a JSON 400 saying what to do instead. Each answer,
 error or not, is JSON (or protobuf). The server holds under hostile input (``ServeLimits``):
-bodies are capped as they are read (``Content-Length`` or chunked), a silent connection is
-closed, connections past the cap are dropped at accept, and when file descriptors run out the
-accept loop backs off instead of spinning.
+bodies are capped as they are read (``Content-Length`` or chunked) and as they are decompressed;
+a connection is closed when it goes silent, or when its request has not arrived whole within the
+read timeout (a client dripping it a byte at a time); connections past the cap are dropped at
+accept, and when file descriptors run out the accept loop backs off instead of spinning.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.message import Message
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -40,11 +42,13 @@ from minds_core.backends.local.checkpoints import CheckpointStore
 
 from .downloads import DOWNLOADS_PREFIX as DOWNLOADS
 from .downloads import Downloads
+from .encodings import decode_body
 from .engine import Engine
 from .errors import (
     BadRequest,
     HttpError,
     MethodNotAllowed,
+    NotAcceptable,
     NotFound,
     PayloadTooLarge,
     Unauthorized,
@@ -55,6 +59,7 @@ from .wire import (
     decode_forward_backward,
     encode_forward_backward,
     encode_sample,
+    parse_forward_backward,
 )
 
 __all__ = ["ROUTES", "TinkerServer"]
@@ -64,6 +69,8 @@ Json = dict[str, Any]
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 #: Longest pause between two accept() tries while descriptors are exhausted.
 MAX_ACCEPT_BACKOFF_SECONDS = 0.5
+#: A connection's deadline once it has been cut off.
+_CUT = -1.0
 #: After refusing a body it did not read, the server reads (and drops) this much of it, so that the
 #: client sees the answer instead of a reset connection.
 _DRAIN_BYTES = 4 << 20
@@ -83,8 +90,41 @@ class TinkerServer(ThreadingHTTPServer):
         self._accept_backoff = 0.0
         self._connections = 0
         self._connections_lock = threading.Lock()
+        self._deadlines: dict[socket.socket, float] = {}  # connections reading a request: when they are cut off
+        self._closing = threading.Event()
         self.downloads = Downloads(Catalog(CheckpointStore(Path(engine.service.checkpoint_root))))
         super().__init__(address, _Handler)
+        threading.Thread(target=self._cut_overdue, name="minds-serve-deadlines", daemon=True).start()
+
+    def read_deadline(self, connection: socket.socket, seconds: float | None) -> bool:
+        """Cut ``connection`` off unless its request has arrived ``seconds`` from now (None: it has); whether it
+        already was (its request is then not served: what arrived of it may be cut short)."""
+        with self._connections_lock:
+            cut = self._deadlines.get(connection) == _CUT
+            if seconds is None:
+                self._deadlines.pop(connection, None)
+            else:
+                self._deadlines[connection] = time.monotonic() + seconds
+        return cut
+
+    def _cut_overdue(self) -> None:
+        """Shut the sockets whose request is overdue: a client dripping bytes never leaves one silent for long."""
+        pause = min(1.0, self.limits.read_timeout_seconds / 4)
+        while not self._closing.wait(pause):
+            now = time.monotonic()
+            with self._connections_lock:
+                overdue = [conn for conn, deadline in self._deadlines.items() if _CUT < deadline < now]
+                for conn in overdue:
+                    self._deadlines[conn] = _CUT
+            for conn in overdue:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)  # the handler's blocked read returns: it closes the connection
+                except OSError:
+                    pass
+
+    def server_close(self) -> None:
+        self._closing.set()
+        super().server_close()
 
     def get_request(self) -> tuple[socket.socket, Any]:
         """accept(); when descriptors run out, wait (longer each time, up to a bound) before the next try."""
@@ -135,6 +175,8 @@ class _Call:
     raw: bytes
     headers: Message
     server: TinkerServer
+    #: (model_id, seq_id) of a request in a training run's order, once its body is parsed
+    ordered: tuple[str, int] | None = None
 
     def json(self) -> Json:
         try:
@@ -147,10 +189,13 @@ class _Call:
 
     def model(self, cls: type[pydantic.BaseModel]) -> Any:
         try:
-            return cls.model_validate(self.json())
+            value = cls.model_validate(self.json())
         except pydantic.ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()[:5])
             raise BadRequest(f"Invalid {cls.__name__}: {problems}") from None
+        if getattr(value, "model_id", None) is not None and getattr(value, "seq_id", None) is not None:
+            self.ordered = (value.model_id, value.seq_id)
+        return value
 
     def page(self) -> tuple[int, int]:
         """``limit`` and ``offset`` of a listing's query string (the SDK's defaults when absent)."""
@@ -167,20 +212,23 @@ class _Call:
 def _forward_backward(call: _Call) -> Any:
     if PROTO_CONTENT_TYPE not in call.headers.get("Content-Type", ""):
         raise BadRequest(f"forward_backward takes a protobuf body (Content-Type: {PROTO_CONTENT_TYPE})")
-    request, forward_only = decode_forward_backward(
-        call.raw, call.headers.get("Content-Encoding", ""), call.engine.limits
-    )
+    message = parse_forward_backward(call.raw)
+    call.ordered = (message.model_id, message.seq_id)
+    request, forward_only = decode_forward_backward(message, call.engine.limits)
     return call.engine.forward_backward(request, forward_only, call.client)
 
 
 def _retrieve(call: _Call) -> Any:
     value = call.engine.retrieve(str(call.json().get("request_id", "")), call.client)
-    wants_proto = PROTO_CONTENT_TYPE in call.headers.get("Accept", "")
-    if wants_proto and isinstance(value, types.ForwardBackwardOutput):
-        return 200, encode_forward_backward(value), PROTO_CONTENT_TYPE
-    if wants_proto and isinstance(value, types.SampleResponse):
-        return 200, encode_sample(value), PROTO_CONTENT_TYPE
-    return value
+    if not isinstance(value, (types.ForwardBackwardOutput, types.SampleResponse)):
+        return value
+    if PROTO_CONTENT_TYPE not in call.headers.get("Accept", ""):  # the SDK always asks; they have no JSON form here
+        raise NotAcceptable(
+            f"The result of {call.json().get('request_id')!r} is a {type(value).__name__}, served as protobuf only: "
+            f"retrieve it again with Accept: {PROTO_CONTENT_TYPE} (the Tinker SDK sends that)"
+        )
+    encode = encode_forward_backward if isinstance(value, types.ForwardBackwardOutput) else encode_sample
+    return 200, encode(value), PROTO_CONTENT_TYPE
 
 
 def _external_weights_urls(call: _Call) -> Any:
@@ -280,6 +328,18 @@ ROUTES: list[tuple[str, str, Callable[[_Call], Any]]] = [
 _COMPILED = [(method, re.compile(f"^{pattern}$"), handler) for method, pattern, handler in ROUTES]
 
 
+#: Statuses the SDK retries with the same seq_id: a request refused with one keeps its place in its run's order.
+_RETRIED = {408, 409, 429}
+#: What to do about each refusal http.server makes itself, before a request reaches the routes.
+_PROTOCOL_HINTS = {
+    400: "send a request line of the form METHOD /path HTTP/1.1",
+    414: "the request line is over 65536 bytes: send the data in the body",
+    431: "send at most 100 headers of at most 65536 bytes each",
+    501: "minds serve answers GET, POST, PUT, DELETE and PATCH",
+    505: "send HTTP/1.1 (or HTTP/1.0)",
+}
+
+
 class _HungUp(Exception):
     """The client went silent or away in the middle of a request: the connection is closed, nothing answered."""
 
@@ -293,6 +353,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.timeout = self.server.limits.read_timeout_seconds  # applied to the socket: reads and writes
         super().setup()
 
+    def handle_one_request(self) -> None:
+        """One request, which must arrive whole (request line, headers, body) within ``read_timeout_seconds``."""
+        self.server.read_deadline(self.connection, self.server.limits.read_timeout_seconds)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.read_deadline(self.connection, None)
+
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: one line per request would drown the training logs of a busy client."""
 
@@ -303,24 +371,50 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         self._body_read = False
+        self._call: _Call | None = None
         path = urlsplit(self.path).path
-        engine = self.server.engine
         try:
             if not path.startswith(DOWNLOADS):  # a signed download URL stands in for the key: urllib sends none
                 self._check_key()
             raw = self._read_body()
+            if self.server.read_deadline(self.connection, None):  # cut off while it dripped in: a torn request
+                raise _HungUp
             status, body, content_type = self._route(path, raw)
         except _HungUp:
             self.close_connection = True
             return
         except (HttpError, tinker.APIStatusError) as exc:
             status = exc.status if isinstance(exc, HttpError) else exc.status_code
-            detail = exc.detail if isinstance(exc, HttpError) else exc.message
-            body, content_type = json.dumps({"detail": engine.public(detail)}).encode(), "application/json"
+            if self._call is not None and self._call.ordered and status < 500 and status not in _RETRIED:
+                self.server.engine.refused(*self._call.ordered, self._call.client)
+            self._send_detail(status, exc.detail if isinstance(exc, HttpError) else exc.message)
+            return
         except Exception as exc:  # noqa: BLE001 - a bug: answered as a 500 naming it, the server keeps serving
-            detail = engine.public(f"minds serve failed on {self.command} {path}: {type(exc).__name__}: {exc}")
-            status, body, content_type = 500, json.dumps({"detail": detail}).encode(), "application/json"
+            self._send_detail(500, f"minds serve failed on {self.command} {path}: {type(exc).__name__}: {exc}")
+            return
         self._send(status, body, content_type)
+
+    def parse_request(self) -> bool:
+        """http.server's parsing, less HTTP/0.9 (no status line, no headers: nothing a Tinker client reads)."""
+        if not super().parse_request():
+            return False
+        if self.request_version == "HTTP/0.9":
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request line {self.requestline[:200]!r}: no HTTP version")
+            return False
+        return True
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a malformed request line, headers past its limits) as JSON, not an HTML page."""
+        self._body_read = False  # whatever follows the request line is not read: the connection closes
+        reason = message or HTTPStatus(code).phrase
+        self._send_detail(code, f"{reason[:300]}: {_PROTOCOL_HINTS.get(code, 'send a well-formed HTTP/1.1 request')}")
+
+    def _send_detail(self, status: int, detail: str) -> None:
+        """An error answer: ``{"detail": ...}``, the shape of every error this server sends, server paths hidden."""
+        if self.request_version == "HTTP/0.9":  # a request line too broken to name a version still gets a status line
+            self.request_version = "HTTP/1.0"
+        body = json.dumps({"detail": self.server.engine.public(detail)}).encode()
+        self._send(status, body, "application/json")
 
     def _route(self, path: str, raw: bytes) -> tuple[int, bytes | Path, str]:
         allowed = []
@@ -332,7 +426,8 @@ class _Handler(BaseHTTPRequestHandler):
                 allowed.append(method)
                 continue
             client = self.server.engine.owners.client_of(self.headers.get("X-API-Key", ""))
-            value = handler(_Call(self.server.engine, client, match.groups(), self.path, raw, self.headers, self.server))
+            self._call = _Call(self.server.engine, client, match.groups(), self.path, raw, self.headers, self.server)
+            value = handler(self._call)
             return value if isinstance(value, tuple) else _json(value)
         if allowed:
             raise MethodNotAllowed(f"minds serve serves {path} with {' and '.join(allowed)} only, not {self.command}")
@@ -375,7 +470,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise Unauthorized("Invalid API key: this minds serve was started with --api-key; send that key")
 
     def _read_body(self) -> bytes:
-        """The request body, refused (413) as soon as it passes ``max_body_bytes``."""
+        """The request body, refused (413) as soon as it passes ``max_body_bytes``; its Content-Encoding undone."""
         limit = self.server.limits.max_body_bytes
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             body = self._read_chunked(limit)
@@ -387,7 +482,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _too_large(f"Content-Length {given}", limit)
             body = self._read_exactly(int(given), time.monotonic())
         self._body_read = True
-        return body
+        return decode_body(body, self.headers.get("Content-Encoding", ""), self.server.limits.max_decompressed_bytes)
 
     def _read_chunked(self, limit: int) -> bytes:
         started, pieces, size = time.monotonic(), [], 0

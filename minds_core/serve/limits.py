@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 __all__ = ["ServeLimits", "add_limit_arguments", "limits_from_arguments"]
 
 
+#: Longest time a limit may name (a socket timeout must fit the platform's time_t).
+_MAX_SECONDS = 2**31 - 1
+
+
 def _limit(default: float, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
@@ -31,7 +35,7 @@ class ServeLimits:
     """The bounds ``minds serve`` holds every client to (defaults fit a single-GPU server)."""
 
     max_body_bytes: int = _limit(16 << 20, "largest request body, as sent (the SDK sends forward_backward in ~5 MB chunks)")
-    max_decompressed_bytes: int = _limit(128 << 20, "largest zstd-compressed body once decompressed")
+    max_decompressed_bytes: int = _limit(128 << 20, "largest compressed body (gzip, deflate, zstd) once decompressed")
     max_num_samples: int = _limit(256, "most samples one sample request may ask for (num_samples)")
     max_new_tokens: int = _limit(32768, "most tokens one sample may generate (SamplingParams.max_tokens; unset counts as this)")
     max_batch_tokens: int = _limit(
@@ -51,13 +55,15 @@ class ServeLimits:
     max_pending_requests: int = _limit(1024, "most unfinished requests (queued or running) one API key may have; more are answered 429")
     backlog: int = _limit(128, "listen backlog: connections the system holds while the server accepts others")
     max_connections: int = _limit(512, "most connections served at once; more are closed at accept (clients retry)")
-    read_timeout_seconds: float = _limit(120.0, "a connection silent this long while the server waits to read from it is closed")
+    read_timeout_seconds: float = _limit(120.0, "a connection silent this long, or whose request (headers and body) takes longer to arrive, is closed")
 
     def __post_init__(self) -> None:
         for item in dataclasses.fields(self):
             value = getattr(self, item.name)
             if not value > 0:
                 raise ValueError(f"--{_flag(item.name)} must be positive, got {value}")
+            if isinstance(value, float) and not value <= _MAX_SECONDS:  # a socket timeout past time_t: every read fails
+                raise ValueError(f"--{_flag(item.name)} must be at most {_MAX_SECONDS} seconds, got {value}")
 
     # -- admission ------------------------------------------------------------------------
     def check_lora(self, rank: int) -> None:
@@ -82,7 +88,10 @@ class ServeLimits:
             k = getattr(request, name, None) or 0
             if k > self.max_logprobs_k:
                 raise self._refusal(name, k, "max_logprobs_k")
-        prompt = request.prompt.length
+        try:
+            prompt = request.prompt.length
+        except ValueError as exc:  # an image chunk without expected_tokens
+            raise BadRequest(f"prompt: {exc}; minds serve samples from token chunks (encoded_text) only") from None
         total = request.num_samples * (prompt + (max_tokens if max_tokens is not None else self.max_new_tokens))
         if total > self.max_batch_tokens:
             raise BadRequest(

@@ -1,26 +1,24 @@
 """The protobuf bodies of the Tinker API: forward/backward requests in, loss and sample results out.
 
 The SDK sends ``/api/v1/forward_backward`` as a ``tinker_public.ForwardBackwardRequest``
-(optionally zstd-compressed) and asks for ``ForwardBackwardOutput`` and ``SampleResponse``
+(optionally zstd-compressed: ``encodings`` undoes that first) and asks for ``ForwardBackwardOutput`` and ``SampleResponse``
 results as protobuf (``Accept: application/x-protobuf``); every other body is JSON.
 These functions are the server-side inverses of the SDK's ``tinker.proto`` converters.
 """
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import numpy as np
-import zstandard
 from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
 from tinker.types.topk_logprobs import TopkLogprobs
 
-from .errors import BadRequest, PayloadTooLarge
+from .errors import BadRequest
 from .limits import ServeLimits
 
-__all__ = ["PROTO_CONTENT_TYPE", "decode_forward_backward", "encode_forward_backward", "encode_sample"]
+__all__ = ["PROTO_CONTENT_TYPE", "decode_forward_backward", "encode_forward_backward", "encode_sample", "parse_forward_backward"]
 
 PROTO_CONTENT_TYPE = "application/x-protobuf"
 
@@ -32,19 +30,22 @@ _DTYPES: dict[int, tuple[np.dtype[Any], types.TensorDtype]] = {
 _STOP_REASONS = {"stop": pb.STOP_REASON_STOP, "length": pb.STOP_REASON_LENGTH}
 
 
-def decode_forward_backward(
-    body: bytes, content_encoding: str, limits: ServeLimits
-) -> tuple[types.ForwardBackwardRequest, bool]:
-    """The request and its ``forward_only`` flag, from the SDK's protobuf body (tensors checked against ``limits``)."""
-    if content_encoding == "zstd":
-        body = _decompress(body, limits.max_decompressed_bytes)
-    elif content_encoding not in ("", "identity"):
-        raise BadRequest(f"Content-Encoding {content_encoding!r} is not supported (only zstd)")
+def parse_forward_backward(body: bytes) -> pb.ForwardBackwardRequest:
+    """The SDK's protobuf body (its Content-Encoding undone by ``encodings``) as a message, nothing checked yet."""
     message = pb.ForwardBackwardRequest()
     try:
         message.ParseFromString(body)
     except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
         raise BadRequest(f"The forward_backward body is not a tinker_public.ForwardBackwardRequest: {exc}") from None
+    return message
+
+
+def decode_forward_backward(
+    body: bytes | pb.ForwardBackwardRequest, limits: ServeLimits
+) -> tuple[types.ForwardBackwardRequest, bool]:
+    """The request and its ``forward_only`` flag, from the SDK's protobuf body (or its parsed message); tensors
+    checked against ``limits``."""
+    message = body if isinstance(body, pb.ForwardBackwardRequest) else parse_forward_backward(body)
     _check_size(message, limits)
     config: dict[str, float | str] = {key: value for key, value in message.loss_fn_config.items()}
     for key, value in message.loss_fn_config_v2.items():
@@ -59,24 +60,6 @@ def decode_forward_backward(
         seq_id=message.seq_id,
     )
     return request, message.forward_only
-
-
-def _decompress(body: bytes, limit: int) -> bytes:
-    """A zstd body, decompressed a piece at a time: 413 as soon as it passes ``limit`` bytes."""
-    out = io.BytesIO()
-    try:
-        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(body), read_across_frames=True) as reader:
-            while piece := reader.read(1 << 20):
-                if out.tell() + len(piece) > limit:
-                    raise PayloadTooLarge(
-                        f"The zstd body decompresses to more than this server's max_decompressed_bytes of {limit}: "
-                        "send smaller forward_backward requests, or start minds serve with a larger "
-                        "--max-decompressed-bytes"
-                    )
-                out.write(piece)
-    except zstandard.ZstdError as exc:
-        raise BadRequest(f"The body is not valid zstd (Content-Encoding: zstd): {exc}") from None
-    return out.getvalue()
 
 
 def _check_size(message: pb.ForwardBackwardRequest, limits: ServeLimits) -> None:

@@ -1,10 +1,12 @@
 """``ServeLimits`` and ``RunOwners`` without a server: what each check refuses and says, the flags,
-a zstd bomb decoded in bounded memory, keyed client digests."""
+gzip, deflate and zstd bombs decoded in bounded memory, keyed client digests."""
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import tracemalloc
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,8 @@ from tinker import types
 from tinker.proto.request_conv import forward_backward_request_to_proto
 
 from minds_core.errors import UsageError
-from minds_core.serve.errors import BadRequest, PayloadTooLarge, public_detail
+from minds_core.serve.encodings import decode_body
+from minds_core.serve.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType, public_detail
 from minds_core.serve.limits import (
     ServeLimits,
     add_limit_arguments,
@@ -68,6 +71,16 @@ def test_requests_within_the_limits_pass() -> None:
         limits.check_shape("t", [4, -1])
 
 
+def test_a_prompt_of_unknown_length_is_a_bad_request_not_a_server_error() -> None:
+    image = types.ImageChunk(data=b"\x89PNG", format="png")  # no expected_tokens: its length is unknown
+    request = types.SampleRequest(
+        num_samples=1, base_model="minds-tiny", prompt=types.ModelInput(chunks=[image]),
+        sampling_params=types.SamplingParams(max_tokens=2),
+    )  # fmt: skip
+    with pytest.raises(BadRequest, match=r"prompt: ImageChunk expected_tokens .* token chunks \(encoded_text\) only"):
+        ServeLimits().check_sample(request)
+
+
 def test_every_limit_has_a_flag_and_a_bad_value_names_it() -> None:
     parser = argparse.ArgumentParser()
     add_limit_arguments(parser)
@@ -75,6 +88,9 @@ def test_every_limit_has_a_flag_and_a_bad_value_names_it() -> None:
     assert limits == ServeLimits(max_lora_rank=8, read_timeout_seconds=2.5)
     with pytest.raises(ValueError, match="--max-num-samples must be positive"):
         limits_from_arguments(parser.parse_args(["--max-num-samples", "0"]))
+    for endless in ("inf", "1e300"):  # past time_t: every connection's socket timeout would fail, nothing served
+        with pytest.raises(ValueError, match="--read-timeout-seconds must be at most 2147483647 seconds"):
+            limits_from_arguments(parser.parse_args(["--read-timeout-seconds", endless]))
 
 
 def _body(tokens: int) -> bytes:
@@ -87,26 +103,57 @@ def _body(tokens: int) -> bytes:
     return forward_backward_request_to_proto(request).SerializeToString()
 
 
-def test_a_zstd_bomb_is_refused_before_its_output_is_held() -> None:
+def _deflate(data: bytes, wbits: int) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    return packer.compress(data) + packer.flush()
+
+
+@pytest.mark.parametrize(
+    ("encoding", "pack"),
+    [
+        ("zstd", lambda data: zstandard.ZstdCompressor().compress(data)),
+        ("gzip", lambda data: gzip.compress(data, 9)),
+        ("deflate", lambda data: _deflate(data, zlib.MAX_WBITS)),
+        ("deflate", lambda data: _deflate(data, -zlib.MAX_WBITS)),  # raw deflate, as some clients send it
+    ],
+    ids=["zstd", "gzip", "deflate-zlib", "deflate-raw"],
+)
+def test_a_compressed_bomb_is_refused_before_its_output_is_held(encoding: str, pack) -> None:
     limit = 1 << 20
-    bomb = zstandard.ZstdCompressor().compress(bytes(64 << 20)) * 16  # 1 GiB once decompressed
+    bomb = pack(bytes(64 << 20)) * 16  # 1 GiB once decompressed (gzip and zstd: 16 members or frames)
     tracemalloc.start()
     try:
-        with pytest.raises(PayloadTooLarge, match="max_decompressed_bytes of 1048576"):
-            decode_forward_backward(bomb, "zstd", ServeLimits(max_decompressed_bytes=limit))
+        with pytest.raises(PayloadTooLarge, match=f"The {encoding} body decompresses to more than .* of 1048576"):
+            decode_body(bomb, encoding, limit)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak < 16 * limit, peak
+    assert decode_body(pack(b'{"a": 1}'), encoding, limit) == b'{"a": 1}'
+    with pytest.raises(BadRequest, match=f"not valid {encoding}|ends in the middle of its {encoding} stream"):
+        decode_body(pack(bytes(1000))[:-9], encoding, limit)
+
+
+def test_content_encodings_are_undone_in_order_and_others_refused() -> None:
+    body = b'{"session_id": "s"}'
+    assert decode_body(body, "", 100) == decode_body(body, "identity", 100) == body
+    assert decode_body(gzip.compress(zstandard.ZstdCompressor().compress(body)), "zstd, GZIP", 100) == body
+    with pytest.raises(UnsupportedMediaType, match="Content-Encoding 'br' is not supported: .* gzip, deflate, zstd"):
+        decode_body(body, "gzip, br", 100)
+    with pytest.raises(BadRequest, match="not valid gzip"):
+        decode_body(body, "gzip", 100)
+    with pytest.raises(BadRequest, match="stacks 5 codings"):
+        decode_body(body, "gzip," * 5, 100)
+
+
+def test_a_forward_backward_body_is_counted_from_its_bytes() -> None:
     body = _body(1000)
-    request, forward_only = decode_forward_backward(zstandard.ZstdCompressor().compress(body), "zstd", ServeLimits())
+    request, forward_only = decode_forward_backward(body, ServeLimits())
     assert request.forward_backward_input.data[0].model_input.length == 1000 and not forward_only
     with pytest.raises(BadRequest, match="max_batch_tokens of 999"):  # counted from the bytes, before any list is built
-        decode_forward_backward(body, "", ServeLimits(max_batch_tokens=999))
+        decode_forward_backward(body, ServeLimits(max_batch_tokens=999))
     with pytest.raises(BadRequest, match="max_tensor_elements"):  # target_tokens: 1000 int64 elements
-        decode_forward_backward(body, "", ServeLimits(max_tensor_elements=999))
-    with pytest.raises(BadRequest, match="not valid zstd"):
-        decode_forward_backward(b"not zstd at all", "zstd", ServeLimits())
+        decode_forward_backward(body, ServeLimits(max_tensor_elements=999))
 
 
 def test_server_paths_are_named_not_shown() -> None:

@@ -58,6 +58,9 @@ _ADAPTER = "adapter_model.safetensors"
 _OPTIMIZER = "optimizer.safetensors"
 _RUN = "run.json"
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:=+-]*\Z")
+#: Longest run id or checkpoint name: a file name is at most 255 bytes, and the store's staging and retired
+#: names add up to ~70 characters around it (``.<name>.minds_checkpoint.json.<hex>.tmp``).
+MAX_SEGMENT = 160
 _SCHEME = "tinker://"
 #: The range ``set_ttl`` takes, as the SDK documents ``set_checkpoint_ttl_from_tinker_path``'s: 1 hour to 10 years.
 SET_TTL_RANGE = (3600, 10 * 365 * 24 * 3600)
@@ -320,6 +323,8 @@ def _check_segment(value: str, what: str) -> None:
         raise LocalBadRequestError(
             f"Invalid {what} {value!r}: use letters, digits and _ . : = + - (not starting with . or -)"
         )
+    if len(value) > MAX_SEGMENT:
+        raise LocalBadRequestError(f"Invalid {what} {value[:40]!r}...: {len(value)} characters, at most {MAX_SEGMENT}")
 
 
 def _publish(staging: Path, final: Path, path: str, overwrite: bool) -> None:

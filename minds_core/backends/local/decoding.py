@@ -334,7 +334,13 @@ class DecodeBatch:
                 )
                 for request, sample in joining
             ]
-            self.slots.join(taken, prompt.kv, prompt.logits, settings)
+            try:
+                self.slots.join(taken, prompt.kv, prompt.logits, settings)
+            except BaseException as exc:  # these rows are in no slot nor waiting: ``run`` would not fail them
+                for request, _ in joining:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                raise
             for slot, (request, sample) in zip(taken, joining, strict=True):
                 self._rows[slot] = _Row(request, sample, prompt.length)
             if not prompt.rows:

@@ -67,11 +67,14 @@ def model_input_tokens(model_input: types.ModelInput, what: str) -> list[int]:
     return tokens
 
 
-def check_tokens(tokens: torch.Tensor, base: BaseModel, what: str) -> None:
-    """Reject token ids outside ``0 .. vocab_size - 1``."""
-    bad = (tokens < 0) | (tokens >= base.vocab_size)
-    if bad.any():
-        first = int(tokens[bad][0])
+def check_tokens(tokens: torch.Tensor | Sequence[int], base: BaseModel, what: str) -> None:
+    """Reject token ids outside ``0 .. vocab_size - 1`` (ids as given, before a tensor of them could overflow)."""
+    if isinstance(tokens, torch.Tensor):
+        bad = (tokens < 0) | (tokens >= base.vocab_size)
+        first = int(tokens[bad][0]) if bad.any() else None
+    else:
+        first = next((token for token in tokens if not 0 <= token < base.vocab_size), None)
+    if first is not None:
         raise LocalBadRequestError(
             f"{what} has token {first} outside the vocabulary of {base.name!r} (0..{base.vocab_size - 1})"
         )

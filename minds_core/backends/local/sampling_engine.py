@@ -6,6 +6,7 @@ Requests go to the sampler's ``DecodeBatch`` (continuous batching, see
 
 from __future__ import annotations
 
+import math
 import secrets
 import weakref
 from collections.abc import Sequence
@@ -139,10 +140,10 @@ class SamplingEngine:
         return [None if np.isnan(v) else float(v) for v in values]
 
     def _prompt(self, prompt: Sequence[int]) -> torch.Tensor:
-        ids = torch.tensor(list(prompt), dtype=torch.int64)
-        check_tokens(ids, self.base, "The prompt")
-        check_length(len(ids), self.base, "The prompt")
-        return ids
+        tokens = list(prompt)
+        check_tokens(tokens, self.base, "The prompt")
+        check_length(len(tokens), self.base, "The prompt")
+        return torch.tensor(tokens, dtype=torch.int64)
 
     def _check(self, params: types.SamplingParams, num_samples: int, prompt_length: int) -> int:
         """Validate the request; the number of tokens to generate at most."""
@@ -158,10 +159,12 @@ class SamplingEngine:
                 f"prompt ({prompt_length} tokens) + max_tokens ({max_tokens}) exceeds the "
                 f"{self.base.max_length}-token context of {self.base.name!r}"
             )
-        if not params.temperature >= 0:  # NaN too
-            problems.append(f"temperature must be 0 (greedy) or more, got {params.temperature}")
+        if not 0 <= params.temperature < math.inf:  # NaN too
+            problems.append(f"temperature must be 0 (greedy) or a finite positive number, got {params.temperature}")
         if not 0 < params.top_p <= 1:
             problems.append(f"top_p must be in (0, 1], got {params.top_p}")
+        if params.top_k != -1 and params.top_k < 1:  # the SDK's SamplingParams: -1 for no limit
+            problems.append(f"top_k must be -1 (no limit) or at least 1, got {params.top_k}")
         if problems:
             raise LocalBadRequestError("; ".join(problems))
         return max_tokens
@@ -172,6 +175,7 @@ class SamplingEngine:
         items = [stop] if isinstance(stop, str) else list(stop)
         strings = tuple(item for item in items if isinstance(item, str))
         ids = frozenset(int(item) for item in items if not isinstance(item, str))
+        check_tokens(sorted(ids), self.base, "sampling_params.stop")  # else a row that never joins its batch
         if "" in strings:
             raise LocalBadRequestError("Stop strings must not be empty")
         return StopRule(ids, strings)

@@ -5,6 +5,7 @@ Not thread-safe: a ``TrainingClient`` drives it from its single worker thread.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -160,14 +161,17 @@ def _check_adam(params: types.AdamParams) -> None:
     problems = [
         f"{field}={value}"
         for field, value, ok in (
-            ("learning_rate", params.learning_rate, params.learning_rate >= 0),
+            ("learning_rate", params.learning_rate, 0 <= params.learning_rate < math.inf),  # inf: every weight NaN
             ("beta1", params.beta1, 0 <= params.beta1 < 1),
             ("beta2", params.beta2, 0 <= params.beta2 < 1),
-            ("eps", params.eps, params.eps >= 0),
-            ("weight_decay", params.weight_decay, params.weight_decay >= 0),
+            ("eps", params.eps, 0 <= params.eps < math.inf),
+            ("weight_decay", params.weight_decay, 0 <= params.weight_decay < math.inf),
             ("grad_clip_norm", params.grad_clip_norm, params.grad_clip_norm >= 0),
         )
         if not ok
     ]
     if problems:
-        raise LocalBadRequestError(f"Invalid AdamParams: {', '.join(problems)}")
+        raise LocalBadRequestError(
+            f"Invalid AdamParams: {', '.join(problems)} (learning_rate, eps and weight_decay: finite, 0 or more; "
+            "betas in [0, 1); grad_clip_norm 0 or more)"
+        )

@@ -189,15 +189,21 @@ async def test_base_model_sampler_equals_a_fresh_adapter(
         ([1, 2], 0, types.SamplingParams(max_tokens=4), "num_samples"),
         ([1, 2], 1, types.SamplingParams(max_tokens=10**6), "exceeds"),
         ([1, 2], 1, types.SamplingParams(max_tokens=4, top_p=0), "top_p"),
-        # NaN (JSON's NaN, which minds serve's parser takes) compares false: it drew token 0 every time
-        ([1, 2], 1, types.SamplingParams(max_tokens=4, temperature=float("nan")), "temperature must be 0 .greedy. or more, got nan"),
+        ([1, 2**70], 1, types.SamplingParams(max_tokens=4), "The prompt has token 1180591620717411303424 outside the vocabulary"),
+        ([1, 2], 1, types.SamplingParams(max_tokens=4, stop=[3, 2**70]), "sampling_params.stop has token 1180591620717411303424 outside"),
+        ([1, 2], 1, types.SamplingParams(max_tokens=4, stop=[-1]), "sampling_params.stop has token -1 outside the vocabulary"),
+        ([1, 2], 1, types.SamplingParams(max_tokens=4, top_k=0), r"top_k must be -1 \(no limit\) or at least 1, got 0"),
+        ([1, 2], 1, types.SamplingParams(max_tokens=4, top_k=-2), "top_k must be -1"),
+        ([1, 2], 1, types.SamplingParams(max_tokens=4, temperature=float("nan")), "temperature must be 0 .greedy. or a finite"),
+        ([1, 2], 1, types.SamplingParams(max_tokens=4, temperature=float("inf")), "temperature must be"),
+        ([1, 2], 1, types.SamplingParams(max_tokens=4, temperature=-1), "temperature must be"),
     ],
 )
 def test_bad_sampling_requests_fail_alone(sampler: SamplingClient, prompt, num_samples, params, message) -> None:
     failed = sampler.sample(tokens_of(prompt), num_samples, params)
     good = sampler.sample(tokens_of([1, 2]), 1, types.SamplingParams(max_tokens=2, stop=[]))  # no stop: always 2 tokens
     with pytest.raises(tinker.BadRequestError, match=message):
-        failed.result()
+        failed.result(timeout=60)  # a request that never finished would hang here
     assert len(good.result().sequences[0].tokens) == 2
     with pytest.raises(LocalBadRequestError, match="empty"):
         sampler.compute_logprobs(tokens_of([])).result()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import string
 import threading
 from pathlib import Path
@@ -77,14 +78,21 @@ def test_errors_fail_only_their_request(trainer: TrainingClient, sft_datum) -> N
         trainer.forward_backward(good, "unknown_loss"),
         trainer.forward_backward(good, "cross_entropy"),
         trainer.optim_step(types.AdamParams(learning_rate=-1.0)),
+        trainer.optim_step(types.AdamParams(learning_rate=float("inf"))),  # would turn every weight NaN
+        trainer.optim_step(types.AdamParams(learning_rate=1e-3, weight_decay=float("inf"))),
         trainer.optim_step(types.AdamParams(learning_rate=1e-3)),
         trainer.save_state("../escape"),
+        trainer.save_state("x" * 5000),  # past a file name's 255 bytes: was an OSError of the server
         trainer.forward(good, "cross_entropy"),
     ]
     outcomes = [f.future().exception() for f in futures]
     assert [type(e).__name__ if e else None for e in outcomes] == [
-        "LocalBadRequestError", "LocalBadRequestError", None, "LocalBadRequestError", None, "LocalBadRequestError", None
+        "LocalBadRequestError", "LocalBadRequestError", None, "LocalBadRequestError", "LocalBadRequestError",
+        "LocalBadRequestError", None, "LocalBadRequestError", "LocalBadRequestError", None,
     ]
+    assert "5000 characters, at most 160" in str(outcomes[-2])
+    assert "learning_rate=inf" in str(outcomes[4]) and "weight_decay=inf" in str(outcomes[5])
+    assert all(math.isfinite(v) for v in futures[-1].result().loss_fn_outputs[0]["logprobs"].data)  # weights intact
     assert all(isinstance(e, tinker.BadRequestError) and e.status_code == 400 for e in outcomes if e)
 
 
