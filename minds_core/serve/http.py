@@ -480,12 +480,12 @@ class _Handler(BaseHTTPRequestHandler):
                 raise BadRequest(f"Content-Length {given!r} is not a byte count")
             if int(given) > limit:
                 raise _too_large(f"Content-Length {given}", limit)
-            body = self._read_exactly(int(given), time.monotonic())
+            body = self._read_exactly(int(given))
         self._body_read = True
         return decode_body(body, self.headers.get("Content-Encoding", ""), self.server.limits.max_decompressed_bytes)
 
     def _read_chunked(self, limit: int) -> bytes:
-        started, pieces, size = time.monotonic(), [], 0
+        pieces, size = [], 0
         while True:
             line = self._read_line()
             try:
@@ -499,7 +499,7 @@ class _Handler(BaseHTTPRequestHandler):
             size += length
             if size > limit:
                 raise _too_large("The chunked body", limit)
-            pieces.append(self._read_exactly(length, started))
+            pieces.append(self._read_exactly(length))
             self._read_line()  # the CRLF after the chunk
 
     def _read_line(self) -> bytes:
@@ -511,12 +511,11 @@ class _Handler(BaseHTTPRequestHandler):
             raise _HungUp
         return line
 
-    def _read_exactly(self, length: int, started: float) -> bytes:
-        """``length`` bytes, in pieces; a client that stops sending, or drips past the read timeout in all, is cut off."""
+    def _read_exactly(self, length: int) -> bytes:
+        """``length`` bytes, in pieces; a client that stops sending is cut off (one that drips them past the read
+        timeout in all has its socket shut by the server's deadline thread: the read ends)."""
         pieces, left = [], length
         while left:
-            if time.monotonic() - started > self.server.limits.read_timeout_seconds:
-                raise _HungUp
             try:
                 piece = self.rfile.read(min(left, 1 << 20))
             except OSError:
