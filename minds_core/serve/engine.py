@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,15 @@ DELIVERED_KEPT = 256
 ABANDONED_AFTER = 600.0
 #: A page size past any listing, to filter a whole listing to one client's part before paging it.
 _EVERYTHING = 1 << 62
+
+
+@dataclass
+class _Session:
+    """One session: its client, what it was created with (``user_metadata``, ``display_name``), whether it is open."""
+
+    owner: str
+    created: types.CreateSessionRequest
+    open: bool = True
 
 
 class _Run:
@@ -132,8 +142,7 @@ class Engine:
         self._hidden = {str(root): "<checkpoint root>", str(root.resolve()): "<checkpoint root>"}
         self._lock = threading.Lock()
         self._tokenizer_lock = threading.Lock()
-        self._sessions: dict[str, tuple[str, bool]] = {}  # session id -> (owner, still open)
-        self._session_names: dict[str, types.CreateSessionRequest] = {}  # session id -> its user_metadata, display_name
+        self._sessions: dict[str, _Session] = {}
         self._runs: dict[str, _Run] = {}
         budget = budget or SamplerBudget()
         self.samplers = KeptSamplers(budget.memory_bytes(service.device), budget.max_samplers)
@@ -162,32 +171,28 @@ class Engine:
         self.limits.check_session(request)
         session_id = f"minds-{uuid.uuid4().hex[:12]}"
         with self._lock:
-            self._sessions[session_id] = (owner, True)
-            self._session_names[session_id] = request
+            self._sessions[session_id] = _Session(owner, request)
         return types.CreateSessionResponse(session_id=session_id)
 
     def heartbeat(self, session_id: str, owner: str) -> dict[str, str]:
-        state = self._session(session_id, owner, allow_finished=True)
-        if not state:
-            raise _Gone(f"Session {session_id} has finished")
+        self._session(session_id, owner)
         return {"type": "session_heartbeat"}
 
     def finish_session(self, session_id: str, owner: str) -> None:
         """Mark the session finished and drop its runs and samplers (their checkpoints stay)."""
-        self._session(session_id, owner, allow_finished=True)
+        session = self._session(session_id, owner, allow_finished=True)
         with self._lock:
-            self._sessions[session_id] = (owner, False)
+            session.open = False
             for key in [key for key, run in self._runs.items() if run.session_id == session_id]:
                 del self._runs[key]
             self.samplers.forget(f"{session_id}:")
 
     def get_session(self, session_id: str, owner: str) -> types.GetSessionResponse:
         """The session's live training runs and sampling sessions."""
-        self._session(session_id, owner, allow_finished=True)
+        created = self._session(session_id, owner, allow_finished=True).created
         with self._lock:
             runs = [key for key, run in self._runs.items() if run.session_id == session_id]
             samplers = self.samplers.ids(f"{session_id}:")
-            created = self._session_names[session_id]
         return types.GetSessionResponse(
             training_run_ids=runs,
             sampler_ids=samplers,
@@ -198,17 +203,18 @@ class Engine:
     def list_sessions(self, limit: int, offset: int, owner: str) -> types.ListSessionsResponse:
         """One page of the client's sessions, newest first."""
         with self._lock:
-            mine = [key for key, (who, _) in self._sessions.items() if who == owner]
+            mine = [key for key, session in self._sessions.items() if session.owner == owner]
         return types.ListSessionsResponse(sessions=mine[::-1][offset : offset + limit])
 
-    def _session(self, session_id: str, owner: str, allow_finished: bool = False) -> bool:
+    def _session(self, session_id: str, owner: str, allow_finished: bool = False) -> _Session:
+        """``owner``'s session ``session_id`` (404 for any other's); 410 once finished, unless ``allow_finished``."""
         with self._lock:
-            who, open_ = self._sessions.get(session_id, (None, False))
-        if who != owner:
+            session = self._sessions.get(session_id)
+        if session is None or session.owner != owner:
             raise NotFound(f"Unknown session {session_id!r}")
-        if not open_ and not allow_finished:
+        if not session.open and not allow_finished:
             raise _Gone(f"Session {session_id} has finished")
-        return open_
+        return session
 
     def capabilities(self) -> types.GetServerCapabilitiesResponse:
         """The in-process answer (which knows each loaded model's context), for the served models only."""
@@ -347,7 +353,7 @@ class Engine:
             self._check_base_model(request.base_model)
         self._check_room()
         model_id = f"{request.session_id}:train:{request.model_seq_id}"  # the SDK derives it: the run must carry it
-        local = self.service._from_state(
+        local = self.service.create_training_client_from_checkpoint(
             request.path,
             request.base_model,
             _str_metadata(request.user_metadata),
@@ -494,7 +500,7 @@ class Engine:
 
     def _own_prefixes(self, owner: str) -> tuple[str, ...]:
         """``"<session>:"`` of each of ``owner``'s sessions (call with the lock held)."""
-        return tuple(f"{key}:" for key, (who, _) in self._sessions.items() if who == owner)
+        return tuple(f"{key}:" for key, session in self._sessions.items() if session.owner == owner)
 
     def sample(self, request: types.SampleRequest, owner: str) -> types.UntypedAPIFuture:
         self.limits.check_sample(request)

@@ -124,7 +124,9 @@ class ServiceClient:
         optimizer: types.OptimizerConfig | None = None,
     ) -> BackcompatTrainingClientFuture:
         """A new run starting from the adapter weights at ``path`` (fresh optimizer state)."""
-        return self._from_state(path, base_model, user_metadata, with_optimizer=False, optimizer=optimizer)
+        return self.create_training_client_from_checkpoint(
+            path, base_model, user_metadata, with_optimizer=False, optimizer=optimizer
+        )
 
     def create_training_client_from_state_with_optimizer(
         self,
@@ -134,7 +136,36 @@ class ServiceClient:
         weights_access_token: str | None = None,
     ) -> BackcompatTrainingClientFuture:
         """A new run resuming exactly from ``path``: adapter weights and AdamW state."""
-        return self._from_state(path, base_model, user_metadata, with_optimizer=True)
+        return self.create_training_client_from_checkpoint(path, base_model, user_metadata, with_optimizer=True)
+
+    def create_training_client_from_checkpoint(
+        self,
+        path: str,
+        base_model: str | None,
+        user_metadata: dict[str, str] | None,
+        *,
+        with_optimizer: bool,
+        optimizer: types.OptimizerConfig | None = None,
+        run_id: str | None = None,
+    ) -> BackcompatTrainingClientFuture:
+        """A new run from the checkpoint at ``path``: its adapter weights, and its AdamW state ``with_optimizer``.
+
+        minds' own (the SDK's two ``create_training_client_from_state*`` methods are this one): ``run_id`` names
+        the run (default: a new ``local-...`` id); ``minds serve`` passes the id the SDK derives for the run.
+        """
+        self._check_open()
+
+        def build() -> TrainingEngine:
+            _check_optimizer(optimizer)
+            checkpoint = self._runtime.store.load(path, with_optimizer=with_optimizer)
+            base = self._runtime.models.get(base_model or checkpoint.base_model)
+            trainer = TrainingEngine(base, checkpoint.lora, seed=0)
+            trainer.load_state(checkpoint.adapter, checkpoint.optimizer)
+            return trainer
+
+        return BackcompatTrainingClientFuture(
+            TrainingClient(self._runtime, run_id or _new_run_id())._start(build, user_metadata)
+        )
 
     def create_sampling_client(
         self,
@@ -214,31 +245,6 @@ class ServiceClient:
     ) -> None:
         status = "success" if exc_type is None else "errored" if issubclass(exc_type, Exception) else "interrupted"
         self.close(status).result()
-
-    def _from_state(
-        self,
-        path: str,
-        base_model: str | None,
-        user_metadata: dict[str, str] | None,
-        *,
-        with_optimizer: bool,
-        optimizer: types.OptimizerConfig | None = None,
-        run_id: str | None = None,
-    ) -> BackcompatTrainingClientFuture:
-        """A run from the checkpoint at ``path``; ``minds serve`` names it ``run_id``, the id the SDK derives for it."""
-        self._check_open()
-
-        def build() -> TrainingEngine:
-            _check_optimizer(optimizer)
-            checkpoint = self._runtime.store.load(path, with_optimizer=with_optimizer)
-            base = self._runtime.models.get(base_model or checkpoint.base_model)
-            trainer = TrainingEngine(base, checkpoint.lora, seed=0)
-            trainer.load_state(checkpoint.adapter, checkpoint.optimizer)
-            return trainer
-
-        return BackcompatTrainingClientFuture(
-            TrainingClient(self._runtime, run_id or _new_run_id())._start(build, user_metadata)
-        )
 
     def _check_open(self) -> None:
         if self._closed:
