@@ -34,7 +34,7 @@ device), a layer runs peft's forward for that call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -45,7 +45,7 @@ from torch import nn
 
 from .sibling_weights import joined, lay_out, sibling_groups
 
-__all__ = ["JoinedLoRA", "join_lora"]
+__all__ = ["JoinedLoRA", "join_lora", "use_joined"]
 
 
 def join_lora(model: nn.Module, base: nn.Module) -> list[JoinedLoRA]:
@@ -59,13 +59,26 @@ def join_lora(model: nn.Module, base: nn.Module) -> list[JoinedLoRA]:
     for group in grouped:
         for readers in _readers(group, inputs):
             joins += _joined_or_alone(readers)
-    for join in joins:
-        join.install()
+    use_joined(joins)
     return joins
 
 
+def use_joined(groups: Iterable[JoinedLoRA], joined: bool = True) -> None:
+    """Run the layers of ``groups`` joined (each group's ``install``), or each with peft's forward (``uninstall``)."""
+    for group in groups:
+        if joined:
+            group.install()
+        else:
+            group.uninstall()
+
+
 class JoinedLoRA:
-    """LoRA layers reading one input, computed together (see the module doc)."""
+    """LoRA layers reading one input, computed together (see the module doc); their base weights back to back."""
+
+    a: torch.Tensor
+    """The layers' ``lora_A`` weights as one view (``[sum of ranks, in]``), taken at ``install``."""
+    b: torch.Tensor
+    """The layers' ``lora_B`` weights as one view (``[sum of outs, sum of ranks]`` block rows), taken at ``install``."""
 
     def __init__(self, layers: Sequence[LoraLinear]) -> None:
         self.layers = list(layers)
@@ -73,12 +86,14 @@ class JoinedLoRA:
         (self.adapter,) = first.lora_A
         self.scale = float(first.scaling[self.adapter])
         base = [layer.base_layer for layer in self.layers]
-        self.weight = joined([layer.weight for layer in base])
+        weight = joined([layer.weight for layer in base])
+        if weight is None:
+            raise ValueError("JoinedLoRA needs its layers' base weights back to back (sibling_weights.lay_out)")
+        self.weight = weight
         biases = [layer.bias for layer in base]
         self.bias = None if biases[0] is None else torch.cat(biases).detach()  # frozen: copied once
         self.factors: list[torch.Tensor] = []
         """The layers' ``lora_A`` then ``lora_B`` weights (the parameters the optimizer holds), taken at ``install``."""
-        self.a = self.b = None
         self._addresses: tuple[int, ...] = ()
         self.outs = [layer.base_layer.weight.shape[0] for layer in self.layers]
         self.ranks = [layer.r[self.adapter] for layer in self.layers]
@@ -86,12 +101,17 @@ class JoinedLoRA:
 
     def install(self) -> None:
         """Replace each layer's ``forward`` by one computing the group (peft's stays behind it), reading the
-        layers' factors as they are now (install again after replacing a factor's Parameter)."""
-        self.factors = [layer.lora_A[self.adapter].weight for layer in self.layers]
-        self.factors += [layer.lora_B[self.adapter].weight for layer in self.layers]
+        layers' factors as they are now (install again after replacing a factor's Parameter); factors that no
+        longer lie back to back leave the layers peft's forward."""
+        factors = [layer.lora_A[self.adapter].weight for layer in self.layers]
+        factors += [layer.lora_B[self.adapter].weight for layer in self.layers]
         n = len(self.layers)
-        self.a, self.b = joined(self.factors[:n]), joined(self.factors[n:])
-        self._addresses = tuple(factor.data_ptr() for factor in self.factors)
+        a, b = joined(factors[:n]), joined(factors[n:])
+        if a is None or b is None:
+            self.uninstall()
+            return
+        self.factors, self.a, self.b = factors, a, b
+        self._addresses = tuple(factor.data_ptr() for factor in factors)
         for index, layer in enumerate(self.layers):
             layer.forward = partial(self._forward, index, partial(LoraLinear.forward, layer))
 
@@ -112,9 +132,6 @@ class JoinedLoRA:
             or layer.merged
             or layer.active_adapters != [self.adapter]
             or (not autocast and x.dtype != self.factors[0].dtype)
-            or self.a is None
-            or self.b is None
-            or self.weight is None
             or tuple(factor.data_ptr() for factor in self.factors) != self._addresses  # moved since: not joined
         ):
             self._pending = None
@@ -146,7 +163,6 @@ class _Products(torch.autograd.Function):
     def forward(
         ctx: Any, x: torch.Tensor, group: JoinedLoRA, dtype: torch.dtype, *factors: torch.Tensor
     ) -> tuple[torch.Tensor, ...]:
-        assert group.weight is not None and group.a is not None and group.b is not None
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1]).to(dtype)
         a, b = group.a.to(dtype), group.b.to(dtype)
@@ -222,7 +238,7 @@ def _joined_or_alone(layers: list[LoraLinear]) -> list[JoinedLoRA]:
         lay_out([layer.lora_A[adapter] for layer in layers], trainable=True)
         lay_out([layer.lora_B[adapter] for layer in layers], trainable=True)
         return [JoinedLoRA(layers)]
-    return [JoinedLoRA([layer]) for layer in layers if _plain(layer)]
+    return [JoinedLoRA([layer]) for layer in layers if _plain(layer) and _alike([layer])]
 
 
 def _plain(layer: LoraLinear) -> bool:
@@ -245,8 +261,8 @@ def _plain(layer: LoraLinear) -> bool:
 
 
 def _alike(layers: Sequence[LoraLinear]) -> bool:
-    """Whether ``layers`` (plain ones) can compute as one: one rank, scale and factor dtype, base weights back to
-    back, biases for all or none."""
+    """Whether ``layers`` (plain ones; one alone too) can compute as one: one rank, scale and factor dtype, base
+    weights back to back, biases for all or none."""
     first = layers[0]
     (adapter,) = first.lora_A
     return (

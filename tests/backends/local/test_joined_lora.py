@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from minds_core.backends.local import TrainingClient, joined_lora
-from minds_core.backends.local.joined_lora import join_lora
+from minds_core.backends.local.joined_lora import join_lora, use_joined
 from minds_core.backends.local.lora import LoraSpec, attach_lora
 from minds_core.backends.local.sibling_weights import lay_out, sibling_groups
 
@@ -100,8 +100,7 @@ def test_a_group_takes_one_product_for_its_a_factors_and_fewer_ops_in_all() -> N
     groups = join_lora(model, base)
     counts = []
     for install in (False, True):
-        for group in groups:
-            group.install() if install else group.uninstall()
+        use_joined(groups, install)
         with Products(model) as products, torch.no_grad():
             model(input_ids=TOKENS)
         counts.append(products)
@@ -205,8 +204,7 @@ def test_a_training_clients_passes_run_the_groups_and_get_pefts_gradients(
     monkeypatch.setattr(joined_lora._Products, "apply", lambda *args: calls.append(1) or apply(*args))
     results, grads = [], []
     for install in (True, False):
-        for group in engine.joined:
-            group.install() if install else group.uninstall()
+        use_joined(engine.joined, install)
         calls.clear()
         results.append(trainer.forward_backward(data, loss).result())
         grads.append(grads_of(trainer))
