@@ -13,8 +13,8 @@ After each step, counted from the objects alive (``gc``), not from the engine's 
   buffers and tables, and the training run's adapter and optimizer state, which stay the same);
 * the process's resident set (VmRSS; the SDK client's share included).
 
-Printed: those at some steps, and at the last one; where the engine has it, its own count of the kept
-clients' bytes (``KeptSamplers.held_bytes``) beside them.
+Printed: those at some steps, and at the last one, with the engine's own count of the kept clients'
+bytes (``KeptSamplers.held_bytes``) beside them.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from minds_core.backends.local.held_bytes import storage_bytes
 from minds_core.serve.engine import Engine
 from minds_core.serve.http import TinkerServer
 from minds_core.serve.limits import ServeLimits
+from minds_core.serve.samplers import SamplerBudget
 
 SHAPE = Shape("RL step", prompts=4, group=8, max_tokens=32, prompt_tokens=64, target=None, rank=8)
 SMOKE_SHAPE = Shape("smoke", prompts=2, group=2, max_tokens=4, prompt_tokens=12, target=None, rank=4)
@@ -71,34 +72,29 @@ def main() -> None:
     parser.add_argument("--max-samplers", type=int, help="the server's --max-samplers")
     args = parser.parse_args()
     shape, steps = (SMOKE_SHAPE, 3) if args.smoke else (SHAPE, args.steps)
-    budget: dict[str, object] = {}
-    if args.sampler_memory_gib is not None or args.max_samplers is not None:
-        from minds_core.serve.samplers import SamplerBudget
-
-        given = {"sampler_memory_gib": args.sampler_memory_gib, "max_samplers": args.max_samplers}
-        budget["budget"] = SamplerBudget(**{key: value for key, value in given.items() if value is not None})
+    given = {"sampler_memory_gib": args.sampler_memory_gib, "max_samplers": args.max_samplers}
+    budget = SamplerBudget(**{key: value for key, value in given.items() if value is not None})
     rng = np.random.default_rng(0)
     prompts = [[int(t) for t in rng.integers(3, 250, size=shape.prompt_tokens)] for _ in range(shape.prompts)]
     with tempfile.TemporaryDirectory() as tmp, ServiceClient(checkpoint_root=tmp, device="cpu") as local:
         local.create_sampling_client(base_model=DEFAULT_BASE_MODEL).result()  # loaded, as serve() does
-        engine = Engine(local, [DEFAULT_BASE_MODEL], ServeLimits(), **budget)
+        engine = Engine(local, [DEFAULT_BASE_MODEL], ServeLimits(), budget)
         server = TinkerServer(("127.0.0.1", 0), engine, (), ServeLimits())
         threading.Thread(target=server.serve_forever, daemon=True).start()
         base = local._runtime.models.get(DEFAULT_BASE_MODEL).model  # to leave its weights out of the count
         remote = tinker.ServiceClient(base_url=f"http://127.0.0.1:{server.server_address[1]}", api_key="tml-bench")
         trainer = remote.create_lora_training_client(DEFAULT_BASE_MODEL, rank=shape.rank, seed=0).result()
-        counted = getattr(engine, "samplers", None)
         print(f"minds serve engine, tiny model on the CPU, {steps} RL steps ({shape.prompts} prompts x {shape.group} "
-              f"samples x {shape.max_tokens} tokens); {budget.get('budget', 'the default samplers kept')}")  # fmt: skip
-        print("step  clients alive  tensor MiB (not the base's)  RSS MiB" + ("  kept clients' MiB (engine)" if counted else ""))
+              f"samples x {shape.max_tokens} tokens); {budget}")  # fmt: skip
+        print("step  clients alive  tensor MiB (not the base's)  RSS MiB  kept clients' MiB (engine)")
         rows = []
         for step in range(steps):
             rl_step(trainer, prompts, shape, step)
             clients, held = live(base)
             rows.append((clients, held, resident_bytes()))
             if step + 1 in (1, 2, 5, 10, 15, steps):
-                line = f"{step + 1:4d}  {clients:13d}  {held / 2**20:27.2f}  {rows[-1][2] / 2**20:7.0f}"
-                print(line + (f"  {counted.held_bytes() / 2**20:27.2f}" if counted else ""))
+                kept = engine.samplers.held_bytes()
+                print(f"{step + 1:4d}  {clients:13d}  {held / 2**20:27.2f}  {rows[-1][2] / 2**20:7.0f}  {kept / 2**20:27.2f}")
         print(f"peak over the steps: {max(r[0] for r in rows)} clients alive, {max(r[1] for r in rows) / 2**20:.2f} MiB "
               f"of tensors, {max(r[2] for r in rows) / 2**20:.0f} MiB resident")  # fmt: skip
         remote.close("success").result()
