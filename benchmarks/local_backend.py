@@ -65,6 +65,7 @@ from minds_core.backends.local.cuda_graphs import StepGraphs
 from minds_core.backends.local.device_sampling import Draws, Rows, RowSettings, row_key, uniforms
 from minds_core.backends.local.fast_decode import FastDecoder
 from minds_core.backends.local.inputs import DatumTensors, submitted_datum
+from minds_core.backends.local.joined_lora import use_joined
 from minds_core.backends.local.kv_slots import KVSlots
 from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
 from minds_core.backends.local.models import BaseModelRegistry
@@ -405,8 +406,7 @@ def train_step_figures(smoke: bool, device: str) -> dict[str, tuple[float, float
 
 
 def _train_step(engine: Any, items: list[DatumTensors], join: bool, device: str) -> None:
-    for group in engine.joined:
-        group.install() if join else group.uninstall()
+    use_joined(engine.joined, join)
     engine.forward_backward(items, "importance_sampling", None, backward=True)
     if device == "cuda":
         torch.cuda.synchronize()
