@@ -188,6 +188,30 @@ def check_resume_changes(run_dir: Path, config: RunConfig) -> dict[str, tuple[An
     return changes
 
 
+@attrs.frozen
+class StartPoint:
+    """Where a run's training starts."""
+
+    #: the first step to train
+    step: int
+    #: the state the training client loads: the run's last checkpoint on a resume, else ``trainer.resume_from``
+    #: (None: fresh weights)
+    state_path: str | None
+    #: whether it continues after a checkpoint of its own (it then loads the optimizer state too)
+    resumed: bool
+
+
+def start_point(config: RunConfig, resume_dir: Path | None) -> StartPoint:
+    """Where ``config``'s training starts: after the last checkpoint in ``resume_dir``, else at step 0 (a new run's
+    folder must not exist yet: a UsageError, checked before any work)."""
+    if resume_dir is None:
+        RunDirectory.ensure_new(config)
+    last = RunDirectory(resume_dir).last_checkpoint() if resume_dir is not None else None
+    if last is None:
+        return StartPoint(0, config.trainer.resume_from or None, resumed=False)
+    return StartPoint(last.step + 1, last.state_path, resumed=True)
+
+
 def config_changes(old: RunConfig, new: RunConfig) -> dict[str, tuple[Any, Any]]:
     """Dotted key -> (old, new) for every setting that differs; secrets are left out (as a saved config forgets
     them: in tables and lists of tables, a URL's password), so a table that held only secrets is the same table

@@ -49,6 +49,7 @@ from minds_core.run_directory import (
     RunLock,
     check_resume_changes,
     file_error,
+    start_point,
 )
 from minds_core.session import Policy, Session
 from minds_core.sinks import SinkSet
@@ -240,20 +241,18 @@ async def _train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins
         config = session.config
         if config.trainer.eval_every:
             check_splits(session.envs, EvalPlan.from_config(config.trainer), require_held_out=True)
-        if resume_dir is None:
-            RunDirectory.ensure_new(config)
-        last = RunDirectory(resume_dir).last_checkpoint() if resume_dir is not None else None
-        start = last.step + 1 if last else 0
+        start = start_point(config, resume_dir)
         if resume_dir is not None:
-            log.info("resuming", run=str(resume_dir), step=start, checkpoint=last.state_path if last else None, changed=changed)
-        await session.start_training(last.state_path if last else (config.trainer.resume_from or None), with_optimizer=last is not None)
+            checkpoint = start.state_path if start.resumed else None
+            log.info("resuming", run=str(resume_dir), step=start.step, checkpoint=checkpoint, changed=changed)
+        await session.start_training(start.state_path, with_optimizer=start.resumed)
         loop = RLLoop(session, await ReferenceScorer.start(session.service, config, session.backoff))
-        run = claims.enter_context(RunDirectory.create(config)) if resume_dir is None else RunDirectory.resume(resume_dir, config, start)
+        run = claims.enter_context(RunDirectory.create(config)) if resume_dir is None else RunDirectory.resume(resume_dir, config, start.step)
         try:
             sinks = session.open_sinks(run)  # after the claim: sinks write into the folder
             envs = [h.name for h in session.envs]
-            log.info("training", run=str(run.path), backend=session.backend, envs=envs, steps=config.trainer.steps, start=start)
-            session.summary = await loop.run(run, sinks, start)
+            log.info("training", run=str(run.path), backend=session.backend, envs=envs, steps=config.trainer.steps, start=start.step)
+            session.summary = await loop.run(run, sinks, start.step)
         except ServiceCallError as exc:  # keep what the run trained, say how to continue it
             saved = await save_after_failure(session.training_client, run, exc.intact_after, session.backoff)
             raise exc.resumable(run.shown, saved) from exc.error

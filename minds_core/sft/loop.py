@@ -47,7 +47,7 @@ from minds_core.rl.training_requests import (
     save_checkpoint,
     step_checkpoint_name,
 )
-from minds_core.run_directory import RunDirectory, RunLock, file_error
+from minds_core.run_directory import RunDirectory, RunLock, file_error, start_point
 from minds_core.service import ServiceLifetime
 from minds_core.session import load_environments
 from minds_core.sinks import SinkSet
@@ -190,13 +190,9 @@ async def _train_sft(config: RunConfig, plugins: Plugins, resume_dir: Path | Non
     train_conversations, held_conversations = _split(_conversations(config, plugins), config)
     if not train_conversations:
         raise ConfigError(f"nothing left to train on after holding out sft.eval_fraction = {config.sft.eval_fraction}")
-    if resume_dir is None:
-        RunDirectory.ensure_new(config)
-    last = RunDirectory(resume_dir).last_checkpoint() if resume_dir is not None else None
-    start = last.step + 1 if last else 0
+    start = start_point(config, resume_dir)
     async with door:
-        state_path = last.state_path if last else (config.trainer.resume_from or None)
-        client = await door.start_training(state_path, with_optimizer=last is not None)
+        client = await door.start_training(start.state_path, with_optimizer=start.resumed)
         try:
             renderer = Renderer(client.get_tokenizer(), config.model.chat_template_args)
             data = SftData(
@@ -205,15 +201,15 @@ async def _train_sft(config: RunConfig, plugins: Plugins, resume_dir: Path | Non
             )
         except (TemplateError, *REJECTIONS) as exc:  # the hosted SDK asks the service for the tokenizer
             raise UsageError(f"cannot start SFT on {config.model.base_model!r}: {exc}") from None
-        run = claims.enter_context(RunDirectory.create(config)) if resume_dir is None else RunDirectory.resume(resume_dir, config, start)
+        run = claims.enter_context(RunDirectory.create(config)) if resume_dir is None else RunDirectory.resume(resume_dir, config, start.step)
         sinks = SinkSet(config, plugins.registry, run)
         summary: dict[str, Any] = {"run_dir": str(run.path), "stopped": "early"}
         try:
-            if last is not None:
-                log.info("resuming", run=str(run.path), step=start, checkpoint=last.state_path)
+            if start.resumed:
+                log.info("resuming", run=str(run.path), step=start.step, checkpoint=start.state_path)
             sizes = {"train": len(data.train), "held_out": len(data.held_out)}
             log.info("sft", run=str(run.path), backend=door.backend, **sizes, steps=config.trainer.steps)
-            summary = await _loop(door, client, data, run, sinks, start)
+            summary = await _loop(door, client, data, run, sinks, start.step)
         except ServiceCallError as exc:  # keep what the run trained, say how to continue it
             raise exc.resumable(run.shown, await save_after_failure(client, run, exc.intact_after, door.backoff)) from exc.error
         except OSError as exc:  # the checkpoint store, train.log or a sink's file: disk full, read-only
