@@ -218,26 +218,27 @@ class CheckpointStore:
                 f"ttl_seconds must be a whole number of seconds from {low} (1 hour) to {high} (10 years), "
                 f"or None to remove the expiry; got {ttl_seconds!r}"
             )
-        run_id, kind, name = parse_path(path)
-        directory = self.root / run_id / kind / name
-        meta = _read_meta(directory)
-        if meta is None or _is_expired(meta):
-            raise LocalNotFoundError(f"No checkpoint at {path} (or it has expired)")
+        directory, meta = self._live(path)
         meta["expires_at"] = _expires_at(ttl_seconds, datetime.now(UTC))
-        staging = directory.parent / f".{name}.{METADATA_FILE}.{uuid.uuid4().hex}.tmp"  # beside the folder: never downloaded
+        staging = directory.parent / f".{directory.name}.{METADATA_FILE}.{uuid.uuid4().hex}.tmp"  # beside the folder: never downloaded
         try:
             _replace_json(directory / METADATA_FILE, meta, staging)
         except FileNotFoundError:  # deleted (or swept) meanwhile
             raise LocalNotFoundError(f"No checkpoint at {path} (it was deleted while its ttl was being set)") from None
 
-    def delete(self, path: str) -> None:
-        """Remove the checkpoint at tinker ``path`` (404 when there is none, or it has expired)."""
+    def _live(self, path: str) -> tuple[Path, dict[str, Any]]:
+        """The folder and metadata of the checkpoint at tinker ``path``; a 404 when there is none, or it has expired."""
         run_id, kind, name = parse_path(path)
         directory = self.root / run_id / kind / name
         meta = _read_meta(directory)
         if meta is None or _is_expired(meta):
-            raise LocalNotFoundError(f"No checkpoint at {path}")
-        retired = directory.with_name(f".{name}.{uuid.uuid4().hex}.old")
+            raise LocalNotFoundError(f"No checkpoint at {path} (or it has expired)")
+        return directory, meta
+
+    def delete(self, path: str) -> None:
+        """Remove the checkpoint at tinker ``path`` (404 when there is none, or it has expired)."""
+        directory, _ = self._live(path)
+        retired = directory.with_name(f".{directory.name}.{uuid.uuid4().hex}.old")
         os.rename(directory, retired)
         shutil.rmtree(retired, ignore_errors=True)
 
