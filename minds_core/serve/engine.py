@@ -30,7 +30,7 @@ import tinker
 from tinker import types
 
 from minds_core.backends.local import ServiceClient, TrainingClient
-from minds_core.backends.local.catalog import capabilities
+from minds_core.backends.local.catalog import capabilities, checkpoints_page, training_runs_page
 from minds_core.backends.local.checkpoints import parse_path
 from minds_core.backends.local.losses import LOSSES
 
@@ -415,19 +415,12 @@ class Engine:
 
     def training_runs(self, limit: int, offset: int, owner: str) -> types.TrainingRunsResponse:
         runs = self.rest.list_training_runs(_EVERYTHING, 0).result().training_runs
-        mine = [run for run in runs if self.owners.visible(run.training_run_id, owner)]
-        return types.TrainingRunsResponse(
-            training_runs=mine[offset : offset + limit],
-            cursor=types.Cursor(offset=offset, limit=limit, total_count=len(mine)),
-        )
+        return training_runs_page([run for run in runs if self.owners.visible(run.training_run_id, owner)], limit, offset)
 
     def user_checkpoints(self, limit: int, offset: int, owner: str) -> types.CheckpointsListResponse:
         found = self.rest.list_user_checkpoints(_EVERYTHING, 0).result().checkpoints
         mine = [item for item in found if self.owners.visible(parse_path(item.tinker_path)[0], owner)]
-        return types.CheckpointsListResponse(
-            checkpoints=mine[offset : offset + limit],
-            cursor=types.Cursor(offset=offset, limit=limit, total_count=len(mine)),
-        )
+        return checkpoints_page(mine, limit, offset)
 
     def weights_info(self, path: str, owner: str) -> types.WeightsInfoResponse:
         """Base model and LoRA settings of a checkpoint ``owner`` may see; one 404 for any it may not, or that is gone."""

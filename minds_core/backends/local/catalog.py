@@ -9,7 +9,7 @@ checkpoints are left out (each listing sweeps them away first).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from tinker import types
 from .checkpoints import METADATA_FILE, CheckpointStore, parse_path
 from .errors import LocalNotFoundError
 
-__all__ = ["Catalog", "capabilities"]
+__all__ = ["Catalog", "capabilities", "checkpoints_page", "training_runs_page"]
 
 _TYPES: dict[str, types.CheckpointType] = {"weights": "training", "sampler_weights": "sampler", "external_weights": "external"}
 
@@ -32,6 +32,20 @@ def capabilities(context_lengths: Mapping[str, int | None]) -> types.GetServerCa
             for name, length in context_lengths.items()
         ]
     )
+
+
+def checkpoints_page(found: Sequence[types.Checkpoint], limit: int, offset: int) -> types.CheckpointsListResponse:
+    """``limit`` of ``found`` from ``offset`` on, with the cursor the SDK pages by."""
+    return types.CheckpointsListResponse(checkpoints=list(found[offset : offset + limit]), cursor=_cursor(found, limit, offset))
+
+
+def training_runs_page(runs: Sequence[types.TrainingRun], limit: int, offset: int) -> types.TrainingRunsResponse:
+    """``limit`` of ``runs`` from ``offset`` on, with the cursor the SDK pages by."""
+    return types.TrainingRunsResponse(training_runs=list(runs[offset : offset + limit]), cursor=_cursor(runs, limit, offset))
+
+
+def _cursor(items: Sequence[Any], limit: int, offset: int) -> types.Cursor:
+    return types.Cursor(offset=offset, limit=limit, total_count=len(items))
 
 
 class Catalog:
@@ -48,11 +62,7 @@ class Catalog:
 
     def user_checkpoints(self, limit: int, offset: int) -> types.CheckpointsListResponse:
         """One page of every run's checkpoints (``RestClient.list_user_checkpoints``)."""
-        found = self.checkpoints()
-        return types.CheckpointsListResponse(
-            checkpoints=found[offset : offset + limit],
-            cursor=types.Cursor(offset=offset, limit=limit, total_count=len(found)),
-        )
+        return checkpoints_page(self.checkpoints(), limit, offset)
 
     def training_run(self, run_id: str) -> types.TrainingRun:
         """The run as its checkpoints describe it; a 404 when it has none."""
@@ -70,10 +80,7 @@ class Catalog:
             _training_run(run_id, found, self._found(found[0].tinker_path)[1], self.store.run_metadata(run_id))
             for run_id, found in by_run.items()
         ]
-        return types.TrainingRunsResponse(
-            training_runs=runs[offset : offset + limit],
-            cursor=types.Cursor(offset=offset, limit=limit, total_count=len(runs)),
-        )
+        return training_runs_page(runs, limit, offset)
 
     def weights_info(self, tinker_path: str) -> types.WeightsInfoResponse:
         """Base model and LoRA settings of the checkpoint at ``tinker_path``."""
