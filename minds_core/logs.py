@@ -19,8 +19,6 @@ from rich.console import Console
 
 from minds_core.config.masking import mask
 
-LOG_FORMATS = ("auto", "console", "json")
-
 _log_files: list[TextIO] = []
 
 
