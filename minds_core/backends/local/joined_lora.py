@@ -78,7 +78,7 @@ class JoinedLoRA:
     a: torch.Tensor
     """The layers' ``lora_A`` weights as one view (``[sum of ranks, in]``), taken at ``install``."""
     b: torch.Tensor
-    """The layers' ``lora_B`` weights as one view (``[sum of outs, sum of ranks]`` block rows), taken at ``install``."""
+    """The layers' ``lora_B`` weights as one view (``[sum of outs, rank]``), taken at ``install``."""
 
     def __init__(self, layers: Sequence[LoraLinear]) -> None:
         self.layers = list(layers)

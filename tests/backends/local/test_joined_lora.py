@@ -156,6 +156,21 @@ def test_layers_that_cannot_join_keep_peft_or_run_alone(config: dict, sizes: lis
         torch.testing.assert_close(ours(input_ids=TOKENS).logits, theirs(input_ids=TOKENS).logits, rtol=1e-12, atol=1e-12)
 
 
+def test_a_group_whose_factors_no_longer_lie_back_to_back_keeps_pefts_forward_when_installed_again() -> None:
+    base = loaded("qwen3")
+    theirs, ours = adapted(base), adapted(base)
+    groups = join_lora(ours, base)
+    qkv = groups[0]
+    k_proj = qkv.layers[1]
+    factor = k_proj.lora_A[qkv.adapter]
+    factor.weight = nn.Parameter(factor.weight.detach().clone())  # a Parameter of its own: the group cannot join
+    use_joined(groups)
+    assert [("forward" in vars(layer)) for layer in qkv.layers] == [False] * 3
+    assert all("forward" in vars(layer) for group in groups[1:] for layer in group.layers)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(input_ids=TOKENS).logits, theirs(input_ids=TOKENS).logits, rtol=1e-12, atol=1e-12)
+
+
 def test_base_weights_not_back_to_back_run_each_layer_alone() -> None:
     base = models()["qwen3"].double().eval().requires_grad_(False)  # no layout: every weight a tensor of its own
     groups = join_lora(adapted(base), base)
