@@ -40,9 +40,9 @@ class Renderer:
             list(messages), tokenize=False, add_generation_prompt=generation_prompt, **kwargs
         )
 
-    def text(self, messages: Sequence[Message], *, generation_prompt: bool = False) -> str:
-        """The chat template's text of ``messages`` (with the assistant's generation prompt when asked)."""
-        return self._text(messages, generation_prompt=generation_prompt, tools=None)
+    def text(self, messages: Sequence[Message], *, generation_prompt: bool = False, tools: list[dict] | None = None) -> str:
+        """The chat template's text of ``messages`` (with the assistant's generation prompt when asked, and ``tools``)."""
+        return self._text(messages, generation_prompt=generation_prompt, tools=tools)
 
     @cached_property
     def max_token_chars(self) -> int | None:
