@@ -7,6 +7,7 @@ import json
 
 import pytest
 import tinker
+from structlog.testing import capture_logs
 
 from minds_core import Context
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
@@ -50,11 +51,16 @@ class AgainEpisode:
 
 
 class AgainEnvironment:
+    def __init__(self, tools=None) -> None:
+        self.tools = tools
+
     def tasks(self, split):
         return [Task(prompt="Pick a word.", id="again")]
 
     def episode(self, task, ctx):
-        return AgainEpisode()
+        episode = AgainEpisode()
+        episode.tools = self.tools
+        return episode
 
 
 def test_two_turn_rollouts_mask_the_tool_reply_token_by_token(tmp_path):
@@ -171,6 +177,27 @@ def test_a_group_is_dropped_for_a_named_reason():
     assert group.dropped == "failures"
     with pytest.raises(ValueError, match="'sometimes' is not a valid Dropped"):
         Group("env", Task(prompt="p"), [], dropped="sometimes")
+
+
+def test_tools_a_template_cannot_render_are_reported_once_not_dropped_silently(tmp_path):
+    # minds-tiny's template, like some models' (Gemma's), has no tools: the policy never sees them
+    lookup = {"type": "function", "function": {"name": "lookup", "description": "Look a word up.", "parameters": {"type": "object"}}}
+
+    async def go():
+        service = ServiceClient(checkpoint_root=tmp_path)
+        sampler = await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL)
+        renderer = Renderer(sampler.get_tokenizer())
+        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)
+        settings = EpisodeSettings(renderer, tinker.types.SamplingParams(max_tokens=4), RolloutConfig())
+        env = AgainEnvironment(tools=[lookup])
+        return await run_group("again", env, env.tasks("train")[0], 2, lambda: ctx, settings, asyncio.Semaphore(8), 0, seed=5)
+
+    with capture_logs() as logged:
+        group = asyncio.run(go())
+    assert len(group.ok_rollouts) == 2 and all(r.conversation.turns == 4 for r in group.rollouts)
+    (warning,) = [entry for entry in logged if entry["event"] == "tools not shown"]
+    assert warning["log_level"] == "warning" and warning["tools"] == ["lookup"]
+    assert "does not render tools" in warning["reason"]
 
 
 def test_each_turn_of_a_seeded_rollout_samples_with_its_own_seed(tmp_path):
