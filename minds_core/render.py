@@ -13,6 +13,9 @@ from functools import cached_property
 from typing import Any
 
 from minds_core.envs.types import Message
+from minds_core.logs import get_logger
+
+log = get_logger("render")
 
 _SENTINEL = "MINDS_TURN_SENTINEL_7F3A"
 
@@ -31,18 +34,28 @@ class Renderer:
         self.tokenizer = tokenizer
         self.template_args = dict(template_args or {})
         self.supports_tools = "tools" in tokenizer.chat_template
+        self._warned_tools = False
 
     def _text(self, messages: Sequence[Message], *, generation_prompt: bool, tools: list[dict] | None) -> str:
         kwargs: dict[str, Any] = dict(self.template_args)
         if tools and self.supports_tools:
             kwargs["tools"] = tools
+        elif tools and not self._warned_tools:  # once per renderer (a run's): the episodes' tools never reach the model
+            self._warned_tools = True
+            log.warning(
+                "tools not shown",
+                model=getattr(self.tokenizer, "name_or_path", "?"),
+                tools=[(t.get("function") or t).get("name", "?") for t in tools if isinstance(t, dict)],
+                reason="the model's chat template does not render tools, so the policy never sees the tools an episode "
+                "offers; use a model whose template renders them, or describe them in the prompt",
+            )
         return self.tokenizer.apply_chat_template(
             list(messages), tokenize=False, add_generation_prompt=generation_prompt, **kwargs
         )
 
-    def text(self, messages: Sequence[Message], *, generation_prompt: bool = False) -> str:
-        """The chat template's text of ``messages`` (with the assistant's generation prompt when asked)."""
-        return self._text(messages, generation_prompt=generation_prompt, tools=None)
+    def text(self, messages: Sequence[Message], *, generation_prompt: bool = False, tools: list[dict] | None = None) -> str:
+        """The chat template's text of ``messages`` (with the assistant's generation prompt when asked, and ``tools``)."""
+        return self._text(messages, generation_prompt=generation_prompt, tools=tools)
 
     @cached_property
     def max_token_chars(self) -> int | None:

@@ -7,11 +7,12 @@ import json
 
 import pytest
 import tinker
+from structlog.testing import capture_logs
 
 from minds_core import Context
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
 from minds_core.config import RolloutConfig
-from minds_core.envs.types import Task
+from minds_core.envs.types import StepResult, Task
 from minds_core.render import Renderer
 from minds_core.rl.conversation import Conversation, StopReason
 from minds_core.rl.datums import rl_datum
@@ -26,11 +27,40 @@ class RecordingSampler:
     def __init__(self, sampler) -> None:
         self.sampler = sampler
         self.returned: list[list[int]] = []
+        self.seeds: dict[tuple[int, ...], int | None] = {}  # each request's prompt -> its seed
 
     async def sample(self, prompt, num_samples, sampling_params):
+        self.seeds[tuple(prompt.to_ints())] = sampling_params.seed
         response = await self.sampler.sample(prompt, num_samples, sampling_params)
         self.returned.extend(list(s.tokens) for s in response.sequences)
         return response
+
+
+class AgainEpisode:
+    """Says the same thing after every reply, for four turns (a game whose every turn looks alike)."""
+
+    def __init__(self) -> None:
+        self.replies = 0
+
+    def initial_observation(self):
+        return [{"role": "user", "content": "Pick a word."}]
+
+    def step(self, action):
+        self.replies += 1
+        return StepResult(reward=0.0, done=self.replies == 4, messages=[{"role": "user", "content": "Again."}])
+
+
+class AgainEnvironment:
+    def __init__(self, tools=None) -> None:
+        self.tools = tools
+
+    def tasks(self, split):
+        return [Task(prompt="Pick a word.", id="again")]
+
+    def episode(self, task, ctx):
+        episode = AgainEpisode()
+        episode.tools = self.tools
+        return episode
 
 
 def test_two_turn_rollouts_mask_the_tool_reply_token_by_token(tmp_path):
@@ -147,3 +177,45 @@ def test_a_group_is_dropped_for_a_named_reason():
     assert group.dropped == "failures"
     with pytest.raises(ValueError, match="'sometimes' is not a valid Dropped"):
         Group("env", Task(prompt="p"), [], dropped="sometimes")
+
+
+def test_tools_a_template_cannot_render_are_reported_once_not_dropped_silently(tmp_path):
+    # minds-tiny's template, like some models' (Gemma's), has no tools: the policy never sees them
+    lookup = {"type": "function", "function": {"name": "lookup", "description": "Look a word up.", "parameters": {"type": "object"}}}
+
+    async def go():
+        service = ServiceClient(checkpoint_root=tmp_path)
+        sampler = await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL)
+        renderer = Renderer(sampler.get_tokenizer())
+        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)
+        settings = EpisodeSettings(renderer, tinker.types.SamplingParams(max_tokens=4), RolloutConfig())
+        env = AgainEnvironment(tools=[lookup])
+        return await run_group("again", env, env.tasks("train")[0], 2, lambda: ctx, settings, asyncio.Semaphore(8), 0, seed=5)
+
+    with capture_logs() as logged:
+        group = asyncio.run(go())
+    assert len(group.ok_rollouts) == 2 and all(r.conversation.turns == 4 for r in group.rollouts)
+    (warning,) = [entry for entry in logged if entry["event"] == "tools not shown"]
+    assert warning["log_level"] == "warning" and warning["tools"] == ["lookup"]
+    assert "does not render tools" in warning["reason"]
+
+
+def test_each_turn_of_a_seeded_rollout_samples_with_its_own_seed(tmp_path):
+    # one seed for every turn gave every turn the same random draws: turns whose prompts end alike came out alike
+    async def go():
+        service = ServiceClient(checkpoint_root=tmp_path)
+        sampler = RecordingSampler(await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL))
+        renderer = Renderer(sampler.sampler.get_tokenizer())
+        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)
+        settings = EpisodeSettings(renderer, tinker.types.SamplingParams(max_tokens=6, temperature=1.0), RolloutConfig())
+        env = AgainEnvironment()
+        return sampler, await run_group("again", env, env.tasks("train")[0], 2, lambda: ctx, settings, asyncio.Semaphore(8), 0, seed=5)
+
+    sampler, group = asyncio.run(go())
+    for rollout in group.rollouts:
+        conv = rollout.conversation
+        assert conv.turns == 4
+        starts = [i for i in range(len(conv.tokens)) if conv.sampled[i] and (i == 0 or not conv.sampled[i - 1])]
+        seeds = [sampler.seeds[tuple(conv.tokens[:start])] for start in starts]
+        assert seeds[0] == 5 and len(set(seeds)) == 4, seeds  # the group's first turns: one request, the group's seed
+        assert len(set(conv.replies[1:])) == 3, conv.replies  # the same observation every turn, yet its own draws

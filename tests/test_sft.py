@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,91 @@ def test_bad_data_names_the_file_and_line(tmp_path, line, message):
     path.write_text(json.dumps(_chats()[1]) + "\n" + line + "\n")
     with pytest.raises(ConfigError, match=message):
         read_conversations(path)
+
+
+QWEN_STYLE_TOOLS_TEMPLATE = (  # the shape of Qwen3's chat template (tools in the system turn, <tool_call> blocks), trimmed
+    "{%- if tools %}{{ '<|im_start|>system\\n' }}{% if messages[0].role == 'system' %}{{ messages[0].content + '\\n\\n' }}{% endif %}"
+    "{{ '# Tools\\n<tools>' }}{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}{{ '\\n</tools><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}{{ '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for m in messages %}{%- if m.role == 'assistant' %}{{ '<|im_start|>assistant\\n' + m.content }}"
+    "{%- for call in m.tool_calls or [] %}{{ '<tool_call>\\n{\"name\": \"' + call.function.name + '\", \"arguments\": ' }}"
+    "{{ call.function.arguments | tojson }}{{ '}\\n</tool_call>' }}{%- endfor %}{{ '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}{{ '<|im_start|>user\\n<tool_response>\\n' + m.content + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- elif m.role != 'system' %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+ADD = {"type": "function", "function": {"name": "add", "description": "Add two integers.",
+                                        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}
+
+
+def _tool_chat(i: int) -> dict:
+    """One line of OpenAI's chat fine-tuning format with function calling, as exported datasets hold it."""
+    call = {"id": f"call_{i}", "type": "function", "function": {"name": "add", "arguments": json.dumps({"a": i, "b": i})}}
+    return {"messages": [{"role": "system", "content": "Use the tools."},
+                         {"role": "user", "content": f"What is {i} plus {i}?"},
+                         {"role": "assistant", "content": "Let me guess.", "weight": 0},
+                         {"role": "user", "content": "Use the tool."},
+                         {"role": "assistant", "content": None, "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": f"call_{i}", "content": str(2 * i)},
+                         {"role": "assistant", "content": f"It is {2 * i}."}],
+            "tools": [ADD]}  # fmt: skip
+
+
+def _weighted(renderer, tokens, weights) -> list[str]:
+    """The text of each run of weighted tokens."""
+    runs: list[list[int]] = []
+    for previous, (token, weight) in zip([0.0, *weights], zip(tokens, weights)):
+        if weight:
+            (runs[-1].append(token) if previous else runs.append([token]))
+    return [renderer.tokenizer.decode(run) for run in runs]
+
+
+def test_openai_format_tool_calls_train_with_their_tools_shown_and_weight_0_replies_unweighted(tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
+    tokenizer.chat_template = QWEN_STYLE_TOOLS_TEMPLATE
+    renderer = Renderer(tokenizer)
+    (chat,) = read_conversations(_write(tmp_path / "tools.jsonl", [_tool_chat(3)]))
+    tokens, weights = tokenize(renderer, chat.messages, chat.tools)
+    assert tokenizer.decode(tokens) == renderer.text(chat.messages, tools=chat.tools)
+    assert '# Tools\n<tools>\n{"type": "function", "function": {"name": "add"' in tokenizer.decode(tokens)
+    assert _weighted(renderer, tokens, weights) == [  # not "Let me guess." (weight 0)
+        '<tool_call>\n{"name": "add", "arguments": {"a": 3, "b": 3}}\n</tool_call><|im_end|>\n',
+        "It is 6.<|im_end|>\n",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [(lambda m: m[4]["tool_calls"][0]["function"].update(arguments="{a: 1"), r"message 4: tool_calls\[0\] arguments are not JSON"),
+     (lambda m: m[4]["tool_calls"][0].pop("function"), r'message 4: tool_calls\[0\] needs a "function" with a "name"'),
+     (lambda m: m[1].update(tool_calls=[]), "message 1: tool_calls must be a non-empty list, on an assistant message"),
+     (lambda m: m[2].update(content=None), "message 2 needs a role .* string content \\(null only beside tool_calls\\)"),
+     (lambda m: m[2].update(weight=0.5), "message 2: weight must be 0 \\(not trained on\\) or 1, on an assistant message; got 0.5"),
+     (lambda m: [r.update(weight=0) for r in m if r["role"] == "assistant"], r"no assistant message to train on \(weight 0 on every one\)")],
+)
+def test_bad_tool_calls_and_weights_name_the_line_and_message(tmp_path, change, message):
+    record = _tool_chat(1)
+    change(record["messages"])
+    with pytest.raises(ConfigError, match="tools.jsonl:1: " + message):
+        read_conversations(_write(tmp_path / "tools.jsonl", [record]))
+
+
+def test_minds_sft_trains_on_tool_calling_chats_with_a_model_whose_template_shows_tools(tmp_path):
+    model = Path(shutil.copytree(tiny_model_path(), tmp_path / "tool-model"))  # a local model directory, as a user's
+    (model / "chat_template.jinja").write_text(QWEN_STYLE_TOOLS_TEMPLATE)
+    path = _write(tmp_path / "tools.jsonl", [_tool_chat(i) for i in range(8)])
+    args = ["sft", "--data", str(path), "--model", str(model), "--steps", "3", "--name", "tools"]
+    sets = [f"runs_dir={tmp_path}", "sft.batch_size=4", "trainer.learning_rate=1e-2", "metrics.sinks=[]"]
+    assert cli.main([*args, *(a for s in sets for a in ("--set", s))]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "tools" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["eval/loss"] < rows[0]["eval/loss_before"]
+
+
+def test_tools_given_to_a_template_without_tools_stop_sft_with_exit_code_2(tmp_path, capsys):
+    path = _write(tmp_path / "tools.jsonl", [_tool_chat(i) for i in range(4)])
+    assert cli.main(["sft", "--data", str(path), "--set", f"runs_dir={tmp_path}"]) == 2
+    assert "the data gives tools, but the model's chat template does not render tools" in capsys.readouterr().err
 
 
 def test_the_sft_command_reports_bad_input_with_exit_code_2(tmp_path, capsys):

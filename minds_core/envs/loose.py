@@ -6,7 +6,8 @@ module path (``pkg.module``), ``module:NAME`` or an installed distribution
 (see ``minds_core.envs.locate``); ``[env.args]`` go to its
 ``load_environment``. The result is first offered to the registered
 environment adapters (the verifiers bridge takes ``verifiers.Environment``
-objects). Otherwise it is read like this:
+objects). A minds ``Environment`` (``tasks`` + ``episode``, as a registered
+loader returns it) trains as it is. Otherwise it is read like this:
 
 - Prompts. With ``initial_observation()`` the object is ONE stateful instance.
   Each split draws from its own deep copy of the object as loaded (the loaded
@@ -73,7 +74,7 @@ from minds_core.envs.locate import import_environment
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric, as_reward, maybe_await
 from minds_core.envs.sampler import PolicySampler
 from minds_core.envs.single_turn import prompt_messages, score_completion
-from minds_core.envs.types import Context, StepResult, Task, as_step_result
+from minds_core.envs.types import Context, Environment, StepResult, Task, as_step_result
 from minds_core.errors import ConfigError
 from minds_core.logs import get_logger
 
@@ -85,7 +86,8 @@ DRAWS = 1024
 BUILT_POLICIES = 4
 
 ACCEPTED = (
-    "accepted: an object with initial_observation() + step(text) (sync or async); "
+    "accepted: a minds Environment (tasks(split) + episode(task, ctx)); "
+    "an object with initial_observation() + step(text) (sync or async); "
     "or a `dataset` of rows with `prompt` or `question` (and `answer`) scored by a `rubric` "
     "(funcs, weights) or by step(text); either may add build(sampling_client) for model-aware rewards; "
     "or only build(sampling_client) returning a list of such instances, or an object with a dataset"
@@ -112,6 +114,8 @@ def load_loose_environment(env_id: str, args: dict[str, Any], adapters: Sequence
         env = adapter(obj, env_id)
         if env is not None:
             return env
+    if isinstance(obj, Environment):  # minds' own contract (tasks + episode), as a registered loader returns it
+        return obj
     return LooseEnvironment(env_id, obj)
 
 

@@ -17,6 +17,10 @@ import tinker
 from minds_core.envs.types import Message, TokenBudgetExhausted
 from minds_core.render import Renderer
 
+#: What each further turn of a seeded conversation adds to its seed (a prime far from the offsets of a
+#: group's rollouts and their retries), so that every turn samples its own draws and the first keeps the seed.
+TURN_SEED_STRIDE = 1_000_003
+
 
 class StopReason(enum.StrEnum):
     """Why a sampled turn ended (``tinker.types.StopReason``); str-valued, so JSON holds the plain word."""
@@ -105,7 +109,10 @@ class Conversation:
                 f"{len(self.tokens)} tokens of max_total_tokens={self.max_total_tokens}, "
                 f"{self.turns} turns of max_turns={self.max_turns}"
             )
-        params = self.params.model_copy(update={"max_tokens": min(self.params.max_tokens or room, room)})
+        update: dict[str, Any] = {"max_tokens": min(self.params.max_tokens or room, room)}
+        if self.params.seed is not None:  # a seed draws the same noise for any prompt: each turn needs its own
+            update["seed"] = self.params.seed + TURN_SEED_STRIDE * self.turns
+        params = self.params.model_copy(update=update)
         response = await self.sampler.sample(tinker.types.ModelInput.from_ints(self.tokens), 1, params)
         sequence = response.sequences[0]
         if len(sequence.tokens) != len(sequence.logprobs or []):

@@ -2,7 +2,11 @@
 
 ``minds sft --data chats.jsonl`` (or ``trainer.mode = "sft"``). Each line of
 the data is ``{"messages": [{"role": ..., "content": ...}, ...]}`` with at least
-one assistant message after the first message; without ``sft.data`` the
+one assistant message after the first message, in OpenAI's chat fine-tuning
+format: an assistant message may carry ``tool_calls`` (its ``content`` then null
+or absent) and ``weight`` (0: not trained on, 1: trained on), and the line may
+give the ``tools`` the chat template shows (a template without tools refuses
+them). Without ``sft.data`` the
 environment's tasks that have an ``answer`` become (prompt, answer)
 conversations. A share of the data (``sft.eval_fraction``, or ``sft.eval_data``)
 is held out: ``eval/loss``, its mean negative log-likelihood per assistant
@@ -60,7 +64,15 @@ _ROLES = ("system", "user", "assistant", "tool")
 # ---------------------------------------------------------------- data
 
 
-def read_conversations(path: str | Path) -> list[list[Message]]:
+@attrs.frozen
+class Chat:
+    """One conversation to train on: its messages and the tools its chat template shows (None: none)."""
+
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
+
+
+def read_conversations(path: str | Path) -> list[Chat]:
     """The conversations of a jsonl file; a bad line is a ConfigError naming the file and line."""
     path = Path(path)
     if not path.is_file():
@@ -74,10 +86,11 @@ def read_conversations(path: str | Path) -> list[list[Message]]:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}:{number}: not JSON ({exc.msg})") from None
         messages = record.get("messages") if isinstance(record, dict) else None
-        problem = _check_messages(messages)
+        tools = record.get("tools") if isinstance(record, dict) else None
+        problem = _check_messages(messages) or _check_tools(tools)
         if problem:
             raise ConfigError(f'{path}:{number}: {problem}; expected {{"messages": [{{"role": "user", "content": "..."}}, {{"role": "assistant", ...}}]}}')
-        conversations.append(messages)
+        conversations.append(Chat([_template_message(m) for m in messages], tools or None))
     if not conversations:
         raise ConfigError(f"{path}: no conversations")
     return conversations
@@ -87,41 +100,93 @@ def _check_messages(messages: Any) -> str | None:
     if not isinstance(messages, list) or not messages:
         return 'no "messages" list'
     for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in _ROLES or not isinstance(message.get("content"), str):
-            return f"message {i} needs a role ({', '.join(_ROLES)}) and a string content"
+        needs = f"message {i} needs a role ({', '.join(_ROLES)}) and a string content (null only beside tool_calls)"
+        if not isinstance(message, dict) or message.get("role") not in _ROLES:
+            return needs
+        calls = message.get("tool_calls")
+        if calls is not None and (message["role"] != "assistant" or not isinstance(calls, list) or not calls):
+            return f"message {i}: tool_calls must be a non-empty list, on an assistant message"
+        if not isinstance(message.get("content"), str) and not (calls and message.get("content") is None):
+            return needs
+        for j, call in enumerate(calls or []):
+            if problem := _call_problem(call):
+                return f"message {i}: tool_calls[{j}] {problem}"
+        if "weight" in message and (message["role"] != "assistant" or message["weight"] not in (0, 1) or isinstance(message["weight"], bool)):
+            return f"message {i}: weight must be 0 (not trained on) or 1, on an assistant message; got {message['weight']!r}"
     if messages[0]["role"] == "assistant":
         return "the first message is the assistant's: nothing to condition it on"
-    if not any(m["role"] == "assistant" for m in messages):
-        return "no assistant message to train on"
+    replies = [m for m in messages if m["role"] == "assistant"]
+    if not any(m.get("weight", 1) for m in replies):
+        return "no assistant message to train on" + (" (weight 0 on every one)" if replies else "")
     return None
 
 
-def task_conversations(tasks: Sequence[Any]) -> list[list[Message]]:
+def _call_problem(call: Any) -> str | None:
+    """What is wrong with one OpenAI-style tool call (``{"function": {"name": ..., "arguments": ...}}``), or None."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+        return 'needs a "function" with a "name"'
+    arguments = function.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as exc:
+            return f"arguments are not JSON ({exc.msg})"
+    return None if isinstance(arguments, dict) else "arguments must be a JSON object"
+
+
+def _check_tools(tools: Any) -> str | None:
+    if tools is None or (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        return None
+    return '"tools" must be a list of tool specs (JSON objects)'
+
+
+def _template_message(message: Message) -> Message:
+    """``message`` as chat templates read it: tool-call arguments as objects, null content beside tool calls as ""."""
+    if not message.get("tool_calls"):
+        return message
+    calls = [
+        {**call, "function": {**call["function"], "arguments": _arguments(call["function"].get("arguments", {}))}}
+        for call in message["tool_calls"]
+    ]
+    return {**message, "content": message.get("content") or "", "tool_calls": calls}
+
+
+def _arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
+    return json.loads(arguments) if isinstance(arguments, str) else arguments
+
+
+def task_conversations(tasks: Sequence[Any]) -> list[Chat]:
     """(prompt, answer) conversations from tasks that have a reference answer."""
     return [
-        [*prompt_messages(task.prompt), {"role": "assistant", "content": str(task.answer)}]
+        Chat([*prompt_messages(task.prompt), {"role": "assistant", "content": str(task.answer)}])
         for task in tasks
         if task.answer is not None
     ]
 
 
-def tokenize(renderer: Renderer, messages: Sequence[Message]) -> tuple[list[int], list[float]]:
-    """Tokens of a conversation and a weight per token: 1 on what the template writes for assistant messages."""
+def tokenize(renderer: Renderer, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None) -> tuple[list[int], list[float]]:
+    """Tokens of a conversation and a weight per token: 1 on what the template writes for assistant messages.
+
+    An assistant message with ``weight`` 0 is weighted 0. ``tools`` are shown by the template, which must support them.
+    """
+    if tools and not renderer.supports_tools:
+        raise TemplateError("the data gives tools, but the model's chat template does not render tools")
     tokens: list[int] = []
     weights: list[float] = []
     rendered = ""
     for k, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        prompt = renderer.text(messages[:k], generation_prompt=True)
-        full = renderer.text(messages[: k + 1])
+        prompt = renderer.text(messages[:k], generation_prompt=True, tools=tools)
+        full = renderer.text(messages[: k + 1], tools=tools)
         if not (prompt.startswith(rendered) and full.startswith(prompt)):
             raise TemplateError(
                 "the chat template renders an earlier turn differently once later turns follow "
                 "(e.g. it drops past reasoning), so assistant tokens cannot be cut out exactly; "
                 "split such conversations into one example per assistant turn"
             )
-        for text, weight in ((prompt[len(rendered) :], 0.0), (full[len(prompt) :], 1.0)):
+        for text, weight in ((prompt[len(rendered) :], 0.0), (full[len(prompt) :], float(message.get("weight", 1)))):
             piece = renderer.encode(text)
             tokens.extend(piece)
             weights.extend([weight] * len(piece))
@@ -158,7 +223,7 @@ class SftData:
     held_out: list[tinker.Datum]
 
 
-def _split(conversations: list[list[Message]], config: RunConfig) -> tuple[list[list[Message]], list[list[Message]]]:
+def _split(conversations: list[Chat], config: RunConfig) -> tuple[list[Chat], list[Chat]]:
     if config.sft.eval_data:
         return conversations, read_conversations(config.sft.eval_data)
     order = list(range(len(conversations)))
@@ -169,7 +234,7 @@ def _split(conversations: list[list[Message]], config: RunConfig) -> tuple[list[
     return [conversations[i] for i in order[held:]], [conversations[i] for i in order[:held]]
 
 
-def _conversations(config: RunConfig, plugins: Plugins) -> list[list[Message]]:
+def _conversations(config: RunConfig, plugins: Plugins) -> list[Chat]:
     if config.sft.data:
         return read_conversations(config.sft.data)
     if not config.environments:
@@ -196,8 +261,8 @@ async def _train_sft(config: RunConfig, plugins: Plugins, resume_dir: Path | Non
         try:
             renderer = Renderer(client.get_tokenizer(), config.model.chat_template_args)
             data = SftData(
-                [sft_datum(*tokenize(renderer, c)) for c in train_conversations],
-                [sft_datum(*tokenize(renderer, c)) for c in held_conversations],
+                [sft_datum(*tokenize(renderer, c.messages, c.tools)) for c in train_conversations],
+                [sft_datum(*tokenize(renderer, c.messages, c.tools)) for c in held_conversations],
             )
         except (TemplateError, *REJECTIONS) as exc:  # the hosted SDK asks the service for the tokenizer
             raise UsageError(f"cannot start SFT on {config.model.base_model!r}: {exc}") from None

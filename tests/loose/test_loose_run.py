@@ -113,3 +113,15 @@ def test_example_config_runs_from_the_repository_root(monkeypatch: pytest.Monkey
     assert main([*args, *(a for s in sets for a in ("--set", s))]) == 0
     metrics = [json.loads(line) for line in (tmp_path / "example" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [0, 1] and all(m["rollouts/total"] == 8 for m in metrics)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["single_turn", "stepwise"])
+def test_a_modules_load_environment_may_return_a_minds_environment(train: Train, kind: str) -> None:
+    # the plugin docs' contract (tasks + episode; SingleTurnEnvironment), kept in a module rather than a plugin
+    metrics, rollouts = train(*TINY, "--set", "env.id=seedlike_envs.minds_contract", "--set", f"env.args.kind={kind}")
+    _check(metrics, rollouts)
+    assert all(m["tokens/turns"] == (1 if kind == "single_turn" else 2) * 6 for m in metrics)
+    assert {g["prompt"][0]["content"] for g in rollouts} <= {f"Say {w}." for w in ("apple", "river", "stone", "cloud")}
+    if kind == "single_turn":
+        assert all("env/seedlike_envs.minds_contract/reward/words.shares_letters" in m for m in metrics)

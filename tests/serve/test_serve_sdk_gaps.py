@@ -201,6 +201,29 @@ def test_stable_reinforce_trains_on_datums_with_provenance_as_the_cookbook_build
         trainer.forward_backward([_sft(TOKENS)], "stable_reinforce").result()
 
 
+def test_the_sdks_create_custom_loss_example_trains_as_cross_entropy_does(clients: tuple[Any, Any]) -> None:
+    # SDK 0.38's create_custom_loss docstring, word for word; in process there was no such method
+    service, _ = clients
+
+    def neg_ll(logprobs, weights):
+        loss = -(logprobs * weights).sum()
+        return loss, {"custom/neg_ll:sum": loss}
+
+    loss_handle = service.create_custom_loss(neg_ll, input_ranks={"logprobs": 1, "weights": 1}).result()
+    custom, plain = (service.create_lora_training_client("minds-tiny", rank=4, seed=0).result() for _ in range(2))
+    data = [_sft(TOKENS), _sft(TOKENS[3:])]
+    result = custom.forward_backward_custom(data, loss_handle).result()
+    reference = plain.forward_backward(data, "cross_entropy").result()
+    assert result.metrics["custom/neg_ll:sum"] == pytest.approx(reference.metrics["loss:sum"], rel=1e-5)
+    for trainer in (custom, plain):
+        trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    after = [t.forward(data, "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy() for t in (custom, plain)]
+    np.testing.assert_allclose(after[0], after[1], rtol=0, atol=1e-4)  # the same gradients took the same step
+    unweighted = types.Datum(model_input=data[0].model_input, loss_fn_inputs={"target_tokens": data[0].loss_fn_inputs["target_tokens"]})
+    with pytest.raises(ValueError, match="datum\\[0\\] has no loss_fn_inputs\\['weights'\\], which loss 'neg_ll' takes"):
+        custom.forward_backward_custom([unweighted], loss_handle)
+
+
 def _tinker_cli(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
     """The SDK's own ``tinker`` command, pointed at ``served``."""
     env = {**os.environ, "TINKER_BASE_URL": served.url, "TINKER_API_KEY": KEY}

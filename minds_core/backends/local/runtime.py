@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 import weakref
 from pathlib import Path
 
@@ -19,6 +20,8 @@ class Runtime:
     """Shared state of one local service; clients hold a reference to it."""
 
     def __init__(self, checkpoint_root: Path, placement: Placement) -> None:
+        #: names the service as the SDK's session id does: a custom loss's ``LossHandle`` works with its clients only
+        self.session_id = f"local-session-{uuid.uuid4().hex[:16]}"
         self.models = BaseModelRegistry(placement)
         self.store = CheckpointStore(checkpoint_root)
         self._queues: weakref.WeakSet[RequestQueue] = weakref.WeakSet()

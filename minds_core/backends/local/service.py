@@ -23,6 +23,7 @@ from tinker.lib.public_interfaces.backcompat_sampling_client_future import (
 from tinker.lib.public_interfaces.backcompat_training_client_future import (
     BackcompatTrainingClientFuture,
 )
+from tinker.lib.public_interfaces.custom_loss import LossHandle, PerDatumLossFn, trace_loss
 
 from .deprecated import async_twin
 from .errors import LocalBadRequestError
@@ -186,6 +187,17 @@ class ServiceClient:
         return BackcompatSamplingClientFuture(
             queue.submit(lambda: SamplingClient(SamplingEngine.for_base(self._runtime.models.get(base_model)), queue))
         )
+
+    def create_custom_loss(
+        self, fn: PerDatumLossFn, input_ranks: Mapping[str, types.CustomLossInputRank]
+    ) -> APIFuture[LossHandle]:
+        """``fn`` traced into the SDK's ``LossHandle`` (with the SDK's checks), for ``forward_backward_custom``.
+
+        It runs in this process, as the SDK runs a loss the service does not take (``loss_id`` None),
+        and only with this service's training clients.
+        """
+        self._check_open()
+        return completed_future(trace_loss(fn, input_ranks, self._runtime.session_id))
 
     def create_rest_client(self) -> RestClient:
         """The SDK's ``RestClient`` calls over this service's checkpoint root (listing, info, delete, file URLs).

@@ -11,6 +11,7 @@ from tinker.lib.public_interfaces.api_future import APIFuture
 from tinker.lib.public_interfaces.backcompat_sampling_client_future import (
     BackcompatSamplingClientFuture,
 )
+from tinker.lib.public_interfaces.custom_loss import LossHandle, check_loss_inputs, run_loss_handle
 from tinker.types.optimizer import OptimParamsBase
 from transformers import PreTrainedTokenizerBase
 
@@ -95,7 +96,7 @@ class TrainingClient:
         )
 
     def forward_backward_custom(
-        self, data: list[types.Datum], loss_fn: CustomLossFn, *, loss_type_input: Literal["logprobs"] | None = None
+        self, data: list[types.Datum], loss_fn: CustomLossFn | LossHandle, *, loss_type_input: Literal["logprobs"] | None = None
     ) -> APIFuture[types.ForwardBackwardOutput]:
         """``loss_fn(data, logprobs_list) -> (loss, metrics)`` on differentiable target log-probs.
 
@@ -103,15 +104,28 @@ class TrainingClient:
         ``metrics`` gets ``loss:sum`` added. ``loss_type_input`` may only be
         "logprobs" (the SDK's default input). ``loss_fn`` gets the caller's datums
         (it runs on the client in the SDK too); the log-probs are of the datums as submitted.
+        A ``LossHandle`` of this service's ``create_custom_loss`` runs per datum, as the SDK runs one.
         """
+        if isinstance(loss_fn, LossHandle):
+            loss_fn = self._handle_loss(loss_fn, data)
         if not callable(loss_fn):
-            raise TypeError("The local backend's forward_backward_custom takes a callable loss function")
+            raise TypeError("The local backend's forward_backward_custom takes a callable loss function or a LossHandle")
         if loss_type_input not in (None, "logprobs"):
             raise LocalBadRequestError(f"loss_type_input={loss_type_input!r}: the local backend supports only 'logprobs'")
         caller_data = list(data)
         return self._submit(
             data, lambda items: self._trainer.forward_backward_custom(caller_data, items, loss_fn), poisons=True
         )
+
+    def _handle_loss(self, handle: LossHandle, data: list[types.Datum]) -> CustomLossFn:
+        """The SDK's checks of a ``LossHandle`` and its datums (raised at the call), and the handle as a loss function."""
+        if handle.session_id != self._runtime.session_id:
+            raise ValueError(
+                f"LossHandle {handle.name!r} was created in session {handle.session_id}; it can "
+                "only be used by clients of that session"
+            )
+        check_loss_inputs(handle, data)
+        return lambda data, logprobs: run_loss_handle(handle, data, logprobs)
 
     def _submit(
         self, data: Sequence[types.Datum], run: Callable[[list[DatumTensors]], T], *, poisons: bool = False
