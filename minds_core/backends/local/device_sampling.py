@@ -23,9 +23,10 @@ row's key (from the request's seed and the sample's index), the token's index
 in the sample and the exponential's lane, so a seeded sample gets the same
 draws whatever else shares its batch, and no generator state is carried. Where
 the whole batch's ``log u`` take at most ``TABLE_BYTES`` (a small vocabulary),
-they are tabled for every index of a row when it joins, as a draw of a few
-hundred tokens costs little but its kernels; else each draw hashes its own. Greedy
-rows (temperature 0) take the argmax of the logits.
+they are tabled when a row joins, for every index it draws at (up to its token
+limit), as a draw of a few hundred tokens costs little but its kernels; else
+each draw hashes its own. Greedy rows (temperature 0) take the argmax of the
+logits.
 Reported log-probs are under the model's own distribution at temperature 1,
 before truncation (the policy's ``log p`` that RL losses compare against).
 """
@@ -215,7 +216,7 @@ class Draws:
         self.top_k[slots] = column([s.top_k if 0 < s.top_k < self.vocab else self.vocab for s in settings], torch.int64)
         self.top_p[slots] = column([s.top_p for s in settings], torch.float32)
         self.key[slots] = column([s.key for s in settings], torch.int64)
-        self._table(slots)
+        self._table(slots, max(s.limit for s in settings))
         stop_ids = torch.full((len(settings), self.stops), -1, dtype=torch.int64)
         for row, s in enumerate(settings):
             stop_ids[row, : len(s.stop_ids)] = torch.tensor(sorted(s.stop_ids), dtype=torch.int64)
@@ -230,22 +231,24 @@ class Draws:
 
     def move(self, source: torch.Tensor, target: torch.Tensor) -> None:
         """Copy slots ``source`` onto slots ``target``."""
-        for tensor in self._tensors():
+        for tensor in (*self._tensors(), self.log_u):
             tensor[target] = tensor[source]
-        self._table(target)
 
     def copy_from(self, old: Draws) -> None:
         """Take over the rows of an ``old`` state that is no larger in any dimension (growing)."""
         self.want_top(old.top_ids.shape[-1])
         for new, kept in zip(self._tensors(), old._tensors(), strict=True):
             new[tuple(map(slice, kept.shape))] = kept
-        self._table(self.slot_index)
+        if self.tabled:  # then so is the no larger ``old``
+            self.log_u[tuple(map(slice, old.log_u.shape))] = old.log_u
 
-    def _table(self, slots: torch.Tensor) -> None:
-        """Table the ``log u`` of every index of the rows in ``slots`` from their keys (where tabled)."""
+    def _table(self, slots: torch.Tensor, limit: int) -> None:
+        """Table the ``log u`` of the rows in ``slots`` from their keys (where tabled), for the indices a row of at
+        most ``limit`` tokens reads: its draws', and the one a finished row draws at on (unread)."""
         if self.tabled:
-            counters = torch.arange(self.log_u[0].numel(), device=self.key.device)
-            self.log_u[slots] = log_uniforms(self.key[slots, None], counters).view(-1, *self.log_u.shape[1:])
+            indices = min(limit + 1, self.capacity)
+            counters = torch.arange(indices * len(self.lanes), device=self.key.device)
+            self.log_u[slots, :indices] = log_uniforms(self.key[slots, None], counters).view(len(slots), indices, -1)
 
     def want_top(self, k: int) -> None:
         """Make room for ``k`` top log-probs per sampled token."""

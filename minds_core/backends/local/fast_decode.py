@@ -72,10 +72,14 @@ class _Projection:
         self.weights = [base.weight for base in bases]  # the modules' own tensors
         self.biases = [base.bias for base in bases]
         self.weight: torch.Tensor | None = None
-        """All the weights as one view of their memory (``sibling_weights.joined``), or None: one product each."""
+        """All the weights as one view of their memory (``sibling_weights.joined``; a lone layer's own weight), or
+        None: one product each."""
         self.bias: torch.Tensor | None = None
-        """With ``weight``: the biases side by side (a copy: biases are frozen), or None where there are none."""
-        if len(bases) > 1 and len({bias is None for bias in self.biases}) == 1:
+        """With ``weight``: the biases side by side (a copy: biases are frozen; a lone layer's own bias), or None
+        where there are none."""
+        if len(bases) == 1:
+            self.weight, self.bias = self.weights[0], self.biases[0]
+        elif len({bias is None for bias in self.biases}) == 1:
             self.weight = joined(self.weights)
             if self.weight is not None and self.biases[0] is not None:
                 self.bias = torch.cat(self.biases)
@@ -105,8 +109,7 @@ class _Projection:
         if self.weight is not None:
             y = F.linear(x, self.weight, self.bias)
         else:
-            outputs = [F.linear(x, weight, bias) for weight, bias in zip(self.weights, self.biases, strict=True)]
-            y = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
+            y = torch.cat([F.linear(x, weight, bias) for weight, bias in zip(self.weights, self.biases, strict=True)], -1)
         if self.lora_a is None or self.lora_b is None:  # set together: plain layers
             return y
         lora = F.linear(F.linear(x.to(self.lora_a.dtype), self.lora_a), self.lora_b)
@@ -182,7 +185,7 @@ class FastDecoder:
         for layer in self.layers:
             tensors += [layer.input_norm, layer.post_norm, *([] if layer.qk_norm is None else [layer.qk_norm])]
         for projection in self._projections():
-            biases = [*projection.biases, projection.bias]  # ``bias``: the joined biases' copy
+            biases = [*projection.biases, projection.bias]  # ``bias``: the joined biases' copy, or a lone layer's own
             tensors += [*projection.weights, *(bias for bias in biases if bias is not None)]
             tensors += [t for t in (projection.lora_a, projection.lora_b) if t is not None]
         return tensors
@@ -233,9 +236,9 @@ class FastDecoder:
             qkv = layer.qkv(h)
             # One query per row: each key/value head's group of query heads against that row's keys,
             # stored transposed, so that ``keys.transpose`` is the layout the product reads fastest.
-            qk = qkv[:, :qk_width].view(rows, -1, self.head_dim)
-            q, k = math.rotate(qk, layer.qk_norm, cos, sin, eps, self.kv_heads)
-            v = qkv[:, qk_width:].view(rows, -1, self.head_dim)
+            qk, v = qkv.split((qk_width, qkv.shape[-1] - qk_width), dim=-1)
+            q, k = math.rotate(qk.view(rows, -1, self.head_dim), layer.qk_norm, cos, sin, eps, self.kv_heads)
+            v = v.view(rows, -1, self.head_dim)
             keys, values = slots.update(k[:, :, None], v[:, :, None], index)
             keys_t = keys.transpose(-1, -2).reshape(rows * self.kv_heads, self.head_dim, -1)
             scores = torch.baddbmm(mask, q, keys_t, beta=beta, alpha=layer.scaling)
@@ -335,8 +338,8 @@ def _rotate(
         qk = _norm(qk, qk_norm, eps)
     qk = torch.addcmul(qk * cos, qk.roll(qk.shape[-1] // 2, dims=-1), sin)
     rows, heads, head_dim = qk.shape
-    query_heads = heads - kv_heads
-    return qk[:, :query_heads].reshape(rows * kv_heads, query_heads // kv_heads, head_dim), qk[:, query_heads:]
+    q, k = qk.split((heads - kv_heads, kv_heads), dim=1)
+    return q.reshape(rows * kv_heads, -1, head_dim), k
 
 
 def _probs(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -371,4 +374,4 @@ def _rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     if x.is_cuda:
         return F.rms_norm(x, (x.shape[-1],), eps=eps)
     width = x.shape[-1]
-    return F.layer_norm(torch.cat((x, -x), dim=-1), (2 * width,), eps=eps)[..., :width]
+    return torch.layer_norm(torch.cat((x, -x), dim=-1), (2 * width,), None, None, eps).narrow(-1, 0, width)

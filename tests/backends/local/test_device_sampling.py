@@ -242,10 +242,10 @@ def test_rows_move_and_grow_with_their_state(sources: list[int]) -> None:
 
 
 def test_tabled_and_hashed_uniforms_draw_the_same_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A batch whose log-uniforms fit ``TABLE_BYTES`` tables them when rows join, move and grow; a batch past it
-    hashes them at each draw: the same draws either way."""
+    """A batch whose log-uniforms fit ``TABLE_BYTES`` tables them when rows join (up to their token limits), move
+    and grow; a batch past it hashes them at each draw: the same draws either way, a finished row's too."""
     torch.manual_seed(7)
-    rows = [settings(1.0, seed=1), settings(0.7, seed=2, sample=1), settings(1.2, top_k=5, seed=3)]
+    rows = [settings(1.0, seed=1), settings(0.7, seed=2, sample=1, limit=12), settings(1.2, top_k=5, seed=3, limit=40)]
     logits = torch.randn(3, 50)
 
     def run() -> tuple[bool, torch.Tensor]:
@@ -266,4 +266,5 @@ def test_tabled_and_hashed_uniforms_draw_the_same_tokens(monkeypatch: pytest.Mon
     hashed, again = run()
     assert tabled and not hashed
     assert torch.equal(tokens, again)
+    assert tokens[1, 12] < 50  # the second row, done at its limit, draws on (unread) at index 12, in range
     assert torch.equal(tokens[0, 10:], tokens[2, 10:])  # the moved row drew on as it would have in its own slot

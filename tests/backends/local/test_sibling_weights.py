@@ -57,10 +57,33 @@ def test_a_merged_tree_decodes_with_one_product_per_group_as_the_unfused_path_do
     fast = FastDecoder.for_model(tree)
     assert fast is not None and all(fused(fast))
     layer = tree.model.layers[0].self_attn
+    assert layer.q_proj.weight.stride()[0] == 1  # on the CPU, laid out transposed
     assert fast.layers[0].qkv.weight.data_ptr() == layer.q_proj.weight.data_ptr()  # a view: no copy
     assert fast.layers[0].qkv.weight.shape[0] == sum(p.weight.shape[0] for p in (layer.q_proj, layer.k_proj, layer.v_proj))
     assert_same_steps(tree, fast, copy.deepcopy(tree))
     base.adapted.release(key, tree)
+
+
+@torch.inference_mode()
+def test_a_transposed_layout_holds_the_same_weights_and_decodes_one_product_per_group() -> None:
+    model = models()["qwen3"].eval()
+    unfused = copy.deepcopy(model)
+    groups = sibling_groups(model)
+    for group in groups:
+        lay_out(group, transposed=True)
+    attention = groups[0]  # q, k, v (and o where it reads as wide an input)
+    width = sum(layer.weight.shape[0] for layer in attention)
+    assert all(layer.weight.stride() == (1, width) for layer in attention)  # columns of one [in, sum of out] buffer
+    for mine, theirs in zip(model.parameters(), unfused.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+    fast = FastDecoder.for_model(model)
+    assert fast is not None and all(fused(fast))
+    qkv = fast.layers[0].qkv.weight
+    assert torch.equal(qkv, torch.cat([layer.weight for layer in attention[:3]]))
+    attention[1].weight.mul_(2)  # written in place: shows through the joined view
+    assert torch.equal(qkv, torch.cat([layer.weight for layer in attention[:3]]))
+    attention[1].weight.div_(2)
+    assert_same_steps(model, fast, unfused)
 
 
 @torch.inference_mode()
