@@ -18,6 +18,7 @@ from minds_core.envs.types import Message
 from minds_core.errors import UsageError, utf8_problem
 from minds_core.render import Renderer, TemplateError
 from minds_core.report.page import printable
+from minds_core.rl.conversation import turn_seed
 
 #: Service errors that mean this request (not the session) was wrong, e.g. a prompt over the context length.
 REQUEST_ERRORS = (tinker.BadRequestError, tinker.UnprocessableEntityError)
@@ -51,9 +52,11 @@ class ChatModel:
             raise UsageError(f"cannot chat with this model: {exc}") from None
 
     def reply(self, messages: list[Message], n: int = 1) -> list[Reply]:
-        """``n`` sampled assistant replies to ``messages``."""
+        """``n`` sampled assistant replies to ``messages``, seeded as a rollout's turn (``turn_seed``) when seeded."""
         prompt = tinker.types.ModelInput.from_ints(self.renderer.prompt_tokens(messages))
-        response = self.sampler.sample(prompt, n, self.params).result()
+        turn = sum(message["role"] == "assistant" for message in messages)
+        params = self.params.model_copy(update={"seed": turn_seed(self.params.seed, turn)})
+        response = self.sampler.sample(prompt, n, params).result()
         return [
             Reply(
                 text=self.renderer.decode(seq.tokens),

@@ -22,6 +22,14 @@ from minds_core.render import Renderer
 TURN_SEED_STRIDE = 1_000_003
 
 
+def turn_seed(seed: int | None, turn: int) -> int | None:
+    """The seed of a seeded conversation's ``turn``-th sampled reply (0 first, which keeps ``seed``).
+
+    A seed draws the same noise for any prompt: replies to prompts that end alike would come out
+    alike, so each turn samples with its own seed (None stays None: unseeded)."""
+    return None if seed is None else seed + TURN_SEED_STRIDE * turn
+
+
 class StopReason(enum.StrEnum):
     """Why a sampled turn ended (``tinker.types.StopReason``); str-valued, so JSON holds the plain word."""
 
@@ -109,10 +117,9 @@ class Conversation:
                 f"{len(self.tokens)} tokens of max_total_tokens={self.max_total_tokens}, "
                 f"{self.turns} turns of max_turns={self.max_turns}"
             )
-        update: dict[str, Any] = {"max_tokens": min(self.params.max_tokens or room, room)}
-        if self.params.seed is not None:  # a seed draws the same noise for any prompt: each turn needs its own
-            update["seed"] = self.params.seed + TURN_SEED_STRIDE * self.turns
-        params = self.params.model_copy(update=update)
+        params = self.params.model_copy(
+            update={"max_tokens": min(self.params.max_tokens or room, room), "seed": turn_seed(self.params.seed, self.turns)}
+        )
         response = await self.sampler.sample(tinker.types.ModelInput.from_ints(self.tokens), 1, params)
         sequence = response.sequences[0]
         if len(sequence.tokens) != len(sequence.logprobs or []):

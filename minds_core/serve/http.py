@@ -39,6 +39,7 @@ from tinker import types
 
 from minds_core.backends.local.catalog import Catalog
 from minds_core.backends.local.checkpoints import CheckpointStore
+from minds_core.backends.local.refusals import refusal
 
 from .downloads import DOWNLOADS_PREFIX as DOWNLOADS
 from .downloads import Downloads
@@ -254,12 +255,18 @@ def _unsupported(why: str) -> Callable[[_Call], Any]:
     return refuse
 
 
+def _refused(sdk_call: str) -> Callable[[_Call], Any]:
+    """The route of an SDK call with no local meaning: 400 in the words the in-process client fails with."""
+
+    def refuse(call: _Call) -> Any:
+        raise BadRequest(refusal(sdk_call))
+
+    return refuse
+
+
 _RUN = r"/api/v1/training_runs/([^/]+)"
 _CHECKPOINT = _RUN + r"/checkpoints/((?:weights|sampler_weights|external_weights)/[^/]+)"
 _SESSION = r"/api/v1/sessions/([^/]+)"
-_NO_PUBLISHING = _unsupported(
-    "checkpoints are not published here; each stays with the API key that saved it (share a key to share them)"
-)
 
 #: (method, path pattern, handler): every route the SDK's clients call.
 ROUTES: list[tuple[str, str, Callable[[_Call], Any]]] = [
@@ -276,8 +283,8 @@ ROUTES: list[tuple[str, str, Callable[[_Call], Any]]] = [
     ("GET", "/api/v1/sessions", lambda c: c.engine.list_sessions(*c.page(), c.client)),
     ("GET", _SESSION, lambda c: c.engine.get_session(c.parts[0], c.client)),
     ("POST", "/api/v1/sessions/search", _unsupported("session search; list_sessions and get_session work")),
-    ("PUT", _SESSION + "/project", _unsupported("projects; every session belongs to the API key that created it")),
-    ("GET", _SESSION + "/trace_export", _unsupported("session traces; minds keeps no trace of a session")),
+    ("PUT", _SESSION + "/project", _refused("assign_session_project")),
+    ("GET", _SESSION + "/trace_export", _refused("export_session_trace")),
     # training
     ("POST", "/api/v1/create_model", lambda c: c.engine.create_model(c.model(types.CreateModelRequest), c.client)),
     ("POST", "/api/v1/get_info", lambda c: c.engine.get_info(c.model(types.GetInfoRequest), c.client)),
@@ -296,7 +303,7 @@ ROUTES: list[tuple[str, str, Callable[[_Call], Any]]] = [
         lambda c: c.engine.save_weights_for_sampler(c.model(types.SaveWeightsForSamplerRequest), c.client),
     ),
     ("POST", "/api/v1/load_weights", lambda c: c.engine.load_weights(c.model(types.LoadWeightsRequest), c.client)),
-    ("POST", "/api/v1/copy_weights", _unsupported("copying weights between projects; load a checkpoint by its tinker:// path")),
+    ("POST", "/api/v1/copy_weights", _refused("copy_weights")),
     # sampling
     (
         "POST",
@@ -318,8 +325,8 @@ ROUTES: list[tuple[str, str, Callable[[_Call], Any]]] = [
     ("GET", _CHECKPOINT + "/external_weights_urls", _external_weights_urls),
     ("GET", DOWNLOADS + r"(.+)", lambda c: (200, c.server.downloads.file(c.url), "application/octet-stream")),
     ("PUT", _CHECKPOINT + "/ttl", _set_ttl),
-    ("POST", _CHECKPOINT + "/publish", _NO_PUBLISHING),
-    ("DELETE", _CHECKPOINT + "/publish", _NO_PUBLISHING),
+    ("POST", _CHECKPOINT + "/publish", _refused("publish_checkpoint_from_tinker_path")),
+    ("DELETE", _CHECKPOINT + "/publish", _refused("unpublish_checkpoint_from_tinker_path")),
     ("POST", "/api/v1/weights_info", lambda c: c.engine.weights_info(str(c.json().get("tinker_path", "")), c.client)),
     # the AdminClient's (RestClient's deprecated audit and billing calls reach these)
     ("GET", "/api/v1/audit", _unsupported("audit logs; it keeps none")),

@@ -20,6 +20,7 @@ import tinker
 
 from minds_core.backends.local.checkpoints import CheckpointStore
 from minds_core.backends.local.rest import RestClient as LocalRestClient
+from minds_core.backends.local.session import Session
 
 from .conftest import KEY, Served
 
@@ -42,7 +43,7 @@ def _rest(mode: str, root: Path, served: Served) -> Any:
     """The SDK's RestClient on the server, or the local one on the in-process checkpoint root."""
     if mode == "served":
         return tinker.RestClient(base_url=served.url, api_key=KEY)
-    return LocalRestClient(CheckpointStore(root))
+    return LocalRestClient(CheckpointStore(root), Session(None, None))
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

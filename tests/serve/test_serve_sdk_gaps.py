@@ -3,13 +3,16 @@
 Weights leave the Tinker way (``save_weights_external``, ``tinker checkpoint
 download``), a run's ``user_metadata`` comes back, ``stable_reinforce`` trains on
 datums with provenance as the cookbook builds them, and the deprecated
-``*_async`` methods the OpenReward recipe uses behave alike in both modes.
+``*_async`` methods the OpenReward recipe uses behave alike in both modes, as do a
+session's runs and samplers (``get_session``, ``get_sampler``) and the refusals of
+calls with no local meaning (publishing, projects, traces, ``whoami``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
@@ -30,6 +33,7 @@ from tinker import types
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from minds_core.backends.local import ServiceClient
+from minds_core.backends.local.refusals import refusal
 from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.testing import with_sampled_provenance
 
@@ -37,6 +41,8 @@ from .conftest import KEY, Served
 
 pytestmark = pytest.mark.slow
 
+#: what the fixture's services are made with, for get_session to give back
+SESSION = {"user_metadata": {"recipe": "rl_basic"}, "display_name": "my run"}
 TOKENS = [5, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100]
 
 
@@ -51,10 +57,10 @@ def _sft(tokens: list[int]) -> types.Datum:
 def clients(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Any]]:
     """(service, rest client): the local backend in process, or the unmodified SDK against ``minds serve``."""
     if request.param == "in-process":
-        service: Any = ServiceClient(checkpoint_root=tmp_path / "ckpt")
+        service: Any = ServiceClient(checkpoint_root=tmp_path / "ckpt", **SESSION)
     else:
         served: Served = request.getfixturevalue("served")
-        service = tinker.ServiceClient(base_url=served.url, api_key=KEY)
+        service = tinker.ServiceClient(base_url=served.url, api_key=KEY, **SESSION)
     yield service, service.create_rest_client()
     service.close("success").result(timeout=30)
 
@@ -95,6 +101,59 @@ def test_a_sessions_metadata_and_display_name_come_back_from_get_session(served:
         tinker.ServiceClient(base_url=served.url, api_key=KEY, user_metadata={"blob": "x" * 70_000}).create_lora_training_client(
             "minds-tiny", rank=4
         ).result()
+
+
+def test_get_session_lists_its_runs_and_samplers_and_get_sampler_says_what_each_samples(clients: tuple[Any, Any]) -> None:
+    service, rest = clients
+    trainer = service.create_lora_training_client("minds-tiny", rank=4, seed=0).result()
+    (session_id,) = rest.list_sessions(limit=1).result().sessions  # the newest: this service's (the SDK's opens with its first client)
+    path = trainer.save_weights_for_sampler("kept").result().path
+    samplers = [service.create_sampling_client(model_path=path).result(), trainer.save_weights_and_get_sampling_client().result()]
+    session = rest.get_session(session_id).result()
+    assert (session.training_run_ids, session.user_metadata, session.display_name) == ([trainer.model_id], *SESSION.values())
+    records = [rest.get_sampler(sampler_id).result() for sampler_id in session.sampler_ids]
+    assert sorted((r.base_model, r.model_path or "") for r in records) == [("minds-tiny", ""), ("minds-tiny", path)]
+    assert asyncio.run(_awaited(rest.get_sampler(records[0].sampler_id))) == records[0]
+    with pytest.warns(FutureWarning, match="get_session_async"):
+        again = asyncio.run(rest.get_session_async(session_id))
+    assert sorted(again.sampler_ids) == sorted(session.sampler_ids)  # served, in the order last used
+    for unknown in (lambda: rest.get_session("no-such-session"), lambda: rest.get_sampler(f"{session_id}:sample:99")):
+        with pytest.raises(tinker.NotFoundError):
+            unknown().result()
+    assert rest.list_sessions(limit=0).result().sessions == [] and samplers
+
+
+def test_calls_with_no_local_meaning_are_refused_naming_the_call_and_why(
+    clients: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TINKER_PROJECT_ID", "proj-archive")  # the SDK's copy_weights asks for a project before sending
+    service, rest = clients
+    path = service.create_lora_training_client("minds-tiny", rank=4, seed=0).result().save_state("kept").result().path
+    (session_id,) = rest.list_sessions(limit=1).result().sessions
+    calls = {
+        "publish_checkpoint_from_tinker_path": lambda: rest.publish_checkpoint_from_tinker_path(path),
+        "unpublish_checkpoint_from_tinker_path": lambda: rest.unpublish_checkpoint_from_tinker_path(path),
+        "copy_weights": lambda: rest.copy_weights(path, "proj-archive"),
+        "assign_session_project": lambda: rest.assign_session_project(session_id, "proj-archive"),
+        "export_session_trace": lambda: rest.export_session_trace(session_id),
+    }
+    for call, make in [*calls.items(), ("copy_weights", lambda: service.copy_weights(path))]:
+        with pytest.raises(tinker.BadRequestError, match=re.escape(refusal(call))):
+            make().result()
+    with pytest.raises(RuntimeError, match="whoami"):  # through minds serve, the SDK's own words: it has no accounts
+        rest.whoami().result()
+
+
+def test_a_sampler_handle_reaches_the_sampler_through_serve_and_is_refused_in_process(clients: tuple[Any, Any]) -> None:
+    service, _ = clients
+    sampler = service.create_sampling_client(base_model="minds-tiny").result()
+    if isinstance(sampler, tinker.SamplingClient):
+        again = tinker.SamplingClient.from_sampler_handle(sampler.get_sampler_handle(), api_key=KEY)
+        assert again.get_base_model() == "minds-tiny"
+        assert again.sample(types.ModelInput.from_ints([5]), 1, types.SamplingParams(max_tokens=2)).result().sequences
+    else:
+        with pytest.raises(TypeError, match="get_sampler_handle: a local SamplingClient lives in its process"):
+            sampler.get_sampler_handle()
 
 
 def test_a_run_made_from_a_checkpoint_is_found_by_its_model_id(clients: tuple[Any, Any]) -> None:

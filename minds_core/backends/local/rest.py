@@ -1,10 +1,12 @@
-"""``RestClient``: the SDK's ``tinker.RestClient`` calls that mean something for local checkpoints.
+"""``RestClient``: the SDK's ``tinker.RestClient`` calls, over local checkpoints and the service's session.
 
 Made by ``ServiceClient.create_rest_client()``. Each method takes the SDK's
 parameters and returns an ``APIFuture`` of the SDK's own type, resolved at once
-(the answer is read from disk); a failure (unknown run or checkpoint: 404, as
-``tinker.NotFoundError``) is raised by ``.result()``, as over HTTP. Listings
-are shared with ``minds serve`` (``catalog``).
+(the answer is read from disk or the session); a failure (unknown run, checkpoint,
+session or sampler: 404, as ``tinker.NotFoundError``) is raised by ``.result()``,
+as over HTTP. Listings are shared with ``minds serve`` (``catalog``); a call with
+no local meaning (publishing, projects, traces, identity) fails as it does there
+(``refusals``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from .checkpoints import CheckpointStore, parse_path
 from .deprecated import async_twin
 from .errors import LocalBadRequestError, LocalNotFoundError
 from .futures import completed_future, failed_future
+from .refusals import refusal, refused
+from .session import Session
 from .tiny_model import DEFAULT_BASE_MODEL
 
 __all__ = ["RestClient"]
@@ -32,14 +36,17 @@ _NEVER = datetime.max.replace(tzinfo=UTC)
 
 
 class RestClient:
-    """Checkpoints and training runs under one local checkpoint root, through the SDK's ``RestClient`` API."""
+    """Checkpoints and training runs under one local checkpoint root, and one service's session, through the
+    SDK's ``RestClient`` API."""
 
     def __init__(
         self,
         store: CheckpointStore,
+        session: Session,
         context_lengths: Callable[[], Mapping[str, int | None]] = lambda: {DEFAULT_BASE_MODEL: None},
     ) -> None:
         self._catalog = Catalog(store)
+        self._session = session
         self._context_lengths = context_lengths
 
     def get_server_capabilities(self) -> APIFuture[types.GetServerCapabilitiesResponse]:
@@ -116,6 +123,62 @@ class RestClient:
         """Make the checkpoint expire ``ttl_seconds`` (1 hour to 10 years) from now, or never with None."""
         return _answer(lambda: self._catalog.store.set_ttl(tinker_path, ttl_seconds))
 
+    def get_session(
+        self, session_id: str, access_scope: Literal["owned", "accessible"] = "owned"
+    ) -> APIFuture[types.GetSessionResponse]:
+        """The service's session (its id: ``list_sessions``): the training runs and sampling clients alive,
+        and the ``user_metadata`` and ``display_name`` the ``ServiceClient`` was made with."""
+        return _answer(lambda: self._session.describe(session_id))
+
+    def list_sessions(
+        self, limit: int = 20, offset: int = 0, access_scope: Literal["owned", "accessible"] = "owned"
+    ) -> APIFuture[types.ListSessionsResponse]:
+        """One page of the sessions: a local service is one session."""
+        return _answer(lambda: types.ListSessionsResponse(sessions=[self._session.id][offset : offset + limit]))
+
+    def get_sampler(self, sampler_id: str) -> APIFuture[types.GetSamplerResponse]:
+        """A live sampling client's base model and the ``tinker://`` path it samples (ids: ``get_session``)."""
+        return _answer(lambda: self._session.sampler(sampler_id))
+
+    def publish_checkpoint_from_tinker_path(self, tinker_path: str) -> APIFuture[None]:
+        """Refused (400, ``refusals``): checkpoints are not published."""
+        return refused("publish_checkpoint_from_tinker_path")
+
+    def unpublish_checkpoint_from_tinker_path(self, tinker_path: str) -> APIFuture[None]:
+        """Refused (400, ``refusals``): checkpoints are not published."""
+        return refused("unpublish_checkpoint_from_tinker_path")
+
+    def copy_weights(
+        self,
+        path: str,
+        destination_project_id: str | None = None,
+        *,
+        ttl_seconds: int | None = None,
+        weights_access_token: str | None = None,
+    ) -> APIFuture[str]:
+        """Refused (400, ``refusals``): there are no projects."""
+        return refused("copy_weights")
+
+    def assign_session_project(self, session_id: str, project_id: str) -> APIFuture[None]:
+        """Refused (400, ``refusals``): there are no projects."""
+        return refused("assign_session_project")
+
+    def export_session_trace(self, session_id: str) -> APIFuture[str]:
+        """Refused (400, ``refusals``): no trace is kept."""
+        return refused("export_session_trace")
+
+    def whoami(self) -> APIFuture[types.WhoamiResponse]:
+        """Fails with ``RuntimeError``, as the SDK's does on a server without accounts (``minds serve``)."""
+        return failed_future(RuntimeError(refusal("whoami")))
+
+    get_session_async = async_twin("get_session", awaits=True)
+    list_sessions_async = async_twin("list_sessions", awaits=True)
+    get_sampler_async = async_twin("get_sampler", awaits=True)
+    publish_checkpoint_from_tinker_path_async = async_twin("publish_checkpoint_from_tinker_path", awaits=True)
+    unpublish_checkpoint_from_tinker_path_async = async_twin("unpublish_checkpoint_from_tinker_path", awaits=True)
+    copy_weights_async = async_twin("copy_weights", awaits=True)
+    assign_session_project_async = async_twin("assign_session_project", awaits=True)
+    export_session_trace_async = async_twin("export_session_trace", awaits=True)
     get_training_run_async = async_twin("get_training_run", awaits=True)
     get_training_run_by_tinker_path_async = async_twin("get_training_run_by_tinker_path", awaits=True)
     list_training_runs_async = async_twin("list_training_runs", awaits=True)

@@ -1,8 +1,7 @@
-"""What the clients of one ``ServiceClient`` share: base models, checkpoints and worker threads."""
+"""What the clients of one ``ServiceClient`` share: its session, base models, checkpoints and worker threads."""
 
 from __future__ import annotations
 
-import uuid
 import weakref
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from .models import BaseModelRegistry
 from .placement import Placement
 from .sampling_client import SamplingClient
 from .sampling_engine import SamplingEngine
+from .session import Session
 
 __all__ = ["Runtime"]
 
@@ -19,9 +19,8 @@ __all__ = ["Runtime"]
 class Runtime:
     """Shared state of one local service; clients hold a reference to it."""
 
-    def __init__(self, checkpoint_root: Path, placement: Placement) -> None:
-        #: names the service as the SDK's session id does: a custom loss's ``LossHandle`` works with its clients only
-        self.session_id = f"local-session-{uuid.uuid4().hex[:16]}"
+    def __init__(self, checkpoint_root: Path, placement: Placement, session: Session) -> None:
+        self.session = session
         self.models = BaseModelRegistry(placement)
         self.store = CheckpointStore(checkpoint_root)
         self._queues: weakref.WeakSet[RequestQueue] = weakref.WeakSet()
@@ -32,13 +31,20 @@ class Runtime:
         self._queues.add(queue)
         return queue
 
+    def sampling_client(self, sampler: SamplingEngine, queue: RequestQueue, model_path: str | None = None) -> SamplingClient:
+        """A client of ``sampler`` (the weights saved at ``model_path``, if any), listed in the session while it lives."""
+        client = SamplingClient(sampler, queue, model_path)
+        self.session.add_sampler(client)
+        return client
+
     def sampling_client_from_path(self, path: str, queue: RequestQueue) -> SamplingClient:
         """A client sampling the adapter saved at tinker ``path``."""
         checkpoint = self.store.load(path, with_optimizer=False)
         base = self.models.get(checkpoint.base_model)
-        return SamplingClient(SamplingEngine.for_adapter(base, checkpoint.lora, checkpoint.adapter), queue)
+        return self.sampling_client(SamplingEngine.for_adapter(base, checkpoint.lora, checkpoint.adapter), queue, path)
 
     def close(self) -> None:
-        """Stop accepting requests on every client's worker (queued ones still run)."""
+        """Stop accepting requests on every client's worker (queued ones still run); the session lists none."""
         for queue in list(self._queues):
             queue.close()
+        self.session.close()

@@ -27,9 +27,11 @@ class SamplingClient:
     (``await`` it or call ``.result()``).
     """
 
-    def __init__(self, sampler: SamplingEngine, queue: RequestQueue) -> None:
+    def __init__(self, sampler: SamplingEngine, queue: RequestQueue, model_path: str | None = None) -> None:
         self._sampler = sampler
         self._queue = queue
+        #: the ``tinker://`` path of the weights sampled (None: a base model, or in-memory weights), as ``get_sampler`` reports it
+        self.model_path = model_path
 
     def sample(
         self,
@@ -104,6 +106,16 @@ class SamplingClient:
     sample_async = async_twin("sample", awaits=True)
     compute_logprobs_async = async_twin("compute_logprobs", awaits=True)
     get_base_model_async = async_twin("get_base_model", awaits=True)
+
+    def get_sampler_handle(self) -> str:
+        """Refused (``TypeError``), as pickling is: the SDK's handle lets another process sample through the service,
+        and a local client lives in its process. There, sample the same weights with ``create_sampling_client(
+        model_path=...)`` on the same ``checkpoint_root`` (or run ``minds serve``, whose handles work)."""
+        raise TypeError(
+            "get_sampler_handle: a local SamplingClient lives in its process and has no handle another can use; "
+            "in that process, create_sampling_client(model_path=<the tinker:// path of its weights>) on the same "
+            "checkpoint_root (or sample through minds serve, whose handles work)"
+        )
 
     def __repr__(self) -> str:
         return f"<local SamplingClient of {self.get_base_model()!r}>"

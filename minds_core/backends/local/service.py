@@ -30,10 +30,11 @@ from .errors import LocalBadRequestError
 from .futures import completed_future
 from .lora import LoraSpec
 from .placement import resolve_placement
+from .refusals import refused
 from .rest import RestClient
 from .runtime import Runtime
-from .sampling_client import SamplingClient
 from .sampling_engine import SamplingEngine
+from .session import Session
 from .tiny_model import DEFAULT_BASE_MODEL
 from .training_client import TrainingClient
 from .training_engine import TrainingEngine
@@ -47,8 +48,9 @@ class ServiceClient:
     Mirrors ``tinker.ServiceClient``: the ``create_*`` methods return a future of
     the client (``await`` it or call ``.result()``) that, as the SDK's does during
     its deprecation window, also acts as the client with a ``FutureWarning``.
-    The constructor takes the SDK's arguments; those with no local meaning
-    (``user_metadata``, ``project_id``, ``display_name``, ``base_url``,
+    The service is one session: its ``user_metadata`` and ``display_name`` come
+    back from the RestClient's ``get_session``. The constructor's other
+    arguments with no local meaning (``project_id``, ``base_url``,
     ``api_key``, ``default_headers_overrides``; ``weights_access_token``,
     ``retry_config``, ... on the methods) are accepted and ignored, and unknown
     keyword arguments are ignored with the SDK's ``FutureWarning``.
@@ -85,7 +87,7 @@ class ServiceClient:
         _limit_torch_threads()
         self._temporary_root = not checkpoint_root
         self.checkpoint_root = Path(checkpoint_root or tempfile.mkdtemp(prefix="minds-local-"))
-        self._runtime = Runtime(self.checkpoint_root, placement)
+        self._runtime = Runtime(self.checkpoint_root, placement, Session(user_metadata, display_name))
         self._closed = False
         self._lock = threading.Lock()
 
@@ -185,7 +187,9 @@ class ServiceClient:
                 queue.submit(lambda: self._runtime.sampling_client_from_path(model_path, queue))
             )
         return BackcompatSamplingClientFuture(
-            queue.submit(lambda: SamplingClient(SamplingEngine.for_base(self._runtime.models.get(base_model)), queue))
+            queue.submit(
+                lambda: self._runtime.sampling_client(SamplingEngine.for_base(self._runtime.models.get(base_model)), queue)
+            )
         )
 
     def create_custom_loss(
@@ -197,16 +201,27 @@ class ServiceClient:
         and only with this service's training clients.
         """
         self._check_open()
-        return completed_future(trace_loss(fn, input_ranks, self._runtime.session_id))
+        return completed_future(trace_loss(fn, input_ranks, self._runtime.session.id))
+
+    def copy_weights(
+        self, path: str, *, ttl_seconds: int | None = None, weights_access_token: str | None = None
+    ) -> APIFuture[str]:
+        """Refused (400, ``refusals``), as the RestClient's: there are no projects."""
+        return refused("copy_weights")
 
     def create_rest_client(self) -> RestClient:
-        """The SDK's ``RestClient`` calls over this service's checkpoint root (listing, info, delete, file URLs).
+        """The SDK's ``RestClient`` calls over this service's checkpoint root (listing, info, delete, file URLs)
+        and its session (``get_session``, ``list_sessions``, ``get_sampler``).
 
         The SDK deprecates its own ``create_rest_client`` for ``tinker.RestClient()``, which
         talks HTTP; locally this method is the way to one, so it does not warn.
         """
         self._check_open()
-        return RestClient(self._runtime.store, lambda: {DEFAULT_BASE_MODEL: None, **self._runtime.models.context_lengths()})
+        return RestClient(
+            self._runtime.store,
+            self._runtime.session,
+            lambda: {DEFAULT_BASE_MODEL: None, **self._runtime.models.context_lengths()},
+        )
 
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
         """Deprecated, as in the SDK (``FutureWarning``): ``create_rest_client().get_server_capabilities().result()``."""

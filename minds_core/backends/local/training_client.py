@@ -63,6 +63,7 @@ class TrainingClient:
 
         def run() -> TrainingClient:
             self._trainer = build()
+            self._runtime.session.add_run(self)
             if user_metadata:
                 self._runtime.store.save_run_metadata(self.model_id, user_metadata)
             return self
@@ -119,7 +120,7 @@ class TrainingClient:
 
     def _handle_loss(self, handle: LossHandle, data: list[types.Datum]) -> CustomLossFn:
         """The SDK's checks of a ``LossHandle`` and its datums (raised at the call), and the handle as a loss function."""
-        if handle.session_id != self._runtime.session_id:
+        if handle.session_id != self._runtime.session.id:
             raise ValueError(
                 f"LossHandle {handle.name!r} was created in session {handle.session_id}; it can "
                 "only be used by clients of that session"
@@ -268,7 +269,7 @@ class TrainingClient:
         def run() -> SamplingClient:
             trainer = self._trainer
             sampler = SamplingEngine.for_adapter(trainer.base, trainer.spec, trainer.adapter_state())
-            return SamplingClient(sampler, self._runtime.queue(f"minds-sample-{self.model_id}"))
+            return self._runtime.sampling_client(sampler, self._runtime.queue(f"minds-sample-{self.model_id}"))
 
         return BackcompatSamplingClientFuture(self._in_turn(run))
 

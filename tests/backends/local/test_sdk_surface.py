@@ -14,7 +14,7 @@ METHODS = [
     (local.ServiceClient, tinker.ServiceClient, [
         "create_lora_training_client", "create_training_client_from_state",
         "create_training_client_from_state_with_optimizer", "create_sampling_client", "close",
-        "get_server_capabilities",
+        "get_server_capabilities", "copy_weights", "create_custom_loss", "create_rest_client",
     ]),
     (local.TrainingClient, tinker.TrainingClient, [
         "forward", "forward_backward", "forward_backward_custom", "optim_step", "save_state",
@@ -22,13 +22,30 @@ METHODS = [
         "save_weights_and_get_sampling_client", "create_sampling_client", "get_info", "get_tokenizer",
         "save_weights_external",
     ]),
-    (local.SamplingClient, tinker.SamplingClient, ["sample", "compute_logprobs", "get_tokenizer", "get_base_model"]),
+    (local.SamplingClient, tinker.SamplingClient, [
+        "sample", "compute_logprobs", "get_tokenizer", "get_base_model", "get_sampler_handle",
+    ]),
     (RestClient, tinker.RestClient, [
         "list_checkpoints", "list_user_checkpoints", "get_training_run", "get_training_run_by_tinker_path",
         "list_training_runs", "get_weights_info_by_tinker_path", "get_external_weights_urls", "delete_checkpoint",
-        "delete_checkpoint_from_tinker_path", "get_server_capabilities",
+        "delete_checkpoint_from_tinker_path", "get_server_capabilities", "set_checkpoint_ttl_from_tinker_path",
+        "get_session", "list_sessions", "get_sampler", "publish_checkpoint_from_tinker_path",
+        "unpublish_checkpoint_from_tinker_path", "copy_weights", "assign_session_project", "export_session_trace",
+        "whoami",
     ]),
 ]
+#: the SDK's public methods the local clients leave out, and why
+LEFT_OUT = {
+    "get_telemetry": "the SDK's own telemetry of HTTP requests; there are none",
+    "get_console_url": "the hosted Tinker Console; there is none",
+    "get_audit_log": "deprecated for AdminClient",
+    "get_billing_usage": "deprecated for AdminClient",
+    "get_current_checkpoint_storage_usage": "deprecated for AdminClient",
+    "search_sessions": "experimental in the SDK",
+    "create": "the SDK's constructor of a client over HTTP",
+    "from_sampler_handle": "a handle reaches a sampler over HTTP; the local get_sampler_handle refuses",
+    "on_queue_state_change": "the service's queue-state callback; the local service has no queue to report",
+}
 
 
 def _params(fn) -> list[tuple[str, object]]:
@@ -39,6 +56,13 @@ def _params(fn) -> list[tuple[str, object]]:
 def test_methods_take_the_sdks_parameters(ours, theirs, methods):
     for name in methods:
         assert _params(getattr(ours, name)) == _params(getattr(theirs, name)), f"{ours.__name__}.{name}"
+
+
+@pytest.mark.parametrize(("ours", "theirs", "methods"), METHODS, ids=[theirs.__name__ for _, theirs, _ in METHODS])
+def test_every_public_method_of_the_sdk_is_checked_here_or_left_out_for_a_reason(ours, theirs, methods):
+    # a method the SDK adds (get_session, whoami, ...) fails here until it is implemented, checked above, or left out
+    public = {n for n in dir(theirs) if not n.startswith("_") and not n.endswith("_async") and callable(getattr(theirs, n))}
+    assert public - set(methods) - set(LEFT_OUT) == set()
 
 
 @pytest.mark.parametrize(("ours", "theirs", "methods"), METHODS, ids=[theirs.__name__ for _, theirs, _ in METHODS])
