@@ -24,6 +24,13 @@ class TemplateError(ValueError):
     """The chat template cannot render a multi-turn conversation token-exactly."""
 
 
+def _tool_name(tool: Any) -> str:
+    """A tool spec's name (``{"function": {"name": ...}}`` or ``{"name": ...}``), "?" where it has none."""
+    spec = tool.get("function", tool) if isinstance(tool, dict) else None
+    name = spec.get("name") if isinstance(spec, dict) else None
+    return name if isinstance(name, str) else "?"
+
+
 class Renderer:
     """Turns messages into prompt tokens and multi-turn continuations for one tokenizer."""
 
@@ -45,7 +52,7 @@ class Renderer:
             log.warning(
                 "tools not shown",
                 model=getattr(self.tokenizer, "name_or_path", "?"),
-                tools=[(t.get("function") or t).get("name", "?") for t in tools if isinstance(t, dict)],
+                tools=[_tool_name(tool) for tool in tools],
                 reason="the model's chat template does not render tools, so the policy never sees the tools an episode "
                 "offers; use a model whose template renders them, or describe them in the prompt",
             )

@@ -8,9 +8,11 @@ import json
 import pytest
 import tinker
 from structlog.testing import capture_logs
+from transformers import AutoTokenizer
 
 from minds_core import Context
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.config import RolloutConfig
 from minds_core.envs.types import StepResult, Task
 from minds_core.render import Renderer
@@ -198,6 +200,17 @@ def test_tools_a_template_cannot_render_are_reported_once_not_dropped_silently(t
     (warning,) = [entry for entry in logged if entry["event"] == "tools not shown"]
     assert warning["log_level"] == "warning" and warning["tools"] == ["lookup"]
     assert "does not render tools" in warning["reason"]
+
+
+def test_tool_specs_of_other_shapes_are_named_in_the_warning_rather_than_failing_the_render():
+    # the warning read names as {"function": {"name"}}: a spec of another shape raised AttributeError in the render
+    renderer = Renderer(AutoTokenizer.from_pretrained(tiny_model_path()))
+    tools = [{"type": "function", "function": "lookup"}, {"name": "search"}, "calc", {"function": {"name": "add"}}]
+    messages = [{"role": "user", "content": "Hi."}]
+    with capture_logs() as logged:
+        assert renderer.text(messages, generation_prompt=True, tools=tools) == renderer.text(messages, generation_prompt=True)
+    (warning,) = [entry for entry in logged if entry["event"] == "tools not shown"]
+    assert warning["tools"] == ["?", "search", "?", "add"]
 
 
 def test_each_turn_of_a_seeded_rollout_samples_with_its_own_seed(tmp_path):

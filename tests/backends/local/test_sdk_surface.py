@@ -81,3 +81,25 @@ def test_unsupported_custom_loss_input_is_a_clear_error(tmp_path):
     )
     with pytest.raises(local.LocalBadRequestError, match="supports only 'logprobs'"):
         training.forward_backward_custom([datum], lambda data, logprobs: (None, {}), loss_type_input="probs")
+
+
+def test_a_loss_handle_works_only_with_the_clients_of_the_service_that_made_it(tmp_path):
+    # as the SDK refuses a handle of another session: one service's traced loss is not another's
+    def neg_ll(logprobs, weights):
+        loss = -(logprobs * weights).sum()
+        return loss, {"custom/neg_ll:sum": loss}
+
+    made, other = (local.ServiceClient(checkpoint_root=tmp_path / name) for name in ("made", "other"))
+    handle = made.create_custom_loss(neg_ll, input_ranks={"logprobs": 1, "weights": 1}).result()
+    training = other.create_lora_training_client(local.DEFAULT_BASE_MODEL, rank=2).result()
+    datum = tinker.Datum(
+        model_input=tinker.types.ModelInput.from_ints([1, 2]),
+        loss_fn_inputs={
+            "target_tokens": tinker.TensorData(data=[2, 3], dtype="int64", shape=[2]),
+            "weights": tinker.TensorData(data=[1.0, 1.0], dtype="float32", shape=[2]),
+        },
+    )
+    with pytest.raises(ValueError, match=f"LossHandle 'neg_ll' was created in session {handle.session_id}; it can only"):
+        training.forward_backward_custom([datum], handle)
+    mine = made.create_lora_training_client(local.DEFAULT_BASE_MODEL, rank=2).result()
+    assert mine.forward_backward_custom([datum], handle).result().metrics["custom/neg_ll:sum"] > 0
