@@ -216,6 +216,12 @@ class Engine:
             raise _Gone(f"Session {session_id} has finished")
         return session
 
+    def _still_open(self, session_id: str) -> None:
+        """Under ``self._lock``: refuse to add to a session that was finished while its request was on the way
+        (``finish_session`` drops what the session holds once; anything added later would never be dropped)."""
+        if not self._sessions[session_id].open:
+            raise _Gone(f"Session {session_id} has finished")
+
     def capabilities(self) -> types.GetServerCapabilitiesResponse:
         """The in-process answer (which knows each loaded model's context), for the served models only."""
         known = {m.model_name: m.max_context_length for m in self.rest.get_server_capabilities().result().supported_models}
@@ -243,9 +249,10 @@ class Engine:
         )
 
         def register(client: TrainingClient) -> types.CreateModelResponse:
-            self.owners.claim(client.model_id, owner)
             with self._lock:
+                self._still_open(request.session_id)
                 self._runs[client.model_id] = _Run(client, request.session_id, owner)
+            self.owners.claim(client.model_id, owner)
             return types.CreateModelResponse(model_id=client.model_id)
 
         return self._track(local.future(), owner, register)
@@ -362,9 +369,10 @@ class Engine:
         )
 
         def register(client: TrainingClient) -> types.LoadWeightsResponse:
-            self.owners.claim(client.model_id, owner)
             with self._lock:
-                self._runs[model_id] = _Run(client, request.session_id or "", owner)
+                self._still_open(request.session_id)
+                self._runs[model_id] = _Run(client, request.session_id, owner)
+            self.owners.claim(client.model_id, owner)
             return types.LoadWeightsResponse(path=request.path, type="load_weights")
 
         return self._track(local.future(), owner, register)
@@ -462,6 +470,7 @@ class Engine:
         )
         session_id = f"{request.session_id}:sample:{request.sampling_session_seq_id}"
         with self._lock:
+            self._still_open(request.session_id)
             self.samplers.keep(session_id, Kept(sampler, request.model_path, owner))
         return types.CreateSamplingSessionResponse(sampling_session_id=session_id)
 
@@ -613,6 +622,8 @@ def _local_call(make: Callable[[], Any]) -> Any:
 
 def _failure(exc: BaseException, public: Callable[[str], str]) -> dict[str, str]:
     """A failed request as the SDK's ``RequestFailedResponse``: user errors are 4xx-kind, the rest the server's."""
+    if isinstance(exc, HttpError) and exc.status < 500:
+        return {"error": public(exc.detail), "category": types.RequestErrorCategory.User.value}
     if isinstance(exc, tinker.APIStatusError) and exc.status_code < 500 or isinstance(exc, (ValueError, LookupError)):
         return {"error": public(str(getattr(exc, "message", exc))), "category": types.RequestErrorCategory.User.value}
     return {"error": public(f"{type(exc).__name__}: {exc}"), "category": types.RequestErrorCategory.Server.value}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 from pathlib import Path
 
@@ -76,3 +77,30 @@ def test_past_max_training_runs_a_new_run_waits_for_a_finished_session(tmp_path:
             _new_run(engine, CLIENT)
         engine.finish_session(session, CLIENT)
         assert _new_run(engine, CLIENT)[1]
+
+
+def test_a_run_whose_session_finishes_while_it_is_built_is_refused_not_kept(tmp_path: Path, monkeypatch) -> None:
+    """finish_session drops a session's runs once: a run built past that point would hold its memory for good."""
+    with ServiceClient(checkpoint_root=tmp_path, device="cpu") as local:
+        engine = Engine(local, [DEFAULT_BASE_MODEL], ServeLimits(max_training_runs=1))
+        session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), CLIENT)
+        models, building, finished = local._runtime.models, threading.Event(), threading.Event()
+        load = models.get
+
+        def held_load(name: str):
+            building.set()
+            assert finished.wait(30)
+            return load(name)
+
+        monkeypatch.setattr(models, "get", held_load)  # the run's build waits until its session has finished
+        create = types.CreateModelRequest(
+            session_id=session.session_id, model_seq_id=0, base_model=DEFAULT_BASE_MODEL, lora_config=types.LoraConfig(rank=2)
+        )
+        pending = engine.create_model(create, CLIENT)
+        assert building.wait(30)
+        engine.finish_session(session.session_id, CLIENT)
+        finished.set()
+        failure = engine.retrieve(pending.request_id, CLIENT)
+        assert failure == {"error": f"Session {session.session_id} has finished", "category": "user"}
+        monkeypatch.undo()
+        assert _new_run(engine, CLIENT)[1]  # the refused run holds no place under max_training_runs=1
