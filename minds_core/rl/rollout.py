@@ -16,7 +16,7 @@ from minds_core.envs.rubric import (
     INVALID_PARTS_METRIC,
     MAX_REWARD,
     as_reward,
-    maybe_await,
+    call_plugin,
 )
 from minds_core.envs.turns import take_turns
 from minds_core.envs.types import (
@@ -105,7 +105,7 @@ async def play_episode(episode: Episode | SelfDrivingEpisode, conversation: Conv
     conversation enforces max_total_tokens and max_turns for both kinds.
     """
     if isinstance(episode, SelfDrivingEpisode):
-        results = [as_step_result(await maybe_await(episode.run(conversation)))]
+        results = [as_step_result(await call_plugin(episode.run, conversation))]
     else:
         results = await take_turns(episode, conversation)
     rewards = [result.reward for result in results if result.reward is not None]
@@ -179,7 +179,7 @@ async def close_quietly(obj: Any, what: str) -> None:
     close = getattr(obj, "close", None)
     if callable(close):
         try:
-            await maybe_await(close())
+            await call_plugin(close)
         except BaseException as exc:  # sys.exit in close() included: it never sets the run's exit code
             if not raised_by_plugin(exc):
                 raise

@@ -1,4 +1,4 @@
-"""A hostile environment (fixture plugin): each ``escape`` tries one way for plugin code to end, hang, move or flood a run.
+"""A hostile environment (fixture plugin): each ``escape`` tries one way for plugin code to end, hang, block, move or flood a run.
 
 ``escape`` picks what the episode's ``step`` (or the environment's ``close``, or the
 observation) does; ``secret`` is a value its error echoes; ``elsewhere`` is where
@@ -12,6 +12,7 @@ import os
 import random
 import sys
 import threading
+import time
 
 from minds_core import StepResult, Task, hookimpl
 
@@ -46,8 +47,10 @@ class HostileEpisode:
             raise ValueError("x" * 20_000_000)
         if escape == "chdir":
             os.chdir(self.elsewhere)
-        if escape == "thread":
-            threading.Thread(target=threading.Event().wait, name="hostile-forever").start()
+        if escape == "thread":  # not a daemon, although started from whatever thread minds calls step() in
+            threading.Thread(target=threading.Event().wait, name="hostile-forever", daemon=False).start()
+        if escape == "block":  # blocks its thread: no await, no timeout of its own (a judge asked without one)
+            time.sleep(3600)
         if escape == "huge_reply":  # a first turn scored, then a 20 MB reply that no budget holds
             return StepResult(reward=random.random(), done=False, messages=[{"role": "user", "content": "word " * 4_000_000}])
         if escape == "huge_reward":
