@@ -137,6 +137,14 @@ def test_a_step_that_blocks_its_thread_times_out_and_is_counted(hostile_plugins,
     assert summary["trained_steps"] == 0
 
 
+def test_a_close_that_never_returns_is_given_up_after_the_rollout_timeout(hostile_plugins, tmp_path):
+    began = time.monotonic()
+    summary, rollouts, row = _train(hostile_plugins, tmp_path, "env.args.escape=close_block", "rollout.timeout=1")
+    assert time.monotonic() - began < 60  # each episode's close() and the environment's sleep for an hour
+    assert row["rollouts/failed"] == 0 and all(r["error"] is None for r in rollouts)  # the episodes were played and scored
+    assert summary["trained_steps"] == 1
+
+
 def _minds(installed_plugin, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     environ["PYTHONPATH"] = str(installed_plugin("hostile_plugin"))

@@ -322,7 +322,7 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
     except Exception as exc:
         raise MindsError(f"environment {cfg.id!r} failed to load: {type(exc).__name__}: {exc}") from exc
     prompt = getattr(env, "system_prompt", None)
-    asyncio.run(close_quietly(env, f"environment {cfg.id}"))
+    asyncio.run(close_quietly(env, f"environment {cfg.id}", config.rollout.timeout))
     if not isinstance(prompt, str) or not prompt:
         raise UsageError(f"environment {cfg.id!r} has no system prompt (no system_prompt attribute): use --system TEXT")
     return prompt

@@ -57,9 +57,14 @@ class HostileEpisode:
             return StepResult(reward=1e308)
         return StepResult(reward=random.random())
 
+    def close(self) -> None:
+        if self.escape == "close_block":  # a teardown that never returns (a sandbox asked to stop, without a timeout)
+            time.sleep(3600)
+
 
 class HostileEnvironment:
-    """Two tasks whose episodes escape as ``escape`` says; ``close_exit`` makes ``close()`` call sys.exit(4)."""
+    """Two tasks whose episodes escape as ``escape`` says; ``close_exit`` makes ``close()`` call sys.exit(4), ``close_block``
+    makes it (and every episode's) block for an hour."""
 
     def __init__(self, escape: str, secret: str, elsewhere: str) -> None:
         self.escape, self.secret, self.elsewhere = escape, secret, elsewhere
@@ -73,6 +78,8 @@ class HostileEnvironment:
     def close(self) -> None:
         if self.escape == "close_exit":
             sys.exit(4)
+        if self.escape == "close_block":
+            time.sleep(3600)
 
 
 def load_hostile(escape: str = "none", secret: str = "", elsewhere: str = "/", **unused) -> HostileEnvironment:
