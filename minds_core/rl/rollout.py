@@ -180,7 +180,7 @@ async def close_quietly(obj: Any, what: str, timeout: float) -> None:
     close = getattr(obj, "close", None)
     if callable(close):
         try:
-            closing = call_plugin(close)
+            closing = contained(call_plugin(close))  # in wait_for's task, a sys.exit would end the event loop
             await (asyncio.wait_for(closing, timeout) if timeout > 0 else closing)
         except BaseException as exc:  # sys.exit in close() included: it never sets the run's exit code
             if not raised_by_plugin(exc):
