@@ -241,7 +241,7 @@ def test_minds_report_command(run_minds, tmp_path: Path, run_dir: Path) -> None:
     broken.mkdir()
     (broken / "config.yaml").write_text("trainer: {steps: [\n")
     bad = run_minds(["report", str(broken)])
-    assert bad.returncode == 2 and f"{broken / 'config.yaml'}: not valid YAML" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and f"{broken / 'config.yaml'}:2:1: invalid YAML" in bad.stderr and "Traceback" not in bad.stderr
 
 
 @pytest.mark.slow
