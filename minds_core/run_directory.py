@@ -363,17 +363,18 @@ class RunDirectory:
         slots of their own (the resumed run saves under another training run) and are returned.
         """
         path = self.path / CHECKPOINTS_FILE
-        rows = read_jsonl(path)
-        earlier = [row for row in rows if row.get("state_path") != checkpoint.state_path]
-        rolling = [index for index, row in enumerate(earlier) if CheckpointRecord(**row).rolling]
+        lines = _read_whole(path)
+        earlier = [(row, _checkpoint(path, number, row)) for number, row in lines]
+        earlier = [(row, record) for row, record in earlier if record.state_path != checkpoint.state_path]
+        rolling = [index for index, (_, record) in enumerate(earlier) if record.rolling]
         outdated = set(rolling[: max(0, len(rolling) + checkpoint.rolling - ROLLING_KEPT)])
         with self._writing(path):
-            if len(earlier) == len(rows) and not outdated:
+            if len(earlier) == len(lines) and not outdated:
                 append_line(path, attrs.asdict(checkpoint))
                 return []
-            kept = [row for index, row in enumerate(earlier) if index not in outdated]
+            kept = [row for index, (row, _) in enumerate(earlier) if index not in outdated]  # as written, keys of other versions too
             _rewrite_jsonl(path, [*kept, attrs.asdict(checkpoint)])
-        return [CheckpointRecord(**earlier[index]) for index in sorted(outdated)]
+        return [earlier[index][1] for index in sorted(outdated)]
 
     def log_metrics(self, record: dict[str, Any]) -> None:
         """Append one step's metrics to metrics.jsonl, durable when this returns."""

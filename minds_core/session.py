@@ -201,9 +201,9 @@ class Session:
         if self.sinks is not None:
             self.sinks.close(self.summary)  # also on an error or Ctrl-C: the progress bar stops, files stay whole
         if self._executor is not None:
-            await close_quietly(self._executor, f"rollout executor {self.config.rollout.executor}")
+            await close_quietly(self._executor, f"rollout executor {self.config.rollout.executor}", self.config.rollout.timeout)
         for handle in self.envs:
-            await close_quietly(handle.env, f"environment {handle.name}")
+            await close_quietly(handle.env, f"environment {handle.name}", self.config.rollout.timeout)
         await self.door.close(error)
 
     def open_sinks(self, run: RunDirectory) -> SinkSet:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from minds_core import hookimpl
 from minds_core.checkpoints.evaluation import EvalPlan, evaluate
 from minds_core.config import load_config
 from minds_core.errors import ConfigError
@@ -199,3 +200,49 @@ def test_an_output_in_a_folder_that_is_not_writable_says_so(minds_plugin, tmp_pa
         assert main(["eval", "--env", "toy_char_share", "--tasks", "1", "--samples", "1", "--output", str(output)]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err, err
+
+
+class _Chatty:
+    """A plugin that prints to stdout as plugin code often does: when it registers, loads and scores."""
+
+    @staticmethod
+    def _load(**_):
+        from minds_core import Rubric, SingleTurnEnvironment, Task
+
+        print("loading the chatty environment")
+
+        def said(completion: str) -> float:
+            print(f"scoring {completion!r}")
+            return float(len(completion) % 2)
+
+        return SingleTurnEnvironment(tasks={"train": [Task(prompt="Say a word.", id="w")]}, rubric=Rubric([said]))
+
+    @hookimpl
+    def minds_register_environments(self, register):
+        print("chatty registers")
+        register("chatty", self._load, "prints while it loads and scores")
+
+
+def test_what_plugins_print_goes_to_stderr_so_json_on_stdout_stays_json(minds_plugin, capsys):
+    from minds_core.cli.command import main
+
+    minds_plugin(_Chatty(), name="chatty")
+    assert main(["plugins", "--json"]) == 0
+    assert "chatty" in {p["name"] for p in json.loads(capsys.readouterr().out)}
+    assert main(["envs", "--json"]) == 0
+    assert "chatty" in {e["name"] for e in json.loads(capsys.readouterr().out)}
+    assert main(["run", "--env", "chatty", "--dry-run"]) == 0
+    assert "chatty registers" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_what_an_environment_prints_while_evaluated_goes_to_stderr(minds_plugin, capsys, tmp_path, monkeypatch):
+    from minds_core.cli.command import main
+
+    minds_plugin(_Chatty(), name="chatty")
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "--env", "chatty", "--split", "train", "--tasks", "1", "--samples", "2", "--set", "sampling.max_tokens=4",
+                 "--json"]) == 0  # fmt: skip
+    out, err = capsys.readouterr()
+    assert json.loads(out)["checkpoint"] == "minds-tiny", out
+    assert "loading the chatty environment" in err and "scoring " in err

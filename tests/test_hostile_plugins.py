@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,23 @@ def test_chdir_in_an_episode_moves_nothing_the_run_writes(hostile_plugins, tmp_p
     assert not (elsewhere / "runs").exists()
 
 
+def test_a_step_that_blocks_its_thread_times_out_and_is_counted(hostile_plugins, tmp_path):
+    began = time.monotonic()
+    summary, rollouts, row = _train(hostile_plugins, tmp_path, "env.args.escape=block", "rollout.timeout=1", "rollout.retries=0")
+    assert time.monotonic() - began < 60  # the episodes sleep for an hour
+    assert row["rollouts/timed_out"] == row["rollouts/failed"] == 4
+    assert [r["error"] for r in rollouts] == ["timed out after 1 s"] * 4
+    assert summary["trained_steps"] == 0
+
+
+def test_a_close_that_never_returns_is_given_up_after_the_rollout_timeout(hostile_plugins, tmp_path):
+    began = time.monotonic()
+    summary, rollouts, row = _train(hostile_plugins, tmp_path, "env.args.escape=close_block", "rollout.timeout=1")
+    assert time.monotonic() - began < 60  # each episode's close() and the environment's sleep for an hour
+    assert row["rollouts/failed"] == 0 and all(r["error"] is None for r in rollouts)  # the episodes were played and scored
+    assert summary["trained_steps"] == 1
+
+
 def _minds(installed_plugin, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     environ["PYTHONPATH"] = str(installed_plugin("hostile_plugin"))
@@ -188,3 +206,33 @@ def test_minds_own_cancellation_and_the_users_ctrl_c_still_stop_the_run():
         assert raised_by_plugin(KeyboardInterrupt())  # Ctrl-C is handled elsewhere: code raised this one
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_is_heard_while_a_step_blocks_its_thread_and_a_second_one_exits_at_once(installed_plugin, tmp_path, signum):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
+    environ["PYTHONPATH"] = str(installed_plugin("hostile_plugin"))
+    log = tmp_path / "stderr.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "minds_core.cli.command", "--log-format", "json", "run", "--env", "hostile", "--name", "run",
+         "--set", f"runs_dir={tmp_path}", *(f"--set={o}" for o in FAST[1:6]), "--set", "env.args.escape=block",
+         "--set", "rollout.timeout=0"],
+        cwd=tmp_path, env=environ, stdout=subprocess.DEVNULL, stderr=log.open("w"),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while '"event": "training"' not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.1)
+        time.sleep(2)  # the episodes are asleep in step()
+        proc.send_signal(signum)
+        deadline = time.monotonic() + 10
+        while "stopping: the step in flight finishes" not in log.read_text():
+            assert time.monotonic() < deadline, f"the first signal went unheard: {log.read_text()[-2000:]}"
+            time.sleep(0.1)
+        proc.send_signal(signum)
+        assert proc.wait(timeout=10) == 128 + signum
+    finally:
+        proc.kill()
+    assert f"{signal.Signals(signum).name} again: exiting now" in log.read_text()

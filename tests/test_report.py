@@ -241,7 +241,7 @@ def test_minds_report_command(run_minds, tmp_path: Path, run_dir: Path) -> None:
     broken.mkdir()
     (broken / "config.yaml").write_text("trainer: {steps: [\n")
     bad = run_minds(["report", str(broken)])
-    assert bad.returncode == 2 and f"{broken / 'config.yaml'}: not valid YAML" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and f"{broken / 'config.yaml'}:2:1: invalid YAML" in bad.stderr and "Traceback" not in bad.stderr
 
 
 @pytest.mark.slow
@@ -367,3 +367,41 @@ def test_minds_report_to_a_folder_says_it_is_one(tmp_path: Path, run_dir: Path, 
         err = capsys.readouterr().err
         assert f"-o {folder}: is a folder; pass a file path, e.g. {Path(folder) / 'report.html'}" in err, err
         assert "Traceback" not in err
+
+
+def test_lines_minds_never_writes_are_left_out_and_counted_not_a_traceback(tmp_path: Path, run_dir: Path, capsys) -> None:
+    from minds_core.cli.command import main
+
+    run = Path(shutil.copytree(run_dir, tmp_path / "edited"))  # a hand edit, or another version's files
+    good = _rows(run / "rollouts.jsonl")
+    foreign = [
+        {"step": "a"},
+        {"step": 9, "prompt": "a prompt as text"},
+        {"step": 9, "rollouts": 5},
+        {"step": 9, "rollouts": [1, "x"]},
+        {"step": 9, "rollouts": [{"reward": 1, "messages": "hi", "components": [1]}]},
+        {"step": 9, "rollouts": [{"reward": 1, "messages": [{"role": "assistant", "content": "x", "tool_calls": 5}]}]},
+    ]
+    with (run / "rollouts.jsonl").open("a") as fh:
+        fh.write("".join(json.dumps(line) + "\n" for line in foreign))
+    with (run / "metrics.jsonl").open("a") as fh:
+        fh.write(json.dumps({"step": 4, "reward/mean": "high", "time/step": {"s": 1}, "loss": [1]}) + "\n")
+        fh.write(json.dumps({"step": "4"}) + "\n")
+    config = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(config.replace("\nmodel:\n", "\nmodel: minds-tiny\nold_model:\n"))
+    assert main(["report", str(run)]) == 0, capsys.readouterr().err
+    text = (run / REPORT_FILE).read_text()
+    for note in ("1 line(s) of metrics.jsonl without a whole-number step", "3 value(s) in metrics.jsonl that are not numbers",
+                 f"{len(foreign)} line(s) of rollouts.jsonl not in the shape minds writes"):
+        assert note in text
+    assert text.count('class="rollout"') == sum(len(group["rollouts"]) for group in good)
+    assert "model: minds-tiny" in text
+
+
+def test_a_config_yaml_that_is_no_yaml_is_named_with_its_line(tmp_path: Path, run_dir: Path, capsys) -> None:
+    from minds_core.cli.command import main
+
+    run = Path(shutil.copytree(run_dir, tmp_path / "edited"))
+    (run / "config.yaml").write_text("name: [unclosed\n")
+    assert main(["report", str(run)]) == 2
+    assert f"{run / 'config.yaml'}:2:1: invalid YAML" in capsys.readouterr().err

@@ -34,6 +34,7 @@ from minds_core.run_directory import (
     CHECKPOINTS_FILE,
     LOCK_FILE,
     METRICS_FILE,
+    CheckpointRecord,
     RunDirectory,
     RunFileError,
     append_line,
@@ -415,6 +416,20 @@ def test_a_run_that_never_saved_resumes_at_step_0(tmp_path):
     run = RunDirectory.create(_config(tmp_path))
     append_line(run.path / METRICS_FILE, {"step": 0})
     assert run.last_checkpoint() is None  # no checkpoints.jsonl at all: nothing was lost to a damaged file
+    run.close()
+
+
+def test_a_save_recorded_after_lines_of_another_version_keeps_them_as_written(tmp_path):
+    run = RunDirectory.create(_config(tmp_path))
+    path = run.path / CHECKPOINTS_FILE
+    older = [{"step": s, "state_path": f"tinker://r/weights/rolling-{s % 2}", "sampler_path": None, "saved_at": s} for s in (4, 9)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in older))  # a key this version does not write
+    outdated = run.record_checkpoint(CheckpointRecord(14, "tinker://q/weights/rolling-0"))
+    assert [record.step for record in outdated] == [4]
+    assert read_jsonl(path) == [older[1], {"step": 14, "state_path": "tinker://q/weights/rolling-0", "sampler_path": None}]
+    path.write_text(path.read_text() + "not json\n" + json.dumps(older[0]) + "\n")
+    with pytest.raises(RunFileError, match=rf"{path}: line 3 is not a JSON object"):
+        run.record_checkpoint(CheckpointRecord(19, "tinker://q/weights/rolling-1"))  # never dropped on a rewrite
     run.close()
 
 

@@ -92,6 +92,7 @@ def _resolve(args: argparse.Namespace, registry: Any = None, extra: list[str] | 
 
 def _eval(args: argparse.Namespace) -> int:
     from minds_core.checkpoints.evaluation import EVAL_DIR, EvalPlan, evaluate, save_evaluation, summary_path
+    from minds_core.cli.command import plugin_prints_to_stderr
     from minds_core.config import load_config
     from minds_core.errors import UsageError
 
@@ -127,7 +128,8 @@ def _eval(args: argparse.Namespace) -> int:
     # Writing into the run folder (its eval/), the evaluation holds the folder's lock as `minds run` does, from before
     # it evaluates until its files are written; while a run trains there (or another evaluation writes), exit 2.
     with _run_claim(run_dir, args.output):
-        evaluation = evaluate(config, plan, model_path, state_path)
+        with plugin_prints_to_stderr():
+            evaluation = evaluate(config, plan, model_path, state_path)
         name = args.name or f"{label}-{'+'.join(sorted(set(evaluation.splits.values())))}"
         if args.output:
             output: Path | None = Path(args.output)
@@ -322,7 +324,7 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
     except Exception as exc:
         raise MindsError(f"environment {cfg.id!r} failed to load: {type(exc).__name__}: {exc}") from exc
     prompt = getattr(env, "system_prompt", None)
-    asyncio.run(close_quietly(env, f"environment {cfg.id}"))
+    asyncio.run(close_quietly(env, f"environment {cfg.id}", config.rollout.timeout))
     if not isinstance(prompt, str) or not prompt:
         raise UsageError(f"environment {cfg.id!r} has no system prompt (no system_prompt attribute): use --system TEXT")
     return prompt
@@ -330,13 +332,14 @@ def _env_system_prompt(config: Any, plugins: Any) -> str:
 
 def _sample(args: argparse.Namespace) -> int:
     from minds_core.checkpoints.chat import REQUEST_ERRORS, opening
+    from minds_core.cli.command import plugin_prints_to_stderr
     from minds_core.config.schema import MAX_GROUP
     from minds_core.errors import UsageError
     from minds_core.report.page import printable
 
     _check_bounds("-n", args.num_samples, 1, MAX_GROUP)
     _check_text("--prompt", args.prompt)
-    with _chat_model(args) as (model, system):
+    with plugin_prints_to_stderr(), _chat_model(args) as (model, system):
         try:
             replies = model.reply([*opening(system), {"role": "user", "content": args.prompt}], args.num_samples)
         except REQUEST_ERRORS as exc:
@@ -364,13 +367,15 @@ def _chat(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from minds_core.checkpoints.export import export_checkpoint
+    from minds_core.cli.command import plugin_prints_to_stderr
     from minds_core.plugins import load_plugins
     from minds_core.service import ServiceLifetime
 
-    registry = load_plugins().registry
-    ref = _resolve(args, registry)
-    with ServiceLifetime.choose(ref.config, registry) as door:
-        written = export_checkpoint(ref, Path(args.out_dir), door, merge=args.merge)
+    with plugin_prints_to_stderr():
+        registry = load_plugins().registry
+        ref = _resolve(args, registry)
+        with ServiceLifetime.choose(ref.config, registry) as door:
+            written = export_checkpoint(ref, Path(args.out_dir), door, merge=args.merge)
     if args.json:
         print(json.dumps(written, indent=2))
     else:

@@ -6,11 +6,12 @@ Imports are lazy so that ``minds --help`` and ``minds plugins`` stay fast and ne
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,14 @@ examples:
   minds serve --port 8000                     the local backend as a Tinker API server for any SDK program
 """
 
+
+
+@contextlib.contextmanager
+def plugin_prints_to_stderr() -> Iterator[None]:
+    """While plugin code runs (imports, environments, rollouts), what it prints goes to stderr: stdout holds only
+    what the command prints for its reader (``--json``, a dry run's config), so ``minds eval --json | jq`` works."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
 
 def _version() -> str:
     from minds_core import __version__
@@ -123,7 +132,8 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 def _plugins_command(args: argparse.Namespace) -> int:
     from minds_core.plugins import load_plugins
 
-    loaded = load_plugins()
+    with plugin_prints_to_stderr():
+        loaded = load_plugins()
     rows = [
         {
             "name": p.name,
@@ -157,7 +167,8 @@ def _plugins_command(args: argparse.Namespace) -> int:
 def _envs_command(args: argparse.Namespace) -> int:
     from minds_core.plugins import load_plugins
 
-    loaded = load_plugins()
+    with plugin_prints_to_stderr():
+        loaded = load_plugins()
     dists = {p.name: p.distribution for p in loaded.plugins}
     rows = [
         {"name": e.name, "plugin": e.plugin, "distribution": dists.get(e.plugin), "description": e.description}
@@ -220,14 +231,16 @@ def _run_command(args: argparse.Namespace) -> int:
         from minds_core.run_directory import check_resume_changes
 
         check_resume_changes(Path(resume), config)
-    plugins = load_plugins()
+    with plugin_prints_to_stderr():
+        plugins = load_plugins()
     check_names(config, plugins.registry)
     if args.dry_run:
         from minds_core.config.presets import describe_preset
         from minds_core.envs.loading import check_args
 
-        for cfg in config.environments:
-            check_args(cfg, plugins.registry)  # [env.args] as the run checks them, building nothing
+        with plugin_prints_to_stderr():
+            for cfg in config.environments:
+                check_args(cfg, plugins.registry)  # [env.args] as the run checks them, building nothing
         print("".join(f"# {line}\n" for line in describe_preset(config)) + dump_yaml(config), end="")
         return 0
     from minds_core.backends import choose_backend

@@ -8,44 +8,86 @@ interrupted run (a torn last line is skipped).
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
+from typing import Any
 
-import yaml
-
+from minds_core.config import read_config_file
 from minds_core.errors import UsageError
-from minds_core.report.page import RunData, render
+from minds_core.report.page import RunData, render, table
 from minds_core.run_directory import METRICS_FILE, ROLLOUTS_FILE, read_jsonl, run_config_path
 
 REPORT_FILE = "report.html"
 
 
 def load_run(run_dir: Path, status: str | None = None) -> RunData:
-    """A run folder's files as RunData; a UsageError when ``run_dir`` is not a run."""
+    """A run folder's files as RunData; a UsageError when ``run_dir`` is not a run.
+
+    What minds never writes (a metric that is not a number, a line of rollouts.jsonl of another shape: a
+    hand edit, another version's file) is left out and counted in ``left_out``, never shown on a guess.
+    """
     path = run_config_path(run_dir)
-    config_text = path.read_text(encoding="utf-8")
-    try:
-        config = yaml.safe_load(config_text) or {}
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML ({exc}); is this a minds run directory?") from None
-    if not isinstance(config, dict):
-        raise UsageError(f"{path}: expected a mapping of config keys, got {type(config).__name__}")
+    config = read_config_file(path)
+    left_out: list[str] = []
     by_step: dict[int, dict] = {}
-    for row in read_jsonl(run_dir / METRICS_FILE):
-        if isinstance(row, dict) and isinstance(row.get("step"), int):
-            by_step.setdefault(row["step"], {}).update(row)  # lines of one step (e.g. eval/* apart) merge
+    rows = read_jsonl(run_dir / METRICS_FILE)
+    metrics_rows = [row for row in rows if type(row.get("step")) is int]
+    values = [(key, value) for row in metrics_rows for key, value in row.items()]
+    _count(left_out, len(rows) - len(metrics_rows), f"line(s) of {METRICS_FILE} without a whole-number step")
+    _count(left_out, sum(not _metric(value) for _, value in values), f"value(s) in {METRICS_FILE} that are not numbers")
+    for row in metrics_rows:  # lines of one step (e.g. eval/* apart) merge
+        by_step.setdefault(row["step"], {}).update((key, value) for key, value in row.items() if _metric(value))
     metrics = [by_step[step] for step in sorted(by_step)]
     if status is None:
-        total = (config.get("trainer") or {}).get("steps")
-        done = bool(metrics) and total is not None and metrics[-1]["step"] >= total - 1
+        total = table(config, "trainer").get("steps")
+        done = bool(metrics) and type(total) is int and metrics[-1]["step"] >= total - 1
         status = "finished" if done else "running or interrupted"
+    groups = read_jsonl(run_dir / ROLLOUTS_FILE)
+    rollouts = [group for group in groups if _group_shape(group)]
+    _count(left_out, len(groups) - len(rollouts), f"line(s) of {ROLLOUTS_FILE} not in the shape minds writes")
     return RunData(
         name=run_dir.resolve().name,
         config=config,
-        config_text=config_text,
+        config_text=path.read_text(encoding="utf-8"),
         metrics=metrics,
-        rollouts=read_jsonl(run_dir / ROLLOUTS_FILE),
+        rollouts=rollouts,
         status=status,
+        left_out=left_out,
+    )
+
+
+def _count(left_out: list[str], number: int, what: str) -> None:
+    if number:
+        left_out.append(f"{number} {what}")
+
+
+def _metric(value: Any) -> bool:
+    """Whether ``value`` is what minds writes for a metric: a number (``null`` for a non-finite one)."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
+
+
+def _dicts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, dict) for item in value)
+
+
+def _messages(value: Any) -> bool:
+    return _dicts(value) and all(isinstance(m.get("tool_calls") or [], list) for m in value)
+
+
+def _group_shape(group: dict[str, Any]) -> bool:
+    """Whether a line of rollouts.jsonl has the shape the page reads: a step, prompt messages and rollouts."""
+    rollouts = group.get("rollouts", [])
+    return (
+        type(group.get("step")) is int
+        and _messages(group.get("prompt") or [])
+        and _dicts(rollouts)
+        and all(
+            _messages(r.get("messages") or [])
+            and isinstance(r.get("components") or {}, dict)
+            and isinstance(r.get("completion") or [], list)
+            for r in rollouts
+        )
     )
 
 

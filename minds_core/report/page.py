@@ -61,12 +61,14 @@ class RunData:
     metrics: list[dict[str, Any]]
     rollouts: list[dict[str, Any]]
     status: str
+    #: what of the run's files is not as minds writes it, left out (``3 line(s) of rollouts.jsonl ...``)
+    left_out: list[str] = attrs.field(factory=list)
 
 
 def render(run: RunData) -> str:
     """The whole HTML document."""
     rows = run.metrics
-    body = [_header(run), _cards(run), _notes(rows)]
+    body = [_header(run), _cards(run), _notes(rows), _left_out(run.left_out)]
     if not rows:
         body.append('<p class="note">No step has finished yet; the report fills in as the run writes metrics.jsonl.</p>')
     for title, charts in _chart_sections(rows):
@@ -85,11 +87,18 @@ def render(run: RunData) -> str:
     )
 
 
+def table(config: dict[str, Any], key: str) -> dict[str, Any]:
+    """The table ``config[key]``; empty when it is missing or not a table (a hand-edited config.yaml)."""
+    value = config.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _header(run: RunData) -> str:
     cfg = run.config
-    envs = [e.get("id", "?") for e in ([cfg["env"]] if cfg.get("env") else []) + list(cfg.get("envs") or [])]
-    model = (cfg.get("model") or {}).get("base_model", "?")
-    trainer = cfg.get("trainer") or {}
+    listed = cfg.get("envs") if isinstance(cfg.get("envs"), list) else []
+    envs = [str(e.get("id", "?")) if isinstance(e, dict) else str(e) for e in ([cfg["env"]] if cfg.get("env") else []) + listed]
+    model = table(cfg, "model").get("base_model", "?")
+    trainer = table(cfg, "trainer")
     meta = (
         f"environments: {', '.join(envs) or '?'} · model: {model} · backend: {cfg.get('backend', '?')} · "
         f"loss: {trainer.get('loss_fn', '?')} · status: {run.status} · written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}"
@@ -99,7 +108,7 @@ def _header(run: RunData) -> str:
 
 def _cards(run: RunData) -> str:
     rows = run.metrics
-    total = (run.config.get("trainer") or {}).get("steps")
+    total = table(run.config, "trainer").get("steps")
     rewards = [r["reward/mean"] for r in rows if _number(r.get("reward/mean"))]
     cards = [
         ("steps recorded", f"{len(rows)}" + (f" of {total}" if total else "")),
@@ -140,6 +149,13 @@ def health_notes(rows: Sequence[dict[str, Any]]) -> list[str]:
     if (surprisal := mean("sampler/neg_logprob")) is not None and surprisal < 0.05:
         notes.append(f"The sampled tokens' mean −logprob is {surprisal:.3f} {span}: the policy is nearly deterministic and explores little.")
     return notes
+
+
+def _left_out(left_out: Sequence[str]) -> str:
+    if not left_out:
+        return ""
+    items = "".join(f"<li>{escape(what)}</li>" for what in left_out)
+    return f'<div class="notes"><b>Left out: not as minds writes them</b><ul>{items}</ul></div>'
 
 
 def _notes(rows: Sequence[dict[str, Any]]) -> str:

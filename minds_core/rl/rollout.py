@@ -16,7 +16,7 @@ from minds_core.envs.rubric import (
     INVALID_PARTS_METRIC,
     MAX_REWARD,
     as_reward,
-    maybe_await,
+    call_plugin,
 )
 from minds_core.envs.turns import take_turns
 from minds_core.envs.types import (
@@ -105,7 +105,7 @@ async def play_episode(episode: Episode | SelfDrivingEpisode, conversation: Conv
     conversation enforces max_total_tokens and max_turns for both kinds.
     """
     if isinstance(episode, SelfDrivingEpisode):
-        results = [as_step_result(await maybe_await(episode.run(conversation)))]
+        results = [as_step_result(await call_plugin(episode.run, conversation))]
     else:
         results = await take_turns(episode, conversation)
     rewards = [result.reward for result in results if result.reward is not None]
@@ -154,7 +154,7 @@ async def run_rollout(
             last = Rollout(conversation, error=error_text(exc), attempts=attempt)
             continue
         finally:
-            await close_quietly(episode, "episode")
+            await close_quietly(episode, "episode", cfg.timeout)
         return _scored(conversation, raw, metrics, cfg, attempt)
     assert last is not None
     return last
@@ -174,16 +174,19 @@ def _scored(conversation: Conversation, raw: list[Any], metrics: dict[str, float
     return Rollout(conversation, reward, metrics, invalid_reward=invalid, attempts=attempt)
 
 
-async def close_quietly(obj: Any, what: str) -> None:
-    """Call ``obj.close()`` if it has one (sync or async); a failure is logged, never raised."""
+async def close_quietly(obj: Any, what: str, timeout: float) -> None:
+    """Call ``obj.close()`` if it has one (sync or async), given up after ``timeout`` seconds (0: no limit);
+    a failure is logged, never raised."""
     close = getattr(obj, "close", None)
     if callable(close):
         try:
-            await maybe_await(close())
+            closing = contained(call_plugin(close))  # in wait_for's task, a sys.exit would end the event loop
+            await (asyncio.wait_for(closing, timeout) if timeout > 0 else closing)
         except BaseException as exc:  # sys.exit in close() included: it never sets the run's exit code
             if not raised_by_plugin(exc):
                 raise
-            log.warning("close failed", what=what, error=error_text(exc))
+            error = f"timed out after {timeout:g} s" if isinstance(exc, TimeoutError) else error_text(exc)
+            log.warning("close failed", what=what, error=error)
 
 
 async def run_group(

@@ -1,4 +1,4 @@
-"""A hostile environment (fixture plugin): each ``escape`` tries one way for plugin code to end, hang, move or flood a run.
+"""A hostile environment (fixture plugin): each ``escape`` tries one way for plugin code to end, hang, block, move or flood a run.
 
 ``escape`` picks what the episode's ``step`` (or the environment's ``close``, or the
 observation) does; ``secret`` is a value its error echoes; ``elsewhere`` is where
@@ -12,6 +12,7 @@ import os
 import random
 import sys
 import threading
+import time
 
 from minds_core import StepResult, Task, hookimpl
 
@@ -46,17 +47,24 @@ class HostileEpisode:
             raise ValueError("x" * 20_000_000)
         if escape == "chdir":
             os.chdir(self.elsewhere)
-        if escape == "thread":
-            threading.Thread(target=threading.Event().wait, name="hostile-forever").start()
+        if escape == "thread":  # not a daemon, although started from whatever thread minds calls step() in
+            threading.Thread(target=threading.Event().wait, name="hostile-forever", daemon=False).start()
+        if escape == "block":  # blocks its thread: no await, no timeout of its own (a judge asked without one)
+            time.sleep(3600)
         if escape == "huge_reply":  # a first turn scored, then a 20 MB reply that no budget holds
             return StepResult(reward=random.random(), done=False, messages=[{"role": "user", "content": "word " * 4_000_000}])
         if escape == "huge_reward":
             return StepResult(reward=1e308)
         return StepResult(reward=random.random())
 
+    def close(self) -> None:
+        if self.escape == "close_block":  # a teardown that never returns (a sandbox asked to stop, without a timeout)
+            time.sleep(3600)
+
 
 class HostileEnvironment:
-    """Two tasks whose episodes escape as ``escape`` says; ``close_exit`` makes ``close()`` call sys.exit(4)."""
+    """Two tasks whose episodes escape as ``escape`` says; ``close_exit`` makes ``close()`` call sys.exit(4), ``close_block``
+    makes it (and every episode's) block for an hour."""
 
     def __init__(self, escape: str, secret: str, elsewhere: str) -> None:
         self.escape, self.secret, self.elsewhere = escape, secret, elsewhere
@@ -70,6 +78,8 @@ class HostileEnvironment:
     def close(self) -> None:
         if self.escape == "close_exit":
             sys.exit(4)
+        if self.escape == "close_block":
+            time.sleep(3600)
 
 
 def load_hostile(escape: str = "none", secret: str = "", elsewhere: str = "/", **unused) -> HostileEnvironment:
