@@ -62,7 +62,6 @@ _PUBLIC: dict[str, str] = {
     "Rubric": "minds_core.envs.rubric",
     "RubricScore": "minds_core.envs.rubric",
     "as_reward": "minds_core.envs.rubric",
-    "call_plugin": "minds_core.envs.rubric",
     "call_with_available": "minds_core.envs.rubric",
     "maybe_await": "minds_core.envs.rubric",
     "PolicySampler": "minds_core.envs.sampler",
@@ -150,7 +149,6 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
         Rubric,
         RubricScore,
         as_reward,
-        call_plugin,
         call_with_available,
         maybe_await,
     )

@@ -128,13 +128,11 @@ def test_chdir_in_an_episode_moves_nothing_the_run_writes(hostile_plugins, tmp_p
     assert not (elsewhere / "runs").exists()
 
 
-def test_a_step_that_blocks_its_thread_times_out_and_is_counted(hostile_plugins, tmp_path):
-    began = time.monotonic()
-    summary, rollouts, row = _train(hostile_plugins, tmp_path, "env.args.escape=block", "rollout.timeout=1", "rollout.retries=0")
-    assert time.monotonic() - began < 60  # the episodes sleep for an hour
-    assert row["rollouts/timed_out"] == row["rollouts/failed"] == 4
-    assert [r["error"] for r in rollouts] == ["timed out after 1 s"] * 4
-    assert summary["trained_steps"] == 0
+def test_a_step_that_sets_a_signal_based_timeout_runs_as_in_a_script(hostile_plugins, tmp_path):
+    """Sync plugin code runs on the main thread (math_verify's timeouts need it), not in a thread of its own."""
+    summary, rollouts, row = _train(hostile_plugins, tmp_path, "env.args.escape=alarm")
+    assert row["rollouts/failed"] == 0 and all(r["error"] is None for r in rollouts)
+    assert summary["trained_steps"] == 1
 
 
 def test_a_close_that_never_returns_is_given_up_after_the_rollout_timeout(hostile_plugins, tmp_path):
@@ -210,7 +208,7 @@ def test_minds_own_cancellation_and_the_users_ctrl_c_still_stop_the_run():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_is_heard_while_a_step_blocks_its_thread_and_a_second_one_exits_at_once(installed_plugin, tmp_path, signum):
+def test_while_a_sync_step_blocks_a_second_signal_exits_at_once(installed_plugin, tmp_path, signum):
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     environ["PYTHONPATH"] = str(installed_plugin("hostile_plugin"))
     log = tmp_path / "stderr.log"
@@ -226,11 +224,8 @@ def test_a_signal_is_heard_while_a_step_blocks_its_thread_and_a_second_one_exits
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
             time.sleep(0.1)
         time.sleep(2)  # the episodes are asleep in step()
-        proc.send_signal(signum)
-        deadline = time.monotonic() + 10
-        while "stopping: the step in flight finishes" not in log.read_text():
-            assert time.monotonic() < deadline, f"the first signal went unheard: {log.read_text()[-2000:]}"
-            time.sleep(0.1)
+        proc.send_signal(signum)  # asks for a stop after the step in flight, which never ends
+        time.sleep(1)
         proc.send_signal(signum)
         assert proc.wait(timeout=10) == 128 + signum
     finally:

@@ -46,27 +46,3 @@ def test_single_turn_episode_weights_parts_counts_invalid_ones_and_reports_metri
     with pytest.raises(KeyError, match="no split 'test'"):
         env.tasks("test")
 
-
-def test_call_plugin_runs_sync_code_off_the_loop_and_awaits_what_it_returns():
-    import asyncio
-    import threading
-    import time
-
-    from minds_core import call_plugin
-
-    async def doubled(x):
-        return 2 * x
-
-    async def main():
-        loop_thread = threading.current_thread()
-        assert await call_plugin(lambda: threading.current_thread()) is not loop_thread
-        assert await call_plugin(lambda x: doubled(x), 4) == 8  # a sync wrapper's coroutine is awaited in the loop
-        assert await call_plugin(doubled, x=5) == 10
-        with pytest.raises(RuntimeError, match="StopIteration"):
-            await call_plugin(lambda: next(iter([])))
-        began = time.monotonic()
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(call_plugin(time.sleep, 30), 0.2)
-        assert time.monotonic() - began < 5
-
-    asyncio.run(main())

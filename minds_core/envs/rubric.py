@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import contextvars
 import inspect
 import math
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -60,49 +56,11 @@ async def maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-async def call_plugin(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)``, sync or async alike, without holding up the event loop; an awaitable it returns is awaited.
-
-    A coroutine function runs in the loop; any other callable runs in a daemon thread of its own, so plugin
-    code that blocks (a judge asked over HTTP without a timeout, a sleep, a long computation) is cut off by
-    ``rollout.timeout``, leaves Ctrl-C working and never holds up the exit, as async code would.
-    """
-    if inspect.iscoroutinefunction(fn):
-        return await fn(*args, **kwargs)
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[Any] = loop.create_future()
-    context = contextvars.copy_context()
-
-    def run() -> None:
-        try:
-            outcome = (done.set_result, context.run(fn, *args, **kwargs))
-        except StopIteration as exc:  # a future cannot hold one; a coroutine raises it as this
-            outcome = (done.set_exception, RuntimeError(f"plugin code raised StopIteration: {exc}"))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller, which tells a plugin's failure from a stop
-            outcome = (done.set_exception, exc)
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nothing waits for this call any more
-            loop.call_soon_threadsafe(_settle, done, *outcome)
-
-    threading.Thread(target=run, name=f"minds-plugin-call {getattr(fn, '__qualname__', fn)!s:.60}", daemon=True).start()
-    return await maybe_await(await done)
-
-
-def _settle(done: asyncio.Future[Any], set_outcome: Callable[[Any], None], value: Any) -> None:
-    if not done.done():  # else the caller gave up on it (a timeout, a cancelled step)
-        set_outcome(value)
-
-
 def call_with_available(fn: Callable[..., Any], available: Mapping[str, Any]) -> Any:
     """Call ``fn`` with the arguments it names, taken from ``available``."""
-    return fn(**arguments_named(fn, available))
-
-
-def arguments_named(fn: Callable[..., Any], available: Mapping[str, Any]) -> dict[str, Any]:
-    """The arguments of ``available`` that ``fn`` names (all of them when it takes ``**kwargs``); a TypeError
-    naming the parameter when one without a default names nothing available."""
     params = inspect.signature(fn).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return dict(available)
+        return fn(**available)
     kwargs = {}
     for name, param in params.items():
         if name in available:
@@ -112,7 +70,7 @@ def arguments_named(fn: Callable[..., Any], available: Mapping[str, Any]) -> dic
             raise TypeError(
                 f"reward function {label} asks for {name!r}; it may ask for: {', '.join(sorted(available))}"
             )
-    return kwargs
+    return fn(**kwargs)
 
 
 #: The largest reward magnitude accepted: beyond it a reward is invalid (``rollout.invalid_reward``), as NaN
@@ -174,7 +132,7 @@ class Rubric:
         score = RubricScore()
         for fn, weight, name in zip(self.funcs, self.weights, self.names):
             if not is_group_reward(fn):
-                score.add(name, weight, await call_plugin(fn, **arguments_named(fn, available)))
+                score.add(name, weight, await maybe_await(call_with_available(fn, available)))
         return score
 
     async def score_group(self, available: Mapping[str, Any], size: int) -> list[RubricScore]:
@@ -186,7 +144,7 @@ class Rubric:
         for fn, weight, name in zip(self.funcs, self.weights, self.names):
             if not is_group_reward(fn):
                 continue
-            values = await call_plugin(fn, **arguments_named(fn, available))
+            values = await maybe_await(call_with_available(fn, available))
             if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) != size:
                 got = f"{len(values)} values" if hasattr(values, "__len__") and not isinstance(values, (str, bytes)) else repr(values)[:80]
                 raise ValueError(f"group reward function {name} must return one reward per member ({size}), got {got}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minds_core.envs.rubric import call_plugin
+from minds_core.envs.rubric import maybe_await
 from minds_core.envs.single_turn import prompt_messages
 from minds_core.envs.types import (
     Episode,
@@ -32,7 +32,7 @@ async def take_turns(episode: Episode, conversation: EpisodeConversation) -> lis
     may call it from its ``run`` to play itself the same way.
     """
     results: list[StepResult] = []
-    observation = _observation_messages(await call_plugin(episode.initial_observation))
+    observation = _observation_messages(await maybe_await(episode.initial_observation()))
     conversation.tools = episode_tools(episode)  # after the observation: opening a session may tell the tools
     conversation.start(observation)
     while True:
@@ -40,7 +40,7 @@ async def take_turns(episode: Episode, conversation: EpisodeConversation) -> lis
             action = await conversation.sample_turn()
         except TokenBudgetExhausted:
             return results
-        result = as_step_result(await call_plugin(episode.step, action))
+        result = as_step_result(await maybe_await(episode.step(action)))
         results.append(result)
         if result.done:
             return results

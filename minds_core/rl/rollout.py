@@ -16,7 +16,7 @@ from minds_core.envs.rubric import (
     INVALID_PARTS_METRIC,
     MAX_REWARD,
     as_reward,
-    call_plugin,
+    maybe_await,
 )
 from minds_core.envs.turns import take_turns
 from minds_core.envs.types import (
@@ -105,7 +105,7 @@ async def play_episode(episode: Episode | SelfDrivingEpisode, conversation: Conv
     conversation enforces max_total_tokens and max_turns for both kinds.
     """
     if isinstance(episode, SelfDrivingEpisode):
-        results = [as_step_result(await call_plugin(episode.run, conversation))]
+        results = [as_step_result(await maybe_await(episode.run(conversation)))]
     else:
         results = await take_turns(episode, conversation)
     rewards = [result.reward for result in results if result.reward is not None]
@@ -180,7 +180,7 @@ async def close_quietly(obj: Any, what: str, timeout: float) -> None:
     close = getattr(obj, "close", None)
     if callable(close):
         try:
-            closing = contained(call_plugin(close))  # in wait_for's task, a sys.exit would end the event loop
+            closing = contained(maybe_await(close()))  # in wait_for's task, a sys.exit would end the event loop
             await (asyncio.wait_for(closing, timeout) if timeout > 0 else closing)
         except BaseException as exc:  # sys.exit in close() included: it never sets the run's exit code
             if not raised_by_plugin(exc):

@@ -21,8 +21,8 @@ from minds_core import (
     arg,
     as_reward,
     at_least,
-    call_plugin,
     env_args,
+    maybe_await,
     prompt_messages,
     report_metric,
     score_completion,
@@ -121,14 +121,14 @@ class GradientIntuitionEpisode:
         self.state: dict[str, Any] = {}
 
     async def initial_observation(self) -> list[Message]:
-        self.inner_prompt = prompt_messages(await call_plugin(self.inner.initial_observation))
+        self.inner_prompt = prompt_messages(await maybe_await(self.inner.initial_observation()))
         return with_instructions(self.inner_prompt, instructions(self.probe, self.env.shadow.learning_rate))
 
     async def step(self, action: str) -> StepResult:
         answer = header_text(action, "ANSWER", to_end=True)
         if answer is None:
             return StepResult(reward=0.0, done=True, metrics={"gradient_intuition/no_answer": 1.0})
-        inner_reward, inner_metrics = _inner_outcome(await call_plugin(self.inner.step, answer))
+        inner_reward, inner_metrics = _inner_outcome(await maybe_await(self.inner.step(answer)))
         if inner_reward is None:
             return StepResult(reward=None, done=True, metrics={"gradient_intuition/inner_reward_invalid": 1.0})
         self.state[_PENDING] = PendingMeasurement(self.env.shadow, self.inner_prompt, answer, self.probe)
@@ -175,7 +175,7 @@ class GradientIntuitionEnvironment:
         self.shadow.close()
         closer = getattr(self.inner, "close", None)
         if closer is not None:
-            await call_plugin(closer)
+            await maybe_await(closer())
 
 
 @attrs.frozen

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -49,22 +50,27 @@ class HostileEpisode:
             os.chdir(self.elsewhere)
         if escape == "thread":  # not a daemon, although started from whatever thread minds calls step() in
             threading.Thread(target=threading.Event().wait, name="hostile-forever", daemon=False).start()
-        if escape == "block":  # blocks its thread: no await, no timeout of its own (a judge asked without one)
+        if escape == "block":  # blocks: no await, no timeout of its own (a judge asked without one)
             time.sleep(3600)
+        if escape == "alarm":  # a timeout on SIGALRM, as math_verify's parse/verify set one: the main thread only
+            previous = signal.signal(signal.SIGALRM, signal.default_int_handler)
+            signal.setitimer(signal.ITIMER_REAL, 30)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
         if escape == "huge_reply":  # a first turn scored, then a 20 MB reply that no budget holds
             return StepResult(reward=random.random(), done=False, messages=[{"role": "user", "content": "word " * 4_000_000}])
         if escape == "huge_reward":
             return StepResult(reward=1e308)
         return StepResult(reward=random.random())
 
-    def close(self) -> None:
+    async def close(self) -> None:
         if self.escape == "close_block":  # a teardown that never returns (a sandbox asked to stop, without a timeout)
-            time.sleep(3600)
+            await asyncio.sleep(3600)
 
 
 class HostileEnvironment:
     """Two tasks whose episodes escape as ``escape`` says; ``close_exit`` makes ``close()`` call sys.exit(4), ``close_block``
-    makes it (and every episode's) block for an hour."""
+    makes it (and every episode's) await for an hour."""
 
     def __init__(self, escape: str, secret: str, elsewhere: str) -> None:
         self.escape, self.secret, self.elsewhere = escape, secret, elsewhere
@@ -75,11 +81,11 @@ class HostileEnvironment:
     def episode(self, task: Task, ctx) -> HostileEpisode:
         return HostileEpisode(self.escape, self.secret, self.elsewhere)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         if self.escape == "close_exit":
             sys.exit(4)
         if self.escape == "close_block":
-            time.sleep(3600)
+            await asyncio.sleep(3600)
 
 
 def load_hostile(escape: str = "none", secret: str = "", elsewhere: str = "/", **unused) -> HostileEnvironment:
