@@ -32,13 +32,13 @@ examples:
 """
 
 
-
 @contextlib.contextmanager
 def plugin_prints_to_stderr() -> Iterator[None]:
     """While plugin code runs (imports, environments, rollouts), what it prints goes to stderr: stdout holds only
     what the command prints for its reader (``--json``, a dry run's config), so ``minds eval --json | jq`` works."""
     with contextlib.redirect_stdout(sys.stderr):
         yield
+
 
 def _version() -> str:
     from minds_core import __version__
