@@ -114,8 +114,17 @@ async def play_episode(episode: Episode | SelfDrivingEpisode, conversation: Conv
     metrics: dict[str, float] = {}
     for result in results:
         for key, value in result.metrics.items():
-            metrics[key] = metrics.get(key, 0.0) + float(value)
+            metrics[key] = metrics.get(key, 0.0) + _metric_value(key, value)
     return rewards, metrics
+
+
+def _metric_value(key: str, value: Any) -> float:
+    """A step metric as a float; a TypeError naming the key when it is not a number (the rollout fails, counted)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        shown = repr(value)[:80]
+        raise TypeError(f"StepResult.metrics[{key!r}] is {type(value).__name__} {shown}: a step metric must be a number") from None
 
 
 def _total_reward(raw: list[Any]) -> float | None:
