@@ -4,6 +4,7 @@ memory of a dropped one really freed (checked on the live objects, not on the en
 from __future__ import annotations
 
 import gc
+import time
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,6 +79,15 @@ def _distinct(refs: list[weakref.ref[object]]) -> list[weakref.ref[object]]:
     return list({id(ref): ref for ref in refs}.values())
 
 
+def _collected_down_to(refs: list[weakref.ref[object]], alive: int, within: float = 10.0) -> None:
+    """Collect until at most ``alive`` of ``refs`` live, failing after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while sum(ref() is not None for ref in refs) > alive and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    assert sum(ref() is not None for ref in refs) == alive
+
+
 def test_the_kept_samplers_stay_within_the_memory_budget_and_dropped_ones_free_their_memory(local: ServiceClient) -> None:
     probe = Loop(Engine(local, [DEFAULT_BASE_MODEL], ServeLimits()))
     first = probe.new_sampler()
@@ -112,8 +122,7 @@ def test_the_kept_samplers_stay_within_the_memory_budget_and_dropped_ones_free_t
         loop.sample(made[0])
     assert loop.sample(made[-1]).sequences  # the kept ones answer
     loop.engine.finish_session(loop.session, CLIENT)  # all 4 unused now: the pool keeps KEPT_FREE, the rest are freed
-    gc.collect()
-    assert sum(ref() is not None for ref in _distinct(trees)) == KEPT_FREE
+    _collected_down_to(_distinct(trees), KEPT_FREE)  # (the last sample's worker may still be letting go of its tree)
     assert sum(ref() is not None for ref in _distinct(slots)) == KEPT_FREE  # the freed trees' decode slots went too
 
 
