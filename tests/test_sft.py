@@ -160,7 +160,7 @@ def test_openai_format_tool_calls_train_with_their_tools_shown_and_weight_0_repl
 
 @pytest.mark.parametrize(
     ("change", "message"),
-    [(lambda m: m[4]["tool_calls"][0]["function"].update(arguments="{a: 1"), r"message 4: tool_calls\[0\] arguments are not JSON"),
+    [(lambda m: m[4]["tool_calls"][0]["function"].update(arguments="{a: 1"), r'message 4: tool_calls\[0\] "arguments" is a string that is not a JSON object'),
      (lambda m: m[4]["tool_calls"][0].pop("function"), r'message 4: tool_calls\[0\] needs a "function" with a "name"'),
      (lambda m: m[1].update(tool_calls=[]), "message 1: tool_calls must be a non-empty list, on an assistant message"),
      (lambda m: m[2].update(content=None), "message 2 needs a role .* string content \\(null only beside tool_calls\\)"),

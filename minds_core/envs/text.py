@@ -112,6 +112,18 @@ def strip_tool_calls(text: str) -> str:
     return "".join(pieces)
 
 
+def call_arguments(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as an object (OpenAI style writes them as a JSON string); a ValueError says what is wrong."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            raise ValueError('"arguments" is a string that is not a JSON object') from None
+    if not isinstance(arguments, dict):
+        raise ValueError(f'"arguments" must be a JSON object, got {type(arguments).__name__}')
+    return arguments
+
+
 def _parse_call(body: str) -> ToolCall | MalformedToolCall:
     body = body.strip()
     try:
@@ -123,14 +135,10 @@ def _parse_call(body: str) -> ToolCall | MalformedToolCall:
     name = payload.get("name")
     if not isinstance(name, str) or not name:
         return MalformedToolCall(body, 'missing "name" (the tool to call, a string)')
-    arguments = payload.get("arguments", {})
-    if isinstance(arguments, str):  # OpenAI style: the arguments as a JSON string
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return MalformedToolCall(body, '"arguments" is a string that is not a JSON object')
-    if not isinstance(arguments, dict):
-        return MalformedToolCall(body, f'"arguments" must be a JSON object, got {type(arguments).__name__}')
+    try:
+        arguments = call_arguments(payload.get("arguments", {}))
+    except ValueError as exc:
+        return MalformedToolCall(body, str(exc))
     extra = sorted(set(payload) - {"name", "arguments"})
     if extra:
         return MalformedToolCall(body, f'unexpected keys {extra}: write only "name" and "arguments"')

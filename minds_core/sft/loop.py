@@ -37,6 +37,7 @@ import tinker
 from minds_core.backends.retry import REJECTIONS, ServiceCallError
 from minds_core.config import RunConfig
 from minds_core.envs.single_turn import prompt_messages
+from minds_core.envs.text import call_arguments
 from minds_core.envs.types import Message
 from minds_core.errors import ConfigError, UsageError
 from minds_core.logs import get_logger
@@ -126,13 +127,11 @@ def _call_problem(call: Any) -> str | None:
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
         return 'needs a "function" with a "name"'
-    arguments = function.get("arguments", {})
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError as exc:
-            return f"arguments are not JSON ({exc.msg})"
-    return None if isinstance(arguments, dict) else "arguments must be a JSON object"
+    try:
+        call_arguments(function.get("arguments", {}))
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def _check_tools(tools: Any) -> str | None:
@@ -146,14 +145,10 @@ def _template_message(message: Message) -> Message:
     if not message.get("tool_calls"):
         return message
     calls = [
-        {**call, "function": {**call["function"], "arguments": _arguments(call["function"].get("arguments", {}))}}
+        {**call, "function": {**call["function"], "arguments": call_arguments(call["function"].get("arguments", {}))}}
         for call in message["tool_calls"]
     ]
     return {**message, "content": message.get("content") or "", "tool_calls": calls}
-
-
-def _arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
-    return json.loads(arguments) if isinstance(arguments, str) else arguments
 
 
 def task_conversations(tasks: Sequence[Any]) -> list[Chat]:
