@@ -9,7 +9,6 @@ import argparse
 import contextlib
 import json
 import os
-import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -258,11 +257,11 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def _new_plugin_command(args: argparse.Namespace) -> int:
-    from minds_core.cli.installing import pip_install
-    from minds_core.cli.new_plugin import write_plugin
+    from minds_core.cli.new_plugin import next_commands, write_plugin
 
     folder = write_plugin(args.plugin_name, Path(args.dir))
-    print(f"wrote {folder}; install it and run its tests:\n  {pip_install(folder)}\n  {shlex.join([sys.executable, '-m', 'pytest', str(folder)])}")
+    steps = "".join(f"\n  {command}" for command in next_commands(args.plugin_name, folder))
+    print(f"wrote {folder}; install it, list it, train on it and run its tests (its README.md says the same):{steps}")
     return 0
 
 
