@@ -7,7 +7,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from minds_core.config import DEFAULT_BASE_MODEL, RunConfig, TinkerConfig
+from minds_core.config import BUILTIN_MODELS, RunConfig, TinkerConfig
 from minds_core.contracts import BackendFit
 from minds_core.errors import UsageError
 
@@ -24,7 +24,7 @@ def _key_source(settings: TinkerConfig) -> str:
 
 def local_only_model(model: str) -> str | None:
     """Why the hosted service cannot serve ``model`` (a model only this machine has), else None."""
-    if model == DEFAULT_BASE_MODEL:
+    if model in BUILTIN_MODELS:
         return f"model {model!r} is built by the local backend"
     if model.startswith(("/", "./", "../", "~")) or os.path.isdir(os.path.expanduser(model)):
         return f"model {model!r} is a local directory"
