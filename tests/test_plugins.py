@@ -108,3 +108,18 @@ def test_registry_lookup_errors():
         registry.get("losses", "ppo")
     with pytest.raises(UnknownNameError, match="provided by minds-plugin-ghost-trace, installed but not loaded"):
         registry.get("environments", "ghost_trace")
+
+
+def test_a_plugin_whose_requirement_is_installed_in_another_version_is_reported():
+    import importlib.metadata
+
+    from minds_core.plugins import unmet_requirements
+
+    requires = importlib.metadata.requires("minds-plugin-verifiers")  # verifiers>=0.3,<0.4, as the plugin declares
+    installed = {"verifiers": "0.4.0", "minds-core": "0.1.0"}.get  # named fake: what another machine has installed
+    (message,) = unmet_requirements(requires, installed)
+    assert message.startswith("needs verifiers<0.4,>=0.3, and verifiers 0.4.0 is installed") or message.startswith(
+        "needs verifiers>=0.3,<0.4, and verifiers 0.4.0 is installed"
+    )
+    assert unmet_requirements(requires, {"verifiers": "0.3.2"}.get) == []
+    assert unmet_requirements(["torch>=2; extra == 'local'", "x<1; sys_platform == 'nonesuch'"], {"torch": "1.0", "x": "2"}.get) == []
