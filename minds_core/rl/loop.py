@@ -223,8 +223,9 @@ class RLLoop:
         }
 
 
-async def train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None) -> dict[str, Any]:
-    """Start (or resume, from ``resume_dir``'s last checkpoint) an RL run and train it to its last step; its summary.
+async def train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None, start_over: bool = False) -> dict[str, Any]:
+    """Start (or resume, from ``resume_dir``'s last checkpoint; ``start_over``: from step 0, its checkpoint list being
+    gone) an RL run and train it to its last step; its summary.
 
     The run folder stays locked to this process from the resume's first read (a new run: from its creation)
     until the session has closed its sinks.
@@ -232,16 +233,18 @@ async def train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins 
     with contextlib.ExitStack() as claims:
         if resume_dir is not None:
             claims.enter_context(RunLock(resume_dir))
-        return await _train_rl(config, resume_dir, plugins, claims)
+        return await _train_rl(config, resume_dir, plugins, claims, start_over)
 
 
-async def _train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None, claims: contextlib.ExitStack) -> dict[str, Any]:
-    changed = sorted(check_resume_changes(resume_dir, config)) if resume_dir is not None else []
+async def _train_rl(
+    config: RunConfig, resume_dir: Path | None, plugins: Plugins | None, claims: contextlib.ExitStack, start_over: bool = False
+) -> dict[str, Any]:
+    changed = sorted(check_resume_changes(resume_dir, config, start_over)) if resume_dir is not None else []
     async with await Session.open(config, plugins, resume_dir) as session:
         config = session.config
         if config.trainer.eval_every:
             check_splits(session.envs, EvalPlan.from_config(config.trainer), require_held_out=True)
-        start = start_point(config, resume_dir)
+        start = start_point(config, resume_dir, start_over)
         if resume_dir is not None:
             checkpoint = start.state_path if start.resumed else None
             log.info("resuming", run=str(resume_dir), step=start.step, checkpoint=checkpoint, changed=changed)
