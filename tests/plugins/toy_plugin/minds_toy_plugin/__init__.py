@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 
 from minds_core import Rubric, SingleTurnEnvironment, StepResult, Task, hookimpl
 
@@ -32,6 +33,18 @@ def load_first_char(num_tasks: int = 4) -> SingleTurnEnvironment:
         for split in ("train", "test")
     }
     return SingleTurnEnvironment(splits, Rubric([starts_with_target], names=["toy.first"]))
+
+
+def load_blocking(seconds: float = 2.0) -> SingleTurnEnvironment:
+    """Three tasks; the reward of task ``blocks`` is sync code that blocks the event loop for ``seconds``."""
+
+    def blocking_share(completion: str, task: Task) -> float:
+        if task.id == "blocks":
+            time.sleep(seconds)  # sync code holding the event loop, as a slow verifier would
+        return share_of_target(completion)
+
+    tasks = [Task(prompt=f"Write the letter {TARGET}. ({name})", id=name) for name in ("t0", "blocks", "t2")]
+    return SingleTurnEnvironment({"train": tasks}, Rubric([blocking_share], names=["toy.blocking_share"]))
 
 
 class FlakyEpisode:
@@ -96,6 +109,7 @@ def minds_register_environments(register):
     register("toy_first_char", load_first_char, "binary reward: the reply starts with the letter a; train and test splits")
     register("toy_flaky", lambda modes=("ok",): FlakyEnvironment(list(modes)), "episodes that misbehave on purpose")
     register("toy_two_turn", TwoTurnEnvironment, "a two-turn episode with a tool reply")
+    register("toy_blocking", load_blocking, "the reward of one of three tasks blocks the event loop (sync sleep)")
 
 
 class ExplodingSink:
