@@ -88,15 +88,24 @@ class ServiceLifetime:
         if self.service is None:
             run_dir = run_dir or Path(self.config.runs_dir) / (self.config.name or "_adhoc")
             self.service = await maybe_await(self.factory(self.config, run_dir))
+            watch = getattr(self.factory, "watch", None)  # a backend may watch that its service still answers
+            if callable(watch):
+                self.backoff = attrs.evolve(self.backoff, watch=watch(self.config))
         return self
 
     async def close(self, error: BaseException | None = None) -> None:
         """Give the signals back and end the service session (once); a failure to close is only logged."""
         if self._stop is not None:
             self._stop.restore()
+        watch = self.backoff.watch
+        if watch is not None:
+            watch.stop()
         if self._closed or self.service is None:
             return
         self._closed = True
+        if watch is not None and watch.lost:  # the SDK would retry its goodbye to a service that is gone for minutes
+            log.warning("not closing the service session: the service is gone", why=watch.lost)
+            return
         close = getattr(self.service, "close", None)
         if not callable(close):
             return

@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 import tinker
 
-from minds_core.backends.retry import ServiceCallError
+from minds_core.backends.retry import ServiceCallError, ServiceLost, guarded
 from minds_core.checkpoints.evaluation import EVAL_DIR, EvalPlan, check_splits, evaluate_policy, save_evaluation
 from minds_core.config import RunConfig
 from minds_core.contracts import GroupOrder
@@ -182,6 +182,13 @@ class RLLoop:
         except Exception as exc:  # noqa: BLE001 - the service's error, reported; training goes on
             log.warning("could not delete periodic saves that newer ones outdated", paths=left, error=f"{type(exc).__name__}: {exc}")
 
+    async def sampled(self, ahead: BatchesAhead[Any], step: int, policy: Policy) -> Any:
+        """``step``'s batch; a ServiceCallError when the service is lost while its rollouts sample."""
+        try:
+            return await guarded(ahead.take(step, policy), self.session.backoff)
+        except ServiceLost as exc:
+            raise ServiceCallError(f"step {step}", f"sampling (policy v{policy.version})", exc, 1) from None
+
     # ------------------------------------------------------------ the steps
 
     async def run(self, run: RunDirectory, sinks: SinkSet, start: int) -> dict[str, Any]:
@@ -195,12 +202,12 @@ class RLLoop:
             for step in range(start, cadence.steps):
                 timer = StepTimer()
                 with timer.stage("wait_for_batch"):
-                    batch = await ahead.take(step, policy)
+                    batch = await self.sampled(ahead, step, policy)
                 await self.score(batch)
                 processed = self.process(batch)
                 with timer.stage("train"):
                     train_metrics = await self.train(processed.datums, step, run)
-                    policy = await self.session.policy(policy.version + 1)
+                    policy = await self.session.policy(policy.version + 1, step)
                 record = await self.record(batch, processed, train_metrics, policy, run, cadence.evaluates(step))
                 stopping = stop.requested
                 with timer.stage("save"):
