@@ -83,13 +83,15 @@ class ServiceLifetime:
         check_names(config, registry)
         return cls.choose(config, registry)
 
-    async def open(self, run_dir: Path | None = None) -> Self:
-        """Make the service (``run_dir``: the run's folder, default ``<runs_dir>/<name>``); a backend may check its connection."""
+    async def open(self, run_dir: Path | None = None, watched: bool = True) -> Self:
+        """Make the service (``run_dir``: the run's folder, default ``<runs_dir>/<name>``); a backend may check its connection.
+
+        ``watched``: a backend that can (``watch``) keeps checking that the service answers while this loop runs."""
         if self.service is None:
             run_dir = run_dir or Path(self.config.runs_dir) / (self.config.name or "_adhoc")
             self.service = await maybe_await(self.factory(self.config, run_dir))
             watch = getattr(self.factory, "watch", None)  # a backend may watch that its service still answers
-            if callable(watch):
+            if watched and callable(watch):
                 self.backoff = attrs.evolve(self.backoff, watch=watch(self.config))
         return self
 
@@ -125,8 +127,8 @@ class ServiceLifetime:
         await self.close(error)
 
     def __enter__(self) -> Self:
-        """For commands without an event loop of their own (sample, chat, export)."""
-        return asyncio.run(self.open())
+        """For commands without an event loop of their own (sample, chat, export): no watch outlives ``open``'s loop."""
+        return asyncio.run(self.open(watched=False))
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         asyncio.run(self.close(error))
