@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from minds_core.envs.blocking import blocking_now, plugin_call, within
+from minds_core.envs.blocking import blocking_now, plugin_call, within_timeout
 
 
 def test_a_sync_call_that_holds_the_loop_times_out_its_own_rollout_not_the_others():
@@ -24,7 +24,7 @@ def test_a_sync_call_that_holds_the_loop_times_out_its_own_rollout_not_the_other
 
     async def step() -> list:
         rollouts = (innocent(), blocked(), innocent())
-        return await asyncio.gather(*(within(rollout, 0.3) for rollout in rollouts), return_exceptions=True)
+        return await asyncio.gather(*(within_timeout(rollout, 0.3) for rollout in rollouts), return_exceptions=True)
 
     first, late, last = asyncio.run(step())
     assert (first, last) == ("ok", "ok")
@@ -38,7 +38,7 @@ def test_an_async_rollout_that_overruns_is_cut_off_at_its_timeout():
 
     began = time.monotonic()
     with pytest.raises(TimeoutError, match=r"^timed out after 0\.2 s$"):
-        asyncio.run(within(hangs(), 0.2))
+        asyncio.run(within_timeout(hangs(), 0.2))
     assert time.monotonic() - began < 1
 
 

@@ -9,7 +9,7 @@ when, so that
 - a Ctrl-C or SIGTERM names it at once (``blocking_now``, read by ``minds_core.interrupt``), and
 - ``rollout.timeout`` charges the time only to the rollouts that waited on it: each rollout (or
   group being scored) runs under a ``Stopwatch``, which excuses the time the loop spent in other
-  rollouts' sync calls, and names its own longest sync call when it overruns (``within``).
+  rollouts' sync calls, and names its own longest sync call when it overruns (``within_timeout``).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ async def plugin_call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: A
     return await value if inspect.isawaitable(value) else value
 
 
-async def within(work: Awaitable[T], timeout: float) -> T:
+async def within_timeout(work: Awaitable[T], timeout: float) -> T:
     """``work``, cut off once ``timeout`` seconds (0: none) are charged to it (``Stopwatch``): a TimeoutError
     whose message names its own sync call that overran. Time other rollouts' sync calls held the loop is excused;
     work that finished only because its own sync code ran past the timeout (which nothing can cut off) timed out too."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from minds_core.envs.blocking import within
+from minds_core.envs.blocking import within_timeout
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric
 from minds_core.envs.types import Context, Task, environment_rubric
 from minds_core.logs import get_logger
@@ -54,7 +54,7 @@ async def score_group(rubric: Rubric, task: Task, rollouts: Sequence[Rollout], c
         "ctx": ctx,
     }
     try:
-        scores = await within(contained(rubric.score_group(available, n)), cfg.timeout)  # charged to the group's rollouts
+        scores = await within_timeout(contained(rubric.score_group(available, n)), cfg.timeout)  # charged to the group's rollouts
     except BaseException as exc:  # a reward function's failure (sys.exit included) fails its group's rollouts
         if not raised_by_plugin(exc):
             raise

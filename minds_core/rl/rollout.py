@@ -12,7 +12,7 @@ import attrs
 import tinker
 
 from minds_core.config import RolloutConfig
-from minds_core.envs.blocking import plugin_call, within
+from minds_core.envs.blocking import plugin_call, within_timeout
 from minds_core.envs.rubric import (
     INVALID_PARTS_METRIC,
     MAX_REWARD,
@@ -153,7 +153,7 @@ async def run_rollout(
         episode = None
         try:
             episode = env.episode(task, ctx)
-            raw, metrics = await within(contained(play_episode(episode, conversation)), cfg.timeout)
+            raw, metrics = await within_timeout(contained(play_episode(episode, conversation)), cfg.timeout)
         except TimeoutError as exc:
             last = Rollout(conversation, error=str(exc) or f"timed out after {cfg.timeout:g} s", timed_out=True, attempts=attempt)
             continue
