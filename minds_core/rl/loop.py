@@ -20,8 +20,9 @@ import asyncio
 import contextlib
 import random
 import time
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import tinker
@@ -54,6 +55,7 @@ from minds_core.run_directory import (
 from minds_core.session import Policy, Session
 from minds_core.sinks import SinkSet
 
+T = TypeVar("T")
 log = get_logger("rl")
 
 
@@ -147,7 +149,8 @@ class RLLoop:
     async def evaluate(self, policy: Policy, run: RunDirectory, step: int) -> dict[str, float]:
         """The updated policy of ``step`` on the held-out split: ``eval/*`` metrics, rollouts in eval/step-NNNNNN.jsonl."""
         plan = EvalPlan.from_config(self.config.trainer)
-        evaluation = await evaluate_policy(self.session, policy, plan, step=step, require_held_out=True)
+        evaluating = evaluate_policy(self.session, policy, plan, step=step, require_held_out=True)
+        evaluation = await self.unless_lost(evaluating, step, f"evaluation (policy v{policy.version})")
         save_evaluation(run.path / EVAL_DIR / f"step-{step:06d}.jsonl", evaluation, {"step": step})
         return evaluation.metrics()
 
@@ -184,10 +187,14 @@ class RLLoop:
 
     async def sampled(self, ahead: BatchesAhead[Any], step: int, policy: Policy) -> Any:
         """``step``'s batch; a ServiceCallError when the service is lost while its rollouts sample."""
+        return await self.unless_lost(ahead.take(step, policy), step, f"sampling (policy v{policy.version})")
+
+    async def unless_lost(self, work: Awaitable[T], step: int, what: str) -> T:
+        """``await work`` (many requests of ``step``: its rollouts); a ServiceCallError naming ``what`` when the service is lost."""
         try:
-            return await guarded(ahead.take(step, policy), self.session.backoff)
+            return await guarded(work, self.session.backoff)
         except ServiceLost as exc:
-            raise ServiceCallError(f"step {step}", f"sampling (policy v{policy.version})", exc, 1) from None
+            raise ServiceCallError(f"step {step}", what, exc, 1) from None
 
     # ------------------------------------------------------------ the steps
 
