@@ -5,7 +5,9 @@
 ``checkpoints.jsonl`` (one line per saved state, written only after the state
 is on the service) and ``resumes.jsonl`` (one line per resume: its step and the
 settings it changed). A run claims its folder atomically: two runs never share
-one. Resuming continues after the last checkpoint; lines of later steps
+one. ``.checkpointed`` marks a run that has recorded a checkpoint, so that a resume
+that finds ``checkpoints.jsonl`` missing refuses (``--start-over`` to train again
+from step 0) where a run that never saved one starts at step 0. Resuming continues after the last checkpoint; lines of later steps
 (written before a crash) are cut so no step is duplicated or lost. A resume may
 change how a run proceeds (steps, logging, concurrency, ...) but not what it
 is (``FIXED_ON_RESUME``).
