@@ -16,6 +16,10 @@ from minds_core.errors import UsageError
 if TYPE_CHECKING:
     from minds_core.plugins import Registry
 
+#: Set (to 1) to load a local checkpoint whose files changed after it was saved, knowingly (a warning says so);
+#: ``minds run --accept-changed-checkpoints`` sets it.
+ACCEPT_CHANGED_CHECKPOINTS = "MINDS_ACCEPT_CHANGED_CHECKPOINTS"
+
 
 @attrs.frozen
 class BackendChoice:

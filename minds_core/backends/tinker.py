@@ -46,6 +46,15 @@ class TinkerBackend:
             return BackendFit(False, f"{local_only}, which the hosted service cannot serve; the key in {where} is not used", 1)
         return BackendFit(True, f"a Tinker API key is configured ({where}) and model {config.model.base_model!r} is not local", 1)
 
+    def watch(self, config: RunConfig) -> Any:
+        """A ``ServiceWatch`` on the service for the run (None with ``tinker.unreachable_timeout = 0``)."""
+        key = resolve_api_key(config.tinker)
+        if config.tinker.unreachable_timeout <= 0 or not key:
+            return None
+        from minds_core.backends.connection import ServiceWatch
+
+        return ServiceWatch.start(config.tinker.base_url, key, config.tinker.unreachable_timeout)
+
     def export_adapter(self, config: RunConfig, service: Any, checkpoint: str, out_dir: Path) -> str:
         """The adapter of ``checkpoint`` (a saved state), downloaded as the SDK downloads external weights."""
         from minds_core.backends import rest_client

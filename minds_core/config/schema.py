@@ -132,6 +132,7 @@ class TinkerConfig:
     api_key: str = arg("", doc="the API key itself (never saved with a run); prefer api_key_env")
     api_key_env: str = arg("TINKER_API_KEY", doc="the environment variable holding the API key")
     base_url: str = arg("", doc="the service's URL; empty = the SDK's default")
+    unreachable_timeout: float = arg(30.0, within(0, MAX_SECONDS), doc="seconds the service may not answer at all (killed, unreachable) before the run stops with exit code 1, naming the step, the request and the checkpoint to resume from; 0 = wait as the SDK does (many minutes)")
 
 
 @attrs.define
