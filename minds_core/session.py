@@ -22,10 +22,11 @@ from typing import Any, Self
 import attrs
 import tinker
 
-from minds_core.backends import sampler_tokenizer
+from minds_core.backends import model_tokenizer, sampler_tokenizer
 from minds_core.backends.retry import REJECTIONS, Backoff
 from minds_core.config import EnvConfig, RunConfig
 from minds_core.contracts import RolloutExecutor
+from minds_core.envs.cookbook.models import use_run_model
 from minds_core.envs.loading import build_environment
 from minds_core.envs.rubric import maybe_await
 from minds_core.envs.types import Context, Task, needs_policy_checkpoint
@@ -71,6 +72,8 @@ def load_environments(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
     """Every configured environment (weight > 0) with its tasks; a ConfigError or MindsError naming the one that failed."""
     if not config.environments:
         raise ConfigError("no environment: pass --env NAME or set [env] id in the config (minds envs lists them)")
+    base_model = config.model.base_model
+    use_run_model(base_model, lambda: model_tokenizer(base_model))  # what tinker-cookbook environments render for
     handles: list[EnvHandle] = []
     for index, cfg in enumerate(config.environments):
         try:

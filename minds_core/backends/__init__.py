@@ -44,6 +44,18 @@ def sampler_tokenizer(sampler: Any, base_model: str) -> Any:
     return AutoTokenizer.from_pretrained(str(tiny_model_path()))
 
 
+def model_tokenizer(base_model: str) -> Any:
+    """The tokenizer of ``base_model`` before any client exists: the embedded default's from the directory the local
+    backend builds it into, any other from its directory or the Hugging Face hub."""
+    from transformers import AutoTokenizer
+
+    if base_model == DEFAULT_BASE_MODEL:
+        from minds_core.backends.local.tiny_model import tiny_model_path
+
+        return AutoTokenizer.from_pretrained(str(tiny_model_path()))
+    return AutoTokenizer.from_pretrained(base_model)
+
+
 def choose_backend(config: RunConfig, registry: Registry) -> BackendChoice:
     """The backend the config names, or for ``auto`` the registered backend that serves the run and is preferred most.
 

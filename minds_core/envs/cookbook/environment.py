@@ -1,0 +1,91 @@
+"""A tinker-cookbook environment as a minds ``Environment``: its groups as tasks, its envs as episodes.
+
+Each task is one ``EnvGroupBuilder`` (or one ``Env``; see ``sources``). minds' group size decides how
+many rollouts a task gets (``trainer.group_size`` or ``env.group_size``): the rollouts of a task take
+envs from the envs its ``make_envs()`` made, calling it again when they are used up (a retry takes a
+fresh env). Once the group finished, the builder's ``compute_group_rewards`` (when it overrides
+the cookbook's) gets the group's trajectories and envs, and its ``cleanup()`` runs;
+``logging_tags()`` become the tasks' ``tags``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from minds_core.envs.cookbook.episode import CookbookEpisode, Played
+from minds_core.envs.cookbook.sources import GroupSource
+from minds_core.envs.rubric import maybe_await
+from minds_core.envs.sampler import PolicySampler
+from minds_core.envs.types import Context, EpisodeConversation, Task
+
+
+def overrides(obj: Any, method: str) -> bool:
+    """Whether ``obj``'s class defines ``method`` itself rather than inheriting tinker-cookbook's default."""
+    for cls in type(obj).__mro__:
+        if method in vars(cls):
+            return not cls.__module__.startswith("tinker_cookbook.rl.types")
+    return False
+
+
+class CookbookEnvironment:
+    """The tasks of a cookbook dataset (or builder, or env) per split, played by ``CookbookEpisode``s."""
+
+    def __init__(self, label: str, splits: Mapping[str, Sequence[GroupSource]]) -> None:
+        self.label = label
+        self.splits = {split: list(sources) for split, sources in splits.items()}
+        self._pools: dict[tuple[str, int], list[Any]] = {}  # (task id, sampler id) -> envs made, not yet played
+        self._played: dict[str, list[Played]] = {}  # task id -> what its finished rollouts left
+        self._lock = asyncio.Lock()
+
+    def tasks(self, split: str) -> Sequence[Task]:
+        if split not in self.splits:
+            raise KeyError(f"the cookbook environment {self.label} has no {split!r} split (it has: {', '.join(self.splits)})")
+        return [
+            Task(prompt="", id=f"{split}-{i}", info={"split": split, "index": i}, tags=source.tags)
+            for i, source in enumerate(self.splits[split])
+        ]
+
+    def source(self, task: Task) -> GroupSource:
+        return self.splits[task.info["split"]][task.info["index"]]
+
+    def episode(self, task: Task, ctx: Context) -> CookbookEpisode:
+        return CookbookEpisode(self, task, ctx)
+
+    async def take_env(self, task: Task, sampler: PolicySampler) -> Any:
+        """An env of ``task`` no rollout played yet (``make_envs()`` again when none is left)."""
+        key = (task.id, id(sampler.sampler))
+        async with self._lock:
+            pool = self._pools.setdefault(key, [])
+            if not pool:
+                made = list(await self.source(task).make_envs(sampler))
+                if not made:
+                    raise ValueError(f"make_envs() of task {task.id} returned no envs")
+                pool.extend(made)
+            return pool.pop(0)
+
+    def keep(self, task: Task, played: Played) -> None:
+        """Remember a finished rollout of ``task`` for its group's rewards."""
+        self._played.setdefault(task.id, []).append(played)
+
+    async def group_rewards(self, task: Task, conversations: Sequence[EpisodeConversation]) -> list[tuple[float, dict[str, float]]]:
+        """The builder's ``compute_group_rewards`` over the group's trajectories and envs (0 when it keeps the
+        cookbook's default); then its ``cleanup()``. Raises when a rollout was played in another process."""
+        played = {id(p.conversation): p for p in self._played.pop(task.id, [])}
+        self._pools = {key: envs for key, envs in self._pools.items() if key[0] != task.id}
+        builder = self.source(task).builder
+        try:
+            if builder is None or not overrides(builder, "compute_group_rewards"):
+                return [(0.0, {}) for _ in conversations]
+            mine = [played.get(id(c)) for c in conversations]
+            if any(p is None for p in mine):
+                raise RuntimeError(
+                    f"{type(builder).__name__}.compute_group_rewards needs the Envs the group played, and they were played "
+                    "in another process (a cluster rollout executor); train this environment with rollout.executor = 'local'"
+                )
+            answered = await builder.compute_group_rewards([p.trajectory for p in mine], [p.env for p in mine])
+            return [(float(reward), {str(k): float(v) for k, v in metrics.items()}) for reward, metrics in answered]
+        finally:
+            if builder is not None:
+                await maybe_await(builder.cleanup())
