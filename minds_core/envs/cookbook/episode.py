@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from minds_core.envs.cookbook.environment import CookbookEnvironment
 
 
+#: The cookbook runner's metric of turns cut at their max_tokens that the env continued from (its final transition's).
+TRUNCATION_METRIC = "num_truncations_max_turn_tokens"
+
+
 @attrs.define
 class Played:
     """What one finished rollout leaves for its group's ``compute_group_rewards``."""
@@ -102,6 +106,10 @@ class CookbookEpisode:
             except TokenBudgetExhausted:
                 stop_reason = "max_tokens"
                 break
+        continued = sum(t.ac.stop_reason == "length" and not t.episode_done for t in transitions)
+        if continued:  # as the cookbook's runner counts turns cut at max_tokens that the env played on from
+            transitions[-1].metrics[TRUNCATION_METRIC] = float(continued)
+            metrics[TRUNCATION_METRIC] = float(continued)
         self._keep(Trajectory(transitions, final, stop_reason=stop_reason), env, conversation)
         if not transitions:  # cut short before any step: no reward, which fails the rollout (counted)
             return StepResult(reward=None, done=False)
