@@ -129,6 +129,7 @@ class Session:
         self.settings: list[EpisodeSettings] = []  #: per environment, what its rollouts run with
         self.sinks: SinkSet | None = None
         self._executor: RolloutExecutor | None = None
+        self._endpoint: Any = None  #: the engine served for environments' own tinker clients, when it is
         #: What the sinks are closed with: the run's summary once it finished, else this placeholder.
         self.summary: dict[str, Any] = {"stopped": "early"}
 
@@ -178,11 +179,28 @@ class Session:
             ) from exc
         session = cls(config, plugins, envs, await door.open())
         try:
+            session.serve_environments()
             await session.start_executor()
         except BaseException as exc:
+            if session._endpoint is not None:
+                session._endpoint.close()
             await door.close(exc)
             raise
         return session
+
+    def serve_environments(self) -> None:
+        """On the local backend, serve the engine for tinker-cookbook environments that make their own
+        ``tinker.ServiceClient()`` (``serve.for_environments``); closed with the session."""
+        from minds_core.envs.cookbook.environment import CookbookEnvironment
+
+        if not any(isinstance(h.env, CookbookEnvironment) for h in self.envs):
+            return
+        from minds_core.backends.local import ServiceClient as LocalService
+
+        if isinstance(self.service, LocalService):
+            from minds_core.serve.for_environments import serve_for_environments
+
+            self._endpoint = serve_for_environments(self.service, self.config.model.base_model)
 
     async def start_executor(self) -> None:
         """Make the ``rollout.executor`` (a cluster executor connects here, before any run directory exists)."""
@@ -207,6 +225,8 @@ class Session:
             await close_quietly(self._executor, f"rollout executor {self.config.rollout.executor}", self.config.rollout.timeout)
         for handle in self.envs:
             await close_quietly(handle.env, f"environment {handle.name}", self.config.rollout.timeout)
+        if self._endpoint is not None:
+            self._endpoint.close()
         await self.door.close(error)
 
     def open_sinks(self, run: RunDirectory) -> SinkSet:
