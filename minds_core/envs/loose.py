@@ -125,30 +125,31 @@ def load_loose_environment(env_id: str, args: dict[str, Any], adapters: Sequence
     register_tokenizer()
     if isinstance(loader, type) and cookbook_kind(loader) is not None:
         args = filled_args(repr(env_id), loader, args)
-    obj = call_loader(repr(env_id), loader, args)
-    env = cookbook_environment(env_id, obj)
-    if env is not None:
-        return env
+    return adapted(env_id, call_loader(repr(env_id), loader, args), adapters)
+
+
+def adapted(env_id: str, obj: Any, adapters: Sequence[Any] = ()) -> Any:
+    """What ``load_environment()`` returned as an Environment: a ``CookbookEnvironment`` for tinker-cookbook
+    objects (and the seed's builders listing cookbook Envs), else the first adapter's, else a ``LooseEnvironment``."""
+    if is_cookbook(obj):
+        return cookbook_environment(env_id, obj)
+    enumerated = None
+    if callable(getattr(obj, "build", None)) and not callable(getattr(obj, "initial_observation", None)) and getattr(obj, "dataset", None) is None:
+        enumerated = _enumerate(obj, _mismatch(env_id, obj))  # once: the seed's builder lists its tasks at load
+        if isinstance(enumerated, list) and all(cookbook_kind(e) == "Env" for e in enumerated):
+            return CookbookEnvironment(env_id, seed_build_sources(obj, len(enumerated)))
     for adapter in adapters:
         env = adapter(obj, env_id)
         if env is not None:
             return env
     if isinstance(obj, Environment):  # minds' own contract (tasks + episode), as a registered loader returns it
         return obj
-    return LooseEnvironment(env_id, obj)
+    return LooseEnvironment(env_id, obj, enumerated)
 
 
-def cookbook_environment(env_id: str, obj: Any) -> Any:
-    """A ``CookbookEnvironment`` when ``obj`` is a tinker-cookbook object, or a seed builder whose
-    ``build(sampling_client)`` lists cookbook ``Env``s; None otherwise."""
-    if is_cookbook(obj):
-        return CookbookEnvironment(env_id, loaded_splits(env_id, obj))
-    builds_only = callable(getattr(obj, "build", None)) and not callable(getattr(obj, "initial_observation", None))
-    if builds_only and getattr(obj, "dataset", None) is None:
-        enumerated = _enumerate(obj, _mismatch(env_id, obj))
-        if isinstance(enumerated, list) and all(cookbook_kind(e) == "Env" for e in enumerated):
-            return CookbookEnvironment(env_id, seed_build_sources(obj, len(enumerated)))
-    return None
+def cookbook_environment(env_id: str, obj: Any) -> CookbookEnvironment | None:
+    """A ``CookbookEnvironment`` when ``obj`` is a tinker-cookbook object (``sources.is_cookbook``); None otherwise."""
+    return CookbookEnvironment(env_id, loaded_splits(env_id, obj)) if is_cookbook(obj) else None
 
 
 def as_rubric(source: Any, where: str) -> Rubric:
@@ -212,7 +213,8 @@ class _Built:
 class LooseEnvironment:
     """A seed-style object as an Environment (see the module docstring)."""
 
-    def __init__(self, env_id: str, obj: Any) -> None:
+    def __init__(self, env_id: str, obj: Any, enumerated: Any = None) -> None:
+        """``enumerated``: what the builder's ``build()`` at load already listed (None: enumerated here when needed)."""
         self.env_id, self.obj = env_id, obj
         self.draws = callable(getattr(obj, "initial_observation", None))
         self.builds = callable(getattr(obj, "build", None))
@@ -223,8 +225,8 @@ class LooseEnvironment:
                 "(pip install -c constraints.txt -e plugins/verifiers_bridge, distribution minds-plugin-verifiers)"
             )
         #: a dataset builder's enumeration: the list of instances, or the built object with a dataset
-        self.enumerated: Any = None
-        if not self.draws and getattr(obj, "dataset", None) is None:
+        self.enumerated: Any = enumerated
+        if not self.draws and getattr(obj, "dataset", None) is None and enumerated is None:
             if not self.builds:
                 raise ConfigError(f"{mismatch}: nothing gives prompts; {ACCEPTED}")
             self.enumerated = _enumerate(obj, mismatch)

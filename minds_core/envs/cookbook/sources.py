@@ -152,7 +152,8 @@ def loaded_splits(label: str, obj: Any) -> dict[str, list[GroupSource]]:
     try:
         return splits_of(obj)
     except Exception as exc:
-        if not type(exc).__module__.startswith("tinker."):
+        module = type(exc).__module__
+        if module != "tinker" and not module.startswith("tinker."):
             raise
         raise ConfigError(
             f"environment {label!r}: building it called the Tinker service itself ({type(exc).__name__}: {str(exc)[:300]}), "
