@@ -76,6 +76,7 @@ class PairDatasetBuilder(RLDatasetBuilder):
         return PairDataset(self.batches), PairDataset(1)
 
 
+@chz.chz
 class HostedOnlyBuilder(RLDatasetBuilder):
     """Builds nothing without the hosted service: its __call__ asks Tinker for a client with no key."""
 

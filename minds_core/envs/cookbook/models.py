@@ -142,11 +142,22 @@ def check_renderer(label: str, name: str) -> None:
         return
     from tinker_cookbook import renderers
 
+    tokenizer = _run_model.load_tokenizer()
     try:
-        renderers.get_renderer(name, _run_model.load_tokenizer())
+        rendered = renderers.get_renderer(name, tokenizer).build_generation_prompt(list(PROBE)).to_ints()
     except Exception as exc:  # noqa: BLE001 - reported as what to change
         raise ConfigError(
             f"environment {label}: the tinker-cookbook renderer {name!r} (env.args.{RENDERER_FIELD}) cannot render for the "
             f"model {_run_model.name!r}: {type(exc).__name__}: {str(exc)[:300]}; leave {RENDERER_FIELD} out to have minds "
             f"pick the renderer matching the model's chat template, or give one such as {', '.join(CANDIDATE_RENDERERS)}"
         ) from None
+    try:
+        matches = rendered == _template_tokens(tokenizer)
+    except Exception:  # noqa: BLE001 - a model without a usable template: nothing to compare with
+        return
+    if not matches:
+        log.warning(
+            "the cookbook renderer renders prompts unlike the model's own chat template; the policy is trained on "
+            f"what it renders (leave {RENDERER_FIELD} out to have minds pick a matching one)",
+            renderer=name, model=_run_model.name,
+        )  # fmt: skip
