@@ -26,6 +26,7 @@ from minds_core.backends import model_tokenizer, sampler_tokenizer
 from minds_core.backends.retry import REJECTIONS, Backoff
 from minds_core.config import EnvConfig, RunConfig
 from minds_core.contracts import RolloutExecutor
+from minds_core.envs.conflicts import known_conflict
 from minds_core.envs.cookbook.models import use_run_model
 from minds_core.envs.loading import build_environment
 from minds_core.envs.rubric import maybe_await
@@ -86,6 +87,9 @@ def load_environments(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
         except BaseException as exc:  # a plugin's failure (sys.exit included), reported with its name
             if not raised_by_plugin(exc):
                 raise
+            conflict = known_conflict(exc)
+            if conflict is not None:
+                raise UsageError(f"environment {cfg.id!r} failed to load ({error_text(exc)[:300]}): {conflict}") from None
             raise MindsError(f"environment {cfg.id!r} failed to load: {error_text(exc)}") from exc
         if not tasks:
             raise ConfigError(f"environment {cfg.id!r} has no tasks in split {cfg.split!r}")

@@ -80,9 +80,11 @@ def check_args(cfg: EnvConfig, registry: Registry) -> None:
             except ArgsChecked:
                 pass
         return
+    from minds_core.envs.cookbook.models import left_to_the_run
     from minds_core.envs.loose import environment_loader
 
-    _bound(repr(cfg.id), environment_loader(cfg.id), cfg.args, None)
+    loader = environment_loader(cfg.id)
+    _bound(repr(cfg.id), loader, {**dict.fromkeys(left_to_the_run(loader, cfg.args)), **cfg.args}, None)
 
 
 def _parameters(loader: Any) -> list[inspect.Parameter]:

@@ -92,7 +92,9 @@ ACCEPTED = (
     "an object with initial_observation() + step(text) (sync or async); "
     "or a `dataset` of rows with `prompt` or `question` (and `answer`) scored by a `rubric` "
     "(funcs, weights) or by step(text); either may add build(sampling_client) for model-aware rewards; "
-    "or only build(sampling_client) returning a list of such instances, or an object with a dataset"
+    "or only build(sampling_client) returning a list of such instances, or an object with a dataset; "
+    "or a tinker-cookbook Env, EnvGroupBuilder (or a list of them), RLDataset or RLDatasetBuilder, "
+    "also as a class named by `pkg.module:Name`"
 )
 
 

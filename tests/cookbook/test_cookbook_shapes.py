@@ -19,6 +19,7 @@ from minds_core.backends import model_tokenizer
 from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
 from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.config import EnvConfig, RolloutConfig
+from minds_core.envs.conflicts import known_conflict
 from minds_core.envs.cookbook.environment import CookbookEnvironment
 from minds_core.envs.cookbook.episode import model_input_tokens
 from minds_core.envs.cookbook.models import filled_args, run_model, use_run_model
@@ -146,3 +147,14 @@ def test_a_plugin_registers_a_cookbook_dataset_by_name() -> None:
     plugins = load_plugins(extra=[("cookbook_games", _Plugin())])
     env = build_environment(EnvConfig(id="pair_games", args={"batches": 1}), plugins.registry)
     assert isinstance(env, CookbookEnvironment) and len(env.tasks("train")) == 2
+
+
+def test_the_datasets_pickling_conflict_is_named_with_the_installed_versions() -> None:
+    import pickle
+
+    import datasets
+
+    error = pickle.PicklingError("Can't pickle <class 'MonthDayNano'>: it's not found as builtins.MonthDayNano")
+    said = known_conflict(error)
+    assert said is not None and f"datasets {datasets.__version__}" in said and "MonthDayNano" in said
+    assert known_conflict(ValueError("something else")) is None

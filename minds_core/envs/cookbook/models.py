@@ -79,6 +79,16 @@ def builder_fields(cls: type) -> dict[str, inspect.Parameter]:
         return {}
 
 
+def left_to_the_run(loader: Any, args: dict[str, Any]) -> list[str]:
+    """The fields of a cookbook builder class that ``args`` leave out and the run's model fills (none for other loaders)."""
+    from minds_core.envs.cookbook.sources import cookbook_kind
+
+    if not isinstance(loader, type) or cookbook_kind(loader) is None:
+        return []
+    fields = builder_fields(loader)
+    return [f for f in (*MODEL_FIELDS, RENDERER_FIELD) if f in fields and f not in args]
+
+
 def filled_args(label: str, cls: type, args: dict[str, Any]) -> dict[str, Any]:
     """``args`` plus, for a builder class, the model and renderer fields left out, taken from the run's model."""
     fields = builder_fields(cls)
