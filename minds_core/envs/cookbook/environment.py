@@ -11,6 +11,7 @@ the cookbook's) gets the group's trajectories and envs, and its ``cleanup()`` ru
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,15 @@ from minds_core.envs.cookbook.sources import GroupSource
 from minds_core.envs.rubric import maybe_await
 from minds_core.envs.sampler import PolicySampler
 from minds_core.envs.types import Context, EpisodeConversation, Task
+
+
+#: Groups whose unplayed envs and finished rollouts an environment keeps at most (a process that plays but never scores).
+KEPT_GROUPS = 1024
+
+
+def _trim(table: collections.OrderedDict) -> None:
+    while len(table) > KEPT_GROUPS:
+        table.popitem(last=False)
 
 
 def overrides(obj: Any, method: str) -> bool:
@@ -35,8 +45,10 @@ class CookbookEnvironment:
     def __init__(self, label: str, splits: Mapping[str, Sequence[GroupSource]]) -> None:
         self.label = label
         self.splits = {split: list(sources) for split, sources in splits.items()}
-        self._pools: dict[tuple[str, int], list[Any]] = {}  # (task id, sampler id) -> envs made, not yet played
-        self._played: dict[str, list[Played]] = {}  # task id -> what its finished rollouts left
+        # (task id, sampler id) -> envs made, not yet played; task id -> what its finished rollouts left. Both are
+        # emptied when the group is scored; in a process that never scores groups (a Ray worker) the oldest go first.
+        self._pools: collections.OrderedDict[tuple[str, int], list[Any]] = collections.OrderedDict()
+        self._played: collections.OrderedDict[str, list[Played]] = collections.OrderedDict()
         self._lock = asyncio.Lock()
 
     def tasks(self, split: str) -> Sequence[Task]:
@@ -58,6 +70,7 @@ class CookbookEnvironment:
         key = (task.id, id(sampler.sampler))
         async with self._lock:
             pool = self._pools.setdefault(key, [])
+            _trim(self._pools)
             if not pool:
                 made = list(await self.source(task).make_envs(sampler))
                 if not made:
@@ -68,12 +81,14 @@ class CookbookEnvironment:
     def keep(self, task: Task, played: Played) -> None:
         """Remember a finished rollout of ``task`` for its group's rewards."""
         self._played.setdefault(task.id, []).append(played)
+        _trim(self._played)
 
     async def group_rewards(self, task: Task, conversations: Sequence[EpisodeConversation]) -> list[tuple[float, dict[str, float]]]:
         """The builder's ``compute_group_rewards`` over the group's trajectories and envs (0 when it keeps the
         cookbook's default); then its ``cleanup()``. Raises when a rollout was played in another process."""
         played = {id(p.conversation): p for p in self._played.pop(task.id, [])}
-        self._pools = {key: envs for key, envs in self._pools.items() if key[0] != task.id}
+        for key in [key for key in self._pools if key[0] == task.id]:
+            del self._pools[key]
         builder = self.source(task).builder
         try:
             if builder is None or not overrides(builder, "compute_group_rewards"):
