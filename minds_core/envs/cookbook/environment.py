@@ -21,7 +21,6 @@ from minds_core.envs.rubric import maybe_await
 from minds_core.envs.sampler import PolicySampler
 from minds_core.envs.types import Context, EpisodeConversation, Task
 
-
 #: Groups whose unplayed envs and finished rollouts an environment keeps at most (a process that plays but never scores).
 KEPT_GROUPS = 1024
 
