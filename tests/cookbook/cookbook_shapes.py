@@ -120,3 +120,30 @@ class ImageEnv(CountEnv):
 
 def image_env() -> Env:
     return ImageEnv(1)
+
+
+class HangingOnceEnv(CountEnv):
+    """The first of its kind hangs in step (a stuck tool, a dead server); every later one plays normally."""
+
+    made = 0
+
+    def __init__(self) -> None:
+        super().__init__(60)
+        HangingOnceEnv.made += 1
+        self.hangs = HangingOnceEnv.made == 1
+
+    async def step(self, action, *, extra=None) -> StepResult:
+        if self.hangs:
+            import asyncio
+
+            await asyncio.sleep(3600)
+        return await super().step(action, extra=extra)
+
+
+class HangingOnceBuilder(EnvGroupBuilder):
+    async def make_envs(self) -> Sequence[Env]:
+        return [HangingOnceEnv()]
+
+
+def hanging_once() -> EnvGroupBuilder:
+    return HangingOnceBuilder()

@@ -158,3 +158,11 @@ def test_the_datasets_pickling_conflict_is_named_with_the_installed_versions() -
     said = known_conflict(error)
     assert said is not None and f"datasets {datasets.__version__}" in said and "MonthDayNano" in said
     assert known_conflict(ValueError("something else")) is None
+
+
+@pytest.mark.slow
+def test_a_timed_out_rollout_is_retried_with_a_fresh_env(sampler: Any) -> None:
+    group = _play(_load("hanging_once"), sampler, group_size=1, timeout=0.5, retries=1)
+    (rollout,) = group.rollouts
+    assert rollout.ok and rollout.attempts == 2 and rollout.conversation.turns == 2
+    assert import_environment(str(SHAPES)).HangingOnceEnv.made == 2
