@@ -45,15 +45,17 @@ def sampler_tokenizer(sampler: Any, base_model: str) -> Any:
 
 
 def model_tokenizer(base_model: str) -> Any:
-    """The tokenizer of ``base_model`` before any client exists: the embedded default's from the directory the local
-    backend builds it into, any other from its directory or the Hugging Face hub."""
+    """The tokenizer of ``base_model`` before any client exists, from where the local backend reads the model
+    (an embedded default's folder, a model directory, the Hugging Face cache, then the hub)."""
     from transformers import AutoTokenizer
 
-    if base_model == DEFAULT_BASE_MODEL:
-        from minds_core.backends.local.tiny_model import tiny_model_path
+    from minds_core.backends.local.models import locate
 
-        return AutoTokenizer.from_pretrained(str(tiny_model_path()))
-    return AutoTokenizer.from_pretrained(base_model)
+    source = locate(base_model)
+    try:
+        return AutoTokenizer.from_pretrained(source, local_files_only=True)
+    except OSError:  # not in the cache: the hub
+        return AutoTokenizer.from_pretrained(source)
 
 
 def choose_backend(config: RunConfig, registry: Registry) -> BackendChoice:
