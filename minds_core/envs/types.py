@@ -200,6 +200,7 @@ class EpisodeConversation(Protocol):
     turns: int  #: how many turns were sampled; read only
     last_stopped: bool  #: whether the last sampled turn ended on a stop token (not on its length limit); read only
     params: Any  #: the run's tinker SamplingParams (max_tokens, temperature, top_p, ...); read only
+    record: Any  #: what the episode keeps of itself for its group's scoring (picklable: it travels from cluster workers)
 
     def start(self, messages: Sequence[Message]) -> None:
         """:param messages: the opening prompt, rendered with ``tools``; TokenBudgetExhausted when it cannot fit."""

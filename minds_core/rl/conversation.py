@@ -57,6 +57,8 @@ class Conversation:
     observation does not extend the sequence so far starts another: ``starts`` holds where each
     sequence begins in ``tokens`` (``[0]`` for one), each is trained as a datum of its own, and
     only the last is the context of the next sample and measured against ``max_total_tokens``.
+    ``record`` is what a bridging episode keeps of the rollout (a tinker-cookbook ``Trajectory``); it
+    travels back with the rollout from a cluster worker.
     """
 
     renderer: Renderer
@@ -75,6 +77,7 @@ class Conversation:
     prompt: list[Message] = attrs.field(factory=list)
     truncated: bool = False
     starts: list[int] = attrs.field(factory=lambda: [0])
+    record: Any = None
 
     def _extend(self, tokens: Sequence[int], logprobs: Sequence[float] | None = None) -> None:
         self.tokens.extend(tokens)

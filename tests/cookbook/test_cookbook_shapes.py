@@ -124,11 +124,24 @@ def test_turns_extend_one_sequence_and_the_group_rewards_and_cleanup_run(sampler
     assert module.CALLS["group_rewards"][-1][1] == 3 and module.CALLS["cleanup"][-1] == 40
 
 
-def test_a_group_played_elsewhere_cannot_get_compute_group_rewards(sampler: Any) -> None:
+def test_a_group_played_elsewhere_scores_from_its_trajectories_and_names_the_envs_it_lacks(sampler: Any) -> None:
+    """As on a Ray worker: the conversations come back with their trajectories, the envs stay behind."""
     env = _load("one_builder")
-    task = env.tasks("train")[0]
-    with pytest.raises(RuntimeError, match="played in another process .* rollout.executor = 'local'"):
-        asyncio.run(env.group_rewards(task, [object()]))
+    group = _play(env, sampler, group_size=2)
+    task, conversations = group.task, [r.conversation for r in group.rollouts]
+    scores = asyncio.run(env.group_rewards(task, conversations))  # its records are gone: as in the driver process
+    assert [reward for reward, _ in scores] == [float(c.sampled_tokens == max(x.sampled_tokens for x in conversations)) for c in conversations]
+    envs_reader = import_environment(str(SHAPES)).PairBuilder
+
+    async def reads_env(self, trajectory_group, env_group):
+        return [(float(e.turns), {}) for e in env_group]
+
+    envs_reader.compute_group_rewards, original = reads_env, envs_reader.compute_group_rewards
+    try:
+        with pytest.raises(RuntimeError, match=r"PairBuilder.compute_group_rewards read .turns of an Env played in another process"):
+            asyncio.run(env.group_rewards(task, conversations))
+    finally:
+        envs_reader.compute_group_rewards = original
 
 
 def test_the_token_budget_ends_an_episode_with_the_rewards_it_earned(sampler: Any) -> None:

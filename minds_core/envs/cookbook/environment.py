@@ -30,6 +30,21 @@ def _trim(table: collections.OrderedDict) -> None:
         table.popitem(last=False)
 
 
+class PlayedElsewhere:
+    """What ``compute_group_rewards`` gets for an ``Env`` played in another process (a Ray worker): the
+    trajectory came back, the env did not; using it raises, naming why."""
+
+    def __init__(self, builder: str) -> None:
+        self._builder = builder
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(
+            f"{self._builder}.compute_group_rewards read .{name} of an Env played in another process (a cluster rollout "
+            "executor), which stays there; only the trajectories come back. Train this environment with "
+            "rollout.executor = 'local', or score from the trajectories alone"
+        )
+
+
 def overrides(obj: Any, method: str) -> bool:
     """Whether ``obj``'s class defines ``method`` itself rather than inheriting tinker-cookbook's default."""
     for cls in type(obj).__mro__:
@@ -84,7 +99,7 @@ class CookbookEnvironment:
 
     async def group_rewards(self, task: Task, conversations: Sequence[EpisodeConversation]) -> list[tuple[float, dict[str, float]]]:
         """The builder's ``compute_group_rewards`` over the group's trajectories and envs (0 when it keeps the
-        cookbook's default); then its ``cleanup()``. Raises when a rollout was played in another process."""
+        cookbook's default); then its ``cleanup()``. An env played in another process is a ``PlayedElsewhere``."""
         played = {id(p.conversation): p for p in self._played.pop(task.id, [])}
         for key in [key for key in self._pools if key[0] == task.id]:
             del self._pools[key]
@@ -92,13 +107,11 @@ class CookbookEnvironment:
         try:
             if builder is None or not overrides(builder, "compute_group_rewards"):
                 return [(0.0, {}) for _ in conversations]
-            mine = [played.get(id(c)) for c in conversations]
-            if any(p is None for p in mine):
-                raise RuntimeError(
-                    f"{type(builder).__name__}.compute_group_rewards needs the Envs the group played, and they were played "
-                    "in another process (a cluster rollout executor); train this environment with rollout.executor = 'local'"
-                )
-            answered = await builder.compute_group_rewards([p.trajectory for p in mine], [p.env for p in mine])
+            trajectories = [c.record for c in conversations]
+            if any(t is None for t in trajectories):
+                raise RuntimeError("a rollout of the group kept no cookbook Trajectory (was it played by a CookbookEpisode?)")
+            envs = [played[id(c)].env if id(c) in played else PlayedElsewhere(type(builder).__name__) for c in conversations]
+            answered = await builder.compute_group_rewards(trajectories, envs)
             return [(float(reward), {str(k): float(v) for k, v in metrics.items()}) for reward, metrics in answered]
         finally:
             if builder is not None:

@@ -31,9 +31,9 @@ TRUNCATION_METRIC = "num_truncations_max_turn_tokens"
 
 @attrs.define
 class Played:
-    """What one finished rollout leaves for its group's ``compute_group_rewards``."""
+    """The ``Env`` a finished rollout played, for its group's ``compute_group_rewards`` (its trajectory is the
+    conversation's ``record``)."""
 
-    trajectory: Any  #: the cookbook ``Trajectory``
     env: Any  #: the ``Env`` it played
     conversation: EpisodeConversation  #: held so that its id is not reused while this record lives
 
@@ -116,7 +116,8 @@ class CookbookEpisode:
         return StepResult(reward=sum(t.reward for t in transitions), done=True, metrics=metrics)
 
     def _keep(self, trajectory: Any, env: Any, conversation: EpisodeConversation) -> None:
-        self.environment.keep(self.task, Played(trajectory, env, conversation))
+        conversation.record = trajectory  # travels with the rollout, also from a cluster worker
+        self.environment.keep(self.task, Played(env, conversation))
 
 
 def _empty_input() -> Any:
