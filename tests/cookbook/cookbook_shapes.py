@@ -147,3 +147,16 @@ class HangingOnceBuilder(EnvGroupBuilder):
 
 def hanging_once() -> EnvGroupBuilder:
     return HangingOnceBuilder()
+
+
+class OverflowEnv(CountEnv):
+    """Its prompt is over its own budget: no sampling, the overflow's reward stands."""
+
+    async def initial_observation(self):
+        from tinker_cookbook.rl.types import InitialObservationOverflow
+
+        return InitialObservationOverflow(reward=-1.0, metrics={"stop/max_tokens": 1.0})
+
+
+def overflow_env() -> Env:
+    return OverflowEnv(1)

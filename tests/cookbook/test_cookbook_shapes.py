@@ -179,3 +179,9 @@ def test_a_timed_out_rollout_is_retried_with_a_fresh_env(sampler: Any) -> None:
     (rollout,) = group.rollouts
     assert rollout.ok and rollout.attempts == 2 and rollout.conversation.turns == 2
     assert import_environment(str(SHAPES)).HangingOnceEnv.made == 2
+
+
+def test_an_initial_observation_overflow_scores_its_reward_without_sampling(sampler: Any) -> None:
+    group = _play(_load("overflow_env"), sampler, group_size=2)
+    assert group.failures == 0 and [r.reward for r in group.rollouts] == [-1.0, -1.0]
+    assert all(r.conversation.tokens == [] and r.conversation.record.stop_reason == "max_tokens" for r in group.rollouts)
