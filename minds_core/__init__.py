@@ -74,6 +74,10 @@ _PUBLIC: dict[str, str] = {
     "Environment": "minds_core.envs.types",
     "Episode": "minds_core.envs.types",
     "EpisodeConversation": "minds_core.envs.types",
+    "GroupRewards": "minds_core.envs.types",
+    "SampledTurn": "minds_core.envs.types",
+    "StopCondition": "minds_core.envs.types",
+    "use_run_model": "minds_core.envs.cookbook.models",
     "Message": "minds_core.envs.types",
     "SelfDrivingEpisode": "minds_core.envs.types",
     "StepResult": "minds_core.envs.types",
@@ -141,6 +145,7 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
     )
     from minds_core.envs.args import env_args  # noqa: F401
     from minds_core.envs.calling import lenient  # noqa: F401
+    from minds_core.envs.cookbook.models import use_run_model  # noqa: F401
     from minds_core.envs.loading import build_environment  # noqa: F401
     from minds_core.envs.loops import background_loop  # noqa: F401
     from minds_core.envs.rubric import (  # noqa: F401
@@ -177,9 +182,12 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
         Environment,
         Episode,
         EpisodeConversation,
+        GroupRewards,
         Message,
+        SampledTurn,
         SelfDrivingEpisode,
         StepResult,
+        StopCondition,
         Task,
         TokenBudgetExhausted,
     )

@@ -22,10 +22,12 @@ from typing import Any, Self
 import attrs
 import tinker
 
-from minds_core.backends import sampler_tokenizer
+from minds_core.backends import model_tokenizer, sampler_tokenizer
 from minds_core.backends.retry import REJECTIONS, Backoff
 from minds_core.config import EnvConfig, RunConfig
 from minds_core.contracts import RolloutExecutor
+from minds_core.envs.conflicts import known_conflict
+from minds_core.envs.cookbook.models import use_run_model
 from minds_core.envs.loading import build_environment
 from minds_core.envs.rubric import maybe_await
 from minds_core.envs.types import Context, Task, needs_policy_checkpoint
@@ -71,6 +73,8 @@ def load_environments(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
     """Every configured environment (weight > 0) with its tasks; a ConfigError or MindsError naming the one that failed."""
     if not config.environments:
         raise ConfigError("no environment: pass --env NAME or set [env] id in the config (minds envs lists them)")
+    base_model = config.model.base_model
+    use_run_model(base_model, lambda: model_tokenizer(base_model))  # what tinker-cookbook environments render for
     handles: list[EnvHandle] = []
     for index, cfg in enumerate(config.environments):
         try:
@@ -83,6 +87,9 @@ def load_environments(config: RunConfig, plugins: Plugins) -> list[EnvHandle]:
         except BaseException as exc:  # a plugin's failure (sys.exit included), reported with its name
             if not raised_by_plugin(exc):
                 raise
+            conflict = known_conflict(exc)
+            if conflict is not None:
+                raise UsageError(f"environment {cfg.id!r} failed to load ({error_text(exc)[:300]}): {conflict}") from None
             raise MindsError(f"environment {cfg.id!r} failed to load: {error_text(exc)}") from exc
         if not tasks:
             raise ConfigError(f"environment {cfg.id!r} has no tasks in split {cfg.split!r}")
@@ -126,6 +133,7 @@ class Session:
         self.settings: list[EpisodeSettings] = []  #: per environment, what its rollouts run with
         self.sinks: SinkSet | None = None
         self._executor: RolloutExecutor | None = None
+        self._endpoint: Any = None  #: the engine served for environments' own tinker clients, when it is
         #: What the sinks are closed with: the run's summary once it finished, else this placeholder.
         self.summary: dict[str, Any] = {"stopped": "early"}
 
@@ -175,11 +183,28 @@ class Session:
             ) from exc
         session = cls(config, plugins, envs, await door.open())
         try:
+            session.serve_environments()
             await session.start_executor()
         except BaseException as exc:
+            if session._endpoint is not None:
+                session._endpoint.close()
             await door.close(exc)
             raise
         return session
+
+    def serve_environments(self) -> None:
+        """On the local backend, serve the engine for tinker-cookbook environments that make their own
+        ``tinker.ServiceClient()`` (``serve.for_environments``); closed with the session."""
+        from minds_core.envs.cookbook.environment import CookbookEnvironment
+
+        if not any(isinstance(h.env, CookbookEnvironment) for h in self.envs):
+            return
+        from minds_core.backends.local import ServiceClient as LocalService
+
+        if isinstance(self.service, LocalService):
+            from minds_core.serve.for_environments import serve_for_environments
+
+            self._endpoint = serve_for_environments(self.service, self.config.model.base_model)
 
     async def start_executor(self) -> None:
         """Make the ``rollout.executor`` (a cluster executor connects here, before any run directory exists)."""
@@ -204,6 +229,8 @@ class Session:
             await close_quietly(self._executor, f"rollout executor {self.config.rollout.executor}", self.config.rollout.timeout)
         for handle in self.envs:
             await close_quietly(handle.env, f"environment {handle.name}", self.config.rollout.timeout)
+        if self._endpoint is not None:
+            self._endpoint.close()
         await self.door.close(error)
 
     def open_sinks(self, run: RunDirectory) -> SinkSet:

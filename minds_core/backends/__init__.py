@@ -48,6 +48,20 @@ def sampler_tokenizer(sampler: Any, base_model: str) -> Any:
     return AutoTokenizer.from_pretrained(str(builtin_model_path(base_model)))
 
 
+def model_tokenizer(base_model: str) -> Any:
+    """The tokenizer of ``base_model`` before any client exists, from where the local backend reads the model
+    (an embedded default's folder, a model directory, the Hugging Face cache, then the hub)."""
+    from transformers import AutoTokenizer
+
+    from minds_core.backends.local.models import locate
+
+    source = locate(base_model)
+    try:
+        return AutoTokenizer.from_pretrained(source, local_files_only=True)
+    except OSError:  # not in the cache: the hub
+        return AutoTokenizer.from_pretrained(source)
+
+
 def choose_backend(config: RunConfig, registry: Registry) -> BackendChoice:
     """The backend the config names, or for ``auto`` the registered backend that serves the run and is preferred most.
 

@@ -80,9 +80,11 @@ def check_args(cfg: EnvConfig, registry: Registry) -> None:
             except ArgsChecked:
                 pass
         return
+    from minds_core.envs.cookbook.models import left_to_the_run
     from minds_core.envs.loose import environment_loader
 
-    _bound(repr(cfg.id), environment_loader(cfg.id), cfg.args, None)
+    loader = environment_loader(cfg.id)
+    _bound(repr(cfg.id), loader, {**dict.fromkeys(left_to_the_run(loader, cfg.args)), **cfg.args}, None)
 
 
 def _parameters(loader: Any) -> list[inspect.Parameter]:
@@ -143,7 +145,12 @@ def build_environment(cfg: EnvConfig, registry: Registry) -> Any:
     if cfg.id in registry.names("environments") or not (is_path_like(cfg.id) or findable(cfg.id)):
         entry = registry.lookup("environments", cfg.id, "env.id")
         warn_if_shadowing(entry)
+        from minds_core.envs.cookbook.models import register_tokenizer
+        from minds_core.envs.loose import cookbook_environment
+
+        register_tokenizer()
         env = call_loader(repr(cfg.id), entry.obj, cfg.args, functools.partial(_open_environment, registry))
+        env = cookbook_environment(cfg.id, env) or env  # a plugin may register a tinker-cookbook dataset, builder or env
     else:
         from minds_core.envs.loose import load_loose_environment
 

@@ -8,7 +8,10 @@ event loop that stays up between calls (clients and servers made on it keep work
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import inspect
 import threading
+from typing import Any
 
 _loops: dict[str, asyncio.AbstractEventLoop] = {}
 _lock = threading.Lock()
@@ -25,3 +28,16 @@ def background_loop(name: str) -> asyncio.AbstractEventLoop:
             threading.Thread(target=loop.run_forever, name=name, daemon=True).start()
             _loops[name] = loop
         return _loops[name]
+
+
+def run_to_completion(value: Any) -> Any:
+    """``value`` itself, or, when it is awaitable, its result, run on an event loop of its own in a thread
+    (loading code is synchronous but may be called while the run's own loop is running)."""
+    if not inspect.isawaitable(value):
+        return value
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, _awaited(value)).result()
+
+
+async def _awaited(value: Any) -> Any:
+    return await value

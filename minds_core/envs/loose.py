@@ -59,9 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import copy
-import inspect
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -70,8 +68,12 @@ import attrs
 
 from minds_core.envs.blocking import plugin_call
 from minds_core.envs.calling import lenient
+from minds_core.envs.cookbook.environment import CookbookEnvironment
+from minds_core.envs.cookbook.models import filled_args, register_tokenizer
+from minds_core.envs.cookbook.sources import cookbook_kind, is_cookbook, loaded_splits, seed_build_sources
 from minds_core.envs.loading import call_loader
-from minds_core.envs.locate import import_environment
+from minds_core.envs.locate import MODULE_PREFIX, import_environment
+from minds_core.envs.loops import run_to_completion
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric, as_reward
 from minds_core.envs.sampler import PolicySampler
 from minds_core.envs.single_turn import prompt_messages, score_completion
@@ -91,33 +93,66 @@ ACCEPTED = (
     "an object with initial_observation() + step(text) (sync or async); "
     "or a `dataset` of rows with `prompt` or `question` (and `answer`) scored by a `rubric` "
     "(funcs, weights) or by step(text); either may add build(sampling_client) for model-aware rewards; "
-    "or only build(sampling_client) returning a list of such instances, or an object with a dataset"
+    "or only build(sampling_client) returning a list of such instances, or an object with a dataset; "
+    "or a tinker-cookbook Env, EnvGroupBuilder (or a list of them), RLDataset or RLDatasetBuilder, "
+    "also as a class named by `pkg.module:Name`"
 )
 
 
 def environment_loader(env_id: str) -> Any:
-    """Import ``env_id`` and return its ``load_environment``; a ConfigError saying what the module defines instead."""
-    module = import_environment(env_id)
-    loader = getattr(module, "load_environment", None)
+    """Import ``env_id`` and return its ``load_environment``; a ConfigError saying what the module defines instead.
+
+    ``pkg.module:NAME`` (also after a path) names another object of the module to call with [env.args]:
+    a loader, or a class such as a tinker-cookbook ``RLDatasetBuilder``.
+    """
+    source, _, attribute = env_id.rpartition(":")
+    named = bool(source) and source != MODULE_PREFIX.rstrip(":") and attribute.isidentifier()
+    module = import_environment(source if named else env_id)
+    attribute = attribute if named else "load_environment"
+    loader = getattr(module, attribute, None)
     if not callable(loader):
         names = sorted(n for n in vars(module) if not n.startswith("_"))
+        what = f"no {attribute}" if named else "no load_environment(**args)"
         raise ConfigError(
-            f"environment {env_id!r}: {module.__file__} defines no load_environment(**args) "
-            f"(it defines: {', '.join(names) or 'nothing'}); {ACCEPTED}"
+            f"environment {env_id!r}: {module.__file__} defines {what} (it defines: {', '.join(names) or 'nothing'}); {ACCEPTED}"
         )
     return loader
 
 
 def load_loose_environment(env_id: str, args: dict[str, Any], adapters: Sequence[Any] = ()) -> Any:
-    """Import ``env_id``, call its ``load_environment(**args)`` and adapt the result (adapters first)."""
-    obj = call_loader(repr(env_id), environment_loader(env_id), args)
+    """Import ``env_id``, call its ``load_environment(**args)`` and adapt the result.
+
+    tinker-cookbook objects (``cookbook``) go to ``CookbookEnvironment``, then the adapters are asked.
+    """
+    loader = environment_loader(env_id)
+    register_tokenizer()
+    if isinstance(loader, type) and cookbook_kind(loader) is not None:
+        args = filled_args(repr(env_id), loader, args)
+    return adapted(env_id, call_loader(repr(env_id), loader, args), adapters)
+
+
+def adapted(env_id: str, obj: Any, adapters: Sequence[Any] = ()) -> Any:
+    """What ``load_environment()`` returned as an Environment: a ``CookbookEnvironment`` for tinker-cookbook
+    objects (and the seed's builders listing cookbook Envs), else the first adapter's, else a ``LooseEnvironment``."""
+    if is_cookbook(obj):
+        return cookbook_environment(env_id, obj)
+    enumerated = None
+    if callable(getattr(obj, "build", None)) and not callable(getattr(obj, "initial_observation", None)) and getattr(obj, "dataset", None) is None:
+        enumerated = _enumerate(obj, _mismatch(env_id, obj))  # once: the seed's builder lists its tasks at load
+        if isinstance(enumerated, list) and all(cookbook_kind(e) == "Env" for e in enumerated):
+            return CookbookEnvironment(env_id, seed_build_sources(obj, len(enumerated)))
     for adapter in adapters:
         env = adapter(obj, env_id)
         if env is not None:
             return env
     if isinstance(obj, Environment):  # minds' own contract (tasks + episode), as a registered loader returns it
         return obj
-    return LooseEnvironment(env_id, obj)
+    return LooseEnvironment(env_id, obj, enumerated)
+
+
+def cookbook_environment(env_id: str, obj: Any) -> CookbookEnvironment | None:
+    """A ``CookbookEnvironment`` when ``obj`` is a tinker-cookbook object (``sources.is_cookbook``); None otherwise."""
+    return CookbookEnvironment(env_id, loaded_splits(env_id, obj)) if is_cookbook(obj) else None
 
 
 def as_rubric(source: Any, where: str) -> Rubric:
@@ -181,27 +216,24 @@ class _Built:
 class LooseEnvironment:
     """A seed-style object as an Environment (see the module docstring)."""
 
-    def __init__(self, env_id: str, obj: Any) -> None:
+    def __init__(self, env_id: str, obj: Any, enumerated: Any = None) -> None:
+        """``enumerated``: what the builder's ``build()`` at load already listed (None: enumerated here when needed)."""
         self.env_id, self.obj = env_id, obj
         self.draws = callable(getattr(obj, "initial_observation", None))
         self.builds = callable(getattr(obj, "build", None))
-        found = [a for a in ("initial_observation", "step", "dataset", "rubric", "build") if getattr(obj, a, None) is not None]
-        mismatch = f"environment {env_id!r}: load_environment() returned a {type(obj).__name__} with {', '.join(found) or 'none of them'}"
+        mismatch = _mismatch(env_id, obj)
         if any(c.__name__ == "Environment" and c.__module__.startswith("verifiers.") for c in type(obj).__mro__):
             raise ConfigError(
                 f"{mismatch}: it is a verifiers environment, which trains through the verifiers bridge; install it "
                 "(pip install -c constraints.txt -e plugins/verifiers_bridge, distribution minds-plugin-verifiers)"
             )
         #: a dataset builder's enumeration: the list of instances, or the built object with a dataset
-        self.enumerated: Any = None
-        if not self.draws and getattr(obj, "dataset", None) is None:
+        self.enumerated: Any = enumerated
+        if not self.draws and getattr(obj, "dataset", None) is None and enumerated is None:
             if not self.builds:
                 raise ConfigError(f"{mismatch}: nothing gives prompts; {ACCEPTED}")
             self.enumerated = _enumerate(obj, mismatch)
         rows_source = self.enumerated if self.enumerated is not None else obj
-        for candidate in rows_source if isinstance(rows_source, list) else [obj]:
-            if _is_cookbook_env(candidate):
-                raise ConfigError(f"{mismatch}: {_cookbook_env(candidate)}")
         if isinstance(rows_source, list):
             pass  # each instance gives its prompt and its reward
         elif getattr(rows_source, "rubric", None) is None and not callable(getattr(rows_source, "step", None)) and not self.builds:
@@ -322,13 +354,16 @@ class LooseEnvironment:
             log.warning("non-numeric reward counted as 0", env=self.env_id, functions=new)
 
 
+def _mismatch(env_id: str, obj: Any) -> str:
+    """What load_environment() returned, as the start of an error message."""
+    found = [a for a in ("initial_observation", "step", "dataset", "rubric", "build") if getattr(obj, a, None) is not None]
+    return f"environment {env_id!r}: load_environment() returned a {type(obj).__name__} with {', '.join(found) or 'none of them'}"
+
+
 def _enumerate(obj: Any, mismatch: str) -> Any:
     """A builder's ``build()`` at load, with no policy, to learn its tasks: a list of instances or an object with a dataset."""
     try:
-        made = copy.deepcopy(obj).build(_NoPolicyYet())
-        if inspect.isawaitable(made):  # an async build: run it to completion on its own loop
-            with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                made = pool.submit(asyncio.run, _awaited(made)).result()
+        made = run_to_completion(copy.deepcopy(obj).build(_NoPolicyYet()))
     except Exception as exc:  # noqa: BLE001 - reported with what minds was doing
         raise ConfigError(f"{mismatch}: build(sampling_client), called at load to list its tasks, failed: {type(exc).__name__}: {exc}") from None
     if isinstance(made, tuple):
@@ -347,31 +382,14 @@ def _enumerate(obj: Any, mismatch: str) -> Any:
     raise ConfigError(f"{mismatch}: nothing gives prompts (build() returned a {type(made).__name__}); {ACCEPTED}")
 
 
-async def _awaited(value: Any) -> Any:
-    return await value
-
-
-def _is_cookbook_env(obj: Any) -> bool:
-    """Whether ``obj`` is a tinker-cookbook ``Env`` (``tinker_cookbook.rl.types``): token observations, token actions."""
-    return any(c.__module__.startswith("tinker_cookbook.") and c.__name__ == "Env" for c in type(obj).__mro__)
-
-
-def _cookbook_env(obj: Any) -> str:
-    """Why minds refuses a tinker-cookbook ``Env`` instance, and what to do instead."""
-    return (
-        f"a {type(obj).__name__} is a tinker-cookbook Env (initial_observation() gives a (ModelInput, stop condition) "
-        "tuple and step() takes sampled tokens), which minds does not run: minds renders the conversation itself, so "
-        "an environment gives text or messages (initial_observation() -> str | list[dict]; step(text) -> reward, done, "
-        "messages). Port the Env to that shape, or train it with the tinker-cookbook's own RL loop (it runs on minds' "
-        "local backend and on minds serve)"
-    )
-
-
 async def _drawn(task: Task, source: Any) -> tuple[Task, Any]:
     """``initial_observation()`` on ``source``: the task with its prompt and answer, and a copy of ``source`` after it."""
     observation = await plugin_call(f"{type(source).__qualname__}.initial_observation", source.initial_observation)
     if isinstance(observation, tuple):  # a duck-typed tinker-cookbook Env: (ModelInput, StopCondition)
-        raise ConfigError(f"{task.id}: initial_observation() returned a tuple: {_cookbook_env(source)}")
+        raise ConfigError(
+            f"{task.id}: initial_observation() returned a tuple, as a tinker-cookbook Env does, but {type(source).__name__} "
+            "does not subclass tinker_cookbook.rl.types.Env; subclass it to have minds play it token by token"
+        )
     return attrs.evolve(task, prompt=observation, answer=getattr(source, "answer", None)), copy.deepcopy(source)
 
 

@@ -29,6 +29,8 @@ class Task:
     answer: Any = None  #: the reference answer reward functions compare with (None: none)
     info: dict[str, Any] = attrs.field(factory=dict)  #: anything else the episode or rewards need
     id: str = ""  #: a stable identifier, shown in logs and rollout records
+    #: labels the step's metrics are also grouped by (``tag/<tag>/...``): tinker-cookbook's ``logging_tags()``
+    tags: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
 
 @attrs.define
@@ -144,6 +146,20 @@ class Context:
     policy_checkpoint: str | None = None  #: a tinker:// state of the policy, when the env needs_policy_checkpoint
 
 
+#: Where a sampled turn ends: the run's sampling settings (None), or token ids or strings (tinker-cookbook's StopCondition).
+StopCondition = Sequence[int] | Sequence[str] | None
+
+
+@attrs.frozen
+class SampledTurn:
+    """One sampled turn: its tokens, their log-probabilities, why it ended and its decoded text."""
+
+    tokens: list[int]  #: the sampled token ids (trained on)
+    logprobs: list[float]  #: the sampler's log-probability of each
+    stop_reason: str  #: ``"stop"`` (a stop token or string) or ``"length"`` (its max_tokens)
+    text: str  #: the tokens decoded, for display and text-reading code
+
+
 class TokenBudgetExhausted(Exception):
     """The conversation reached max_total_tokens or max_turns; the episode ends truncated."""
 
@@ -184,6 +200,7 @@ class EpisodeConversation(Protocol):
     turns: int  #: how many turns were sampled; read only
     last_stopped: bool  #: whether the last sampled turn ended on a stop token (not on its length limit); read only
     params: Any  #: the run's tinker SamplingParams (max_tokens, temperature, top_p, ...); read only
+    record: Any  #: what the episode keeps of itself for its group's scoring (picklable: it travels from cluster workers)
 
     def start(self, messages: Sequence[Message]) -> None:
         """:param messages: the opening prompt, rendered with ``tools``; TokenBudgetExhausted when it cannot fit."""
@@ -196,6 +213,19 @@ class EpisodeConversation(Protocol):
 
     async def sample_turn(self) -> str:
         """Sample one assistant turn and return its text; raises TokenBudgetExhausted when out of budget."""
+        ...
+
+    # Token-level episodes (tinker-cookbook Envs) render their observations themselves:
+
+    def start_tokens(self, tokens: Sequence[int]) -> None:
+        """:param tokens: the opening prompt, already rendered; TokenBudgetExhausted when it cannot fit."""
+
+    def observe_tokens(self, tokens: Sequence[int]) -> None:
+        """:param tokens: the whole context of the next turn. When it extends the sequence so far only the
+        new tokens are appended, else it starts a new sequence (trained as a datum of its own)."""
+
+    async def sample_tokens(self, stop: StopCondition) -> SampledTurn:
+        """Sample one turn after the current sequence, ending at ``stop``; TokenBudgetExhausted when out of budget."""
         ...
 
 
@@ -229,6 +259,29 @@ class Environment(Protocol):
     def episode(self, task: Task, ctx: Context) -> Episode | SelfDrivingEpisode:
         """:param task: one of ``tasks(split)``. :param ctx: the current policy and service for this rollout."""
         ...
+
+
+@runtime_checkable
+class GroupRewards(Protocol):
+    """An environment whose rewards also depend on the whole group (tinker-cookbook's ``compute_group_rewards``).
+
+    An optional member of an ``Environment``: once every rollout of a task has finished, the core calls
+    ``group_rewards`` in the run's process (also under a cluster executor) with the conversations of
+    the group's successful rollouts. Raising, or answering with the wrong number of entries, fails
+    every rollout of the group (counted), as a group reward function's failure does.
+    """
+
+    async def group_rewards(self, task: Task, conversations: Sequence[EpisodeConversation]) -> Sequence[tuple[float, Mapping[str, float]]]:
+        """:param task: the group's task. :param conversations: its successful rollouts', in order.
+
+        Returns per conversation the reward added to its rollout's and metrics merged into its own.
+        """
+        ...
+
+
+def environment_group_rewards(env: Environment) -> GroupRewards | None:
+    """The environment when it scores groups (``GroupRewards``), else None."""
+    return env if callable(getattr(env, "group_rewards", None)) else None  # type: ignore[return-value]
 
 
 def episode_tools(episode: Episode) -> list[dict[str, Any]] | None:

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import tinker
 
-from minds_core.envs.types import Message, TokenBudgetExhausted
+from minds_core.envs.types import Message, SampledTurn, StopCondition, TokenBudgetExhausted
 from minds_core.render import Renderer
 
 #: What each further turn of a seeded conversation adds to its seed (a prime far from the offsets of a
@@ -52,6 +52,13 @@ class Conversation:
     sampler's log-probability of it and ``turn_ids[i]`` numbers the sampled turn.
     ``replies`` holds the decoded text of each sampled turn and
     ``stop_reasons`` why each ended; ``turns`` and ``last_stopped`` are read from them.
+
+    ``tokens`` is usually one sequence. A token-level episode (``observe_tokens``) whose next
+    observation does not extend the sequence so far starts another: ``starts`` holds where each
+    sequence begins in ``tokens`` (``[0]`` for one), each is trained as a datum of its own, and
+    only the last is the context of the next sample and measured against ``max_total_tokens``.
+    ``record`` is what a bridging episode keeps of the rollout (a tinker-cookbook ``Trajectory``); it
+    travels back with the rollout from a cluster worker.
     """
 
     renderer: Renderer
@@ -69,6 +76,8 @@ class Conversation:
     stop_reasons: list[StopReason] = attrs.field(factory=list)
     prompt: list[Message] = attrs.field(factory=list)
     truncated: bool = False
+    starts: list[int] = attrs.field(factory=lambda: [0])
+    record: Any = None
 
     def _extend(self, tokens: Sequence[int], logprobs: Sequence[float] | None = None) -> None:
         self.tokens.extend(tokens)
@@ -83,7 +92,7 @@ class Conversation:
         huge observation is refused without tokenizing it.
         """
         per_token = self.renderer.max_token_chars
-        room = self.max_total_tokens - len(self.tokens)
+        room = self.max_total_tokens - len(self.context)
         chars = sum(_content_chars(m) for m in messages)
         if per_token and chars > room * per_token:
             self.truncated = True
@@ -110,26 +119,76 @@ class Conversation:
 
     async def sample_turn(self) -> str:
         """Sample one assistant turn from the policy, record it, return its text."""
-        room = self.max_total_tokens - len(self.tokens)
+        return (await self.sample_tokens(None)).text
+
+    async def sample_tokens(self, stop: StopCondition) -> SampledTurn:
+        """Sample one turn from the policy after the current sequence, ending at ``stop`` (None: the
+        run's sampling settings; token ids or strings: these), record it and return it."""
+        room = self.max_total_tokens - len(self.context)
         if room <= 0 or 0 < self.max_turns <= self.turns:
             self.truncated = True
             raise TokenBudgetExhausted(
-                f"{len(self.tokens)} tokens of max_total_tokens={self.max_total_tokens}, "
+                f"{len(self.context)} tokens of max_total_tokens={self.max_total_tokens}, "
                 f"{self.turns} turns of max_turns={self.max_turns}"
             )
-        params = self.params.model_copy(
-            update={"max_tokens": min(self.params.max_tokens or room, room), "seed": turn_seed(self.params.seed, self.turns)}
-        )
-        response = await self.sampler.sample(tinker.types.ModelInput.from_ints(self.tokens), 1, params)
+        update: dict[str, Any] = {"max_tokens": min(self.params.max_tokens or room, room), "seed": turn_seed(self.params.seed, self.turns)}
+        if stop is not None:
+            update["stop"] = list(stop)
+        params = self.params.model_copy(update=update)
+        response = await self.sampler.sample(tinker.types.ModelInput.from_ints(self.context), 1, params)
         sequence = response.sequences[0]
         if len(sequence.tokens) != len(sequence.logprobs or []):
             raise ValueError("the sampler returned tokens without one log-probability each")
         self._extend(sequence.tokens, sequence.logprobs)
-        self.stop_reasons.append(StopReason.of(sequence.stop_reason))
+        reason = StopReason.of(sequence.stop_reason)
+        self.stop_reasons.append(reason)
         text = self.renderer.decode(sequence.tokens)
         self.replies.append(text)
         self.messages.append({"role": "assistant", "content": text})
-        return text
+        return SampledTurn(list(sequence.tokens), list(sequence.logprobs or []), reason, text)
+
+    def start_tokens(self, tokens: Sequence[int]) -> None:
+        """Open the conversation with an already rendered prompt (a token-level episode's first observation)."""
+        if self.tokens:
+            raise ValueError("start_tokens opens an empty conversation")
+        self._token_observation(tokens, "the initial observation")
+
+    def observe_tokens(self, tokens: Sequence[int]) -> None:
+        """The next observation as the full context to sample after (tinker-cookbook's ``next_observation``).
+
+        When it starts with the current sequence, only what it adds is appended (never trained on);
+        otherwise it starts a new sequence (``starts``), as the cookbook then starts a new datum.
+        Raises TokenBudgetExhausted when it leaves no room under ``max_total_tokens``.
+        """
+        tokens = list(tokens)
+        current = self.context
+        if tokens[: len(current)] == current:
+            self._token_observation(tokens[len(current) :], "the environment's reply", len(tokens))
+            return
+        self.starts.append(len(self.tokens))
+        self._token_observation(tokens, "the next observation")
+
+    def _token_observation(self, tokens: Sequence[int], what: str, length: int | None = None) -> None:
+        length = len(tokens) if length is None else length
+        if length >= self.max_total_tokens:
+            self.truncated = True
+            raise TokenBudgetExhausted(f"{what} makes {length:,} tokens, no room under max_total_tokens={self.max_total_tokens}")
+        self._extend(tokens)
+        text = self.renderer.decode(list(tokens)) if tokens else ""
+        message = {"role": "observation", "content": text}
+        if not self.prompt:
+            self.prompt = [message]
+        self.messages.append(message)
+
+    @property
+    def context(self) -> list[int]:
+        """The current sequence: what the next turn is sampled after."""
+        return self.tokens[self.starts[-1] :]
+
+    def spans(self) -> list[tuple[int, int]]:
+        """(begin, end) in ``tokens`` of each sequence, in order (one, unless a token-level episode started more)."""
+        ends = [*self.starts[1:], len(self.tokens)]
+        return list(zip(self.starts, ends))
 
     @property
     def turns(self) -> int:

@@ -4,8 +4,8 @@ The steps, in order: each rollout's reward plus its overlong penalty
 (``overlong``), the estimator's advantage per group (stored on the rollout as
 ``Rollout.advantage``), overlong filtering, the KL penalty per token (from the
 reference log-probs the scoring stage stored on the rollout), the loss
-aggregation's scale per sequence (``loss_aggregation``), and one datum per rollout
-with any nonzero advantage on a sampled token (``datums``). Every function
+aggregation's scale per sequence (``loss_aggregation``), and one datum per rollout's
+sequence with any nonzero advantage on a sampled token (``datums``). Every function
 reads plain data and returns plain data; ``assign_advantages`` is the one that
 writes, onto the rollouts it is given.
 """
@@ -71,7 +71,7 @@ class ProcessingSettings:
 class ProcessedBatch:
     """What one batch trains on."""
 
-    #: One datum per trained rollout with a nonzero advantage on a sampled token, in group order.
+    #: One datum per trained rollout's sequence with a nonzero advantage on a sampled token, in group order.
     datums: list[tinker.Datum]
     #: ``length/overlong_filtered``, ``length/overlong_penalty`` and the KL metric, when they apply.
     metrics: dict[str, float]
@@ -114,12 +114,17 @@ def token_advantages(rollout: Rollout, kl_penalty: float) -> tuple[list[float], 
     return kl_penalized(advantage, terms, kl_penalty), [t for t, s in zip(terms, conv.sampled) if s]
 
 
-def rollout_datum(rollout: Rollout, per_token: Sequence[float], extra_inputs: Sequence[str]) -> tinker.Datum | None:
-    """The datum of ``rollout`` with these per-token advantages; None when no sampled token has a nonzero one."""
+def rollout_datums(rollout: Rollout, per_token: Sequence[float], extra_inputs: Sequence[str]) -> list[tinker.Datum]:
+    """The datums of ``rollout`` with these per-token advantages: one per sequence of its conversation
+    (``Conversation.spans``) that has a sampled token with a nonzero advantage."""
     conv = rollout.conversation
-    if len(conv.tokens) < 2 or not any(a != 0 and s for a, s in zip(per_token, conv.sampled)):
-        return None
-    return rl_datum(conv.tokens, conv.sampled, conv.logprobs, per_token, extra_inputs)
+    datums = []
+    for begin, end in conv.spans():
+        advantages, sampled = per_token[begin:end], conv.sampled[begin:end]
+        if end - begin < 2 or not any(a != 0 and s for a, s in zip(advantages, sampled)):
+            continue
+        datums.append(rl_datum(conv.tokens[begin:end], sampled, conv.logprobs[begin:end], advantages, extra_inputs))
+    return datums
 
 
 def process_batch(groups: Sequence[Group], settings: ProcessingSettings) -> ProcessedBatch:
@@ -133,9 +138,7 @@ def process_batch(groups: Sequence[Group], settings: ProcessingSettings) -> Proc
     for rollout, scale in zip(trained, scales):
         per_token, kl = token_advantages(rollout, settings.kl_penalty)
         kl_values.extend(kl)
-        datum = rollout_datum(rollout, [a * scale for a in per_token], settings.extra_inputs)
-        if datum is not None:
-            datums.append(datum)
+        datums.extend(rollout_datums(rollout, [a * scale for a in per_token], settings.extra_inputs))
     metrics: dict[str, float] = {}
     if settings.overlong_filter:
         metrics["length/overlong_filtered"] = float(len(kept) - len(trained))

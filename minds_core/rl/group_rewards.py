@@ -13,6 +13,10 @@ times out (``rollout.timeout``) or returns the wrong number of rewards fails
 every rollout of the group (``rollouts/failed``; the group is then dropped
 under ``rollout.max_failing_rollouts``); a member's value that is not a finite
 number is an invalid reward part, handled by ``rollout.invalid_reward``.
+
+An environment may also score its groups itself (``GroupRewards``: tinker-cookbook's
+``compute_group_rewards``); ``score_group_with_environment`` adds what it returns, with the same
+failure rules.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from minds_core.envs.blocking import within_timeout
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric
-from minds_core.envs.types import Context, Task, environment_rubric
+from minds_core.envs.types import Context, GroupRewards, Task, environment_rubric
 from minds_core.logs import get_logger
 from minds_core.plugin_errors import contained, error_text, raised_by_plugin
 
@@ -53,15 +57,8 @@ async def score_group(rubric: Rubric, task: Task, rollouts: Sequence[Rollout], c
         "infos": [task.info] * n,
         "ctx": ctx,
     }
-    try:
-        scores = await within_timeout(contained(rubric.score_group(available, n)), cfg.timeout)  # charged to the group's rollouts
-    except BaseException as exc:  # a reward function's failure (sys.exit included) fails its group's rollouts
-        if not raised_by_plugin(exc):
-            raise
-        error = f"group reward failed: {str(exc) or 'timed out' if isinstance(exc, TimeoutError) else error_text(exc)}"
-        log.warning("group reward failed", task=task.id, error=error[:300])
-        for rollout in ok:
-            rollout.error = error
+    scores = await _guarded(rubric.score_group(available, n), task, ok, cfg)
+    if scores is None:
         return
     for rollout, score in zip(ok, scores):
         rollout.reward += score.total
@@ -71,3 +68,39 @@ async def score_group(rubric: Rubric, task: Task, rollouts: Sequence[Rollout], c
             rollout.invalid_reward = True
             if cfg.invalid_reward == "fail":
                 rollout.error = f"invalid group reward from {', '.join(score.invalid)}"
+
+
+async def _guarded(scoring: Any, task: Task, ok: Sequence[Rollout], cfg: RolloutConfig) -> Any:
+    """What ``scoring`` returns within ``rollout.timeout``; None when it failed, having failed every rollout of ``ok``."""
+    try:
+        return await within_timeout(contained(scoring), cfg.timeout)  # charged to the group's rollouts
+    except BaseException as exc:  # a reward function's failure (sys.exit included) fails its group's rollouts
+        if not raised_by_plugin(exc):
+            raise
+        error = f"group reward failed: {str(exc) or 'timed out' if isinstance(exc, TimeoutError) else error_text(exc)}"
+        log.warning("group reward failed", task=task.id, error=error[:300])
+        for rollout in ok:
+            rollout.error = error
+        return None
+
+
+async def score_group_with_environment(env: GroupRewards, task: Task, rollouts: Sequence[Rollout], cfg: RolloutConfig) -> None:
+    """Add the environment's group rewards (``GroupRewards``) to the successful ``rollouts`` of ``task`` (in place).
+
+    Each reward is added to its rollout's and recorded as ``reward/group``; its metrics are merged in.
+    """
+    ok = [r for r in rollouts if r.ok]
+    if not ok:
+        return
+
+    async def scoring() -> list[tuple[float, dict[str, float]]]:
+        answered = list(await env.group_rewards(task, [r.conversation for r in ok]))
+        if len(answered) != len(ok):
+            raise ValueError(f"group_rewards returned {len(answered)} entries for {len(ok)} rollouts")
+        return [(float(reward), {str(k): float(v) for k, v in dict(metrics).items()}) for reward, metrics in answered]
+
+    scores = await _guarded(scoring(), task, ok, cfg)
+    for rollout, (reward, metrics) in zip(ok, scores or []):
+        rollout.reward += reward
+        rollout.metrics.update(metrics)
+        rollout.metrics["reward/group"] = reward

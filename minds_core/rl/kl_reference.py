@@ -51,6 +51,9 @@ class ReferenceScorer:
             send = lambda: self.sampler.compute_logprobs(tinker.types.ModelInput.from_ints(tokens))
             return (await call_service(where, "compute_logprobs (base model)", send, self.backoff))[0]
 
-        scored = await asyncio.gather(*(logprobs(r.conversation.tokens) for r in rollouts))
-        for rollout, values in zip(rollouts, scored):
-            rollout.reference_logprobs = list(values)
+        spans = [(r, begin, end) for r in rollouts for begin, end in r.conversation.spans()]
+        scored = await asyncio.gather(*(logprobs(r.conversation.tokens[begin:end]) for r, begin, end in spans))
+        for rollout in rollouts:
+            rollout.reference_logprobs = []
+        for (rollout, _, _), values in zip(spans, scored):  # each sequence scored on its own, in order
+            rollout.reference_logprobs.extend(values)

@@ -27,13 +27,14 @@ from minds_core.envs.types import (
     SelfDrivingEpisode,
     Task,
     as_step_result,
+    environment_group_rewards,
 )
 from minds_core.logs import get_logger
 from minds_core.plugin_errors import contained, error_text, raised_by_plugin
 from minds_core.render import Renderer
 from minds_core.rl.coalesce import GroupSampler
 from minds_core.rl.conversation import Conversation
-from minds_core.rl.group_rewards import group_rubric, score_group
+from minds_core.rl.group_rewards import group_rubric, score_group, score_group_with_environment
 
 log = get_logger("rollout")
 
@@ -233,9 +234,11 @@ async def finish_group(
     env_name: str, env: Environment, task: Task, rollouts: list[Rollout], ctx: Context, cfg: RolloutConfig, max_failing: int
 ) -> Group:
     """The group of ``rollouts`` (however they were played): scored by the environment's group rubric
-    (with ``ctx``), dropped by policy (too many failures, constant rewards), failures logged."""
+    (with ``ctx``) and its own ``group_rewards`` (``GroupRewards``), dropped by policy (too many failures, constant rewards), failures logged."""
     if (rubric := group_rubric(env)) is not None:
         await score_group(rubric, task, rollouts, ctx, cfg)
+    if (scorer := environment_group_rewards(env)) is not None:
+        await score_group_with_environment(scorer, task, rollouts, cfg)
     group = Group(env_name, task, rollouts)
     rewards = [r.reward for r in group.ok_rollouts]
     if group.failures > max_failing or not rewards:

@@ -131,4 +131,18 @@ def batch_metrics(groups: Sequence[Group], envs: Sequence[Any]) -> dict[str, Any
             record[f"{prefix}/reward_min"] = min(r.reward for r in env_ok)
             record[f"{prefix}/reward_max"] = max(r.reward for r in env_ok)
         record.update(_mean_metrics((r.metrics for r in env_ok), prefix))
+    record.update(tag_metrics(groups))
+    return record
+
+
+def tag_metrics(groups: Sequence[Group]) -> dict[str, float]:
+    """Per tag of the groups' tasks (``Task.tags``): ``tag/<tag>/groups``, its reward mean and its rollouts' metric means."""
+    record: dict[str, float] = {}
+    for tag in sorted({t for g in groups for t in g.task.tags}):
+        mine = [g for g in groups if tag in g.task.tags]
+        ok = [r for g in mine for r in g.ok_rollouts]
+        record[f"tag/{tag}/groups"] = len(mine)
+        if ok:
+            record[f"tag/{tag}/reward_mean"] = finite_mean([r.reward for r in ok])
+        record.update(_mean_metrics((r.metrics for r in ok), f"tag/{tag}"))
     return record

@@ -14,7 +14,7 @@ from minds_core.cli.command import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
-TINY = ["--backend", "local", "--set", "trainer.group_size=3", "--set", "sampling.max_tokens=12"]
+TINY = ["--backend", "local", "--model", "minds-tiny", "--set", "trainer.group_size=3", "--set", "sampling.max_tokens=12"]
 
 Train = Callable[..., tuple[list[dict], list[dict]]]
 

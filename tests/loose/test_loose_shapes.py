@@ -14,7 +14,8 @@ import tinker
 from structlog.testing import capture_logs
 
 from minds_core.config import RolloutConfig
-from minds_core.envs.loose import DRAWS, LooseEnvironment, PolicySampler, load_loose_environment
+from minds_core.envs.cookbook.environment import CookbookEnvironment
+from minds_core.envs.loose import DRAWS, LooseEnvironment, PolicySampler, adapted, load_loose_environment
 from minds_core.envs.rubric import INVALID_PARTS_METRIC
 from minds_core.envs.types import Context
 from minds_core.errors import ConfigError
@@ -323,14 +324,14 @@ class _CookbookStyleEnv:
         return {"reward": 1.0}
 
 
-async def test_a_cookbook_env_from_a_builder_is_refused_by_name(ctx: Context) -> None:
+async def test_a_duck_typed_cookbook_env_is_refused_and_a_real_one_goes_to_the_cookbook_adapter(ctx: Context) -> None:
     class Builder:
         def build(self, sampling_client: object) -> list:
             return [_CookbookStyleEnv(n) for n in (3, 5)]
 
     env = LooseEnvironment("inline", Builder())  # duck-typed: known when its first observation is a tuple
     episode = env.episode(env.tasks("train")[0], ctx)
-    with pytest.raises(ConfigError, match=r"initial_observation\(\) returned a tuple: a _CookbookStyleEnv is a tinker-cookbook Env"):
+    with pytest.raises(ConfigError, match=r"returned a tuple, as a tinker-cookbook Env does, but _CookbookStyleEnv does not subclass"):
         await episode.initial_observation()
 
     Env = type("Env", (), {"__module__": "tinker_cookbook.rl.types"})  # the cookbook's own base class: known at load
@@ -338,7 +339,7 @@ async def test_a_cookbook_env_from_a_builder_is_refused_by_name(ctx: Context) ->
 
     class CookbookBuilder:
         def build(self, sampling_client: object) -> list:
-            return [ProblemEnv(3)]
+            return [ProblemEnv(3), ProblemEnv(4)]
 
-    with pytest.raises(ConfigError, match="a ProblemEnv is a tinker-cookbook Env .* Port the Env to that shape"):
-        LooseEnvironment("inline", CookbookBuilder())
+    env = adapted("inline", CookbookBuilder())
+    assert isinstance(env, CookbookEnvironment) and [t.id for t in env.tasks("train")] == ["train-0", "train-1"]

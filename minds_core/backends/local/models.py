@@ -131,6 +131,12 @@ def _from_pretrained(
     return tokenizer, model  # on the CPU: ``_load`` moves it
 
 
+def locate(name: str) -> str:
+    """Where the base model ``name`` is read from: an embedded default's folder (built first if missing), a model
+    directory, or a Hugging Face hub id."""
+    return _locate(name)
+
+
 def _locate(name: str) -> str:
     builtin = builtin_model_path(name)
     if builtin is not None:

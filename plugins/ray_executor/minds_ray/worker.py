@@ -57,12 +57,16 @@ async def _play(order: EpisodeOrder) -> Any:
         build_environment,
         load_plugins,
         run_rollout,
+        sampler_tokenizer,
+        use_run_model,
     )
 
     plugins = _cached("plugins", load_plugins)
-    env = _cached(("env", order.env.id, json.dumps(order.env.args, sort_keys=True, default=str)), lambda: build_environment(order.env, plugins.registry))
     service = _cached(("service", order.endpoint), lambda: _service(order))
     sampler = _sampler(service, order)
+    # what tinker-cookbook environments render for: the run's model, its tokenizer the sampler's
+    use_run_model(order.base_model, lambda: sampler_tokenizer(sampler, order.base_model))
+    env = _cached(("env", order.env.id, json.dumps(order.env.args, sort_keys=True, default=str)), lambda: build_environment(order.env, plugins.registry))
     renderer = _cached(("renderer", order.base_model, json.dumps(order.chat_template_args, sort_keys=True)), lambda: _renderer(sampler, order))
     ctx = Context(
         sampler=sampler,

@@ -69,6 +69,18 @@ def test_episodes_run_on_both_nodes_and_score_as_in_process_at_temperature_0(clu
     assert [row["reward/mean"] for row in on_ray.metrics] == [row["reward/mean"] for row in local.metrics]
 
 
+def test_a_tinker_cookbook_recipe_env_scores_on_ray_as_in_process_at_temperature_0(cluster, tmp_path) -> None:
+    """tinker-cookbook's arithmetic recipe env, built on the workers (its renderer for the run's model there too)."""
+    cookbook = [
+        *QUICK, "sampling.temperature=0", "env.id=tinker_cookbook.recipes.math_rl.arithmetic_env:ArithmeticDatasetBuilder",
+        'env.args={"batch_size": 2, "n_batches": 2, "group_size": 2}',
+    ]  # fmt: skip
+    on_ray = run_minds("--steps", "2", "--backend", "local", runs_dir=tmp_path, name="cookbook-ray", overrides=[*cookbook, *_ray(cluster)])
+    local = run_minds("--steps", "2", "--backend", "local", runs_dir=tmp_path, name="cookbook-local", overrides=cookbook)
+    assert all(row["rollouts/failed"] == 0 and row["rollouts/total"] == 4 for row in on_ray.metrics)
+    assert _rewards(on_ray) == _rewards(local) and len(_rewards(local)[0]) == 4
+
+
 def _minds(*args: str) -> list[str]:
     return [str(Path(sys.executable).parent / "minds"), *args]
 

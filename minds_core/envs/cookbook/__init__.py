@@ -1,0 +1,1 @@
+"""tinker-cookbook environments (``Env``, ``EnvGroupBuilder``, ``RLDataset``, ``RLDatasetBuilder``) on minds' loop."""
