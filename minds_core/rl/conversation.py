@@ -15,6 +15,7 @@ import attrs
 import tinker
 
 from minds_core.envs.types import Message, TokenBudgetExhausted
+from minds_core.inference.capture import TokenSequence
 from minds_core.render import Renderer
 
 #: What each further turn of a seeded conversation adds to its seed (a prime far from the offsets of a
@@ -69,6 +70,9 @@ class Conversation:
     stop_reasons: list[StopReason] = attrs.field(factory=list)
     prompt: list[Message] = attrs.field(factory=list)
     truncated: bool = False
+    #: Sequences of the rollout before ``tokens``, each trained on its own with the rollout's advantage: an
+    #: episode whose captured calls did not each extend the last (``adopt``); empty for a sampled conversation.
+    earlier: list[TokenSequence] = attrs.field(factory=list)
 
     def _extend(self, tokens: Sequence[int], logprobs: Sequence[float] | None = None) -> None:
         self.tokens.extend(tokens)
@@ -131,6 +135,26 @@ class Conversation:
         self.messages.append({"role": "assistant", "content": text})
         return text
 
+    def adopt(self, sequences: Sequence[TokenSequence], stop_reasons: Sequence[object], replies: Sequence[str]) -> None:
+        """Take an episode's captured calls as the rollout (``inference.capture.trajectory``): the last sequence
+        becomes this conversation's tokens, the others ``earlier``; one stop reason and reply text per call."""
+        if self.tokens:
+            raise ValueError("adopt() takes captured calls as the whole rollout: the conversation must be empty")
+        *self.earlier, last = sequences
+        turn = -1
+        for i, (token, was_sampled, logprob) in enumerate(zip(last.tokens, last.sampled, last.logprobs)):
+            turn += bool(was_sampled and (i == 0 or not last.sampled[i - 1]))
+            self.tokens.append(token)
+            self.sampled.append(was_sampled)
+            self.logprobs.append(logprob)
+            self.turn_ids.append(turn if was_sampled else -1)
+        self.stop_reasons.extend(StopReason.of(reason) for reason in stop_reasons)
+        self.replies.extend(replies)
+
+    def sequences(self) -> list[TokenSequence]:
+        """Every sequence the rollout trains on: ``earlier``, then its own tokens."""
+        return [*self.earlier, TokenSequence(tuple(self.tokens), tuple(self.sampled), tuple(self.logprobs))]
+
     @property
     def turns(self) -> int:
         """How many turns were sampled."""
@@ -143,7 +167,8 @@ class Conversation:
 
     @property
     def sampled_tokens(self) -> int:
-        return sum(self.sampled)
+        """Sampled tokens of every sequence (``earlier`` included)."""
+        return sum(self.sampled) + sum(sum(seq.sampled) for seq in self.earlier)
 
 
 def _content_chars(message: Message) -> int:

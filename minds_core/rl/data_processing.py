@@ -115,11 +115,34 @@ def token_advantages(rollout: Rollout, kl_penalty: float) -> tuple[list[float], 
 
 
 def rollout_datum(rollout: Rollout, per_token: Sequence[float], extra_inputs: Sequence[str]) -> tinker.Datum | None:
-    """The datum of ``rollout`` with these per-token advantages; None when no sampled token has a nonzero one."""
+    """The datum of ``rollout``'s own tokens with these per-token advantages; None when no sampled token has a nonzero one."""
     conv = rollout.conversation
-    if len(conv.tokens) < 2 or not any(a != 0 and s for a, s in zip(per_token, conv.sampled)):
+    return sequence_datum(conv.tokens, conv.sampled, conv.logprobs, per_token, extra_inputs)
+
+
+def sequence_datum(
+    tokens: Sequence[int],
+    sampled: Sequence[bool],
+    logprobs: Sequence[float],
+    per_token: Sequence[float],
+    extra_inputs: Sequence[str],
+) -> tinker.Datum | None:
+    """The datum of one sequence; None when it is shorter than 2 tokens or no sampled token has a nonzero advantage."""
+    if len(tokens) < 2 or not any(a != 0 and s for a, s in zip(per_token, sampled)):
         return None
-    return rl_datum(conv.tokens, conv.sampled, conv.logprobs, per_token, extra_inputs)
+    return rl_datum(tokens, sampled, logprobs, per_token, extra_inputs)
+
+
+def earlier_datums(rollout: Rollout, scale: float, extra_inputs: Sequence[str]) -> list[tinker.Datum]:
+    """The datums of a captured rollout's ``earlier`` sequences, each with the rollout's advantage (no KL term:
+    reference log-probs are scored for the rollout's own tokens only)."""
+    advantage = float(rollout.advantage or 0.0) * scale
+    datums = []
+    for seq in rollout.conversation.earlier:
+        datum = sequence_datum(seq.tokens, seq.sampled, seq.logprobs, [advantage] * len(seq.tokens), extra_inputs)
+        if datum is not None:
+            datums.append(datum)
+    return datums
 
 
 def process_batch(groups: Sequence[Group], settings: ProcessingSettings) -> ProcessedBatch:
@@ -133,6 +156,7 @@ def process_batch(groups: Sequence[Group], settings: ProcessingSettings) -> Proc
     for rollout, scale in zip(trained, scales):
         per_token, kl = token_advantages(rollout, settings.kl_penalty)
         kl_values.extend(kl)
+        datums.extend(earlier_datums(rollout, scale, settings.extra_inputs))
         datum = rollout_datum(rollout, [a * scale for a in per_token], settings.extra_inputs)
         if datum is not None:
             datums.append(datum)
