@@ -83,7 +83,7 @@ def _argv(value: Any, key: str) -> list[str]:
     if not argv:
         raise ConfigError(f'env.args.{key} is empty: give the program to run, e.g. ["python", "agent.py"]')
     # the program runs in a fresh directory: a relative path naming a file here is passed as its absolute path
-    return [str(Path(part).resolve()) if not Path(part).is_absolute() and Path(part).is_file() else part for part in argv]
+    return [str(Path(part).absolute()) if not Path(part).is_absolute() and Path(part).is_file() else part for part in argv]
 
 
 def read_tasks(path: str, key: str) -> list[Task]:
