@@ -192,6 +192,8 @@ class HarnessEpisode:
                     "the program made no call to its endpoint (OPENAI_BASE_URL / ANTHROPIC_BASE_URL): nothing to train"
                 )
             replies = [call.completions[0].text for call in recorded]
+            conversation.prompt = prompt_messages(self.task.prompt)  # type: ignore[attr-defined]
+            conversation.messages = [*conversation.prompt, *({"role": "assistant", "content": reply} for reply in replies)]  # type: ignore[misc]
             conversation.adopt(trajectory(recorded), [call.completions[0].finish for call in recorded], replies)  # type: ignore[attr-defined]
             reward, metrics = await self._score(stdout, replies, workdir, variables)
             metrics["harness/calls"] = float(len(recorded))

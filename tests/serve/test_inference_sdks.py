@@ -14,8 +14,9 @@ from pathlib import Path
 import anthropic
 import openai
 import pytest
+import tinker
 
-from .conftest import Served, start_server
+from .conftest import KEY, Served, start_server
 
 pytestmark = pytest.mark.slow
 
@@ -204,3 +205,16 @@ def test_off_loopback_rules_hold_the_key(tmp_path: Path) -> None:
         ).choices
     finally:
         assert server.stop() == 0
+
+
+def test_a_checkpoint_path_is_a_model_of_its_owner_only(served: Served, service: tinker.ServiceClient) -> None:
+    trainer = service.create_lora_training_client("minds-tiny", rank=4, seed=1).result()
+    path = trainer.save_weights_for_sampler("for-openai").result().path
+    assert path.startswith("tinker://") and "/sampler_weights/" in path
+    ask = {"model": path, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "seed": 2}
+    mine = openai.OpenAI(base_url=f"{served.url}/v1", api_key=KEY, max_retries=0)  # the key that trained it
+    answer = mine.chat.completions.create(**ask)
+    assert answer.model == path and 1 <= len(answer.choices[0].token_ids) <= 4
+    other = openai.OpenAI(base_url=f"{served.url}/v1", api_key="someone-else", max_retries=0)
+    with pytest.raises(openai.NotFoundError, match="No checkpoint at"):
+        other.chat.completions.create(**ask)
