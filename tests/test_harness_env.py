@@ -201,3 +201,37 @@ def test_bad_arguments_are_config_errors(tmp_path: Path) -> None:
         load_harness(command="python a.py", tasks=str(bad))
     with pytest.raises(ConfigError, match="cannot be split"):
         load_harness(command="python 'unclosed", tasks=str(tasks))
+
+
+def test_a_scorer_and_reward_functions_score_a_program_that_prints_no_reward(tmp_path: Path, minds_env_run: Any) -> None:
+    program = write(
+        tmp_path,
+        "agent.py",
+        """
+        from openai import OpenAI
+        OpenAI().chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=6)
+        print("done, no reward line")
+        """,
+    )
+    scorer = write(
+        tmp_path,
+        "scorer.py",
+        """
+        import json, os, sys
+        given = json.load(sys.stdin)
+        assert given["stdout"].strip() == "done, no reward line" and os.environ["MINDS_TASK"]
+        print(json.dumps({"reward": sum(map(ord, given["replies"][-1])) % 7}))
+        """,
+    )
+    tasks = write(tmp_path, "tasks.jsonl", '{"prompt": "a"}\n{"prompt": "b"}\n')
+    result = minds_env_run(
+        "harness",
+        args={"command": [sys.executable, str(program)], "tasks": str(tasks), "scorer": [sys.executable, str(scorer)]},
+        steps=1,
+        overrides=['env.rewards=[{"name": "minds.length_penalty"}]', "rollout.drop_constant_reward_groups=false"],
+    )
+    assert result.exit_code == 0, result.error
+    assert result.metrics[0]["rollouts/failed"] == 0
+    metrics = result.metrics[0]
+    assert "env/harness/harness/scorer_reward" in metrics  # the scorer's reward
+    assert metrics["env/harness/reward/minds.length_penalty/max"] == 0.5  # the group reward function on the replies

@@ -20,8 +20,12 @@ from typing import Any
 
 import attrs
 
+from minds_core.logs import get_logger
+
 from .errors import ApiError
 from .sampling import Policy, SampledCall
+
+log = get_logger("capture")
 
 __all__ = ["Capture", "EpisodeCalls", "TokenSequence", "trajectory"]
 
@@ -81,6 +85,11 @@ class Capture:
                 return True
             if key in self._ended:
                 self.late_calls += 1
+                log.warning(
+                    "call after its episode ended",
+                    late_calls=self.late_calls,
+                    reason="a process of the episode outlived it (a child in a session of its own): refused, not trained on",
+                )
             return False
 
     # -- Models --------------------------------------------------------------------------
