@@ -15,6 +15,7 @@ import anthropic
 import openai
 import pytest
 import tinker
+from tinker import types
 
 from .conftest import KEY, Served, start_server
 
@@ -93,6 +94,20 @@ def test_chat_with_tools_renders_the_calls_and_answers_token_exact(oai: openai.O
             assert choice.message.content == tokenizer.decode(ids, skip_special_tokens=True)
     assert answer.usage.prompt_tokens == len(answer.prompt_token_ids)
     assert answer.usage.completion_tokens == sum(len(c.token_ids) for c in answer.choices)
+
+
+def test_the_logprobs_are_the_models_own(oai: openai.OpenAI, service: tinker.ServiceClient) -> None:
+    answer = oai.chat.completions.create(
+        model="minds-tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=12, seed=4, logprobs=True
+    )
+    ids = answer.choices[0].token_ids
+    scored = (
+        service.create_sampling_client(base_model="minds-tiny")
+        .result()
+        .compute_logprobs(types.ModelInput.from_ints(answer.prompt_token_ids + ids))
+    )
+    expected = scored.result()[-len(ids) :]  # the same model's log-probs of the sampled tokens, by a forward pass
+    assert [entry.logprob for entry in answer.choices[0].logprobs.content] == pytest.approx(expected, abs=2e-3)
 
 
 def test_the_same_seed_samples_the_same_tokens(oai: openai.OpenAI) -> None:
@@ -190,7 +205,7 @@ def test_token_level_generate(served: Served) -> None:
 
 
 def test_off_loopback_rules_hold_the_key(tmp_path: Path) -> None:
-    server = start_server(tmp_path, "--api-key", "sekret-key-1")
+    server = start_server(tmp_path, "--api-key", "sekret-key-1", "--max-body-bytes", "20000")
     try:
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0).models.list()
