@@ -187,3 +187,28 @@ def test_bad_requests_say_what_and_where(renderer: Renderer, path: str, body: di
     assert got == status and words in message, message
     if path.startswith("/v1/messages"):
         assert answer["type"] == "error" and answer["error"]["type"] in ("invalid_request_error", "not_found_error")
+
+
+def test_an_agent_loop_through_capture_is_one_masked_sequence(renderer: Renderer) -> None:
+    """A linear agent loop (reply with a tool call, the tool's result, the next reply) re-renders token for token on
+    minds-tiny's template: its calls join into one sequence whose sampled tokens are exactly the replies."""
+    from minds_core.inference.capture import Capture, trajectory
+
+    sampler = ScriptedSampler(renderer, CALL)
+    capture = Capture()
+    surface = Surface(capture, on_call=capture.record)
+    episode = capture.open(Policy(sampler, renderer, "policy"), max_calls=8)
+    route = routes.find("/v1/chat/completions")
+    assert route is not None
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "2+3?"}]
+    for _ in range(2):
+        body = {"model": "gpt-4o", "messages": messages, "tools": TOOLS}
+        status, answer = routes.answer(surface, route, "POST", json.dumps(body).encode(), episode.key)
+        assert status == 200, answer
+        message = answer["choices"][0]["message"]
+        messages += [message, {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": "5"}]
+    calls = capture.close(episode)
+    [sequence] = trajectory(calls)
+    assert sequence.tokens[: len(calls[1].prompt)] == calls[1].prompt
+    sampled = [token for token, was in zip(sequence.tokens, sequence.sampled) if was]
+    assert sampled == sampler.tokens * 2  # both replies, end of turn included; nothing else is trained on
