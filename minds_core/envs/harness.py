@@ -33,7 +33,7 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -43,8 +43,9 @@ from minds_core.envs.rubric import Rubric
 from minds_core.envs.single_turn import prompt_messages, score_completion
 from minds_core.envs.types import Context, EpisodeConversation, StepResult, Task
 from minds_core.errors import ConfigError
-from minds_core.inference.capture import Capture, trajectory
-from minds_core.inference.sampling import Policy
+
+if TYPE_CHECKING:  # imported when an episode runs: `minds --help` does not load tinker (and torch) for this
+    from minds_core.serve.policy_endpoint import PolicyEndpoint
 
 __all__ = ["HarnessArgs", "HarnessEnvironment", "HarnessFailure", "load_harness"]
 
@@ -128,14 +129,16 @@ class HarnessEnvironment:
         self.scorer = _argv(args.scorer, "scorer") if args.scorer is not None else None
         self._tasks = {"train": read_tasks(args.tasks, "tasks")}
         self._tasks["test"] = read_tasks(args.test_tasks, "test_tasks") if args.test_tasks else self._tasks["train"]
+        from minds_core.inference.capture import Capture
+
         self.rubric = Rubric()  #: empty: ``[env] rewards`` adds reward functions on the transcript
         self.capture = Capture()
-        self._endpoint: Any = None
+        self._endpoint: PolicyEndpoint | None = None
 
     def tasks(self, split: str) -> list[Task]:
         return self._tasks.get(split, self._tasks["train"])
 
-    def endpoint(self) -> Any:
+    def endpoint(self) -> PolicyEndpoint:
         """The run's policy endpoint (started with the first episode, in the process that runs episodes)."""
         if self._endpoint is None:
             from minds_core.serve.policy_endpoint import PolicyEndpoint
@@ -159,6 +162,9 @@ class HarnessEpisode:
         self.env, self.task, self.ctx = env, task, ctx
 
     async def run(self, conversation: EpisodeConversation) -> StepResult:
+        from minds_core.inference.capture import trajectory
+        from minds_core.inference.sampling import Policy
+
         env = self.env
         endpoint = env.endpoint()
         policy = Policy(
