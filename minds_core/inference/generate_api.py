@@ -30,8 +30,8 @@ from typing import Any
 
 from .errors import bad_request
 from .fields import Fields
-from .openai_api import MAX_STOPS
-from .sampling import Completion, Policy, SamplingRequest
+from .openai_api import MAX_STOPS, content_logprobs
+from .sampling import Policy, SamplingRequest
 from .surface import Surface
 
 __all__ = ["generate"]
@@ -39,16 +39,6 @@ __all__ = ["generate"]
 
 def _entry(token: int, logprob: float) -> dict[str, Any]:
     return {"token": f"token_id:{token}", "logprob": logprob}
-
-
-def _logprobs(completion: Completion) -> dict[str, Any]:
-    tops = completion.top_logprobs or [()] * len(completion.tokens)
-    return {
-        "content": [
-            {**_entry(token, logprob), "top_logprobs": [_entry(t, lp) for t, lp in top]}
-            for token, logprob, top in zip(completion.tokens, completion.logprobs, tops)
-        ]
-    }
 
 
 def generate(surface: Surface, body: dict[str, Any], caller: str) -> dict[str, Any]:
@@ -79,7 +69,7 @@ def generate(surface: Surface, body: dict[str, Any], caller: str) -> dict[str, A
 
     _, call = surface.sample(model, caller, build)
     choices = [
-        {"index": i, "token_ids": list(c.tokens), "logprobs": _logprobs(c), "finish_reason": c.finish}
+        {"index": i, "token_ids": list(c.tokens), "logprobs": content_logprobs(c, _entry), "finish_reason": c.finish}
         for i, c in enumerate(call.completions)
     ]
     return {"request_id": request_id, "prompt_token_ids": list(call.prompt), "choices": choices}

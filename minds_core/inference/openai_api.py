@@ -66,17 +66,22 @@ def _usage(call: SampledCall) -> dict[str, int]:
     return {"prompt_tokens": len(call.prompt), "completion_tokens": completion, "total_tokens": len(call.prompt) + completion}
 
 
-def _token_entry(policy: Policy, token: int, logprob: float) -> dict[str, Any]:
-    text = policy.renderer.tokenizer.decode([token])
-    return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+def text_entry(policy: Policy) -> Callable[[int, float], dict[str, Any]]:
+    """A log-prob entry naming its token by its text: ``{"token", "logprob", "bytes"}``."""
+
+    def entry(token: int, logprob: float) -> dict[str, Any]:
+        text = policy.renderer.tokenizer.decode([token])
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+    return entry
 
 
-def chat_logprobs(policy: Policy, completion: Completion) -> dict[str, Any]:
-    """``{"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}``, one entry per sampled token."""
+def content_logprobs(completion: Completion, entry: Callable[[int, float], dict[str, Any]]) -> dict[str, Any]:
+    """``{"content": [{**entry, "top_logprobs": [entry, ...]}]}``, one per sampled token (``entry`` names a token)."""
     tops = completion.top_logprobs or [()] * len(completion.tokens)
     return {
         "content": [
-            {**_token_entry(policy, token, logprob), "top_logprobs": [_token_entry(policy, t, lp) for t, lp in top]}
+            {**entry(token, logprob), "top_logprobs": [entry(t, lp) for t, lp in top]}
             for token, logprob, top in zip(completion.tokens, completion.logprobs, tops)
         ]
     }
@@ -127,7 +132,7 @@ def chat_completions(surface: Surface, body: dict[str, Any], caller: str) -> dic
         {
             "index": i,
             "message": _message(reply, made),
-            "logprobs": chat_logprobs(policy, completion) if want_logprobs else None,
+            "logprobs": content_logprobs(completion, text_entry(policy)) if want_logprobs else None,
             "finish_reason": finish,
             "token_ids": list(completion.tokens),
         }
@@ -159,7 +164,7 @@ def _chat_stream(
             events.append(
                 chunk([{"index": i, "delta": {"reasoning_content": reply.reasoning}, "logprobs": None, "finish_reason": None}])
             )
-        logprobs = chat_logprobs(policy, completion) if want_logprobs else None
+        logprobs = content_logprobs(completion, text_entry(policy)) if want_logprobs else None
         if reply.content:
             events.append(chunk([{"index": i, "delta": {"content": reply.content}, "logprobs": logprobs, "finish_reason": None}]))
             logprobs = None
