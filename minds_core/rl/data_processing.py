@@ -5,7 +5,9 @@ The steps, in order: each rollout's reward plus its overlong penalty
 ``Rollout.advantage``), overlong filtering, the KL penalty per token (from the
 reference log-probs the scoring stage stored on the rollout), the loss
 aggregation's scale per sequence (``loss_aggregation``), and one datum per rollout
-with any nonzero advantage on a sampled token (``datums``). Every function
+with any nonzero advantage on a sampled token (``datums``); a rollout captured from an agent
+program's calls may hold earlier sequences too (``Conversation.earlier``), each a datum with
+the rollout's advantage. Every function
 reads plain data and returns plain data; ``assign_advantages`` is the one that
 writes, onto the rollouts it is given.
 """

@@ -324,11 +324,7 @@ ROUTES: list[tuple[str, str, Callable[[_Call], Any]]] = [
     ("POST", "/api/v1/get_info", lambda c: c.engine.get_info(c.model(types.GetInfoRequest), c.client)),
     ("POST", "/api/v1/forward_backward", _forward_backward),
     ("POST", "/api/v1/optim_step", lambda c: c.engine.optim_step(c.model(types.OptimStepRequest), c.client)),
-    (
-        "POST",
-        "/api/v1/create_custom_loss",
-        _unsupported("server-side custom losses; forward_backward_custom computes them client-side"),
-    ),
+    ("POST", "/api/v1/create_custom_loss", _unsupported("server-side custom losses; forward_backward_custom computes them client-side")),
     ("POST", "/api/v1/save_weights", lambda c: c.engine.save_weights(c.model(types.SaveWeightsRequest), c.client)),
     (
         "POST",

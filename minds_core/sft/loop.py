@@ -90,9 +90,7 @@ def read_conversations(path: str | Path) -> list[Chat]:
         tools = record.get("tools") if isinstance(record, dict) else None
         problem = _check_messages(messages) or _check_tools(tools)
         if problem:
-            raise ConfigError(
-                f'{path}:{number}: {problem}; expected {{"messages": [{{"role": "user", "content": "..."}}, {{"role": "assistant", ...}}]}}'
-            )
+            raise ConfigError(f'{path}:{number}: {problem}; expected {{"messages": [{{"role": "user", "content": "..."}}, {{"role": "assistant", ...}}]}}')
         conversations.append(Chat([template_message(m) for m in messages], tools or None))
     if not conversations:
         raise ConfigError(f"{path}: no conversations")
@@ -114,9 +112,7 @@ def _check_messages(messages: Any) -> str | None:
         for j, call in enumerate(calls or []):
             if problem := call_problem(call):
                 return f"message {i}: tool_calls[{j}] {problem}"
-        if "weight" in message and (
-            message["role"] != "assistant" or message["weight"] not in (0, 1) or isinstance(message["weight"], bool)
-        ):
+        if "weight" in message and (message["role"] != "assistant" or message["weight"] not in (0, 1) or isinstance(message["weight"], bool)):
             return f"message {i}: weight must be 0 (not trained on) or 1, on an assistant message; got {message['weight']!r}"
     if messages[0]["role"] == "assistant":
         return "the first message is the assistant's: nothing to condition it on"
