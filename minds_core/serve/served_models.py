@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from minds_core.inference.errors import ApiError, unknown_model
 from minds_core.inference.sampling import Policy
-from minds_core.render import Renderer
+from minds_core.render import Renderer, TemplateError
 
 from .errors import HttpError
 
@@ -89,7 +89,10 @@ class ServedModels:
     def _renderer(self, base: str, sampler: Any) -> Renderer:
         with self._lock:
             if base not in self._renderers:
-                self._renderers[base] = Renderer(sampler.get_tokenizer())
+                try:
+                    self._renderers[base] = Renderer(sampler.get_tokenizer())
+                except TemplateError as exc:
+                    raise ApiError(400, f"{base!r} cannot be served on the inference routes: {exc}", "model") from None
             return self._renderers[base]
 
     def _context_length(self, base: str) -> int | None:
