@@ -13,6 +13,7 @@ does not (a template that rewrote earlier turns, a fresh conversation) starts a 
 
 from __future__ import annotations
 
+import collections
 import secrets
 import threading
 from collections.abc import Sequence
@@ -26,6 +27,9 @@ from .errors import ApiError
 from .sampling import Policy, SampledCall
 
 log = get_logger("capture")
+
+#: Keys of ended episodes remembered, to count their late calls (older ones are refused all the same, uncounted).
+ENDED_KEPT = 1 << 16
 
 __all__ = ["Capture", "EpisodeCalls", "TokenSequence", "trajectory"]
 
@@ -60,7 +64,7 @@ class Capture:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open: dict[str, EpisodeCalls] = {}
-        self._ended: set[str] = set()
+        self._ended: collections.OrderedDict[str, None] = collections.OrderedDict()  # the latest ENDED_KEPT keys
         #: calls that came with the key of an episode that had ended (the program outlived its episode)
         self.late_calls = 0
 
@@ -75,7 +79,9 @@ class Capture:
         """End ``episode``: its key is refused from now on; its calls."""
         with self._lock:
             self._open.pop(episode.key, None)
-            self._ended.add(episode.key)
+            self._ended[episode.key] = None
+            while len(self._ended) > ENDED_KEPT:
+                self._ended.popitem(last=False)
             return list(episode.calls)
 
     def knows(self, key: str) -> bool:
