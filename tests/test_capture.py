@@ -100,3 +100,12 @@ def test_a_captured_rollout_trains_every_sequence_with_its_advantage() -> None:
     assert inputs[0]["advantages"] == [0.0, 0.5, 0.5] and inputs[1]["advantages"] == [0.0, 0.5]
     assert inputs[2]["advantages"] == [0.0, -0.5, -0.5]
     assert inputs[0]["logprobs"] == pytest.approx([0.0, -0.1, -0.2])
+
+
+def test_an_unseeded_call_takes_its_turns_seed() -> None:
+    capture = Capture()
+    episode = capture.open(policy(), 10, seeds=lambda n: 1000 + n)
+    assert capture.policy("m", episode.key).seed == 1000
+    capture.record(episode.key, call([1], [2]))
+    assert capture.policy("m", episode.key).seed == 1001
+    assert capture.policy("m", capture.open(policy(), 10).key).seed is None  # an unseeded run's episode

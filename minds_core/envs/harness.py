@@ -164,13 +164,15 @@ class HarnessEpisode:
     async def run(self, conversation: EpisodeConversation) -> StepResult:
         from minds_core.inference.capture import trajectory
         from minds_core.inference.sampling import Policy
+        from minds_core.rl.conversation import turn_seed
 
         env = self.env
         endpoint = env.endpoint()
         policy = Policy(
             self.ctx.sampler, conversation.renderer, "policy", self.ctx.step, max_tokens=conversation.params.max_tokens
         )  # type: ignore[attr-defined]
-        calls = env.capture.open(policy, env.args.max_calls)
+        seed = conversation.params.seed  # a seeded run: each call the program sends unseeded gets its turn's seed
+        calls = env.capture.open(policy, env.args.max_calls, lambda n: turn_seed(seed, n))
         workdir = Path(tempfile.mkdtemp(prefix="minds-harness-"))
         task_json = json.dumps(self.task.info)
         variables = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -50,6 +50,8 @@ class EpisodeCalls:
     key: str  #: the API key the episode's program sends (secret: never logged)
     policy: Policy  #: what answers its calls (the run's policy when the episode started)
     max_calls: int  #: calls past this many are refused (429) and the episode is failed as flooding
+    #: the seed of its n-th call when the client sends none (a seeded run's episode samples the same again)
+    seeds: Callable[[int], int | None] = lambda n: None
     calls: list[SampledCall] = attrs.field(factory=list)  #: its calls, in the order they were answered
     refused: int = 0  #: calls refused for being past ``max_calls``
 
@@ -68,9 +70,9 @@ class Capture:
         #: calls that came with the key of an episode that had ended (the program outlived its episode)
         self.late_calls = 0
 
-    def open(self, policy: Policy, max_calls: int) -> EpisodeCalls:
-        """A new episode's endpoint, with a fresh key."""
-        episode = EpisodeCalls(f"minds-episode-{secrets.token_urlsafe(18)}", policy, max_calls)
+    def open(self, policy: Policy, max_calls: int, seeds: Callable[[int], int | None] = lambda n: None) -> EpisodeCalls:
+        """A new episode's endpoint, with a fresh key; ``seeds(n)`` seeds its n-th call when the client sends no seed."""
+        episode = EpisodeCalls(f"minds-episode-{secrets.token_urlsafe(18)}", policy, max_calls, seeds)
         with self._lock:
             self._open[episode.key] = episode
         return episode
@@ -110,7 +112,8 @@ class Capture:
             if len(episode.calls) >= episode.max_calls:
                 episode.refused += 1
                 raise ApiError(429, f"this episode made {episode.max_calls} calls, its max_calls: no more are answered")
-        return attrs.evolve(episode.policy, name=model if isinstance(model, str) and model else "policy")
+            seed = episode.seeds(len(episode.calls))
+        return attrs.evolve(episode.policy, name=model if isinstance(model, str) and model else "policy", seed=seed)
 
     def record(self, caller: str, call: SampledCall) -> None:
         """Keep ``call`` for ``caller``'s episode (a call finished after its episode ended is dropped, counted late)."""

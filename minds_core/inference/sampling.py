@@ -36,6 +36,7 @@ class Policy:
     version: int | None = None  #: the run's policy version that samples (None outside a run)
     context_length: int | None = None  #: the longest prompt plus completion the model takes (None: unknown)
     max_tokens: int | None = None  #: most tokens one completion may sample (a run's sampling.max_tokens; None: the limits')
+    seed: int | None = None  #: the seed of a request that sends none (a seeded run's episode; None: unseeded)
 
 
 @attrs.frozen
@@ -113,7 +114,7 @@ def sample(policy: Policy, request: SamplingRequest, limits: ServeLimits) -> Sam
         temperature=request.temperature,
         top_p=request.top_p,
         top_k=request.top_k,
-        seed=request.seed,
+        seed=request.seed if request.seed is not None else policy.seed,
         stop=_stop(policy, request),
     )
     prompt = types.ModelInput.from_ints(list(request.prompt))

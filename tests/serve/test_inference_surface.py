@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import pytest
 from tinker import types
 
@@ -34,9 +35,11 @@ class ScriptedSampler:
     def __init__(self, renderer: Renderer, reply: str) -> None:
         self.tokens = [*renderer.encode(reply), renderer.tokenizer.eos_token_id]
         self.prompts: list[list[int]] = []
+        self.seeds: list[int | None] = []
 
     def sample(self, prompt: types.ModelInput, n: int, params: types.SamplingParams, topk_sample_logprobs: int = 0) -> _Done:
         self.prompts.append(prompt.to_ints())
+        self.seeds.append(params.seed)
         sequence = types.SampledSequence(
             stop_reason="stop", sequence_id="s", _tokens_list=self.tokens, _logprobs_list=[-0.5] * len(self.tokens)
         )
@@ -212,3 +215,16 @@ def test_an_agent_loop_through_capture_is_one_masked_sequence(renderer: Renderer
     assert sequence.tokens[: len(calls[1].prompt)] == calls[1].prompt
     sampled = [token for token, was in zip(sequence.tokens, sequence.sampled) if was]
     assert sampled == sampler.tokens * 2  # both replies, end of turn included; nothing else is trained on
+
+
+def test_a_request_without_a_seed_takes_the_policys(renderer: Renderer) -> None:
+    sampler = ScriptedSampler(renderer, "x")
+    model = OneModel(sampler, renderer)
+    seeded = Surface(
+        type("Seeded", (), {"names": model.names, "policy": lambda self, m, c: attrs.evolve(model.policy(m, c), seed=77)})()
+    )
+    route = routes.find("/v1/chat/completions")
+    assert route is not None
+    for body in ({}, {"seed": 5}):
+        routes.answer(seeded, route, "POST", json.dumps({"model": "scripted", "messages": USER, **body}).encode(), "c")
+    assert sampler.seeds == [77, 5]  # the policy's seed, unless the request gives its own
