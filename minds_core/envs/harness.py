@@ -169,7 +169,12 @@ class HarnessEpisode:
         env = self.env
         endpoint = env.endpoint()
         policy = Policy(
-            self.ctx.sampler, conversation.renderer, "policy", self.ctx.step, max_tokens=conversation.params.max_tokens
+            self.ctx.sampler,
+            conversation.renderer,
+            "policy",
+            self.ctx.step,
+            context_length=conversation.max_total_tokens,
+            max_tokens=conversation.params.max_tokens,
         )  # type: ignore[attr-defined]
         seed = conversation.params.seed  # a seeded run: each call the program sends unseeded gets its turn's seed
         calls = env.capture.open(policy, env.args.max_calls, lambda n: turn_seed(seed, n))

@@ -34,7 +34,9 @@ class Policy:
     renderer: Renderer  #: the chat template and tokenizer of the sampler's model
     name: str  #: the model name answers carry (the name the client asked for)
     version: int | None = None  #: the run's policy version that samples (None outside a run)
-    context_length: int | None = None  #: the longest prompt plus completion the model takes (None: unknown)
+    context_length: int | None = (
+        None  #: the longest prompt plus completion taken (the model's context, a run's budget; None: unknown)
+    )
     max_tokens: int | None = None  #: most tokens one completion may sample (a run's sampling.max_tokens; None: the limits')
     seed: int | None = None  #: the seed of a request that sends none (a seeded run's episode; None: unseeded)
 
@@ -84,8 +86,8 @@ def _limit_tokens(policy: Policy, request: SamplingRequest, limits: ServeLimits)
         room = policy.context_length - len(request.prompt)
         if room < 1:
             raise bad_request(
-                f"the prompt is {len(request.prompt)} tokens, and the model's context is {policy.context_length}: "
-                "shorten the conversation",
+                f"the prompt is {len(request.prompt)} tokens, and at most {policy.context_length} tokens of prompt and "
+                "completion are taken here (the model's context, or in a run rollout.max_total_tokens): shorten the conversation",
                 "messages",
             )
         allowed = min(allowed, room)

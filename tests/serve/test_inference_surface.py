@@ -36,10 +36,12 @@ class ScriptedSampler:
         self.tokens = [*renderer.encode(reply), renderer.tokenizer.eos_token_id]
         self.prompts: list[list[int]] = []
         self.seeds: list[int | None] = []
+        self.max_tokens: list[int | None] = []
 
     def sample(self, prompt: types.ModelInput, n: int, params: types.SamplingParams, topk_sample_logprobs: int = 0) -> _Done:
         self.prompts.append(prompt.to_ints())
         self.seeds.append(params.seed)
+        self.max_tokens.append(params.max_tokens)
         sequence = types.SampledSequence(
             stop_reason="stop", sequence_id="s", _tokens_list=self.tokens, _logprobs_list=[-0.5] * len(self.tokens)
         )
@@ -228,3 +230,20 @@ def test_a_request_without_a_seed_takes_the_policys(renderer: Renderer) -> None:
     for body in ({}, {"seed": 5}):
         routes.answer(seeded, route, "POST", json.dumps({"model": "scripted", "messages": USER, **body}).encode(), "c")
     assert sampler.seeds == [77, 5]  # the policy's seed, unless the request gives its own
+
+
+def test_a_prompt_past_the_budget_is_refused_and_a_completion_is_held_within_it(renderer: Renderer) -> None:
+    sampler = ScriptedSampler(renderer, "x")
+    budget = Policy(sampler, renderer, "policy", context_length=40, max_tokens=16)
+    surface = Surface(type("Budget", (), {"names": lambda self: ["policy"], "policy": lambda self, m, c: budget})())
+    route = routes.find("/v1/chat/completions")
+    assert route is not None
+    long = [{"role": "user", "content": "y" * 100}]
+    status, answer = routes.answer(surface, route, "POST", json.dumps({"model": "m", "messages": long}).encode(), "c")
+    assert status == 400 and "rollout.max_total_tokens" in answer["error"]["message"]
+    routes.answer(surface, route, "POST", json.dumps({"model": "m", "messages": USER, "max_tokens": 1000}).encode(), "c")
+    assert len(sampler.prompts[-1]) + 16 <= 40 and sampler.max_tokens[-1] == 16  # the run's max_tokens caps the client's 1000
+    routes.answer(
+        surface, route, "POST", json.dumps({"model": "m", "messages": [{"role": "user", "content": "z" * 20}]}).encode(), "c"
+    )
+    assert sampler.max_tokens[-1] == 40 - len(sampler.prompts[-1]) < 16  # what room the budget leaves
