@@ -44,6 +44,7 @@ bench: setup  ## the benchmark scripts; they print figures
 	$(PY) benchmarks/openreward_load.py
 	$(PY) benchmarks/sampler_memory.py
 	$(PY) benchmarks/executors.py
+	$(PY) benchmarks/inference_overhead.py
 
 clean:  ## remove the venv; runs/ (your runs and local checkpoints) is kept
 	rm -rf $(VENV)

@@ -8,11 +8,13 @@ from minds_core.backends.tinker import TinkerBackend
 from minds_core.contracts import (
     AdvantageEstimator,
     BackendFactory,
+    EnvironmentLoader,
     ExecutorFactory,
     Register,
     RewardFunction,
     SinkFactory,
 )
+from minds_core.envs.harness import load_harness
 from minds_core.envs.rewards import REWARD_FUNCTIONS
 from minds_core.rl.advantages import ESTIMATORS
 from minds_core.rl.local_executor import LocalExecutor
@@ -62,3 +64,8 @@ def minds_register_backends(register: Register[BackendFactory]) -> None:
 @hookimpl
 def minds_register_rollout_executors(register: Register[ExecutorFactory]) -> None:
     register("local", LocalExecutor, "every episode in the run's own process (asyncio, rollout.concurrency at once)")
+
+
+@hookimpl
+def minds_register_environments(register: Register[EnvironmentLoader]) -> None:
+    register("harness", load_harness, "an unmodified agent program per episode, trained through the run's OpenAI/Anthropic endpoint")

@@ -104,3 +104,23 @@ def test_the_readmes_install_has_what_minds_serve_downloads_need():
     assert "pyrage" in installed, f"README installs .[{install}], which lacks pyrage"
     serve_doc = (Path(__file__).resolve().parents[1] / "docs" / "serve.md").read_text()
     assert "pyrage" in serve_doc and "`local` extra" in serve_doc
+
+
+@pytest.mark.slow
+def test_the_agent_program_example_trains_as_written(tmp_path, monkeypatch):
+    """"Train an agent program": the README's agent, tasks and config, run with its command, train 3 steps."""
+    from minds_core.testing import run_minds
+
+    (agent,) = [b for b in _blocks("python") if b.startswith("# agent.py")]
+    (tasks,) = [b for b in _blocks("jsonl") if b.startswith("# tasks.jsonl")]
+    (config,) = [b for b in _blocks("toml") if b.startswith("# agent.toml")]
+    (command,) = [line.strip() for b in _blocks("bash") for line in b.splitlines() if "agent.toml" in line]
+    (tmp_path / "agent.py").write_text(agent)
+    (tmp_path / "tasks.jsonl").write_text(tasks.split("\n", 1)[1])  # the block's first line names the file
+    (tmp_path / "agent.toml").write_text(config)
+    (tmp_path / ".venv").symlink_to(Path(__file__).resolve().parents[1] / ".venv")  # the config names .venv/bin/python
+    monkeypatch.chdir(tmp_path)
+    assert command.startswith(".venv/bin/minds run ")
+    result = run_minds(*command.split()[2:], runs_dir=tmp_path / "runs")
+    assert result.exit_code == 0, result.error
+    assert len(result.metrics) == 3 and all(m["rollouts/failed"] == 0 and m["train/datums"] > 0 for m in result.metrics)

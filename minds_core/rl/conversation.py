@@ -15,6 +15,7 @@ import attrs
 import tinker
 
 from minds_core.envs.types import Message, SampledTurn, StopCondition, TokenBudgetExhausted
+from minds_core.inference.capture import TokenSequence
 from minds_core.render import Renderer
 
 #: What each further turn of a seeded conversation adds to its seed (a prime far from the offsets of a
@@ -190,6 +191,30 @@ class Conversation:
         ends = [*self.starts[1:], len(self.tokens)]
         return list(zip(self.starts, ends))
 
+    def adopt(self, sequences: Sequence[TokenSequence], stop_reasons: Sequence[object], replies: Sequence[str]) -> None:
+        """Take an episode's captured calls as the rollout (``inference.capture.trajectory``): each sequence becomes
+        one of this conversation's (``spans``), trained as a datum of its own; one stop reason and reply per call."""
+        if self.tokens:
+            raise ValueError("adopt() takes captured calls as the whole rollout: the conversation must be empty")
+        turn = -1
+        for number, sequence in enumerate(sequences):
+            if number:
+                self.starts.append(len(self.tokens))
+            for i, (token, was_sampled, logprob) in enumerate(zip(sequence.tokens, sequence.sampled, sequence.logprobs)):
+                turn += bool(was_sampled and (i == 0 or not sequence.sampled[i - 1]))
+                self.tokens.append(token)
+                self.sampled.append(was_sampled)
+                self.logprobs.append(logprob)
+                self.turn_ids.append(turn if was_sampled else -1)
+        self.stop_reasons.extend(StopReason.of(reason) for reason in stop_reasons)
+        self.replies.extend(replies)
+
+    def sequences(self) -> list[TokenSequence]:
+        """Every sequence the rollout trains on, in order (``spans``)."""
+        return [
+            TokenSequence(tuple(self.tokens[b:e]), tuple(self.sampled[b:e]), tuple(self.logprobs[b:e])) for b, e in self.spans()
+        ]
+
     @property
     def turns(self) -> int:
         """How many turns were sampled."""
@@ -202,6 +227,7 @@ class Conversation:
 
     @property
     def sampled_tokens(self) -> int:
+        """Sampled tokens of every sequence."""
         return sum(self.sampled)
 
 

@@ -8,6 +8,11 @@ Unmodified ``tinker`` SDK code pointed at it (``TINKER_BASE_URL`` or ``base_url=
 
 ``serve`` blocks until SIGTERM or Ctrl-C, then stops accepting requests, gives requests
 already running ``SHUTDOWN_GRACE_SECONDS`` to finish and exits (abandoning any still running).
+The same server answers OpenAI (``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``),
+Anthropic (``/v1/messages``, ``/v1/messages/count_tokens``) and token-level
+(``/inference/v1/generate``) requests over its base models and its clients' ``tinker://``
+sampler paths (``minds_core.inference``; ``served_models``).
+
 On start it prints one JSON line, ``{"url": ..., "host": ..., "port": ...}``
 (with ``--port 0`` the port is a free one the system picked).
 

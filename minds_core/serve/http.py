@@ -40,6 +40,9 @@ from tinker import types
 from minds_core.backends.local.catalog import Catalog
 from minds_core.backends.local.checkpoints import CheckpointStore
 from minds_core.backends.local.refusals import refusal
+from minds_core.inference import routes as inference
+from minds_core.inference.errors import ApiError
+from minds_core.inference.surface import Surface
 
 from .downloads import DOWNLOADS_PREFIX as DOWNLOADS
 from .downloads import Downloads
@@ -55,6 +58,7 @@ from .errors import (
     Unauthorized,
 )
 from .limits import ServeLimits
+from .served_models import ServedModels
 from .wire import (
     PROTO_CONTENT_TYPE,
     decode_forward_backward,
@@ -63,7 +67,7 @@ from .wire import (
     parse_forward_backward,
 )
 
-__all__ = ["ROUTES", "TinkerServer"]
+__all__ = ["ROUTES", "HttpServer", "TinkerServer"]
 
 Json = dict[str, Any]
 #: accept() errors that mean "out of descriptors or memory for now": back off, then try again.
@@ -77,25 +81,39 @@ _CUT = -1.0
 _DRAIN_BYTES = 4 << 20
 
 
-class TinkerServer(ThreadingHTTPServer):
-    """Serves ``engine`` on ``(host, port)``; with ``api_keys``, each request's ``X-API-Key`` must be one of them."""
+class HttpServer(ThreadingHTTPServer):
+    """The threaded server under ``minds serve`` and a run's policy endpoint: each connection a thread, up to
+    ``limits.max_connections``, each request bounded by ``limits``. ``surface`` (when given) answers the inference
+    routes (``minds_core.inference.routes``); ``engine`` (``TinkerServer``), the Tinker API's."""
 
     daemon_threads = True
     allow_reuse_address = True
+    engine: Engine | None = None
 
-    def __init__(self, address: tuple[str, int], engine: Engine, api_keys: tuple[str, ...], limits: ServeLimits) -> None:
+    def __init__(self, address: tuple[str, int], api_keys: tuple[str, ...], limits: ServeLimits, surface: Surface | None) -> None:
         self.request_queue_size = limits.backlog  # read by listen() in the constructor
-        self.engine = engine
         self.api_keys = api_keys
         self.limits = limits
+        self.surface = surface
         self._accept_backoff = 0.0
         self._connections = 0
         self._connections_lock = threading.Lock()
         self._deadlines: dict[socket.socket, float] = {}  # connections reading a request: when they are cut off
         self._closing = threading.Event()
-        self.downloads = Downloads(Catalog(CheckpointStore(Path(engine.service.checkpoint_root))))
         super().__init__(address, _Handler)
         threading.Thread(target=self._cut_overdue, name="minds-serve-deadlines", daemon=True).start()
+
+    def authorized(self, key: str) -> bool:
+        """Whether a request sending ``key`` is served: any key without ``api_keys``, else one of them."""
+        return not self.api_keys or any(hmac.compare_digest(key.encode(), allowed.encode()) for allowed in self.api_keys)
+
+    def caller(self, key: str) -> str:
+        """The client a key stands for (what it created is its own)."""
+        return key
+
+    def public(self, detail: str) -> str:
+        """An error message as a client may see it."""
+        return detail
 
     def read_deadline(self, connection: socket.socket, seconds: float | None) -> bool:
         """Cut ``connection`` off unless its request has arrived ``seconds`` from now (None: it has); whether it
@@ -163,6 +181,22 @@ class TinkerServer(ThreadingHTTPServer):
     def _release(self) -> None:
         with self._connections_lock:
             self._connections -= 1
+
+
+class TinkerServer(HttpServer):
+    """Serves ``engine`` on ``(host, port)``, the Tinker API and the inference routes over its models; with
+    ``api_keys``, each request's key (``X-API-Key``, or ``Authorization: Bearer``) must be one of them."""
+
+    def __init__(self, address: tuple[str, int], engine: Engine, api_keys: tuple[str, ...], limits: ServeLimits) -> None:
+        self.engine = engine
+        self.downloads = Downloads(Catalog(CheckpointStore(Path(engine.service.checkpoint_root))))
+        super().__init__(address, api_keys, limits, Surface(ServedModels(engine), limits))
+
+    def caller(self, key: str) -> str:
+        return self.engine.owners.client_of(key)
+
+    def public(self, detail: str) -> str:
+        return self.engine.public(detail)
 
 
 @dataclass
@@ -386,6 +420,9 @@ class _Handler(BaseHTTPRequestHandler):
             raw = self._read_body()
             if self.server.read_deadline(self.connection, None):  # cut off while it dripped in: a torn request
                 raise _HungUp
+            route = inference.find(path) if self.server.surface is not None else None
+            if route is not None:
+                return self._inference(route, raw)
             status, body, content_type = self._route(path, raw)
         except _HungUp:
             self.close_connection = True
@@ -420,10 +457,18 @@ class _Handler(BaseHTTPRequestHandler):
         """An error answer: ``{"detail": ...}``, the shape of every error this server sends, server paths hidden."""
         if self.request_version == "HTTP/0.9":  # a request line too broken to name a version still gets a status line
             self.request_version = "HTTP/1.0"
-        body = json.dumps({"detail": self.server.engine.public(detail)}).encode()
+        route = inference.find(urlsplit(getattr(self, "path", "")).path) if self.server.surface is not None else None
+        error: dict[str, Any] = {"detail": self.server.public(detail)}
+        if route is not None:
+            error = inference.error_body(route.family, ApiError(status, self.server.public(detail)))
+        body = json.dumps(error).encode()
         self._send(status, body, "application/json")
 
     def _route(self, path: str, raw: bytes) -> tuple[int, bytes | Path, str]:
+        if self.server.engine is None:  # a run's policy endpoint: the inference routes only
+            raise NotFound(
+                f"this endpoint serves the inference routes only ({', '.join(r.path for r in inference.ROUTES)}), not {path}"
+            )
         allowed = []
         for method, pattern, handler in _COMPILED:
             match = pattern.match(path)
@@ -439,6 +484,27 @@ class _Handler(BaseHTTPRequestHandler):
         if allowed:
             raise MethodNotAllowed(f"minds serve serves {path} with {' and '.join(allowed)} only, not {self.command}")
         raise NotFound(f"minds serve does not serve {self.command} {path} (the routes it serves: minds_core.serve.http.ROUTES)")
+
+    def _inference(self, route: inference.Route, raw: bytes) -> None:
+        """An inference route: its JSON answer, or its events as ``text/event-stream`` (the connection then closes)."""
+        assert self.server.surface is not None
+        caller = self.server.caller(inference.request_key(self.headers))
+        status, answer = inference.answer(self.server.surface, route, self.command, raw, caller)
+        if not isinstance(answer, inference.Stream):
+            self._send(status, json.dumps(answer).encode(), "application/json")
+            return
+        self.close_connection = True  # no Content-Length: the end of the stream is the end of the connection
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for event in answer.events:
+                self.wfile.write(event.encode())
+            self.wfile.flush()
+        except OSError:  # the client went away
+            pass
 
     def _send(self, status: int, body: bytes | Path, content_type: str) -> None:
         """Answer with ``body``: bytes, or a file (streamed: a signed download)."""
@@ -471,10 +537,11 @@ class _Handler(BaseHTTPRequestHandler):
             dropped += len(piece)
 
     def _check_key(self) -> None:
-        keys = self.server.api_keys
-        given = self.headers.get("X-API-Key", "").encode()
-        if keys and not any(hmac.compare_digest(given, key.encode()) for key in keys):
-            raise Unauthorized("Invalid API key: this minds serve was started with --api-key; send that key")
+        if not self.server.authorized(inference.request_key(self.headers)):
+            raise Unauthorized(
+                "Invalid API key: this server takes only the keys it was given (minds serve: --api-key); send one, "
+                "as X-API-Key or Authorization: Bearer"
+            )
 
     def _read_body(self) -> bytes:
         """The request body, refused (413) as soon as it passes ``max_body_bytes``; its Content-Encoding undone."""

@@ -36,8 +36,8 @@ import tinker
 
 from minds_core.backends.retry import REJECTIONS, ServiceCallError
 from minds_core.config import RunConfig
+from minds_core.envs.chat_format import call_problem, template_message
 from minds_core.envs.single_turn import prompt_messages
-from minds_core.envs.text import call_arguments
 from minds_core.envs.types import Message
 from minds_core.errors import ConfigError, UsageError
 from minds_core.logs import get_logger
@@ -91,7 +91,7 @@ def read_conversations(path: str | Path) -> list[Chat]:
         problem = _check_messages(messages) or _check_tools(tools)
         if problem:
             raise ConfigError(f'{path}:{number}: {problem}; expected {{"messages": [{{"role": "user", "content": "..."}}, {{"role": "assistant", ...}}]}}')
-        conversations.append(Chat([_template_message(m) for m in messages], tools or None))
+        conversations.append(Chat([template_message(m) for m in messages], tools or None))
     if not conversations:
         raise ConfigError(f"{path}: no conversations")
     return conversations
@@ -110,7 +110,7 @@ def _check_messages(messages: Any) -> str | None:
         if not isinstance(message.get("content"), str) and not (calls and message.get("content") is None):
             return needs
         for j, call in enumerate(calls or []):
-            if problem := _call_problem(call):
+            if problem := call_problem(call):
                 return f"message {i}: tool_calls[{j}] {problem}"
         if "weight" in message and (message["role"] != "assistant" or message["weight"] not in (0, 1) or isinstance(message["weight"], bool)):
             return f"message {i}: weight must be 0 (not trained on) or 1, on an assistant message; got {message['weight']!r}"
@@ -122,33 +122,10 @@ def _check_messages(messages: Any) -> str | None:
     return None
 
 
-def _call_problem(call: Any) -> str | None:
-    """What is wrong with one OpenAI-style tool call (``{"function": {"name": ..., "arguments": ...}}``), or None."""
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
-        return 'needs a "function" with a "name"'
-    try:
-        call_arguments(function.get("arguments", {}))
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
 def _check_tools(tools: Any) -> str | None:
     if tools is None or (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
         return None
     return '"tools" must be a list of tool specs (JSON objects)'
-
-
-def _template_message(message: Message) -> Message:
-    """``message`` as chat templates read it: tool-call arguments as objects, null content beside tool calls as ""."""
-    if not message.get("tool_calls"):
-        return message
-    calls = [
-        {**call, "function": {**call["function"], "arguments": call_arguments(call["function"].get("arguments", {}))}}
-        for call in message["tool_calls"]
-    ]
-    return {**message, "content": message.get("content") or "", "tool_calls": calls}
 
 
 def task_conversations(tasks: Sequence[Any]) -> list[Chat]:
@@ -160,7 +137,9 @@ def task_conversations(tasks: Sequence[Any]) -> list[Chat]:
     ]
 
 
-def tokenize(renderer: Renderer, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None) -> tuple[list[int], list[float]]:
+def tokenize(
+    renderer: Renderer, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None
+) -> tuple[list[int], list[float]]:
     """Tokens of a conversation and a weight per token: 1 on what the template writes for assistant messages.
 
     An assistant message with ``weight`` 0 is weighted 0. ``tools`` are shown by the template, which must support them.
@@ -233,10 +212,14 @@ def _conversations(config: RunConfig, plugins: Plugins) -> list[Chat]:
     if config.sft.data:
         return read_conversations(config.sft.data)
     if not config.environments:
-        raise ConfigError("SFT needs data: set sft.data = PATH.jsonl (minds sft --data PATH), or an environment whose tasks have answers")
+        raise ConfigError(
+            "SFT needs data: set sft.data = PATH.jsonl (minds sft --data PATH), or an environment whose tasks have answers"
+        )
     conversations = [c for handle in load_environments(config, plugins) for c in task_conversations(handle.tasks)]
     if not conversations:
-        raise ConfigError(f"SFT on environment tasks needs reference answers; {', '.join(e.id for e in config.environments)} has none")
+        raise ConfigError(
+            f"SFT on environment tasks needs reference answers; {', '.join(e.id for e in config.environments)} has none"
+        )
     return conversations
 
 
@@ -263,7 +246,11 @@ async def _train_sft(
             )
         except (TemplateError, *REJECTIONS) as exc:  # the hosted SDK asks the service for the tokenizer
             raise UsageError(f"cannot start SFT on {config.model.base_model!r}: {exc}") from None
-        run = claims.enter_context(RunDirectory.create(config)) if resume_dir is None else RunDirectory.resume(resume_dir, config, start.step)
+        run = (
+            claims.enter_context(RunDirectory.create(config))
+            if resume_dir is None
+            else RunDirectory.resume(resume_dir, config, start.step)
+        )
         sinks = SinkSet(config, plugins.registry, run)
         summary: dict[str, Any] = {"run_dir": str(run.path), "stopped": "early"}
         try:
@@ -286,7 +273,9 @@ async def _held_out_loss(door: ServiceLifetime, client: Any, data: list[tinker.D
     return mean_nll(data, output)[0]
 
 
-async def _loop(door: ServiceLifetime, client: Any, data: SftData, run: RunDirectory, sinks: SinkSet, start: int) -> dict[str, Any]:
+async def _loop(
+    door: ServiceLifetime, client: Any, data: SftData, run: RunDirectory, sinks: SinkSet, start: int
+) -> dict[str, Any]:
     """Steps ``start`` .. ``trainer.steps - 1``; a first SIGINT/SIGTERM stops after a saved step."""
     config = door.config
     cfg = config.trainer
@@ -305,7 +294,11 @@ async def _loop(door: ServiceLifetime, client: Any, data: SftData, run: RunDirec
             if tokens:
                 check_losses({"train/loss": loss}, step, run)
             record: dict[str, Any] = {
-                "step": step, "train/loss": loss, "train/tokens": tokens, "train/learning_rate": adam.learning_rate, "train/datums": len(batch)
+                "step": step,
+                "train/loss": loss,
+                "train/tokens": tokens,
+                "train/learning_rate": adam.learning_rate,
+                "train/datums": len(batch),
             }
             if step == 0 and first_eval is not None:
                 record["eval/loss_before"] = first_eval

@@ -49,14 +49,18 @@ def _ray(cluster: LocalCluster, *extra: str) -> list[str]:
 
 def _rewards(result) -> list[list[float]]:
     """Per step, the reward of every rollout of its logged groups."""
-    return [[r["reward"] for group in result.rollouts if group["step"] == step for r in group["rollouts"]] for step in result.steps]
+    return [
+        [r["reward"] for group in result.rollouts if group["step"] == step for r in group["rollouts"]] for step in result.steps
+    ]
 
 
 def test_episodes_run_on_both_nodes_and_score_as_in_process_at_temperature_0(cluster, tmp_path) -> None:
     records = tmp_path / "records"
     records.mkdir()
     settings = [*QUICK, "sampling.temperature=0", f"env.args.record_dir={records}", "env.args.burn_seconds=1"]
-    on_ray = run_minds("--env", ENV, "--steps", "2", "--backend", "local", runs_dir=tmp_path, name="ray", overrides=[*settings, *_ray(cluster)])
+    on_ray = run_minds(
+        "--env", ENV, "--steps", "2", "--backend", "local", runs_dir=tmp_path, name="ray", overrides=[*settings, *_ray(cluster)]
+    )
     on_ray.assert_trained_unless_said_why()
     started = _records(records, "start")
     assert len(started) == 8 and {r["name"] for r in started} == {"head", "second"}  # every episode, on both nodes
@@ -93,6 +97,33 @@ def _wait(predicate, what: str, timeout: float = 300.0) -> None:
         time.sleep(0.5)
 
 
+def test_an_agent_program_trains_through_the_endpoint_of_the_worker_that_plays_it(cluster, tmp_path) -> None:
+    """The ``harness`` environment on Ray: each worker serves its episodes' endpoint; the calls come back as tokens."""
+    agent = tmp_path / "agent.py"
+    agent.write_text(
+        "import json\nfrom openai import OpenAI\n"
+        "reply = OpenAI().chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'hi'}], max_tokens=6)\n"
+        "print(json.dumps({'reward': sum(reply.choices[0].token_ids) % 97}))\n"
+    )
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
+    args = [f"env.args.command={json.dumps([sys.executable, str(agent)])}", f"env.args.tasks={json.dumps(str(tasks))}"]
+    result = run_minds(
+        "--env",
+        "harness",
+        "--steps",
+        "2",
+        "--backend",
+        "local",
+        runs_dir=tmp_path,
+        name="harness",
+        overrides=[*QUICK, *args, *_ray(cluster)],
+    )
+    result.assert_trained_unless_said_why()
+    assert all(m["rollouts/failed"] == 0 and m["env/harness/harness/calls"] == 1 for m in result.metrics)
+    assert all(r["sampled_tokens"] >= 1 for group in result.rollouts for r in group["rollouts"])
+
+
 def test_a_resume_after_the_driver_was_killed_continues_with_the_same_data_order(cluster, tmp_path) -> None:
     settings = [*QUICK, "trainer.save_every=1", "env.args.tasks=16"]
     argv = ["run", "--env", ENV, "--steps", "3", "--backend", "local", "--name", "killed", "--set", f"runs_dir={tmp_path}"]
@@ -122,13 +153,22 @@ def test_a_resume_after_the_driver_was_killed_continues_with_the_same_data_order
 def test_killing_the_second_node_mid_run_costs_one_attempt_which_is_retried(cluster, tmp_path) -> None:
     records = tmp_path / "records"
     records.mkdir()
-    settings = [*QUICK, f"env.args.record_dir={records}", "env.args.burn_seconds=4", "rollout.retries=1", "trainer.groups_per_batch=3"]
+    settings = [
+        *QUICK,
+        f"env.args.record_dir={records}",
+        "env.args.burn_seconds=4",
+        "rollout.retries=1",
+        "trainer.groups_per_batch=3",
+    ]
     argv = ["run", "--env", ENV, "--steps", "1", "--backend", "local", "--name", "lost", "--set", f"runs_dir={tmp_path}"]
     for assignment in ["metrics.sinks=[]", *settings, *_ray(cluster)]:
         argv += ["--set", assignment]
     driver = subprocess.Popen(_minds(*argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        _wait(lambda: any(r["name"] == "second" for r in _records(records, "start")) or driver.poll() is not None, "an episode on node 2")
+        _wait(
+            lambda: any(r["name"] == "second" for r in _records(records, "start")) or driver.poll() is not None,
+            "an episode on node 2",
+        )
         cluster.kill("second")  # its episode is 4 s of burning in: mid-run
         _, err = driver.communicate(timeout=400)
     finally:
