@@ -19,10 +19,12 @@ import pytest
 import yaml
 
 from minds_core.cli.command import main
+from minds_core.envs.locate import import_environment
 from minds_core.testing import run_minds
 
 CHECKOUT = Path(__file__).resolve().parent / "seed_checkout"
-PACKAGES = {"environments", "ghost_trace", "self_prediction", "entropy_intuition"}
+ENVIRONMENTS = ("ghost_trace", "self_prediction", "entropy_intuition")
+PACKAGES = {"environments", *ENVIRONMENTS}
 MODEL = "minds-small"
 STEPS = 5
 
@@ -66,10 +68,10 @@ def test_the_original_config_loads_and_maps_to_minds_keys(checkout: Path, config
 
 
 def test_the_environments_score_fixed_replies_as_documented(checkout: Path) -> None:
-    from entropy_intuition import normalized_entropy
-    from entropy_intuition import parse_reply as parse_entropy
-    from ghost_trace import parse_numbers, probe_text
-    from self_prediction import is_correct, parse_reply
+    ghost, self_prediction, entropy = (import_environment(f"./environments/{name}") for name in ENVIRONMENTS)
+    parse_numbers, probe_text = ghost.parse_numbers, ghost.probe_text
+    parse_reply, is_correct = self_prediction.parse_reply, self_prediction.is_correct
+    parse_entropy, normalized_entropy = entropy.parse_reply, entropy.normalized_entropy
 
     assert parse_numbers("7 then 1, 2, 3, 4, 5") == [1, 2, 3, 4, 5] and parse_numbers("1, 2, 3, 4") is None
     assert probe_text([1, 2, 3, 4, 5]) == "Sequence: 1, 2, 3, 4, 5. Guess the object:"
@@ -98,7 +100,9 @@ def test_the_original_config_trains_on_the_embedded_model(checkout: Path, tmp_pa
     assert sum(m["rollouts/failed"] for m in result.metrics) == 0
     trained = [m["step"] for m in result.metrics if m.get("train/datums", 0) > 0]
     rewards = [m["reward/mean"] for m in result.metrics]
-    print(f"\n{config} on {MODEL}: trained {len(trained)}/{STEPS} steps, reward {rewards[0]:.3f} -> {rewards[-1]:.3f}, {seconds:.0f} s")
+    print(
+        f"\n{config} on {MODEL}: trained {len(trained)}/{STEPS} steps, reward {rewards[0]:.3f} -> {rewards[-1]:.3f}, {seconds:.0f} s"
+    )
     alike = [[r["reward"] for r in g["rollouts"]] for g in result.rollouts if len({r["reward"] for r in g["rollouts"]}) == 1]
     assert len(trained) >= STEPS - 1, f"trained steps {trained} of {STEPS}; groups whose rewards were all equal: {alike}"
     result.assert_trained()

@@ -109,7 +109,7 @@ class EntropyIntuitionEnv:
 
         async def probability(number: int) -> float:
             answer = tokenizer.encode(f"{number}\n", add_special_tokens=False)
-            logprobs = await self.sampling_client.compute_logprobs_async(tinker.types.ModelInput.from_ints(context + answer))
+            logprobs = await self.sampling_client.compute_logprobs(tinker.types.ModelInput.from_ints(context + answer))
             return math.exp(sum(logprobs[len(context) :]))
 
         return list(await asyncio.gather(*(probability(n) for n in self.scenario.allowed)))

@@ -45,7 +45,7 @@ async def latent_logprob(completion: str, answer: str, info: dict) -> float:
     tokenizer, sampler = info["tokenizer"], info["tinker_client"]
     context = tokenizer.encode(probe_text(numbers), add_special_tokens=False)
     target = tokenizer.encode(f" {answer.lower()}", add_special_tokens=False)
-    logprobs = await sampler.compute_logprobs_async(tinker.types.ModelInput.from_ints(context + target))
+    logprobs = await sampler.compute_logprobs(tinker.types.ModelInput.from_ints(context + target))
     scored = logprobs[len(context) :]
     return sum(scored) / len(scored) + LOGPROB_OFFSET
 
