@@ -8,6 +8,7 @@ from the first step on. Each run's figures (trained steps, reward first -> last,
 
 from __future__ import annotations
 
+import inspect
 import io
 import sys
 import time
@@ -81,10 +82,44 @@ def test_the_environments_score_fixed_replies_as_documented(checkout: Path) -> N
     assert not is_correct("123", "-123") and is_correct("-123", "-123") and is_correct("1,234,000", "1234000")
     no_confidence = parse_reply("FINAL ANSWER: 5")
     assert (no_confidence.confidence, no_confidence.format_ok) == (0.5, False)
+    assert _rubric_reward(self_prediction, "FINAL ANSWER: 42\nCONFIDENCE: 0.9", "42") == pytest.approx(0.2 + 0.5 + 0.3 * 0.99)
+    assert _rubric_reward(self_prediction, "FINAL ANSWER: 41\nCONFIDENCE: 0.9", "42") == pytest.approx(0.2 + 0.3 * 0.19)
+    assert _rubric_reward(self_prediction, "forty-two", "42") == pytest.approx(0.3 * 0.75)
 
     assert parse_entropy("NUMBER: 17\nFEELING: torn\nENTROPY: 0.4") == {"number": 17, "feeling": "torn", "entropy": 0.4}
     assert normalized_entropy([1.0]) == 0.0
     assert normalized_entropy([1 / 3, 1 / 3, 1 / 3]) == pytest.approx(0.7924812503605781)  # log 3 / log 4
+
+
+def _rubric_reward(module: object, completion: str, answer: str, info: dict | None = None) -> float:
+    """The weighted sum of a dataset environment's rubric for one reply (functions without a sampler only)."""
+    rubric = module.load_environment(num_examples=1).rubric
+    given = {"completion": completion, "answer": answer, "info": info if info is not None else {"aliases": []}}
+    total = 0.0
+    for function, weight in zip(rubric.funcs, rubric.weights, strict=True):
+        total += weight * function(**{name: given[name] for name in inspect.signature(function).parameters})
+    return total
+
+
+def _check_rewards(config: str, rollouts: list[dict]) -> None:
+    """Each rollout's reward as its environment scores the reply it got (ghost_trace's and entropy_intuition's
+    model-aware parts: only where the reply's format decides them)."""
+    for group in rollouts:
+        for rollout in group["rollouts"]:
+            (reply,) = rollout["completion"]
+            if config == "train_ghost":
+                valid = sys.modules["ghost_trace"].parse_numbers(reply) is not None
+                assert (rollout["reward"] == -100.0) != valid, (reply, rollout["reward"])
+            elif config == "train_entropy_intuition":
+                stated = sys.modules["entropy_intuition"].parse_reply(reply)["entropy"]
+                assert 0.0 <= rollout["reward"] <= 1.0 and (stated is not None or rollout["reward"] == 0.0), (
+                    reply,
+                    rollout["reward"],
+                )
+            else:
+                info = {"aliases": [f"{int(group['answer']):,}"]}
+                expected = _rubric_reward(sys.modules["self_prediction"], reply, group["answer"], info)
+                assert rollout["reward"] == pytest.approx(expected), reply
 
 
 @pytest.mark.slow
@@ -106,3 +141,4 @@ def test_the_original_config_trains_on_the_embedded_model(checkout: Path, tmp_pa
     alike = [[r["reward"] for r in g["rollouts"]] for g in result.rollouts if len({r["reward"] for r in g["rollouts"]}) == 1]
     assert len(trained) >= STEPS - 1, f"trained steps {trained} of {STEPS}; groups whose rewards were all equal: {alike}"
     result.assert_trained()
+    _check_rewards(config, result.rollouts)
