@@ -58,8 +58,7 @@ def test_the_original_config_loads_and_maps_to_minds_keys(checkout: Path, config
         code = main(["run", f"configs/{config}.toml", "--dry-run"])
     assert code == 0
     resolved = yaml.safe_load(out.getvalue())
-    env = resolved["environments"][0] if "environments" in resolved else resolved["env"]
-    assert env["id"] == env_id
+    assert resolved["env"]["id"] == env_id
     assert resolved["trainer"]["group_size"] == group_size  # [trainer] rollouts_per_example
     assert resolved["trainer"]["groups_per_batch"] == groups  # [trainer] batch_size
     assert resolved["trainer"]["steps"] == steps  # [trainer] total_batches
@@ -130,15 +129,20 @@ def test_the_original_config_trains_on_the_embedded_model(checkout: Path, tmp_pa
         f"configs/{config}.toml", "--model", MODEL, "--steps", str(STEPS), "--backend", "local", runs_dir=tmp_path, name=config
     )
     seconds = time.monotonic() - start
-    assert result.exit_code == 0, result.error
-    assert result.steps == list(range(STEPS))
-    assert sum(m["rollouts/failed"] for m in result.metrics) == 0
     trained = [m["step"] for m in result.metrics if m.get("train/datums", 0) > 0]
     rewards = [m["reward/mean"] for m in result.metrics]
-    print(
-        f"\n{config} on {MODEL}: trained {len(trained)}/{STEPS} steps, reward {rewards[0]:.3f} -> {rewards[-1]:.3f}, {seconds:.0f} s"
+    if rewards:
+        print(
+            f"\n{config} on {MODEL}: trained {len(trained)}/{STEPS} steps, reward {rewards[0]:.3f} -> {rewards[-1]:.3f}, {seconds:.0f} s"
+        )
+    alike = [g for g in result.rollouts if len({r["reward"] for r in g["rollouts"]}) == 1]
+    why = f"trained steps {trained} of {STEPS}; {len(alike)} of {len(result.rollouts)} logged groups scored alike" + "".join(
+        f"\n  step {g['step']} reward {g['rollouts'][0]['reward']}: {[r['completion'][0][:80] for r in g['rollouts'][:3]]}"
+        for g in alike[:4]
     )
-    alike = [[r["reward"] for r in g["rollouts"]] for g in result.rollouts if len({r["reward"] for r in g["rollouts"]}) == 1]
-    assert len(trained) >= STEPS - 1, f"trained steps {trained} of {STEPS}; groups whose rewards were all equal: {alike}"
+    assert result.exit_code == 0, f"{result.error}; {why}"
+    assert result.steps == list(range(STEPS))
+    assert sum(m["rollouts/failed"] for m in result.metrics) == 0
+    assert len(trained) >= STEPS - 1, why
     result.assert_trained()
     _check_rewards(config, result.rollouts)
