@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM during training: finish the step in flight, save, stop; a second signal exits at once.
 
-The first SIGINT or SIGTERM only sets a flag (and says so on stderr); the training
+The first SIGINT or SIGTERM only sets a flag (and says so on stderr: at once, from the
+handler, naming the sync plugin call that holds the event loop when one does); the training
 loop reads it after each step, saves a resumable checkpoint and ends the run with
 ``RunInterrupted``. A second signal ends the process immediately with exit code
 128 + signal number, as a ``kill -9`` would: every file of the run is written
@@ -18,6 +19,7 @@ import threading
 from types import FrameType
 from typing import Any
 
+from minds_core.envs.blocking import blocking_now
 from minds_core.errors import MindsError
 from minds_core.logs import get_logger
 
@@ -96,7 +98,14 @@ class StopOnSignal:
             os.write(sys.stderr.fileno(), message.encode())
             os._exit(128 + signum)
         self.signum = signum
-        if self._loop is not None:  # logged from the loop, never from inside a write the signal interrupted
+        blocked = blocking_now()
+        if blocked is not None:  # the loop is held by plugin code: a message scheduled on it would wait as long
+            message = (
+                f"minds: stopping: waiting for {blocked.what} (blocked {blocked.seconds():.0f}s); "
+                "press Ctrl-C again to exit now\n"
+            )
+            os.write(sys.stderr.fileno(), message.encode())
+        elif self._loop is not None:  # logged from the loop, never from inside a write the signal interrupted
             self._loop.call_soon_threadsafe(self._announce)
 
     def _announce(self) -> None:

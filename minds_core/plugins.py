@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
@@ -225,13 +225,18 @@ def load_plugins(extra: Iterable[tuple[str, object]] = ()) -> Plugins:
             infos[f"{ep.name} ({dist})"] = info
             fail(info, f"plugin name {ep.name!r} is also used by {other.distribution}; uninstall one of them")
             continue
+        unmet = unmet_requirements(ep.dist.requires or [] if ep.dist else [], _version)
         try:
             module = ep.load()
         except Exception as exc:  # noqa: BLE001 - isolation is the point
             infos[info.name] = info
+            for message in unmet:
+                fail(info, message)
             fail(info, f"failed to import {ep.value}: {type(exc).__name__}: {exc}")
             continue
         add(info, module)
+        for message in unmet:
+            fail(info, message)
     for name, module in extra:
         add(PluginInfo(name), module)
 
@@ -255,6 +260,31 @@ def load_plugins(extra: Iterable[tuple[str, object]] = ()) -> Plugins:
                     raise
                 fail(info, f"{hook_name} raised {type(exc).__name__}: {exc}")
     return Plugins(registry, list(infos.values()))
+
+
+def unmet_requirements(requires: Iterable[str], installed: Callable[[str], str | None]) -> list[str]:
+    """What a plugin distribution requires (``verifiers>=0.3,<0.4``) that is installed in another version.
+
+    ``installed(name)`` gives a distribution's installed version (None: not installed, which the
+    plugin's import then reports). Requirements of extras and of other platforms are left out.
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    unmet = []
+    for text in requires:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        version = installed(requirement.name)
+        if version is not None and requirement.specifier and not requirement.specifier.contains(version, prereleases=True):
+            unmet.append(
+                f"needs {requirement.name}{requirement.specifier}, and {requirement.name} {version} is installed: "
+                f"pip install '{requirement.name}{requirement.specifier}' (or a version of the plugin made for {version})"
+            )
+    return unmet
 
 
 def _version(distribution: str) -> str | None:

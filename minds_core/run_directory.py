@@ -5,7 +5,9 @@
 ``checkpoints.jsonl`` (one line per saved state, written only after the state
 is on the service) and ``resumes.jsonl`` (one line per resume: its step and the
 settings it changed). A run claims its folder atomically: two runs never share
-one. Resuming continues after the last checkpoint; lines of later steps
+one. ``.checkpointed`` marks a run that has recorded a checkpoint, so that a resume
+that finds ``checkpoints.jsonl`` missing refuses (``--start-over`` to train again
+from step 0) where a run that never saved one starts at step 0. Resuming continues after the last checkpoint; lines of later steps
 (written before a crash) are cut so no step is duplicated or lost. A resume may
 change how a run proceeds (steps, logging, concurrency, ...) but not what it
 is (``FIXED_ON_RESUME``).
@@ -48,6 +50,11 @@ ROLLOUTS_FILE = "rollouts.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 RESUMES_FILE = "resumes.jsonl"
 LOCK_FILE = ".lock"
+#: Made beside ``checkpoints.jsonl`` once a run has recorded a checkpoint: a resume that finds the list missing
+#: then knows it was deleted (and refuses), where a run that never saved one starts over at step 0.
+CHECKPOINTED_FILE = ".checkpointed"
+#: What a resume of a run whose checkpoint list is gone is told it may pass, to train it again from step 0.
+START_OVER_FLAG = "--start-over"
 
 #: Config keys (and everything under them) that make a run what it is: a resume may not change them.
 FIXED_ON_RESUME = ("env", "envs", "model", "backend", "tinker.base_url", "seed", "name", "runs_dir", "trainer.mode", "sft.data",
@@ -164,13 +171,14 @@ def _exists_message(path: Path) -> str:
     return f"run directory {path} already exists: pick another --name, or continue that run with --resume {path}"
 
 
-def check_resume_changes(run_dir: Path, config: RunConfig) -> dict[str, tuple[Any, Any]]:
+def check_resume_changes(run_dir: Path, config: RunConfig, start_over: bool = False) -> dict[str, tuple[Any, Any]]:
     """The settings ``config`` changes from the run saved in ``run_dir``; a UsageError when one is in FIXED_ON_RESUME,
-    or when ``config`` leaves no step to train after the run's last checkpoint (a resume would do nothing).
+    or when ``config`` leaves no step to train after the run's last checkpoint (a resume would do nothing), or
+    when the run's checkpoint list is gone and ``start_over`` is not given (``RunDirectory.resume_checkpoint``).
 
     Secret-named keys are not compared: secrets are never saved, so they are given again.
     """
-    last = RunDirectory(run_dir).last_checkpoint()
+    last = RunDirectory(run_dir).resume_checkpoint(start_over)
     if last is not None and last.step + 1 >= config.trainer.steps:
         raise UsageError(
             f"run {run_dir} has trained steps 0 to {last.step} (its last checkpoint is of step {last.step}) and "
@@ -201,12 +209,12 @@ class StartPoint:
     resumed: bool
 
 
-def start_point(config: RunConfig, resume_dir: Path | None) -> StartPoint:
+def start_point(config: RunConfig, resume_dir: Path | None, start_over: bool = False) -> StartPoint:
     """Where ``config``'s training starts: after the last checkpoint in ``resume_dir``, else at step 0 (a new run's
-    folder must not exist yet: a UsageError, checked before any work)."""
+    folder must not exist yet: a UsageError, checked before any work). ``start_over``: see ``resume_checkpoint``."""
     if resume_dir is None:
         RunDirectory.ensure_new(config)
-    last = RunDirectory(resume_dir).last_checkpoint() if resume_dir is not None else None
+    last = RunDirectory(resume_dir).resume_checkpoint(start_over) if resume_dir is not None else None
     if last is None:
         return StartPoint(0, config.trainer.resume_from or None, resumed=False)
     return StartPoint(last.step + 1, last.state_path, resumed=True)
@@ -313,6 +321,8 @@ class RunDirectory:
         run = cls(path)
         changes = config_changes(_saved_config(path), config)
         run.truncate_after(next_step)
+        if next_step == 0:  # started over: no checkpoint of the run is kept
+            (path / CHECKPOINTED_FILE).unlink(missing_ok=True)
         with run._writing(path / RESUMES_FILE):
             append_line(path / RESUMES_FILE, {"step": next_step, "time": time.time(), "changed": redact({k: list(v) for k, v in changes.items()})})
         run.write_config(config)
@@ -352,8 +362,37 @@ class RunDirectory:
         path = self.path / CHECKPOINTS_FILE
         if not saved and path.exists():
             logged = len(_read_whole(self.path / METRICS_FILE))
-            raise damaged(path, f"holds no checkpoint (emptied?) while {logged} steps are logged; resuming would start over at step 0")
+            raise damaged(
+                path,
+                f"holds no checkpoint (emptied?) while {logged} steps are logged; resuming would start over at step 0 "
+                f"(pass {START_OVER_FLAG} to do that knowingly)",
+            )
         return saved[-1] if saved else None
+
+    def resume_checkpoint(self, start_over: bool = False) -> CheckpointRecord | None:
+        """The checkpoint a resume continues after (None: it starts at step 0).
+
+        A run that recorded checkpoints and whose ``checkpoints.jsonl`` is now missing or emptied is refused
+        (exit code 2), naming the file, unless ``start_over`` says to train it again from step 0; ``start_over``
+        on a run that has its checkpoints is refused too (continue it, or start a new run).
+        """
+        path = self.path / CHECKPOINTS_FILE
+        if start_over:
+            saved = self.checkpoints() if path.exists() else []
+            if saved:
+                raise UsageError(
+                    f"{START_OVER_FLAG}: run {self.shown} has its checkpoints (the last of step {saved[-1].step} in {path}); "
+                    f"drop {START_OVER_FLAG} to continue after it, or start a new run with --name"
+                )
+            return None
+        if not path.exists() and (self.path / CHECKPOINTED_FILE).exists():
+            logged = len(_read_whole(self.path / METRICS_FILE)) if (self.path / METRICS_FILE).exists() else 0
+            raise DamagedRunFile(
+                f"{path} is missing: run {self.shown} saved checkpoints and logged {logged} steps, and without the list "
+                f"of its checkpoints a resume would start over at step 0, dropping them; restore the file (or copy the "
+                f"run folder again), or pass {START_OVER_FLAG} to train this run again from step 0"
+            )
+        return self.last_checkpoint()
 
     def record_checkpoint(self, checkpoint: CheckpointRecord) -> list[CheckpointRecord]:
         """Append ``checkpoint``; the periodic saves it outdates; the caller deletes them from the service.
@@ -369,6 +408,7 @@ class RunDirectory:
         rolling = [index for index, (_, record) in enumerate(earlier) if record.rolling]
         outdated = set(rolling[: max(0, len(rolling) + checkpoint.rolling - ROLLING_KEPT)])
         with self._writing(path):
+            (self.path / CHECKPOINTED_FILE).touch()
             if len(earlier) == len(lines) and not outdated:
                 append_line(path, attrs.asdict(checkpoint))
                 return []

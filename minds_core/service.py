@@ -83,20 +83,31 @@ class ServiceLifetime:
         check_names(config, registry)
         return cls.choose(config, registry)
 
-    async def open(self, run_dir: Path | None = None) -> Self:
-        """Make the service (``run_dir``: the run's folder, default ``<runs_dir>/<name>``); a backend may check its connection."""
+    async def open(self, run_dir: Path | None = None, watched: bool = True) -> Self:
+        """Make the service (``run_dir``: the run's folder, default ``<runs_dir>/<name>``); a backend may check its connection.
+
+        ``watched``: a backend that can (``watch``) keeps checking that the service answers while this loop runs."""
         if self.service is None:
             run_dir = run_dir or Path(self.config.runs_dir) / (self.config.name or "_adhoc")
             self.service = await maybe_await(self.factory(self.config, run_dir))
+            watch = getattr(self.factory, "watch", None)  # a backend may watch that its service still answers
+            if watched and callable(watch):
+                self.backoff = attrs.evolve(self.backoff, watch=watch(self.config))
         return self
 
     async def close(self, error: BaseException | None = None) -> None:
         """Give the signals back and end the service session (once); a failure to close is only logged."""
         if self._stop is not None:
             self._stop.restore()
+        watch = self.backoff.watch
+        if watch is not None:
+            watch.stop()
         if self._closed or self.service is None:
             return
         self._closed = True
+        if watch is not None and watch.lost:  # the SDK would retry its goodbye to a service that is gone for minutes
+            log.warning("not closing the service session: the service is gone", why=watch.lost)
+            return
         close = getattr(self.service, "close", None)
         if not callable(close):
             return
@@ -116,8 +127,8 @@ class ServiceLifetime:
         await self.close(error)
 
     def __enter__(self) -> Self:
-        """For commands without an event loop of their own (sample, chat, export)."""
-        return asyncio.run(self.open())
+        """For commands without an event loop of their own (sample, chat, export): no watch outlives ``open``'s loop."""
+        return asyncio.run(self.open(watched=False))
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         asyncio.run(self.close(error))

@@ -238,9 +238,10 @@ class Session:
         self.renderer = Renderer(tokenizer, self.config.model.chat_template_args)
         self.settings = [EpisodeSettings(self.renderer, sampling_params(self.config, h.cfg), self.config.rollout) for h in self.envs]
 
-    async def policy(self, version: int) -> Policy:
-        """Snapshot the training client's current weights as a new sampler (and a state, when an env needs one)."""
-        checkpoint, where = None, f"policy v{version}"
+    async def policy(self, version: int, step: int | None = None) -> Policy:
+        """Snapshot the training client's current weights as a new sampler (and a state, when an env needs one);
+        ``step``: the step that made them, as a failure's message names it."""
+        checkpoint, where = None, f"policy v{version}" if step is None else f"step {step}"
         if any(h.needs_checkpoint for h in self.envs):
             # only this version's rollouts read it: let the service expire it (1 h is the minimum TTL)
             name = f"policy-v{version:06d}"

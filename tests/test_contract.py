@@ -19,7 +19,12 @@ from minds_core import ConfigError, Rubric, hookspecs
 from minds_core.plugins import HOOK_KINDS, load_plugins
 
 ROOT = Path(__file__).resolve().parent.parent
-PLUGIN_PACKAGES = sorted(p for p in ROOT.glob("plugins/*/minds_*") if p.is_dir() and (p / "__init__.py").is_file())
+#: The project's own plugins, as pyproject.toml's testpaths name them: a folder a user adds under plugins/ is not one.
+OWN_PLUGINS = sorted(
+    ROOT / path for path in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["testpaths"]
+    if path.startswith("plugins/")
+)
+PLUGIN_PACKAGES = sorted(p for plugin in OWN_PLUGINS for p in plugin.glob("minds_*") if p.is_dir() and (p / "__init__.py").is_file())
 
 #: Every hook and the test that exercises it (registers through it and uses what was registered).
 HOOK_TESTS = {
@@ -164,7 +169,7 @@ def test_hook_object_protocols_document_every_field_and_parameter() -> None:
 
 def test_plugin_distributions_declare_exactly_the_environments_they_register() -> None:
     registry = load_plugins().registry
-    for pyproject in sorted(ROOT.glob("plugins/*/pyproject.toml")):
+    for pyproject in (plugin / "pyproject.toml" for plugin in OWN_PLUGINS):
         project = tomllib.loads(pyproject.read_text())["project"]
         (plugin,) = project["entry-points"]["minds"]
         declared = set(project["entry-points"].get("minds.environments", {}))  # an executor plugin declares none
@@ -212,3 +217,9 @@ def test_a_loader_gets_open_environment_only_when_it_asks_and_configs_cannot_set
         build_environment(EnvConfig(id="inner", args={"open_environment": 1}), registry)
     with pytest.raises(ConfigError, match=re.escape("bad [env.args] ['off']: missing a required argument: 'of'; accepted arguments: of;")):
         build_environment(EnvConfig(id="outer", args={"off": "inner"}), registry)
+
+
+def test_the_makefile_installs_the_projects_own_plugins_and_no_others() -> None:
+    match = re.search(r"^OWN_PLUGINS := (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert match, "the Makefile names the project's plugins in OWN_PLUGINS"
+    assert sorted(match.group(1).split()) == [p.name for p in OWN_PLUGINS]

@@ -40,7 +40,7 @@ def test_an_uncached_hub_id_with_the_hub_unreachable_fails_at_once(empty_cache: 
         check_model_source(HUB_ID, "--model")
 
 
-def test_a_cached_hub_id_a_model_directory_and_minds_tiny_pass(empty_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cached_hub_id_a_model_directory_and_the_builtin_models_pass(empty_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     snapshot = empty_cache / "models--Qwen--Qwen3-0.6B" / "snapshots" / "abc123"
     snapshot.mkdir(parents=True)
@@ -48,8 +48,27 @@ def test_a_cached_hub_id_a_model_directory_and_minds_tiny_pass(empty_cache: Path
     (empty_cache / "models--Qwen--Qwen3-0.6B" / "refs").mkdir()
     (empty_cache / "models--Qwen--Qwen3-0.6B" / "refs" / "main").write_text("abc123")
     check_model_source(HUB_ID)
-    check_model_source(str(tmp_path))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    check_model_source(str(tmp_path / "model"))
     check_model_source("minds-tiny")
+    check_model_source("minds-small")
+
+
+def test_an_export_folder_or_an_adapter_given_as_the_model_says_which_path_to_use(tmp_path: Path) -> None:
+    """`minds export ... --merge` writes the adapter at the top and the model in merged/: the error names merged/."""
+    export = tmp_path / "my-adapter"
+    (export / "merged").mkdir(parents=True)
+    (export / "adapter_config.json").write_text("{}")
+    (export / "merged" / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match=rf"is a `minds export` folder: .* use '{export / 'merged'}'"):
+        check_model_source(str(export))
+    check_model_source(str(export / "merged"))
+    (export / "merged" / "config.json").unlink()
+    with pytest.raises(ConfigError, match="holds a LoRA adapter, not a model: export it with `minds export CHECKPOINT"):
+        check_model_source(str(export), "--model")
+    with pytest.raises(ConfigError, match="the directory has no config.json"):
+        check_model_source(str(export / "merged"))
 
 
 @pytest.mark.parametrize(

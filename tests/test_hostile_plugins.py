@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -225,9 +226,14 @@ def test_while_a_sync_step_blocks_a_second_signal_exits_at_once(installed_plugin
             time.sleep(0.1)
         time.sleep(2)  # the episodes are asleep in step()
         proc.send_signal(signum)  # asks for a stop after the step in flight, which never ends
-        time.sleep(1)
+        deadline = time.monotonic() + 1  # said at once, from the handler: the event loop is blocked
+        while "stopping: waiting for" not in log.read_text():
+            assert time.monotonic() < deadline, f"the first signal printed nothing: {log.read_text()[-2000:]}"
+            time.sleep(0.05)
         proc.send_signal(signum)
         assert proc.wait(timeout=10) == 128 + signum
     finally:
         proc.kill()
-    assert f"{signal.Signals(signum).name} again: exiting now" in log.read_text()
+    said = log.read_text()
+    assert re.search(r"stopping: waiting for episode HostileEpisode\.step \(blocked \d+s\); press Ctrl-C again to exit now", said), said
+    assert f"{signal.Signals(signum).name} again: exiting now" in said

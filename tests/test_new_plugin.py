@@ -27,6 +27,10 @@ def test_the_plugin_is_written_where_asked(tmp_path, capsys):
     # minds-core is not on PyPI: the hint installs it from this checkout, with the constraints, into this Python
     assert f"{sys.executable} -m pip install -c {root / 'constraints.txt'} -e {root} -e {folder}\n" in out
     assert f"{sys.executable} -m pytest {folder}" in out
+    # the README gives the very commands the command printed, runnable from any folder
+    printed = [line.strip() for line in out.splitlines()[1:] if line.strip()]
+    assert len(printed) == 4 and all(line in (folder / "README.md").read_text().splitlines() for line in printed)
+    assert f"{Path(sys.executable).with_name('minds')} run --env demo --steps 2 --backend local" in printed
     pyproject = (folder / "pyproject.toml").read_text()
     assert 'name = "minds-plugin-demo"' in pyproject
     assert '[project.entry-points.minds]\ndemo = "minds_demo"' in pyproject

@@ -108,6 +108,7 @@ def _group(rewards: list[float | None], dropped: str | None = None) -> Group:
          "every group was dropped: 1 with more failed rollouts than max_failing_rollouts, 1 with equal rewards"),
         ([_group([0.5, 0.5]), _group([1.0, 1.0, None])], "all rewards within each group were equal (rewards seen: 0.5, 1)"),
         ([_group([0.0, 1.0])], "the advantage estimator (trainer.advantage) returned 0 for every rollout"),
+        ([_group([0.5]), _group([1.0, None])], "group size 1: each task had one scored rollout"),
     ],
 )  # fmt: skip
 def test_the_reason_names_what_went_wrong(groups: list[Group], reason: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -108,3 +109,28 @@ def test_registry_lookup_errors():
         registry.get("losses", "ppo")
     with pytest.raises(UnknownNameError, match="provided by minds-plugin-ghost-trace, installed but not loaded"):
         registry.get("environments", "ghost_trace")
+
+
+def test_a_plugin_whose_requirement_is_installed_in_another_version_is_reported():
+    import importlib.metadata
+
+    from minds_core.plugins import unmet_requirements
+
+    requires = importlib.metadata.requires("minds-plugin-verifiers")  # verifiers>=0.3,<0.4, as the plugin declares
+    installed = {"verifiers": "0.4.0", "minds-core": "0.1.0"}.get  # named fake: what another machine has installed
+    (message,) = unmet_requirements(requires, installed)
+    assert message.startswith("needs verifiers<0.4,>=0.3, and verifiers 0.4.0 is installed") or message.startswith(
+        "needs verifiers>=0.3,<0.4, and verifiers 0.4.0 is installed"
+    )
+    assert unmet_requirements(requires, {"verifiers": "0.3.2"}.get) == []
+    assert unmet_requirements(["torch>=2; extra == 'local'", "x<1; sys_platform == 'nonesuch'"], {"torch": "1.0", "x": "2"}.get) == []
+
+
+@pytest.mark.slow
+def test_a_plugin_made_for_another_version_of_a_library_is_not_ok(run_minds):
+    # as minds-plugin-verifiers (verifiers>=0.3,<0.4) is with verifiers 0.4 installed: it imports, yet cannot work
+    rows = _plugins(run_minds(["plugins", "--json"], plugins=["outdated_plugin", "example_plugin"]))
+    assert rows["outdated"]["status"] == "broken"
+    (error,) = rows["outdated"]["errors"]
+    assert re.match(r"needs pluggy<1, and pluggy \d+\.\d+\S* is installed: pip install 'pluggy<1'", error), error
+    assert rows["example"]["status"] == "ok"

@@ -87,3 +87,20 @@ def test_every_link_between_the_readme_and_docs_resolves():
             if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in _anchors(linked.read_text())):
                 broken.append(f"{page.relative_to(root)}: {target}")
     assert len(pages) > 1 and broken == []
+
+
+def test_the_readmes_install_has_what_minds_serve_downloads_need():
+    # `minds serve` installed as the README says must save and download age-encrypted weights (the SDK's
+    # save_weights_external default, `tinker checkpoint download`, the cookbook's weights.download): pyrage
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    (install,) = re.findall(r'pip install -c constraints\.txt -e "\.\[([a-z,]+)\]"', README)
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    installed = {Requirement(r).name for r in pyproject["dependencies"]}
+    for extra in install.split(","):
+        installed |= {Requirement(r).name for r in pyproject["optional-dependencies"][extra]}
+    assert "pyrage" in installed, f"README installs .[{install}], which lacks pyrage"
+    serve_doc = (Path(__file__).resolve().parents[1] / "docs" / "serve.md").read_text()
+    assert "pyrage" in serve_doc and "`local` extra" in serve_doc

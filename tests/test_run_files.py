@@ -311,6 +311,26 @@ def _last_checkpoint_folder(run: Path) -> Path:
     return run.parent / "_checkpoints" / run_id / kind / name
 
 
+def _checkpoint_folders(run: Path) -> list[Path]:
+    """The folders of the run's saved states, oldest first."""
+    folders = []
+    for row in read_jsonl(run / CHECKPOINTS_FILE):
+        run_id, kind, name = row["state_path"].removeprefix("tinker://").split("/")
+        folders.append(run.parent / "_checkpoints" / run_id / kind / name)
+    return folders
+
+
+def _older_adapter_copied_in(run: Path) -> None:
+    older, last = _checkpoint_folders(run)[-2:]
+    shutil.copyfile(older / "adapter_model.safetensors", last / "adapter_model.safetensors")
+
+
+def _folder_linked_to_older(run: Path) -> None:
+    older, last = _checkpoint_folders(run)[-2:]
+    shutil.rmtree(last)
+    last.symlink_to(older, target_is_directory=True)
+
+
 def _nan_adapter(folder: Path) -> None:
     tensors = load_file(folder / "adapter_model.safetensors")
     first = sorted(tensors)[0]
@@ -332,6 +352,18 @@ def _edit_lines(file: Path, edit: Callable[[list[str]], list[str]]) -> None:
 
 
 DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
+    "deleted checkpoints.jsonl": (
+        lambda run: (run / CHECKPOINTS_FILE).unlink(),
+        "checkpoints.jsonl is missing: run",
+    ),
+    "adapter replaced by an older checkpoint's": (
+        _older_adapter_copied_in,
+        "adapter_model.safetensors is not the file saved with it (its SHA-256 differs",
+    ),
+    "checkpoint folder replaced by a link to an older one": (
+        lambda run: _folder_linked_to_older(run),
+        "its folder holds checkpoint tinker://",
+    ),
     "emptied checkpoints.jsonl": (
         lambda run: (run / CHECKPOINTS_FILE).write_text(""),
         "checkpoints.jsonl: holds no checkpoint (emptied?) while 2 steps are logged; resuming would start over at step 0",
@@ -369,8 +401,8 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
         "optimizer.safetensors (",
     ),
     "adapter of the wrong shape": (
-        lambda run: _wrong_shape_adapter(_last_checkpoint_folder(run)),
-        "Adapter weights do not fit this model",
+        lambda run: _wrong_shape_adapter(_last_checkpoint_folder(run)),  # a well-formed file, not the one saved
+        "adapter_model.safetensors is not the file saved with it",
     ),
     "NaN adapter": (
         lambda run: _nan_adapter(_last_checkpoint_folder(run)),
@@ -410,6 +442,30 @@ def test_a_damaged_run_is_exit_2_from_the_command_line(run_minds, finished_run, 
     result = run_minds(["run", "--resume", str(run)], plugins=["toy_plugin"])
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "holds no checkpoint (emptied?)" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_run_whose_checkpoint_list_was_deleted_starts_over_only_when_told(finished_run, tmp_path, run_minds):
+    run = _copy(finished_run, tmp_path)
+    (run / CHECKPOINTS_FILE).unlink()
+    refused = run_minds(["run", "--resume", str(run), "--steps", "3"], plugins=["toy_plugin"])
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "checkpoints.jsonl is missing" in refused.stderr and "--start-over" in refused.stderr
+    started = run_minds(["run", "--resume", str(run), "--steps", "3", "--start-over"], plugins=["toy_plugin"])
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert [row["step"] for row in read_jsonl(run / METRICS_FILE)] == [0, 1, 2]
+    again = run_minds(["run", "--resume", str(run), "--steps", "4", "--start-over"], plugins=["toy_plugin"])
+    assert again.returncode == 2 and "has its checkpoints (the last of step 2" in again.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change", ["adapter replaced by an older checkpoint's", "checkpoint folder replaced by a link to an older one"])
+def test_a_changed_checkpoint_resumes_when_accepted_knowingly(finished_run, tmp_path, run_minds, change):
+    run = _copy(finished_run, tmp_path)
+    DAMAGE[change][0](run)
+    resumed = run_minds(["run", "--resume", str(run), "--steps", "3", "--accept-changed-checkpoints"], plugins=["toy_plugin"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "changed after it was saved" in resumed.stderr and "loading it anyway" in resumed.stderr
 
 
 def test_a_run_that_never_saved_resumes_at_step_0(tmp_path):

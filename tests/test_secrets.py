@@ -89,6 +89,22 @@ SECRET_NAMES = [
     "cookie", "Set-Cookie", "session", "session_id", "credentials", "credential", "sentry_dsn",
     "api_keys", "passwords", "access_tokens", "apiKeys", "private_keys", "cookies",
 ]  # fmt: skip
+#: Key names that real programs and services use for secrets (cloud SDKs, CI variables, OAuth, webhooks).
+REAL_WORLD_SECRET_NAMES = [
+    "credentials_json", "GOOGLE_CREDENTIALS_JSON", "service_account", "serviceAccount", "service_account_json",
+    "service_account_info", "gcp_service_account_key", "jwt", "JWT", "jwt_secret", "jwtToken", "id_token_jwt",
+    "private_key_pem", "privateKeyPem", "ssh_private_key", "api_key_b64", "keyfile_json", "client_assertion",
+    "AZURE_STORAGE_CONNECTION_STRING", "connectionString", "AZURE_CLIENT_SECRET", "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN", "TWILIO_AUTH_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_BOT_TOKEN", "STRIPE_SECRET_KEY",
+    "NPM_TOKEN", "PYPI_PASSWORD", "DOCKER_PASSWORD", "WANDB_API_KEY", "HUGGING_FACE_HUB_TOKEN", "oauth_token",
+    "refreshToken", "otp", "totp_secret", "webhook_secret", "credentials_base64", "firebase_credentials",
+]  # fmt: skip
+#: Names that read like them and hold no secret: where a secret is, what kind it is, public halves.
+REAL_WORLD_ORDINARY_NAMES = [
+    "credentials_file", "GOOGLE_APPLICATION_CREDENTIALS_PATH", "service_account_file", "service_account_email",
+    "jwt_algorithm", "jwt_audience", "public_key_pem", "cert_pem", "connection_timeout", "key_json",
+    "token_count", "max_tokens_value", "eos_token_text", "session_dir", "auth_method", "json", "value",
+]  # fmt: skip
 ORDINARY_NAMES = [
     "max_tokens", "stop_token", "eos_token", "pad_token", "num_tokens", "max_total_tokens", "tokenizer", "api_key_env",
     "TINKER_API_KEY_ENV", "key", "sort_key", "cache_key", "author", "auth_method", "password_file", "session_dir",
@@ -104,6 +120,16 @@ def test_common_secret_names_are_secret_in_any_spelling(name):
 
 @pytest.mark.parametrize("name", ORDINARY_NAMES)
 def test_ordinary_names_stay_visible(name):
+    assert not is_secret_key(name)
+
+
+@pytest.mark.parametrize("name", REAL_WORLD_SECRET_NAMES)
+def test_real_world_secret_names_are_secret(name):
+    assert is_secret_key(name)
+
+
+@pytest.mark.parametrize("name", REAL_WORLD_ORDINARY_NAMES)
+def test_real_world_ordinary_names_stay_visible(name):
     assert not is_secret_key(name)
 
 

@@ -159,6 +159,7 @@ def test_a_request_the_service_rejects_ends_the_run_with_one_message_and_exit_1(
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("minds: error:")]
-    assert line.startswith("minds: error: step 0: the service rejected forward_backward (LocalBadRequestError")
+    # refused when it ran: the SDK's RequestFailedError, as over HTTP
+    assert line.startswith("minds: error: step 0: the service rejected forward_backward (LocalRequestFailedError")
     assert "clip_ratio" in line and line.endswith("no checkpoint was saved before it, so a new run starts over")
     assert "Traceback" not in result.stderr

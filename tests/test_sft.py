@@ -237,5 +237,9 @@ def test_sft_shows_its_loss_and_its_config_and_report_name_what_ran(tmp_path, ca
     assert [e["step"] for e in events] == [0, 1] and all(e["loss"] > 0 for e in events)  # off a terminal: one JSON event a step
     config = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
     assert config["trainer"]["loss_fn"] == "cross_entropy" and config["backend"] == "local"  # not importance_sampling, not auto
-    header = write_report(tmp_path / "s").read_text().split("</header>")[0]
+    page = write_report(tmp_path / "s").read_text()
+    header = page.split("</header>")[0]
     assert "backend: local" in header and "loss: cross_entropy" in header
+    # SFT samples nothing: no reward tiles or rollout boxes that could only be empty, its losses instead
+    assert "reward (last step)" not in page and "Sampled rollouts" not in page and "failed rollouts" not in page
+    assert "train loss (last step)" in page and "held-out loss before training" in page

@@ -65,6 +65,23 @@ def test_failures_are_counted_and_do_not_stop_the_run(plugins, tmp_path):
     assert row["groups/dropped_failures"] == 2
 
 
+@pytest.mark.slow
+def test_a_blocking_sync_reward_is_named_and_its_time_charged_to_its_own_rollouts_only(plugins, tmp_path):
+    # one task's reward function sleeps 2 s on the event loop's thread, four times (once per rollout of its group):
+    # the loop is held 8 s, far past rollout.timeout; only the rollouts that waited on it time out
+    (row,) = _train(
+        plugins, tmp_path, "env.id=toy_blocking", "trainer.group_size=4", "trainer.groups_per_batch=3", "trainer.steps=1",
+        "rollout.timeout=1.5", "rollout.retries=0", "metrics.rollouts_per_step=3",
+    )
+    groups = [json.loads(line) for line in (tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()]
+    timed_out = {group["task"]: sum(r["timed_out"] for r in group["rollouts"]) for group in groups}
+    assert timed_out == {"t0": 0, "blocks": 4, "t2": 0}, timed_out
+    assert row["rollouts/timed_out"] == 4
+    (blocked,) = [group for group in groups if group["task"] == "blocks"]
+    for rollout in blocked["rollouts"]:
+        assert rollout["error"].startswith("timed out after 1.5 s: reward function 'toy.blocking_share' ran 2.0 s synchronously")
+
+
 def test_invalid_reward_can_fail_the_rollout(plugins, tmp_path):
     (row,) = _train(plugins, tmp_path, "env.id=toy_flaky", "env.args.modes=[nan]", "trainer.group_size=2",
                     "trainer.groups_per_batch=1", "trainer.steps=1", "rollout.invalid_reward=fail", "rollout.retries=0")

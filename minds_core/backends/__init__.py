@@ -8,13 +8,17 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from minds_core.config import DEFAULT_BASE_MODEL, RunConfig
+from minds_core.config import BUILTIN_MODELS, RunConfig
 from minds_core.config.schema import LOCAL_CHECKPOINTS
 from minds_core.contracts import BackendFit
 from minds_core.errors import UsageError
 
 if TYPE_CHECKING:
     from minds_core.plugins import Registry
+
+#: Set (to 1) to load a local checkpoint whose files changed after it was saved, knowingly (a warning says so);
+#: ``minds run --accept-changed-checkpoints`` sets it.
+ACCEPT_CHANGED_CHECKPOINTS = "MINDS_ACCEPT_CHANGED_CHECKPOINTS"
 
 
 @attrs.frozen
@@ -29,19 +33,19 @@ def sampler_tokenizer(sampler: Any, base_model: str) -> Any:
     """The tokenizer of a sampling client.
 
     The hosted SDK loads it by the model's name from the Hugging Face hub; a model
-    only this machine has (``minds-tiny`` behind ``minds serve``) is read from the
-    directory the local backend builds it into. Any other failure is a UsageError.
+    only this machine has (``minds-small`` or ``minds-tiny`` behind ``minds serve``) is read
+    from the directory the local backend makes it in. Any other failure is a UsageError.
     """
     try:
         return sampler.get_tokenizer()
     except OSError as exc:
-        if base_model != DEFAULT_BASE_MODEL:
+        if base_model not in BUILTIN_MODELS:
             raise UsageError(f"cannot load the tokenizer of {base_model!r}: {exc}") from None
     from transformers import AutoTokenizer
 
-    from minds_core.backends.local.tiny_model import tiny_model_path
+    from minds_core.backends.local.builtin_models import builtin_model_path
 
-    return AutoTokenizer.from_pretrained(str(tiny_model_path()))
+    return AutoTokenizer.from_pretrained(str(builtin_model_path(base_model)))
 
 
 def choose_backend(config: RunConfig, registry: Registry) -> BackendChoice:

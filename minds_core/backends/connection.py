@@ -9,6 +9,11 @@ its session on a daemon thread, awaited with a deadline. Both stop at once on
 Ctrl-C, and the whole start-up ends within ``STARTUP_TIMEOUT`` seconds: an
 unreachable service or a rejected key fails the run with what was contacted
 and what to check.
+
+During the run, ``ServiceWatch`` probes the service every few seconds, so that one
+that stops answering (killed, its machine gone) ends the run within
+``tinker.unreachable_timeout`` seconds with exit code 1 (see ``retry``), where the
+SDK alone would retry for many minutes.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from typing import Any, TypeVar
 
 import httpx
 
-from minds_core.backends.retry import RETRY_STATUSES
+from minds_core.backends.retry import RETRY_STATUSES, ServiceLost
 from minds_core.errors import UsageError
+from minds_core.logs import get_logger
 
 T = TypeVar("T")
+log = get_logger("service")
 
 #: The request the SDK sends first when it starts a session.
 PROBE_PATH = "/api/v1/client/config"
@@ -168,3 +175,78 @@ async def _probe(url: str, where: str, base_url: str, api_key: str, key_source: 
         f"{where} answered {problem} ({tries}). Check {_url_source(base_url)} and the service's status, "
         "then run again; or use --backend local"
     )
+
+
+#: Seconds between two probes of a watched service (less when ``tinker.unreachable_timeout`` is short).
+PROBE_INTERVAL = 5.0
+
+
+class ServiceWatch:
+    """Whether the service still answers, during a run: a probe (the SDK's first request) every few seconds.
+
+    Any HTTP answer, an error status included, counts as alive. When none has come for
+    ``unreachable_after`` seconds (``tinker.unreachable_timeout``), the service is lost: ``guard``
+    ends every wait on it at once with ``ServiceLost``, naming the URL, how long and the last error.
+    """
+
+    def __init__(self, url: str, api_key: str, unreachable_after: float) -> None:
+        self.url, self._api_key, self.unreachable_after = url, api_key, unreachable_after
+        self.interval = min(PROBE_INTERVAL, unreachable_after / 3)
+        self.lost: str | None = None
+        self._gone = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def start(cls, base_url: str, api_key: str, unreachable_after: float) -> ServiceWatch:
+        """A watch on the service at ``base_url`` ('' for the SDK's default), probing from now on (call on the loop)."""
+        from tinker.lib.base_url import resolve_base_url
+
+        watch = cls(resolve_base_url(base_url or None), api_key, unreachable_after)
+        watch._task = asyncio.get_running_loop().create_task(watch._watch(), name="minds-service-watch")
+        return watch
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def guard(self, pending: Any) -> Any:
+        """``await pending``, or ``ServiceLost`` once the service is lost (``pending`` is then cancelled)."""
+        work = asyncio.ensure_future(pending)
+        gone = asyncio.ensure_future(self._gone.wait())
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if work.done():
+                return work.result()
+            raise ServiceLost(self.lost)
+        finally:
+            gone.cancel()
+            if not work.done():
+                work.cancel()
+
+    async def _watch(self) -> None:
+        import tinker
+
+        timeout = httpx.Timeout(min(ATTEMPT_TIMEOUT, self.interval * 2), connect=min(CONNECT_TIMEOUT, self.interval * 2))
+        answered = time.monotonic()
+        warned = False
+        async with httpx.AsyncClient(timeout=timeout) as client:
+            while True:
+                await asyncio.sleep(self.interval)
+                try:
+                    await _attempt(client, self.url, self._api_key, tinker.__version__)
+                except (httpx.HTTPError, TimeoutError) as exc:
+                    problem = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__}: no answer"
+                    silent = time.monotonic() - answered
+                    if silent >= self.unreachable_after:
+                        self.lost = (
+                            f"the service at {self.url} has not answered for {silent:.0f} s (tinker.unreachable_timeout = "
+                            f"{self.unreachable_after:g}; last: {problem.replace(self._api_key, '***')})"
+                        )
+                        self._gone.set()
+                        return
+                    if not warned:
+                        log.warning("the service does not answer", url=self.url, error=problem.replace(self._api_key, "***"),
+                                    stops_after_s=self.unreachable_after)  # fmt: skip
+                        warned = True
+                    continue
+                answered, warned = time.monotonic(), False

@@ -1,6 +1,6 @@
 """Where the local backend finds a base model, checked before torch is imported and before the hub is asked.
 
-A name is ``minds-tiny`` (built on this machine), a model directory, or a Hugging Face hub id.
+A name is a built-in model (``minds-small``, ``minds-tiny``: made on this machine), a model directory, or a Hugging Face hub id.
 A hub id is looked up in the hub's cache first; one that is not there fails at once, naming the
 cache, when the hub is off (``HF_HUB_OFFLINE=1``/``TRANSFORMERS_OFFLINE=1``) or cannot be reached
 (one connection, a few seconds at most), instead of going through the hub client's retries.
@@ -11,9 +11,13 @@ from __future__ import annotations
 import os
 import socket
 import urllib.parse
+from pathlib import Path
 
-from minds_core.config import DEFAULT_BASE_MODEL
+from minds_core.config import BUILTIN_MODELS
 from minds_core.errors import ConfigError
+
+#: The subfolder ``minds export --merge`` writes the merged model to.
+MERGED_DIR = "merged"
 
 #: Seconds to wait for a connection to the hub before calling it unreachable.
 HUB_PROBE_TIMEOUT = 3.0
@@ -22,9 +26,15 @@ _TRUE = ("1", "on", "yes", "true")
 
 def check_model_source(name: str, key: str = "model.base_model") -> None:
     """A ConfigError (naming ``key``) when the local backend cannot have model ``name`` without a long wait."""
-    if name == DEFAULT_BASE_MODEL or os.path.isdir(name):
+    if name in BUILTIN_MODELS:
         return
-    hint = f"use {DEFAULT_BASE_MODEL!r} (a small random model built here), a directory holding a transformers model, or a Hugging Face hub id"
+    if os.path.isdir(name):
+        check_model_directory(name, key)
+        return
+    hint = (
+        f"use {BUILTIN_MODELS[0]!r} (a small model that ships with minds), {BUILTIN_MODELS[1]!r} (random), "
+        "a directory holding a transformers model, or a Hugging Face hub id"
+    )
     if not name or name.startswith(("/", "./", "../", "~")) or name.count("/") > 1:
         raise ConfigError(f"{key} = {name!r}: no such model directory; {hint}")
     from huggingface_hub import constants, try_to_load_from_cache
@@ -49,6 +59,25 @@ def check_model_source(name: str, key: str = "model.base_model") -> None:
             f"{key} = {name!r}: not in the Hugging Face cache ({cache}) and the hub cannot be reached ({unreachable}); "
             f"download it while online, or {hint}"
         )
+
+
+def check_model_directory(path: str, key: str = "model.base_model") -> None:
+    """A ConfigError (naming ``key``) when directory ``path`` is not a transformers model, saying what it is instead."""
+    folder = Path(path)
+    if (folder / "config.json").is_file():
+        return
+    merged = folder / MERGED_DIR
+    if (merged / "config.json").is_file():
+        raise ConfigError(
+            f"{key} = {path!r} is a `minds export` folder: it holds the LoRA adapter (adapter_config.json, "
+            f"adapter_model.safetensors) and, in {MERGED_DIR}/, the merged model; use {str(merged)!r}"
+        )
+    if (folder / "adapter_config.json").is_file():
+        raise ConfigError(
+            f"{key} = {path!r} holds a LoRA adapter, not a model: export it with `minds export CHECKPOINT {path} --merge` "
+            f"and use {str(merged)!r}, or start from its checkpoint with trainer.resume_from"
+        )
+    raise ConfigError(f"{key} = {path!r}: the directory has no config.json, so it is not a transformers model directory")
 
 
 def _hub_unreachable(endpoint: str) -> str:

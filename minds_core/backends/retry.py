@@ -7,6 +7,12 @@ again after 1, 2, 4 ... seconds. Any other failure (the service rejected the
 request: a loss it does not support, a bad argument) and a transient one
 still failing after the last attempt raise ``ServiceCallError``: one message
 naming where in the run it happened, the request and the service's answer.
+
+A service that stops answering altogether (its process killed, its machine gone) is
+not left to the SDK, which retries a lost connection for many minutes: with a
+``Backoff.watch`` (``connection.ServiceWatch``, ``tinker.unreachable_timeout``) a
+request in flight fails as soon as the watch finds the service lost (``ServiceLost``),
+and so does any wait ``guarded`` by it (a step's sampling).
 """
 
 from __future__ import annotations
@@ -43,6 +49,10 @@ def is_transient(error: BaseException) -> bool:
     return False
 
 
+class ServiceLost(Exception):
+    """The service has not answered at all (connections refused or unanswered) for ``tinker.unreachable_timeout`` s."""
+
+
 @attrs.frozen
 class Backoff:
     """How often and how patiently a transient failure is retried."""
@@ -50,6 +60,8 @@ class Backoff:
     attempts: int = 4  #: tries in all, the first included
     first_delay: float = 1.0  #: seconds before the second try; doubled before each next one
     max_delay: float = 30.0  #: no wait is longer
+    #: the service's liveness (``connection.ServiceWatch``; None: not watched): once it is lost, requests fail at once
+    watch: Any = None
 
     def delay(self, failures: int) -> float:
         """Seconds to wait after the ``failures``-th failed try."""
@@ -68,7 +80,9 @@ class ServiceCallError(MindsError):
         self.where, self.request, self.error, self.attempts = where, request, error, attempts
         self.intact_after: int | None = None
         answer = " ".join(f"{type(error).__name__}: {error}".split())
-        if is_transient(error):
+        if isinstance(error, ServiceLost):
+            what = f"{request} got no answer"
+        elif is_transient(error):
             what = f"{request} still failed after {attempts} attempts"
         else:
             what = f"the service rejected {request}"
@@ -95,7 +109,9 @@ async def call_service(
     while True:
         attempt += 1
         try:
-            return await (sent if attempt == 1 and sent is not None else send()), attempt
+            return await guarded(sent if attempt == 1 and sent is not None else send(), backoff), attempt
+        except ServiceLost as exc:
+            raise ServiceCallError(where, request, exc, attempt) from None
         except tinker.TinkerError as exc:
             if not is_transient(exc) or attempt >= backoff.attempts:
                 raise ServiceCallError(where, request, exc, attempt) from exc
@@ -103,6 +119,13 @@ async def call_service(
             log.warning("service request failed, retrying", where=where, request=request, attempt=attempt,
                         retry_in=delay, error=f"{type(exc).__name__}: {exc}")  # fmt: skip
             await asyncio.sleep(delay)
+
+
+async def guarded(pending: Awaitable[T], backoff: Backoff) -> T:
+    """``await pending``, or ``ServiceLost`` as soon as ``backoff.watch`` finds the service gone."""
+    if backoff.watch is None:
+        return await pending
+    return await backoff.watch.guard(pending)
 
 
 def send_now(send: Callable[[], Awaitable[T]]) -> Awaitable[T]:
@@ -117,9 +140,9 @@ async def _failed(error: BaseException) -> Any:
     raise error
 
 
-async def settle(pending: Awaitable[Any]) -> None:
-    """Wait for a request whose result no longer matters (its service errors are dropped)."""
+async def settle(pending: Awaitable[Any], backoff: Backoff) -> None:
+    """Wait for a request whose result no longer matters (its service errors are dropped; a lost service ends the wait)."""
     try:
-        await pending
-    except tinker.TinkerError:
+        await guarded(pending, backoff)
+    except (tinker.TinkerError, ServiceLost):
         pass

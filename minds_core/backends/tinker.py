@@ -7,7 +7,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from minds_core.config import DEFAULT_BASE_MODEL, RunConfig, TinkerConfig
+from minds_core.config import BUILTIN_MODELS, RunConfig, TinkerConfig
 from minds_core.contracts import BackendFit
 from minds_core.errors import UsageError
 
@@ -24,7 +24,7 @@ def _key_source(settings: TinkerConfig) -> str:
 
 def local_only_model(model: str) -> str | None:
     """Why the hosted service cannot serve ``model`` (a model only this machine has), else None."""
-    if model == DEFAULT_BASE_MODEL:
+    if model in BUILTIN_MODELS:
         return f"model {model!r} is built by the local backend"
     if model.startswith(("/", "./", "../", "~")) or os.path.isdir(os.path.expanduser(model)):
         return f"model {model!r} is a local directory"
@@ -45,6 +45,15 @@ class TinkerBackend:
         if local_only:
             return BackendFit(False, f"{local_only}, which the hosted service cannot serve; the key in {where} is not used", 1)
         return BackendFit(True, f"a Tinker API key is configured ({where}) and model {config.model.base_model!r} is not local", 1)
+
+    def watch(self, config: RunConfig) -> Any:
+        """A ``ServiceWatch`` on the service for the run (None with ``tinker.unreachable_timeout = 0``)."""
+        key = resolve_api_key(config.tinker)
+        if config.tinker.unreachable_timeout <= 0 or not key:
+            return None
+        from minds_core.backends.connection import ServiceWatch
+
+        return ServiceWatch.start(config.tinker.base_url, key, config.tinker.unreachable_timeout)
 
     def export_adapter(self, config: RunConfig, service: Any, checkpoint: str, out_dir: Path) -> str:
         """The adapter of ``checkpoint`` (a saved state), downloaded as the SDK downloads external weights."""

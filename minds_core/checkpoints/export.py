@@ -31,6 +31,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from minds_core.backends.model_source import MERGED_DIR
 from minds_core.checkpoints.reference import CheckpointRef
 from minds_core.config import RunConfig
 from minds_core.errors import MindsError, UsageError
@@ -47,8 +48,6 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 EXPORT_INFO = "minds_export.json"
 #: The model card: what the adapter is, where it came from, how to load it.
 MODEL_CARD = "README.md"
-#: Subfolder of OUT_DIR that ``--merge`` writes the merged model to.
-MERGED_DIR = "merged"
 #: Lifetime of the temporary hosted export (the service's minimum).
 _EXPORT_TTL_SECONDS = 3600
 

@@ -9,7 +9,6 @@ import argparse
 import contextlib
 import json
 import os
-import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -69,6 +68,18 @@ def _add_log_arguments(parser: argparse.ArgumentParser, log_format: str, level: 
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=level)
 
 
+def _add_resume_checks(parser: argparse.ArgumentParser) -> None:
+    """What a resume of a run changed by hand may be told to accept."""
+    parser.add_argument(
+        "--start-over", action="store_true",
+        help="with --resume: train the run again from step 0 when its checkpoints.jsonl is missing or empty",
+    )  # fmt: skip
+    parser.add_argument(
+        "--accept-changed-checkpoints", action="store_true",
+        help="load a local checkpoint whose files changed after it was saved (an adapter copied in, a folder linked), knowingly",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="minds",
@@ -85,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", parents=[shared], help="train a LoRA adapter on one or more environments")
     _add_run_arguments(run)
     run.add_argument("--resume", metavar="DIR", help="continue the run in DIR (runs/<name>) at its next step")
+    _add_resume_checks(run)
 
     checkpoint_commands.add_commands(commands, shared)
 
@@ -92,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_arguments(sft)
     sft.add_argument("--data", metavar="PATH", help='jsonl with one {"messages": [...]} per line (sets sft.data)')
     sft.add_argument("--resume", metavar="DIR", help="continue the SFT run in DIR (runs/<name>) at its next step")
+    _add_resume_checks(sft)
     report = commands.add_parser("report", parents=[shared], help="write a run's HTML report (curves, health, sampled rollouts)")
     report.add_argument("run_dir", metavar="RUN_DIR", help="the run folder, runs/<name>")
     report.add_argument("-o", "--output", metavar="FILE", help="where to write it (default RUN_DIR/report.html)")
@@ -224,13 +237,21 @@ def _run_command(args: argparse.Namespace) -> int:
     from minds_core.plugins import load_plugins
 
     resume = args.resume
+    if args.start_over and not resume:
+        from minds_core.errors import UsageError
+
+        raise UsageError("--start-over goes with --resume DIR: it trains that run again from step 0")
+    if args.accept_changed_checkpoints:
+        from minds_core.backends import ACCEPT_CHANGED_CHECKPOINTS
+
+        os.environ[ACCEPT_CHANGED_CHECKPOINTS] = "1"  # read where the local store loads a checkpoint
     config = _resolve_config(args, resume)
     # Before torch is imported, in the order the run checks, the same with --dry-run: what a resumed run is,
     # then the names the config uses (plugin collisions surface in load_plugins).
     if resume:
         from minds_core.run_directory import check_resume_changes
 
-        check_resume_changes(Path(resume), config)
+        check_resume_changes(Path(resume), config, args.start_over)
     with plugin_prints_to_stderr():
         plugins = load_plugins()
     check_names(config, plugins.registry)
@@ -250,7 +271,7 @@ def _run_command(args: argparse.Namespace) -> int:
         check_model_source(config.model.base_model)
     from minds_core.training import train
 
-    summary = train(config, resume_dir=Path(resume) if resume else None, plugins=plugins)
+    summary = train(config, resume_dir=Path(resume) if resume else None, plugins=plugins, start_over=args.start_over)
     if summary.get("not_trained"):
         print(f"minds: error: no step trained: {summary['not_trained']}", file=sys.stderr)
         return 1
@@ -258,11 +279,11 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def _new_plugin_command(args: argparse.Namespace) -> int:
-    from minds_core.cli.installing import pip_install
-    from minds_core.cli.new_plugin import write_plugin
+    from minds_core.cli.new_plugin import next_commands, write_plugin
 
     folder = write_plugin(args.plugin_name, Path(args.dir))
-    print(f"wrote {folder}; install it and run its tests:\n  {pip_install(folder)}\n  {shlex.join([sys.executable, '-m', 'pytest', str(folder)])}")
+    steps = "".join(f"\n  {command}" for command in next_commands(args.plugin_name, folder))
+    print(f"wrote {folder}; install it, list it, train on it and run its tests (its README.md says the same):{steps}")
     return 0
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
+from minds_core.cli.installing import pip_install
 from minds_core.contracts import NAME_RULE
 from minds_core.errors import UsageError
 
@@ -160,14 +163,14 @@ README = """\
 
 The `{name}` environment for minds: what is A + B? One reply per task, scored
 by the `{name}.sum_score` reward function: 1 for the sum, else up to 0.5 for a
-reply made of digits (a partial credit that `minds-tiny`, the random byte-level
-model minds builds for offline smoke runs, can climb).
+reply made of digits (a partial credit that even a model that cannot add yet can
+climb).
+
+Install it (which registers it with minds), list it, train on it and run its tests
+(the tests use the minds_core.testing fixtures):
 
 ```bash
-pip install -e .              # registers the plugin with minds
-minds plugins                 # lists it and what it registers
-minds run --env {name} --steps 2 --backend local
-pytest                        # its tests, with the minds_core.testing fixtures
+{commands}
 ```
 
 ## Arguments (`[env.args]`)
@@ -179,9 +182,21 @@ pytest                        # its tests, with the minds_core.testing fixtures
 """
 
 
-def plugin_files(name: str) -> dict[str, str]:
-    """The files of the plugin distribution ``minds-plugin-NAME``, by path relative to its folder."""
-    fields = {"name": name, "dist": name.replace("_", "-")}
+def next_commands(name: str, folder: Path) -> list[str]:
+    """What to run once the plugin is written, runnable from any folder: install, list, train, test."""
+    folder = folder.resolve()
+    minds = str(Path(sys.executable).with_name("minds"))
+    return [
+        pip_install(folder),
+        shlex.join([minds, "plugins"]),
+        shlex.join([minds, "run", "--env", name, "--steps", "2", "--backend", "local"]),
+        shlex.join([sys.executable, "-m", "pytest", str(folder)]),
+    ]
+
+
+def plugin_files(name: str, folder: Path) -> dict[str, str]:
+    """The files of the plugin distribution ``minds-plugin-NAME`` to be written to ``folder``, by relative path."""
+    fields = {"name": name, "dist": name.replace("_", "-"), "commands": "\n".join(next_commands(name, folder))}
     package = f"minds_{name}"
     return {
         "pyproject.toml": PYPROJECT.format(**fields),
@@ -200,7 +215,7 @@ def write_plugin(name: str, parent: Path = Path(".")) -> Path:
     folder = Path(parent) / name
     if folder.exists():
         raise UsageError(f"{folder} already exists; choose another name or --dir")
-    for relative, text in plugin_files(name).items():
+    for relative, text in plugin_files(name, folder).items():
         path = folder / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

@@ -13,6 +13,7 @@ from minds_core.config.converter import to_dict
 from minds_core.config.files import dump_yaml, read_config_file
 from minds_core.config.loading import build_config, load_config
 from minds_core.config.schema import (
+    BUILTIN_MODELS,
     DEFAULT_BASE_MODEL,
     EnvConfig,
     LocalConfig,
@@ -29,6 +30,7 @@ from minds_core.config.schema import (
 )
 
 __all__ = [
+    "BUILTIN_MODELS",
     "DEFAULT_BASE_MODEL",
     "EnvConfig",
     "LocalConfig",

@@ -17,7 +17,10 @@ from minds_core.config.rules import Rule, arg, each_value, one_of, optional_of, 
 from minds_core.rl.loss_aggregation import AGGREGATIONS
 from minds_core.rl.lr_schedules import LR_SCHEDULES
 
-DEFAULT_BASE_MODEL = "minds-tiny"
+#: The embedded default: a small model that has learned a little (words, numbers, formats), built from a file minds ships.
+DEFAULT_BASE_MODEL = "minds-small"
+#: The models the local backend makes itself, no download: ``minds-small``, and ``minds-tiny`` (random, for tests).
+BUILTIN_MODELS = ("minds-small", "minds-tiny")
 
 # What a run can do: numbers past these never finish, overflow, or exhaust memory.
 MAX_STEPS = 10_000_000  #: steps, and every "every N steps" setting
@@ -129,6 +132,7 @@ class TinkerConfig:
     api_key: str = arg("", doc="the API key itself (never saved with a run); prefer api_key_env")
     api_key_env: str = arg("TINKER_API_KEY", doc="the environment variable holding the API key")
     base_url: str = arg("", doc="the service's URL; empty = the SDK's default")
+    unreachable_timeout: float = arg(30.0, within(0, MAX_SECONDS), doc="seconds the service may not answer at all (killed, unreachable) before the run stops with exit code 1, naming the step, the request and the checkpoint to resume from; 0 = wait as the SDK does (many minutes)")
 
 
 @attrs.define
@@ -183,7 +187,7 @@ class TrainerConfig:
     steps: int = arg(20, within(1, MAX_STEPS), doc="optimizer steps of the run")
     group_size: int = arg(8, within(1, MAX_GROUP), doc="rollouts per task; advantages are computed within a group")
     groups_per_batch: int = arg(4, within(1, MAX_GROUP), doc="groups (tasks) per step")
-    learning_rate: float = arg(1e-3, within(0, 10, low_open=True), doc="AdamW's learning rate (before the schedule)")
+    learning_rate: float = arg(2e-4, within(0, 10, low_open=True), doc="AdamW's learning rate (before the schedule)")
     lr_schedule: str = arg("constant", one_of(*LR_SCHEDULES), doc="constant, linear or cosine decay after the warmup")
     lr_warmup_steps: int = arg(0, within(0, MAX_STEPS), doc="steps of linear warmup from learning_rate / lr_warmup_steps")
     lr_min_ratio: float = arg(0.0, within(0, 1), doc="where linear/cosine decay ends, as a share of learning_rate")

@@ -1,9 +1,10 @@
 """Secrets in the configuration: which keys hold them, and their values kept out of files, logs and messages.
 
 A key holds a secret by its name, read as words whatever its spelling
-(``api_key``, ``X-Api-Key``, ``clientSecret``, ``DB_PASSWORD``, ``session``,
-...; ``*_env`` keys name variables and are not secrets), whatever its value's
-type. Besides secret-named keys, a URL's ``user:password@`` and its
+(``api_key``, ``X-Api-Key``, ``clientSecret``, ``DB_PASSWORD``, ``session``, ``jwt``,
+``service_account``, ...; a last word that says how it is written, as in ``credentials_json`` or
+``private_key_pem``, is read past; ``*_env`` keys name variables and are not secrets), whatever its
+value's type. Besides secret-named keys, a URL's ``user:password@`` and its
 secret-named query parameters, and the ``value`` of a ``{name, value}`` pair
 whose name is secret (headers given as a list) are secrets too.
 
@@ -34,7 +35,17 @@ _SECRET_WORDS = frozenset(
         "secret", "secrets", "password", "passwd", "pwd", "pass", "passphrase", "credential", "credentials",
         "auth", "authorization", "bearer", "cookie", "cookies", "session", "sessionid", "dsn",
         "apikey", "secretkey", "privatekey", "accesskey", "signingkey", "token", "apitoken", "accesstoken",
+        "jwt", "jwk", "keyfile", "apisecret", "otp", "totp",
     }
+)  # fmt: skip
+#: Secrets named by their last two words (Google's ``service_account`` JSON, Azure's ``connection_string``).
+_SECRET_PHRASES = frozenset({("service", "account"), ("connection", "string"), ("client", "assertion")})
+#: Words that say how a secret is written, not what it is: ``credentials_json``, ``private_key_pem``,
+#: ``service_account_info``, ``api_key_b64`` hold the secret the words before name (``*_file``/``*_path`` name
+#: where it is, and are not secrets).
+_ENCODING_WORDS = frozenset(
+    {"json", "yaml", "yml", "toml", "b64", "base64", "pem", "der", "hex", "info", "raw", "value", "text", "str",
+     "string", "contents", "content", "data", "blob", "bytes"}
 )  # fmt: skip
 #: ``*_key`` holds a secret when the word before ``key`` says what kind of key it is.
 _KEY_KINDS = frozenset(
@@ -75,8 +86,12 @@ def key_words(key: str) -> list[str]:
 def is_secret_key(key: str) -> bool:
     """Whether a config key holds a secret (its values are never shown or written, whatever their type)."""
     words = key_words(key)
+    while len(words) > 1 and words[-1] in _ENCODING_WORDS and tuple(words[-2:]) not in _SECRET_PHRASES:
+        words = words[:-1]  # "credentials_json" is the credentials, written as JSON
     if not words or words[-1] == "env":
         return False
+    if tuple(words[-2:]) in _SECRET_PHRASES:
+        return True
     last, before = words[-1], words[-2] if len(words) > 1 else ""
     if last == "tokens":  # counts and lists of special tokens, unless the word before names a kind of secret
         return before in _KEY_KINDS

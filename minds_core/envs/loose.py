@@ -68,10 +68,11 @@ from typing import Any
 
 import attrs
 
+from minds_core.envs.blocking import plugin_call
 from minds_core.envs.calling import lenient
 from minds_core.envs.loading import call_loader
 from minds_core.envs.locate import import_environment
-from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric, as_reward, maybe_await
+from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric, as_reward
 from minds_core.envs.sampler import PolicySampler
 from minds_core.envs.single_turn import prompt_messages, score_completion
 from minds_core.envs.types import Context, Environment, StepResult, Task, as_step_result
@@ -296,7 +297,7 @@ class LooseEnvironment:
                     return built
             # a copy per policy: an in-place build for a newer policy never changes an older rollout's scorer
             source = copy.deepcopy(self.obj)
-            made = await maybe_await(source.build(sampler))
+            made = await plugin_call(f"{type(source).__qualname__}.build", source.build, sampler)
             built = _Built(made if self.lists else (source if made is None else made))
             if not self.lists:
                 _check_one(built.built)
@@ -306,7 +307,7 @@ class LooseEnvironment:
     async def step_shared(self, scorer: Any, action: str) -> Any:
         """``step`` on the one shared object, one call at a time."""
         async with self._step_lock:
-            return await maybe_await(scorer.step(action))
+            return await plugin_call(f"{type(scorer).__qualname__}.step", scorer.step, action)
 
     def warn_once(self, key: str, message: str, **fields: Any) -> None:
         if key not in self._warned:
@@ -368,14 +369,14 @@ def _cookbook_env(obj: Any) -> str:
 
 async def _drawn(task: Task, source: Any) -> tuple[Task, Any]:
     """``initial_observation()`` on ``source``: the task with its prompt and answer, and a copy of ``source`` after it."""
-    observation = await maybe_await(source.initial_observation())
+    observation = await plugin_call(f"{type(source).__qualname__}.initial_observation", source.initial_observation)
     if isinstance(observation, tuple):  # a duck-typed tinker-cookbook Env: (ModelInput, StopCondition)
         raise ConfigError(f"{task.id}: initial_observation() returned a tuple: {_cookbook_env(source)}")
     return attrs.evolve(task, prompt=observation, answer=getattr(source, "answer", None)), copy.deepcopy(source)
 
 
 async def _build(instance: Any, sampler: PolicySampler) -> Any:
-    built = await maybe_await(instance.build(sampler))
+    built = await plugin_call(f"{type(instance).__qualname__}.build", instance.build, sampler)
     built = instance if built is None else built
     _check_one(built)
     return built
@@ -418,7 +419,7 @@ class LooseEpisode:
         if not callable(getattr(scorer, "step", None)):
             raise TypeError(f"the object built by build(sampling_client), a {type(scorer).__name__}, has neither rubric nor step()")
         if self.instance is not None:
-            result = as_step_result(await maybe_await(scorer.step(action)))
+            result = as_step_result(await plugin_call(f"{type(scorer).__qualname__}.step", scorer.step, action))
         else:
             result = as_step_result(await self.env.step_shared(scorer, action))
         result.metrics = _numeric(result.metrics)

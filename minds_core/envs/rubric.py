@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 
+from minds_core.envs.blocking import plugin_call
 from minds_core.errors import ConfigError
 
 #: Names a reward function may ask for (see ``reward_inputs`` for what each holds).
@@ -132,7 +133,7 @@ class Rubric:
         score = RubricScore()
         for fn, weight, name in zip(self.funcs, self.weights, self.names):
             if not is_group_reward(fn):
-                score.add(name, weight, await maybe_await(call_with_available(fn, available)))
+                score.add(name, weight, await plugin_call(f"reward function {name!r}", call_with_available, fn, available))
         return score
 
     async def score_group(self, available: Mapping[str, Any], size: int) -> list[RubricScore]:
@@ -144,7 +145,7 @@ class Rubric:
         for fn, weight, name in zip(self.funcs, self.weights, self.names):
             if not is_group_reward(fn):
                 continue
-            values = await maybe_await(call_with_available(fn, available))
+            values = await plugin_call(f"group reward function {name!r}", call_with_available, fn, available)
             if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) != size:
                 got = f"{len(values)} values" if hasattr(values, "__len__") and not isinstance(values, (str, bytes)) else repr(values)[:80]
                 raise ValueError(f"group reward function {name} must return one reward per member ({size}), got {got}")

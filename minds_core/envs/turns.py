@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minds_core.envs.rubric import maybe_await
+from minds_core.envs.blocking import plugin_call
 from minds_core.envs.single_turn import prompt_messages
 from minds_core.envs.types import (
     Episode,
@@ -32,7 +32,8 @@ async def take_turns(episode: Episode, conversation: EpisodeConversation) -> lis
     may call it from its ``run`` to play itself the same way.
     """
     results: list[StepResult] = []
-    observation = _observation_messages(await maybe_await(episode.initial_observation()))
+    name = type(episode).__qualname__
+    observation = _observation_messages(await plugin_call(f"episode {name}.initial_observation", episode.initial_observation))
     conversation.tools = episode_tools(episode)  # after the observation: opening a session may tell the tools
     conversation.start(observation)
     while True:
@@ -40,7 +41,7 @@ async def take_turns(episode: Episode, conversation: EpisodeConversation) -> lis
             action = await conversation.sample_turn()
         except TokenBudgetExhausted:
             return results
-        result = as_step_result(await maybe_await(episode.step(action)))
+        result = as_step_result(await plugin_call(f"episode {name}.step", episode.step, action))
         results.append(result)
         if result.done:
             return results

@@ -75,7 +75,7 @@ def render(run: RunData) -> str:
         drawn = [c for c in charts if c]
         if drawn:
             body.append(f'<h2>{escape(title)}</h2><div class="grid">{"".join(drawn)}</div>')
-        if title == "Reward":
+        if title == "Reward" and not _is_sft(run):  # SFT samples nothing: no rollouts to show
             body.append(_rollouts(run.rollouts))
     if rows:
         body.append(_last_metrics(rows[-1]))
@@ -106,20 +106,43 @@ def _header(run: RunData) -> str:
     return f'<header><h1>minds run {escape(run.name)}</h1><div class="meta">{escape(meta)}</div></header>'
 
 
+def _is_sft(run: RunData) -> bool:
+    return table(run.config, "trainer").get("mode") == "sft"
+
+
 def _cards(run: RunData) -> str:
     rows = run.metrics
     total = table(run.config, "trainer").get("steps")
+    steps = ("steps recorded", f"{len(rows)}" + (f" of {total}" if total else ""))
+    train_time = ("train time", f"{sum(r.get('time/step', 0.0) for r in rows):.0f} s")
+    if _is_sft(run):
+        losses = [r["train/loss"] for r in rows if _number(r.get("train/loss"))]
+        held_out = [r["eval/loss"] for r in rows if _number(r.get("eval/loss"))]
+        before = next((r["eval/loss_before"] for r in rows if _number(r.get("eval/loss_before"))), None)
+        cards = [
+            steps,
+            ("train loss (first step)", _fmt(losses[0]) if losses else "–"),
+            ("train loss (last step)", _fmt(losses[-1]) if losses else "–"),
+            ("held-out loss before training", "–" if before is None else _fmt(before)),
+            ("held-out loss (last)", _fmt(held_out[-1]) if held_out else "–"),
+            train_time,
+        ]
+    else:
+        cards = _rl_cards(rows, steps, train_time)
+    return '<div class="cards">' + "".join(f"<div class=card><b>{escape(v)}</b><span>{escape(k)}</span></div>" for k, v in cards) + "</div>"
+
+
+def _rl_cards(rows: Sequence[dict[str, Any]], steps: tuple[str, str], train_time: tuple[str, str]) -> list[tuple[str, str]]:
     rewards = [r["reward/mean"] for r in rows if _number(r.get("reward/mean"))]
-    cards = [
-        ("steps recorded", f"{len(rows)}" + (f" of {total}" if total else "")),
+    return [
+        steps,
         ("reward (last step)", _fmt(rewards[-1]) if rewards else "–"),
         ("reward (first step)", _fmt(rewards[0]) if rewards else "–"),
         ("best step reward", _fmt(max(rewards)) if rewards else "–"),
         ("failed rollouts", str(int(sum(r.get("rollouts/failed", 0) for r in rows)))),
         ("dropped groups", str(int(sum(r.get("groups/dropped_failures", 0) + r.get("groups/dropped_constant", 0) for r in rows)))),
-        ("train time", f"{sum(r.get('time/step', 0.0) for r in rows):.0f} s"),
+        train_time,
     ]
-    return '<div class="cards">' + "".join(f"<div class=card><b>{escape(v)}</b><span>{escape(k)}</span></div>" for k, v in cards) + "</div>"
 
 
 #: Steps at the end of the run the health notes look at.

@@ -17,10 +17,10 @@ number is an invalid reward part, handled by ``rollout.invalid_reward``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from minds_core.envs.blocking import within_timeout
 from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric
 from minds_core.envs.types import Context, Task, environment_rubric
 from minds_core.logs import get_logger
@@ -54,12 +54,11 @@ async def score_group(rubric: Rubric, task: Task, rollouts: Sequence[Rollout], c
         "ctx": ctx,
     }
     try:
-        scoring = contained(rubric.score_group(available, n))
-        scores = await (asyncio.wait_for(scoring, cfg.timeout) if cfg.timeout > 0 else scoring)
+        scores = await within_timeout(contained(rubric.score_group(available, n)), cfg.timeout)  # charged to the group's rollouts
     except BaseException as exc:  # a reward function's failure (sys.exit included) fails its group's rollouts
         if not raised_by_plugin(exc):
             raise
-        error = f"group reward failed: {'timed out' if isinstance(exc, TimeoutError) else error_text(exc)}"
+        error = f"group reward failed: {str(exc) or 'timed out' if isinstance(exc, TimeoutError) else error_text(exc)}"
         log.warning("group reward failed", task=task.id, error=error[:300])
         for rollout in ok:
             rollout.error = error

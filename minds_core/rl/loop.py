@@ -20,13 +20,14 @@ import asyncio
 import contextlib
 import random
 import time
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import tinker
 
-from minds_core.backends.retry import ServiceCallError
+from minds_core.backends.retry import ServiceCallError, ServiceLost, guarded
 from minds_core.checkpoints.evaluation import EVAL_DIR, EvalPlan, check_splits, evaluate_policy, save_evaluation
 from minds_core.config import RunConfig
 from minds_core.contracts import GroupOrder
@@ -54,6 +55,7 @@ from minds_core.run_directory import (
 from minds_core.session import Policy, Session
 from minds_core.sinks import SinkSet
 
+T = TypeVar("T")
 log = get_logger("rl")
 
 
@@ -147,7 +149,8 @@ class RLLoop:
     async def evaluate(self, policy: Policy, run: RunDirectory, step: int) -> dict[str, float]:
         """The updated policy of ``step`` on the held-out split: ``eval/*`` metrics, rollouts in eval/step-NNNNNN.jsonl."""
         plan = EvalPlan.from_config(self.config.trainer)
-        evaluation = await evaluate_policy(self.session, policy, plan, step=step, require_held_out=True)
+        evaluating = evaluate_policy(self.session, policy, plan, step=step, require_held_out=True)
+        evaluation = await self.unless_lost(evaluating, step, f"evaluation (policy v{policy.version})")
         save_evaluation(run.path / EVAL_DIR / f"step-{step:06d}.jsonl", evaluation, {"step": step})
         return evaluation.metrics()
 
@@ -182,6 +185,17 @@ class RLLoop:
         except Exception as exc:  # noqa: BLE001 - the service's error, reported; training goes on
             log.warning("could not delete periodic saves that newer ones outdated", paths=left, error=f"{type(exc).__name__}: {exc}")
 
+    async def sampled(self, ahead: BatchesAhead[Any], step: int, policy: Policy) -> Any:
+        """``step``'s batch; a ServiceCallError when the service is lost while its rollouts sample."""
+        return await self.unless_lost(ahead.take(step, policy), step, f"sampling (policy v{policy.version})")
+
+    async def unless_lost(self, work: Awaitable[T], step: int, what: str) -> T:
+        """``await work`` (many requests of ``step``: its rollouts); a ServiceCallError naming ``what`` when the service is lost."""
+        try:
+            return await guarded(work, self.session.backoff)
+        except ServiceLost as exc:
+            raise ServiceCallError(f"step {step}", what, exc, 1) from None
+
     # ------------------------------------------------------------ the steps
 
     async def run(self, run: RunDirectory, sinks: SinkSet, start: int) -> dict[str, Any]:
@@ -195,12 +209,12 @@ class RLLoop:
             for step in range(start, cadence.steps):
                 timer = StepTimer()
                 with timer.stage("wait_for_batch"):
-                    batch = await ahead.take(step, policy)
+                    batch = await self.sampled(ahead, step, policy)
                 await self.score(batch)
                 processed = self.process(batch)
                 with timer.stage("train"):
                     train_metrics = await self.train(processed.datums, step, run)
-                    policy = await self.session.policy(policy.version + 1)
+                    policy = await self.session.policy(policy.version + 1, step)
                 record = await self.record(batch, processed, train_metrics, policy, run, cadence.evaluates(step))
                 stopping = stop.requested
                 with timer.stage("save"):
@@ -223,8 +237,9 @@ class RLLoop:
         }
 
 
-async def train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None) -> dict[str, Any]:
-    """Start (or resume, from ``resume_dir``'s last checkpoint) an RL run and train it to its last step; its summary.
+async def train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None, start_over: bool = False) -> dict[str, Any]:
+    """Start (or resume, from ``resume_dir``'s last checkpoint; ``start_over``: from step 0, its checkpoint list being
+    gone) an RL run and train it to its last step; its summary.
 
     The run folder stays locked to this process from the resume's first read (a new run: from its creation)
     until the session has closed its sinks.
@@ -232,16 +247,18 @@ async def train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins 
     with contextlib.ExitStack() as claims:
         if resume_dir is not None:
             claims.enter_context(RunLock(resume_dir))
-        return await _train_rl(config, resume_dir, plugins, claims)
+        return await _train_rl(config, resume_dir, plugins, claims, start_over)
 
 
-async def _train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None, claims: contextlib.ExitStack) -> dict[str, Any]:
-    changed = sorted(check_resume_changes(resume_dir, config)) if resume_dir is not None else []
+async def _train_rl(
+    config: RunConfig, resume_dir: Path | None, plugins: Plugins | None, claims: contextlib.ExitStack, start_over: bool = False
+) -> dict[str, Any]:
+    changed = sorted(check_resume_changes(resume_dir, config, start_over)) if resume_dir is not None else []
     async with await Session.open(config, plugins, resume_dir) as session:
         config = session.config
         if config.trainer.eval_every:
             check_splits(session.envs, EvalPlan.from_config(config.trainer), require_held_out=True)
-        start = start_point(config, resume_dir)
+        start = start_point(config, resume_dir, start_over)
         if resume_dir is not None:
             checkpoint = start.state_path if start.resumed else None
             log.info("resuming", run=str(resume_dir), step=start.step, checkpoint=checkpoint, changed=changed)

@@ -43,6 +43,11 @@ def no_datum_reason(groups: Sequence[Group]) -> str:
         return f"every group was dropped: {', '.join(parts)}"
     kept_ok = [r for g in kept for r in g.ok_rollouts]
     if all(not r.advantage for r in kept_ok):
+        if all(len(g.ok_rollouts) <= 1 for g in kept):
+            return (
+                "group size 1: each task had one scored rollout, so there is nothing to compare it with and every "
+                "advantage is 0; set trainer.group_size (or the environment's group_size) to 2 or more"
+            )
         if all(is_constant([r.reward for r in g.ok_rollouts]) for g in kept):
             seen = sorted({r.reward for r in kept_ok})
             shown = ", ".join(f"{v:g}" for v in seen[:4]) + (", ..." if len(seen) > 4 else "")

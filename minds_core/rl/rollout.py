@@ -12,6 +12,7 @@ import attrs
 import tinker
 
 from minds_core.config import RolloutConfig
+from minds_core.envs.blocking import plugin_call, within_timeout
 from minds_core.envs.rubric import (
     INVALID_PARTS_METRIC,
     MAX_REWARD,
@@ -105,7 +106,7 @@ async def play_episode(episode: Episode | SelfDrivingEpisode, conversation: Conv
     conversation enforces max_total_tokens and max_turns for both kinds.
     """
     if isinstance(episode, SelfDrivingEpisode):
-        results = [as_step_result(await maybe_await(episode.run(conversation)))]
+        results = [as_step_result(await plugin_call(f"episode {type(episode).__qualname__}.run", episode.run, conversation))]
     else:
         results = await take_turns(episode, conversation)
     rewards = [result.reward for result in results if result.reward is not None]
@@ -152,10 +153,9 @@ async def run_rollout(
         episode = None
         try:
             episode = env.episode(task, ctx)
-            play = contained(play_episode(episode, conversation))
-            raw, metrics = await (asyncio.wait_for(play, cfg.timeout) if cfg.timeout > 0 else play)
-        except TimeoutError:
-            last = Rollout(conversation, error=f"timed out after {cfg.timeout:g} s", timed_out=True, attempts=attempt)
+            raw, metrics = await within_timeout(contained(play_episode(episode, conversation)), cfg.timeout)
+        except TimeoutError as exc:
+            last = Rollout(conversation, error=str(exc) or f"timed out after {cfg.timeout:g} s", timed_out=True, attempts=attempt)
             continue
         except BaseException as exc:  # an environment's failure (sys.exit included) fails only its rollout
             if not raised_by_plugin(exc):

@@ -69,11 +69,11 @@ async def apply_update(
     try:
         result, tries = await call_service(where, "forward_backward", forward_backward, backoff, first_backward)
     except ServiceCallError as exc:
-        await settle(first_optim)  # it had no gradients of this batch to apply
+        await settle(first_optim, backoff)  # it had no gradients of this batch to apply
         exc.intact_after = step - 1
         raise
     if tries > 1:
-        await settle(first_optim)
+        await settle(first_optim, backoff)
         first_optim = None
     try:
         await call_service(where, "optim_step", optim_step, backoff, first_optim)

@@ -15,7 +15,7 @@ __all__ = ["add_serve_arguments", "serve_command"]
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs --api-key)")
     parser.add_argument("--port", type=int, default=8000, metavar="N", help="port to listen on; 0 picks a free one (default 8000)")
-    parser.add_argument("--model", dest="models", action="append", metavar="NAME", help="base model to load and advertise (repeatable; default minds-tiny)")
+    parser.add_argument("--model", dest="models", action="append", metavar="NAME", help="base model to load and advertise (repeatable; default minds-small)")
     parser.add_argument(
         "--device", choices=("auto", "cpu", "cuda"), default="auto",
         help="where the local backend computes: auto (cuda when torch sees a GPU), cpu, cuda",

@@ -243,14 +243,16 @@ def _conversations(config: RunConfig, plugins: Plugins) -> list[Chat]:
 # ---------------------------------------------------------------- the loop
 
 
-async def _train_sft(config: RunConfig, plugins: Plugins, resume_dir: Path | None, claims: contextlib.ExitStack) -> dict[str, Any]:
+async def _train_sft(
+    config: RunConfig, plugins: Plugins, resume_dir: Path | None, claims: contextlib.ExitStack, start_over: bool = False
+) -> dict[str, Any]:
     door = ServiceLifetime.for_run(config, plugins.registry, resume_dir)
     # the run's config.yaml and report say what ran: the backend chosen, and SFT's one loss
     config = door.config = attrs.evolve(door.config, trainer=attrs.evolve(config.trainer, loss_fn="cross_entropy"))
     train_conversations, held_conversations = _split(_conversations(config, plugins), config)
     if not train_conversations:
         raise ConfigError(f"nothing left to train on after holding out sft.eval_fraction = {config.sft.eval_fraction}")
-    start = start_point(config, resume_dir)
+    start = start_point(config, resume_dir, start_over)
     async with door:
         client = await door.start_training(start.state_path, with_optimizer=start.resumed)
         try:
@@ -329,11 +331,14 @@ async def _loop(door: ServiceLifetime, client: Any, data: SftData, run: RunDirec
     }
 
 
-def train_sft(config: RunConfig, plugins: Plugins | None = None, resume_dir: Path | None = None) -> dict[str, Any]:
-    """Supervised fine-tuning as the config says (or resumed from ``resume_dir``'s last checkpoint); returns a
-    summary with the held-out loss before and after. A resumed run's folder is locked from its first read."""
+def train_sft(
+    config: RunConfig, plugins: Plugins | None = None, resume_dir: Path | None = None, start_over: bool = False
+) -> dict[str, Any]:
+    """Supervised fine-tuning as the config says (or resumed from ``resume_dir``'s last checkpoint; ``start_over``: from
+    step 0, its checkpoint list being gone); returns a summary with the held-out loss before and after. A resumed run's
+    folder is locked from its first read."""
     plugins = plugins or load_plugins()
     with contextlib.ExitStack() as claims:
         if resume_dir is not None:
             claims.enter_context(RunLock(resume_dir))
-        return asyncio.run(_train_sft(config, plugins, resume_dir, claims))
+        return asyncio.run(_train_sft(config, plugins, resume_dir, claims, start_over))

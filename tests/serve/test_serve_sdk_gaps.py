@@ -255,9 +255,11 @@ def test_stable_reinforce_trains_on_datums_with_provenance_as_the_cookbook_build
     result = trainer.forward_backward(data, "stable_reinforce", {"kl_coeff": 0.1}).result()
     step = trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     assert np.isfinite(result.metrics["loss:sum"]) and step.metrics["grad_norm:mean"] > 0
-    # a datum without provenance is the user's error (a 400 in process, a user-category failure over HTTP)
-    with pytest.raises((tinker.BadRequestError, tinker.RequestFailedError), match="needs every datum to name the sampled"):
+    # a datum without provenance is the user's error, refused when the request runs: one class in process and
+    # over HTTP, the SDK's RequestFailedError of category user, as the hosted service answers it
+    with pytest.raises(tinker.RequestFailedError, match="needs every datum to name the sampled") as refused:
         trainer.forward_backward([_sft(TOKENS)], "stable_reinforce").result()
+    assert refused.value.category == types.RequestErrorCategory.User
 
 
 def test_the_sdks_create_custom_loss_example_trains_as_cross_entropy_does(clients: tuple[Any, Any]) -> None:

@@ -13,10 +13,10 @@ Same API and ``tinker.types`` as the hosted SDK::
 Importing this package imports torch.
 """
 
+from .builtin_models import DEFAULT_BASE_MODEL
 from .errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
 from .sampling_client import SamplingClient
 from .service import ServiceClient, create_service_client
-from .tiny_model import DEFAULT_BASE_MODEL
 from .training_client import TrainingClient
 
 __all__ = [

@@ -3,7 +3,7 @@
 As on the hosted service, each exported file is written as ``<name>.age``, encrypted to every
 recipient (an X25519 ``age1...`` key or an SSH public key), and no plaintext copy is kept. The
 encryption is the ``pyrage`` package's (the age reference format, which tinker-cookbook and the
-``age`` tool decrypt); it is an optional dependency (``minds-core[cookbook]``), imported only
+``age`` tool decrypt); it comes with the ``local`` extra (``minds-core[local]``, also ``[cookbook]``), imported only
 when a recipient is given.
 """
 
@@ -28,7 +28,7 @@ def parse_recipients(recipients: Sequence[str]) -> list[Any]:
     except ImportError:
         raise LocalBadRequestError(
             "age_encryption_recipients needs the pyrage package on the machine that saves the weights: "
-            "pip install pyrage (or minds-core[cookbook]), or leave age_encryption_recipients unset"
+            "pip install -c constraints.txt 'minds-core[local]' (or pyrage alone), or leave age_encryption_recipients unset"
         ) from None
     keys = []
     for position, recipient in enumerate(recipients):

@@ -17,16 +17,24 @@ listings leave it out), and its folder is removed by the next ``sweep`` (every
 save and every listing runs one). ``set_ttl`` moves a saved checkpoint's
 ``expires_at`` (or clears it), as the SDK's ``set_checkpoint_ttl_from_tinker_path``.
 
+Each checkpoint's metadata records the SHA-256 of every file it was saved with (``files``) and its own
+tinker path; ``load`` checks both, so an adapter replaced by hand (an older checkpoint's copied over it)
+or a checkpoint folder replaced by a link to another checkpoint is refused, naming the file, rather than
+loaded as if it were the one asked for. ``MINDS_ACCEPT_CHANGED_CHECKPOINTS=1`` (``minds run
+--accept-changed-checkpoints``) loads it anyway, with a warning.
+
 A run's own ``user_metadata`` (given when its training client was made) is kept
 in ``<root>/<run_id>/run.json``, for ``RestClient.get_training_run``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -39,6 +47,8 @@ import torch
 from peft import PeftConfig
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+
+from minds_core.backends import ACCEPT_CHANGED_CHECKPOINTS as ACCEPT_CHANGED
 
 from .age import SUFFIX as AGE_SUFFIX
 from .age import encrypt_files
@@ -123,6 +133,7 @@ class CheckpointStore:
                 "created_at": now.isoformat(),
                 "expires_at": _expires_at(ttl_seconds, now),
                 "user_metadata": user_metadata or {},
+                "files": {file.name: file_digest(file) for file in sorted(staging.iterdir())},
             }
             (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2))
             os.chmod(staging, 0o755)
@@ -163,12 +174,14 @@ class CheckpointStore:
             raise LocalBadRequestError(
                 f"Checkpoint {path} is damaged: {directory / METADATA_FILE} lacks its LoRA settings ({exc!r})"
             ) from None
-        return CheckpointContents(
+        contents = CheckpointContents(
             base_model=base_model,
             lora=lora,
             adapter=_tensors(directory / _ADAPTER, path),
             optimizer=_tensors(directory / _OPTIMIZER, path) if with_optimizer else None,
         )
+        _check_unchanged(path, directory, meta, with_optimizer)  # after the reads: a damaged file is named as such
+        return contents
 
     def metadata(self, run_id: str | None = None) -> Iterator[tuple[Path, dict[str, Any]]]:
         """``(folder, metadata)`` of every unexpired checkpoint (of ``run_id``, or of every run)."""
@@ -247,6 +260,46 @@ class CheckpointStore:
             return f"this root ({self.root}) has no such run or checkpoint kind"
         names = sorted(p.name for p in directory.parent.iterdir() if not p.name.startswith("."))
         return f"that run has: {', '.join(names[:20]) or 'none'}"
+
+
+def file_digest(file: Path) -> str:
+    """``sha256:<hex>`` of a file's bytes."""
+    digest = hashlib.sha256()
+    with file.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _check_unchanged(path: str, directory: Path, meta: Mapping[str, Any], with_optimizer: bool) -> None:
+    """A 400 naming what changed since the checkpoint at ``path`` was saved: its folder now holds another
+    checkpoint (a link or copy of it), or a file's bytes differ from the digest recorded when it was written.
+
+    Checkpoints saved before digests were recorded have none to check. ``ACCEPT_CHANGED`` loads it anyway."""
+    problems = []
+    if meta.get("path", path) != path:
+        shown = f"{directory} links to {directory.resolve()}" if directory.is_symlink() else f"{directory} holds it"
+        problems.append(f"its folder holds checkpoint {meta['path']} ({shown}): replaced by another checkpoint")
+    recorded = meta.get("files")
+    if isinstance(recorded, dict):
+        for name, digest in sorted(recorded.items()):
+            file = directory / name
+            if name == _OPTIMIZER and not with_optimizer:
+                continue
+            if not file.is_file():
+                problems.append(f"{file} is missing")
+            elif file_digest(file) != digest:
+                problems.append(f"{file} is not the file saved with it (its SHA-256 differs: replaced or edited)")
+    if not problems:
+        return
+    message = f"Checkpoint {path} changed after it was saved: {'; '.join(problems)}"
+    if os.environ.get(ACCEPT_CHANGED, "") not in ("", "0"):
+        print(f"warning: {message}; loading it anyway ({ACCEPT_CHANGED} is set)", file=sys.stderr)
+        return
+    raise LocalBadRequestError(
+        f"{message}. Restore it, resume from another checkpoint, or load it knowingly with "
+        f"--accept-changed-checkpoints ({ACCEPT_CHANGED}=1)"
+    )
 
 
 def _replace_json(file: Path, data: Mapping[str, Any], staging: Path) -> None:

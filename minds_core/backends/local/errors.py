@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import httpx
 import tinker
 
-__all__ = ["LocalBadRequestError", "LocalConflictError", "LocalNotFoundError"]
+__all__ = ["LocalBadRequestError", "LocalConflictError", "LocalNotFoundError", "LocalRequestFailedError"]
 
 _LOCAL_URL = "http://minds.local/"
 
@@ -54,3 +54,18 @@ class LocalConflictError(_LocalStatusError, tinker.ConflictError):
     """HTTP 409: a checkpoint name that is already taken (pass ``overwrite=True``)."""
 
     status = 409
+
+
+class _UserRequestFailed(tinker.RequestFailedError):
+    """``RequestFailedError`` of category ``user``, its arguments given (the status error's constructor passes only
+    the message along the chain of constructors)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "local", tinker.types.RequestErrorCategory.User)
+
+
+class LocalRequestFailedError(LocalBadRequestError, _UserRequestFailed):
+    """A request accepted and then refused when it ran (a datum its loss cannot use, as ``stable_reinforce``
+    refuses one without provenance): the SDK's ``RequestFailedError`` of category ``user``, as the hosted
+    service and ``minds serve`` answer it, and still the ``BadRequestError`` earlier local code caught."""
+

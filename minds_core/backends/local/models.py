@@ -23,11 +23,11 @@ from minds_core.backends.model_source import check_model_source
 from minds_core.errors import ConfigError
 
 from .adapted_models import AdaptedModels
+from .builtin_models import BUILTIN_MODELS, builtin_model_path
 from .errors import LocalNotFoundError
 from .packed_attention import ATTENTION
 from .placement import Placement
 from .sibling_weights import lay_out, sibling_groups
-from .tiny_model import DEFAULT_BASE_MODEL, tiny_model_path
 
 __all__ = ["BaseModel", "BaseModelRegistry", "target_logprobs"]
 
@@ -79,7 +79,7 @@ class BaseModelRegistry:
         self._lock = threading.Lock()
 
     def get(self, name: str) -> BaseModel:
-        """The loaded model named ``name`` (``minds-tiny``, a model directory or a hub id)."""
+        """The loaded model named ``name`` (a built-in model, a model directory or a hub id)."""
         with self._lock:
             if name not in self._models:
                 self._models[name] = _load(name, self.placement)
@@ -106,7 +106,7 @@ def _load(name: str, placement: Placement) -> BaseModel:
             tokenizer, model = _from_pretrained(source, placement, local_files_only=False)  # not cached: ask the hub
     except (OSError, ValueError) as exc:
         raise LocalNotFoundError(
-            f"Cannot load base model {name!r}: it is not {DEFAULT_BASE_MODEL!r}, not a model directory, "
+            f"Cannot load base model {name!r}: it is not a built-in model ({', '.join(BUILTIN_MODELS)}), not a model directory, "
             f"and not loadable from the Hugging Face hub or its cache ({exc})"
         ) from exc
     model.requires_grad_(False)
@@ -132,13 +132,14 @@ def _from_pretrained(
 
 
 def _locate(name: str) -> str:
-    if name == DEFAULT_BASE_MODEL:
-        return str(tiny_model_path())
+    builtin = builtin_model_path(name)
+    if builtin is not None:
+        return str(builtin)
     if os.path.isdir(name):
         return name
     if name.startswith(("/", "./", "../", "~")) or not name:
         raise LocalNotFoundError(
-            f"Unknown base model {name!r}: no such model directory. Use {DEFAULT_BASE_MODEL!r}, "
+            f"Unknown base model {name!r}: no such model directory. Use a built-in model ({', '.join(BUILTIN_MODELS)}), "
             "a directory holding a transformers model, or a Hugging Face hub id"
         )
     return name

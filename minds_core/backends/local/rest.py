@@ -18,6 +18,7 @@ from typing import Literal, TypeVar
 from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
 
+from .builtin_models import BUILTIN_MODELS
 from .catalog import Catalog, capabilities
 from .checkpoints import CheckpointStore, parse_path
 from .deprecated import async_twin
@@ -25,7 +26,6 @@ from .errors import LocalBadRequestError, LocalNotFoundError
 from .futures import completed_future, failed_future
 from .refusals import refusal, refused
 from .session import Session
-from .tiny_model import DEFAULT_BASE_MODEL
 
 __all__ = ["RestClient"]
 
@@ -43,14 +43,14 @@ class RestClient:
         self,
         store: CheckpointStore,
         session: Session,
-        context_lengths: Callable[[], Mapping[str, int | None]] = lambda: {DEFAULT_BASE_MODEL: None},
+        context_lengths: Callable[[], Mapping[str, int | None]] = lambda: dict.fromkeys(BUILTIN_MODELS),
     ) -> None:
         self._catalog = Catalog(store)
         self._session = session
         self._context_lengths = context_lengths
 
     def get_server_capabilities(self) -> APIFuture[types.GetServerCapabilitiesResponse]:
-        """The models to train and sample: ``minds-tiny`` and every other base model the service has loaded.
+        """The models to train and sample: the built-in ones (``minds-small``, ``minds-tiny``) and every other base model the service has loaded.
 
         Any model directory or hub id loads on first use, so the list is of those known, not a limit; a
         model's ``max_context_length`` is known once it is loaded."""

@@ -25,6 +25,7 @@ from tinker.lib.public_interfaces.backcompat_training_client_future import (
 )
 from tinker.lib.public_interfaces.custom_loss import LossHandle, PerDatumLossFn, trace_loss
 
+from .builtin_models import BUILTIN_MODELS
 from .deprecated import async_twin
 from .errors import LocalBadRequestError
 from .futures import completed_future
@@ -35,7 +36,6 @@ from .rest import RestClient
 from .runtime import Runtime
 from .sampling_engine import SamplingEngine
 from .session import Session
-from .tiny_model import DEFAULT_BASE_MODEL
 from .training_client import TrainingClient
 from .training_engine import TrainingEngine
 
@@ -107,7 +107,7 @@ class ServiceClient:
         user_metadata: dict[str, str] | None = None,
         optimizer: types.OptimizerConfig | None = None,
     ) -> BackcompatTrainingClientFuture:
-        """A new LoRA run on ``base_model`` (``minds-tiny``, a model directory or a hub id)."""
+        """A new LoRA run on ``base_model`` (``minds-small``, ``minds-tiny``, a model directory or a hub id)."""
         self._check_open()
         spec = LoraSpec(rank=rank, train_mlp=train_mlp, train_attn=train_attn, train_unembed=train_unembed)
         lora_seed = seed if seed is not None else secrets.randbits(63)
@@ -220,7 +220,7 @@ class ServiceClient:
         return RestClient(
             self._runtime.store,
             self._runtime.session,
-            lambda: {DEFAULT_BASE_MODEL: None, **self._runtime.models.context_lengths()},
+            lambda: {**dict.fromkeys(BUILTIN_MODELS), **self._runtime.models.context_lengths()},
         )
 
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:

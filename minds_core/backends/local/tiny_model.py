@@ -12,15 +12,17 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-__all__ = ["DEFAULT_BASE_MODEL", "tiny_model_path"]
+__all__ = ["TINY_MODEL", "tiny_model_path"]
 
-DEFAULT_BASE_MODEL = "minds-tiny"
+TINY_MODEL = "minds-tiny"
 _VERSIONED_NAME = "minds-tiny-v1"
 _SEED = 20240611
 _SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -43,13 +45,18 @@ def cache_dir() -> Path:
 
 def tiny_model_path() -> Path:
     """The cached model directory, built first if missing (safe against concurrent builders)."""
-    final = cache_dir() / "models" / _VERSIONED_NAME
+    return cached_model(_VERSIONED_NAME, _build)
+
+
+def cached_model(versioned_name: str, build: Callable[[Path], None]) -> Path:
+    """``cache_dir()/models/<versioned_name>``, made by ``build(staging)`` first if missing (safe against races)."""
+    final = cache_dir() / "models" / versioned_name
     if (final / "config.json").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{_VERSIONED_NAME}.", dir=final.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{versioned_name}.", dir=final.parent))
     try:
-        _build(staging)
+        build(staging)
         os.chmod(staging, 0o755)
         os.rename(staging, final)
     except OSError:
@@ -61,16 +68,22 @@ def tiny_model_path() -> Path:
 
 
 def _build(directory: Path) -> None:
-    tokenizer = _tokenizer()
-    model = Qwen3ForCausalLM(_config(tokenizer))
+    tokenizer = byte_tokenizer()
+    model = Qwen3ForCausalLM(qwen3_config(tokenizer, TINY_SIZE))
     _initialise(model)
+    save_model(model, tokenizer, directory)
+
+
+def save_model(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerFast, directory: Path) -> None:
+    """Write ``model`` and ``tokenizer`` as a transformers model directory, ending samples at ``<|im_end|>``."""
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
 
 
-def _tokenizer() -> PreTrainedTokenizerFast:
+def byte_tokenizer() -> PreTrainedTokenizerFast:
+    """Token id = byte value, then the three ChatML specials; the ChatML chat template."""
     byte_chars = _bytes_to_unicode()
     backend = Tokenizer(models.BPE(vocab={byte_chars[b]: b for b in range(256)}, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
@@ -95,15 +108,32 @@ def _bytes_to_unicode() -> dict[int, str]:
     return mapping
 
 
-def _config(tokenizer: PreTrainedTokenizerFast) -> Qwen3Config:
+@dataclass(frozen=True)
+class ModelSize:
+    """The shape of a built-in Qwen3-style model."""
+
+    hidden: int  #: width of the residual stream
+    intermediate: int  #: width of each MLP
+    layers: int  #: decoder layers
+    heads: int  #: attention heads (query)
+    kv_heads: int  #: key/value heads (grouped-query attention)
+    head_dim: int  #: width of one head
+
+
+#: ``minds-tiny``: about 0.1M parameters, random.
+TINY_SIZE = ModelSize(hidden=64, intermediate=192, layers=2, heads=4, kv_heads=2, head_dim=16)
+
+
+def qwen3_config(tokenizer: PreTrainedTokenizerFast, size: ModelSize) -> Qwen3Config:
+    """A Qwen3 config of ``size`` over the byte tokenizer (untied embeddings, 8192 positions)."""
     return Qwen3Config(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=192,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
+        hidden_size=size.hidden,
+        intermediate_size=size.intermediate,
+        num_hidden_layers=size.layers,
+        num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads,
+        head_dim=size.head_dim,
         max_position_embeddings=_MAX_LENGTH,
         tie_word_embeddings=False,
         bos_token_id=None,

@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 from .age import parse_recipients
 from .checkpoints import CheckpointContents, CheckpointKind
 from .deprecated import async_twin
-from .errors import LocalBadRequestError
+from .errors import LocalBadRequestError, LocalRequestFailedError
 from .futures import failed_future
 from .inputs import DatumTensors, submitted_datum
 from .runtime import Runtime
@@ -155,6 +155,11 @@ class TrainingClient:
                 raise RuntimeError(POISONED) from self._failure
             try:
                 return run()
+            except LocalBadRequestError as exc:
+                failed = exc if isinstance(exc, LocalRequestFailedError) else LocalRequestFailedError(exc.message)
+                if poisons:
+                    self._failure = failed
+                raise failed from None
             except BaseException as exc:
                 if poisons:
                     self._failure = exc

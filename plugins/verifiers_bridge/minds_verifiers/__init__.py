@@ -9,12 +9,53 @@ environment is loaded, so ``minds plugins`` stays light.
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 from typing import Any
 
 import attrs
 
-from minds_core import Register, arg, env_args, hookimpl
+from minds_core import ConfigError, Register, arg, env_args, hookimpl
+
+#: The verifiers releases this bridge trains: the classic API (vf.Environment.rollout, rubric.score_rollout).
+CLASSIC = ">=0.3,<0.4"
+
+
+def verifiers_generation(version: str | None) -> str | None:
+    """Why the classic bridge cannot run with verifiers ``version`` installed (None: it can).
+
+    Read from the installed distribution's version, without importing verifiers.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    if version is None:
+        return f"verifiers is not installed; the classic bridge needs verifiers{CLASSIC}: pip install 'verifiers{CLASSIC}'"
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        return f"verifiers {version!r} is installed, a version the bridge cannot read; it needs verifiers{CLASSIC}"
+    if parsed.release[:2] == (0, 3):
+        return None
+    generation = "an older, pre-0.3 API" if parsed < Version("0.3") else "the 0.4+ API, whose environments are not classic ones"
+    return (
+        f"verifiers {version} is installed ({generation}); the classic bridge (minds-plugin-verifiers) needs "
+        f"verifiers{CLASSIC}: pip install 'verifiers{CLASSIC}' in this environment, or keep the newer verifiers in "
+        "another environment (no minds bridge trains its environments yet)"
+    )
+
+
+def installed_verifiers() -> str | None:
+    """The installed verifiers version, or None."""
+    try:
+        return importlib.metadata.version("verifiers")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _require_classic_verifiers(env_id: str) -> None:
+    problem = verifiers_generation(installed_verifiers())
+    if problem is not None:
+        raise ConfigError(f"verifiers environment {env_id!r}: {problem}")
 
 
 @attrs.frozen
@@ -30,6 +71,7 @@ def load_environment(**args: Any) -> Any:
     from minds_verifiers.environment import load_verifiers_environment
 
     chosen = env_args(VerifiersArgs, args, env="verifiers")
+    _require_classic_verifiers(chosen.id)
     return load_verifiers_environment(chosen.id, chosen.args)
 
 
@@ -37,6 +79,9 @@ def adapt(obj: Any, env_id: str) -> Any:
     """A ``verifiers.Environment`` returned by a loose ``load_environment()`` trains through the bridge."""
     if "verifiers" not in sys.modules:  # whatever made obj a verifiers environment imported verifiers
         return None
+    if not any(c.__module__.split(".")[0] == "verifiers" for c in type(obj).__mro__):
+        return None
+    _require_classic_verifiers(env_id)
     from minds_verifiers.environment import adapt
 
     return adapt(obj, env_id)

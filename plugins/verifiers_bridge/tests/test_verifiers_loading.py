@@ -81,3 +81,39 @@ def test_bad_arguments_are_named_before_verifiers_is_asked(args: dict, expected:
     with pytest.raises(ConfigError, match=expected) as raised:
         load_environment(**args)
     assert "accepted arguments: id, args (default {}); required: id" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("version", "says"),
+    [
+        ("0.3.0", None),
+        ("0.3.7.post1", None),
+        ("0.4.0", "verifiers 0.4.0 is installed (the 0.4+ API"),
+        ("0.4.2.dev3", "verifiers 0.4.2.dev3 is installed (the 0.4+ API"),
+        ("1.0.0", "verifiers 1.0.0 is installed (the 0.4+ API"),
+        ("0.1.2", "verifiers 0.1.2 is installed (an older, pre-0.3 API)"),
+        (None, "verifiers is not installed"),
+    ],
+)
+def test_the_installed_verifiers_generation_is_named_with_what_the_bridge_needs(version, says) -> None:
+    from minds_verifiers import verifiers_generation
+
+    problem = verifiers_generation(version)
+    if says is None:
+        assert problem is None
+    else:
+        assert says in problem and "verifiers>=0.3,<0.4" in problem
+
+
+def test_the_installed_verifiers_is_one_the_bridge_trains() -> None:
+    from minds_verifiers import installed_verifiers, verifiers_generation
+
+    assert verifiers_generation(installed_verifiers()) is None
+
+
+def test_an_environment_under_verifiers_0_4_is_refused_naming_both_versions(monkeypatch) -> None:
+    import minds_verifiers
+
+    monkeypatch.setattr(minds_verifiers, "installed_verifiers", lambda: "0.4.1")  # named fake: the installed version
+    with pytest.raises(ConfigError, match=r"'minds_vf_capitals': verifiers 0\.4\.1 is installed .* needs verifiers>=0\.3,<0\.4"):
+        load_environment(id="minds_vf_capitals", args={"num_rows": 4})

@@ -86,10 +86,12 @@ def test_errors_fail_only_their_request(trainer: TrainingClient, sft_datum) -> N
         trainer.forward(good, "cross_entropy"),
     ]
     outcomes = [f.future().exception() for f in futures]
+    # refused when they ran: the SDK's RequestFailedError of category user (as over HTTP), still a 400 BadRequestError
     assert [type(e).__name__ if e else None for e in outcomes] == [
-        "LocalBadRequestError", "LocalBadRequestError", None, "LocalBadRequestError", "LocalBadRequestError",
-        "LocalBadRequestError", None, "LocalBadRequestError", "LocalBadRequestError", None,
+        "LocalRequestFailedError", "LocalRequestFailedError", None, "LocalRequestFailedError", "LocalRequestFailedError",
+        "LocalRequestFailedError", None, "LocalRequestFailedError", "LocalRequestFailedError", None,
     ]
+    assert all(isinstance(e, tinker.RequestFailedError) and e.category == "user" for e in outcomes if e)
     assert "5000 characters, at most 160" in str(outcomes[-2])
     assert "learning_rate=inf" in str(outcomes[4]) and "weight_decay=inf" in str(outcomes[5])
     assert all(math.isfinite(v) for v in futures[-1].result().loss_fn_outputs[0]["logprobs"].data)  # weights intact

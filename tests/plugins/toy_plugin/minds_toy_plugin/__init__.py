@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+import signal
+import socket
+import threading
+import time
+from urllib.parse import urlparse
 
 from minds_core import Rubric, SingleTurnEnvironment, StepResult, Task, hookimpl
 
@@ -32,6 +38,18 @@ def load_first_char(num_tasks: int = 4) -> SingleTurnEnvironment:
         for split in ("train", "test")
     }
     return SingleTurnEnvironment(splits, Rubric([starts_with_target], names=["toy.first"]))
+
+
+def load_blocking(seconds: float = 2.0) -> SingleTurnEnvironment:
+    """Three tasks; the reward of task ``blocks`` is sync code that blocks the event loop for ``seconds``."""
+
+    def blocking_share(completion: str, task: Task) -> float:
+        if task.id == "blocks":
+            time.sleep(seconds)  # sync code holding the event loop, as a slow verifier would
+        return share_of_target(completion)
+
+    tasks = [Task(prompt=f"Write the letter {TARGET}. ({name})", id=name) for name in ("t0", "blocks", "t2")]
+    return SingleTurnEnvironment({"train": tasks}, Rubric([blocking_share], names=["toy.blocking_share"]))
 
 
 class FlakyEpisode:
@@ -90,12 +108,65 @@ class TwoTurnEnvironment:
         return EchoToolEpisode()
 
 
+def kill_server() -> None:
+    """SIGKILL the ``minds serve`` named by $TOY_SERVER_PID, then wait until $TOY_SERVER_URL refuses connections."""
+    os.kill(int(os.environ["TOY_SERVER_PID"]), signal.SIGKILL)
+    url = urlparse(os.environ["TOY_SERVER_URL"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((url.hostname, url.port), timeout=0.5).close()
+        except OSError:
+            return
+        time.sleep(0.05)
+
+
+#: Episodes started in this process, so that the server dies in the second step (2 rollouts a step).
+_episodes = []
+
+
+class ServerDiesEpisode:
+    """Kills the server of the run in step 1: between the two turns of its episodes, before the second samples
+    ("sample"); 50 ms after the first turn, while whatever comes next is in flight ("in-flight"); or once its
+    rollouts are scored, before the step's training requests ("request")."""
+
+    def __init__(self, phase: str, number: int) -> None:
+        self.phase, self.number, self.turn = phase, number, 0
+
+    def initial_observation(self) -> str:
+        return "say anything"
+
+    def step(self, action: str) -> StepResult:
+        self.turn += 1
+        if self.phase == "in-flight" and self.number == 2 and self.turn == 1:
+            threading.Timer(0.05, kill_server).start()
+        if (self.phase == "sample" and self.number == 2 and self.turn == 1) or (self.phase == "request" and self.number == 3):
+            kill_server()
+        if self.phase in ("sample", "in-flight") and self.turn == 1:
+            return StepResult(reward=None, done=False, messages=[{"role": "user", "content": "again"}])
+        return StepResult(reward=float(len(action) % 3), done=True)
+
+
+class ServerDiesEnvironment:
+    def __init__(self, phase: str) -> None:
+        self.phase = phase
+
+    def tasks(self, split: str) -> list[Task]:
+        return [Task(prompt="", id="dies")]
+
+    def episode(self, task: Task, ctx) -> ServerDiesEpisode:
+        _episodes.append(task)
+        return ServerDiesEpisode(self.phase, len(_episodes) - 1)
+
+
 @hookimpl
 def minds_register_environments(register):
     register("toy_char_share", load_char_share, "reward = share of the letter a")
     register("toy_first_char", load_first_char, "binary reward: the reply starts with the letter a; train and test splits")
     register("toy_flaky", lambda modes=("ok",): FlakyEnvironment(list(modes)), "episodes that misbehave on purpose")
     register("toy_two_turn", TwoTurnEnvironment, "a two-turn episode with a tool reply")
+    register("toy_blocking", load_blocking, "the reward of one of three tasks blocks the event loop (sync sleep)")
+    register("toy_server_dies", ServerDiesEnvironment, "kills $TOY_SERVER_PID in step 1: phase sample or request")
 
 
 class ExplodingSink:
@@ -113,9 +184,21 @@ class ExplodingSink:
         """Nothing to release."""
 
 
+class ServerKillingSink:
+    """A metric sink that kills the run's server ($TOY_SERVER_PID) once step 0 is logged: between two steps."""
+
+    def write(self, record: dict) -> None:
+        if record["step"] == 0:
+            kill_server()
+
+    def close(self, summary: dict) -> None:
+        """Nothing to release."""
+
+
 @hookimpl
 def minds_register_metric_sinks(register):
     register("toy_exploding", lambda config, run_dir: ExplodingSink(), "fails on its second record")
+    register("toy_kill_server", lambda config, run_dir: ServerKillingSink(), "kills $TOY_SERVER_PID after step 0")
 
 
 @hookimpl

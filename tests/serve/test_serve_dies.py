@@ -1,0 +1,66 @@
+"""A run on the Tinker protocol whose server dies: exit 1 within ``tinker.unreachable_timeout``, one message naming
+the step, the request and the checkpoint to resume from (the SDK alone retried for minutes, printing only its own lines).
+
+A real ``minds serve`` on 127.0.0.1:0 and a real ``minds run --backend tinker`` subprocess; the server is killed
+with SIGKILL by the toy plugin's code at a chosen point of step 1 (or by its metric sink after step 0 is logged).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import KEY, start_server
+
+pytestmark = pytest.mark.slow
+
+UNREACHABLE = 3  #: tinker.unreachable_timeout of these runs, seconds
+
+
+@pytest.mark.parametrize(
+    ("phase", "failed_request"),
+    [
+        ("sample", r"sampling \(policy v1\)"),
+        ("request", "forward_backward"),
+        ("between", r"sampling \(policy v1\)"),
+        # whichever request was in flight 50 ms after the first turn
+        ("in-flight", r"(sampling \(policy v1\)|forward_backward|optim_step|save_state|save_weights_and_get_sampling_client)"),
+    ],
+)
+def test_a_run_whose_server_dies_exits_1_naming_the_step_the_request_and_the_checkpoint(installed_plugin, tmp_path, phase, failed_request):
+    served = start_server(tmp_path)
+    try:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("MINDS_", "TINKER_"))}
+        environ.update(PYTHONPATH=str(installed_plugin("toy_plugin")), TINKER_API_KEY=KEY,
+                       TOY_SERVER_PID=str(served.process.pid), TOY_SERVER_URL=served.url)  # fmt: skip
+        sinks = '["toy_kill_server"]' if phase == "between" else "[]"
+        began = time.monotonic()
+        run = subprocess.run(
+            [sys.executable, "-m", "minds_core.cli.command", "--log-format", "json", "run", "--env", "toy_server_dies",
+             "--set", f"env.args.phase={phase}", "--backend", "tinker", "--set", f"tinker.base_url={served.url}",
+             "--set", f"tinker.unreachable_timeout={UNREACHABLE}", "--steps", "4", "--name", "r", "--set", f"runs_dir={tmp_path}",
+             "--set", "trainer.group_size=2", "--set", "trainer.groups_per_batch=1", "--set", "trainer.save_every=1",
+             "--set", "sampling.max_tokens=8", "--set", f"metrics.sinks={sinks}"],
+            cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=90,
+        )  # fmt: skip
+        seconds = time.monotonic() - began
+    finally:
+        served.process.kill()
+        served.process.wait(timeout=30)
+    last = run.stderr.strip().splitlines()[-1]
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+    assert re.fullmatch(
+        rf"minds: error: step 1: {failed_request} got no answer \(ServiceLost: the service at {re.escape(served.url)} has not "
+        rf"answered for \d+ s \(tinker\.unreachable_timeout = {UNREACHABLE}; last: .+\)\); the last checkpoint is step 0: "
+        rf"minds run --resume \S+ continues from step 1",
+        last,
+    ), last
+    assert seconds < 60, f"the run took {seconds:.0f} s to give up"  # start-up and step 0 included
+    assert (Path(tmp_path) / "r" / "checkpoints.jsonl").read_text().count("\n") == 1
