@@ -54,8 +54,9 @@ def start_server(
         if open_files is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
+    model = [] if "--model" in extra else ["--model", "minds-tiny"]  # the tests ask for minds-tiny by name
     process = subprocess.Popen(
-        [sys.executable, "-m", "minds_core.cli.command", "serve", "--port", "0", "--checkpoint-root", str(tmp_path / "ckpt"), *extra],
+        [sys.executable, "-m", "minds_core.cli.command", "serve", "--port", "0", "--checkpoint-root", str(tmp_path / "ckpt"), *model, *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
