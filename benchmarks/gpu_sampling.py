@@ -43,7 +43,7 @@ from transformers import (
 from minds_core.backends.local import ServiceClient
 from minds_core.backends.local.fast_decode import COMPILE_MODES
 from minds_core.backends.local.models import BaseModelRegistry
-from minds_core.backends.local.tiny_model import _tokenizer
+from minds_core.backends.local.tiny_model import byte_tokenizer
 
 __all__ = ["FULL", "SIZES", "SMOKE", "Shape", "build_model", "sampling_figures"]
 
@@ -79,7 +79,7 @@ FULL, SMOKE = Shape(), Shape(prompts=2, samples=2, prompt_tokens=16, max_tokens=
 def build_model(directory: Path, size: str, device: str) -> Path:
     """Save a Qwen3 model of ``size`` (a key of ``SIZES``) with random bf16 weights (initialised on ``device``)
     and the tiny model's tokenizer into ``directory``."""
-    tokenizer = _tokenizer()
+    tokenizer = byte_tokenizer()
     small = size == "smoke"
     config = Qwen3Config(
         vocab_size=512 if small else 151936, num_attention_heads=4 if small else 16,

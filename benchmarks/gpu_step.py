@@ -43,7 +43,7 @@ from minds_core.backends.local.lora import LoraSpec, target_modules
 from minds_core.backends.local.packed_attention import MODES, flex_failure
 from minds_core.backends.local.pass_cost import TRIALS
 from minds_core.backends.local.placement import resolve_placement
-from minds_core.backends.local.tiny_model import _tokenizer
+from minds_core.backends.local.tiny_model import byte_tokenizer
 
 RANK = 32
 ADAM = types.AdamParams(learning_rate=1e-5)
@@ -83,7 +83,7 @@ def save_model(config: Qwen3Config, directory: Path, device: str) -> Path:
     with torch.device(device):
         model = Qwen3ForCausalLM(config)
     model.to(torch.bfloat16 if device == "cuda" else torch.float32).save_pretrained(directory)
-    _tokenizer().save_pretrained(directory)
+    byte_tokenizer().save_pretrained(directory)
     del model
     if device == "cuda":
         torch.cuda.empty_cache()  # the float32 weights it was built in, held by torch's allocator otherwise

@@ -12,7 +12,7 @@ from minds_core.rl.conversation import TURN_SEED_STRIDE
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local import TINY_MODEL, ServiceClient
 
 
 class SeedRecorder:
@@ -33,9 +33,9 @@ class SeedRecorder:
 def test_each_reply_of_a_seeded_chat_samples_with_its_turns_seed(tmp_path):
     # one seed for every reply drew the same noise for every turn: replies to turns that end alike came out alike
     with ServiceClient(checkpoint_root=tmp_path) as service:
-        recorder = SeedRecorder(service.create_sampling_client(base_model=DEFAULT_BASE_MODEL).result())
+        recorder = SeedRecorder(service.create_sampling_client(base_model=TINY_MODEL).result())
         params = tinker.types.SamplingParams(max_tokens=6, temperature=1.0, seed=7)
-        model = ChatModel.create(recorder, DEFAULT_BASE_MODEL, {}, params)
+        model = ChatModel.create(recorder, TINY_MODEL, {}, params)
         out = io.StringIO()
         assert chat_loop(model, None, io.StringIO("Again.\nAgain.\n/reset\nAgain.\nAgain.\n"), out) == 4
     # the rollout's rule (turn_seed): the first reply keeps the seed, each further one adds the stride

@@ -6,7 +6,7 @@ import asyncio
 
 import tinker
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local import TINY_MODEL, ServiceClient
 from minds_core.rl.coalesce import GroupSampler
 
 
@@ -22,7 +22,7 @@ class CountingSampler:
 
 async def _policy(tmp_path) -> CountingSampler:
     service = ServiceClient(checkpoint_root=tmp_path)
-    training = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0)
+    training = await service.create_lora_training_client(TINY_MODEL, rank=4, seed=0)
     return CountingSampler(await training.save_weights_and_get_sampling_client())
 
 

@@ -101,7 +101,7 @@ def test_health_metrics_agree_with_the_recorded_rollouts(piped) -> None:
 
 def test_kl_to_the_sampler_grows_off_policy(plugins, tmp_path: Path) -> None:
     logs.configure("json", "warning")
-    overrides = [f"runs_dir={tmp_path}", "name=off", "env.id=toy_char_share", "trainer.steps=3", "trainer.learning_rate=0.05",
+    overrides = [f"runs_dir={tmp_path}", "name=off", "env.id=toy_char_share", "trainer.steps=3", "trainer.learning_rate=0.05", "model.base_model=minds-tiny",
                  "trainer.max_steps_off_policy=1", "sampling.max_tokens=8", "metrics.sinks=[]"]  # fmt: skip
     summary = train(load_config(None, overrides), plugins=plugins)
     rows = _jsonl(Path(summary["run_dir"]) / "metrics.jsonl")

@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 from transformers import AutoTokenizer
 
 from minds_core import Context
-from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local import TINY_MODEL, ServiceClient
 from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.config import RolloutConfig
 from minds_core.envs.types import StepResult, Task
@@ -68,10 +68,10 @@ class AgainEnvironment:
 def test_two_turn_rollouts_mask_the_tool_reply_token_by_token(tmp_path):
     async def go():
         service = ServiceClient(checkpoint_root=tmp_path)
-        training = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0)
+        training = await service.create_lora_training_client(TINY_MODEL, rank=4, seed=0)
         sampler = RecordingSampler(await training.save_weights_and_get_sampling_client())
         renderer = Renderer(training.get_tokenizer())
-        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)
+        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=TINY_MODEL)
         settings = EpisodeSettings(renderer, tinker.types.SamplingParams(max_tokens=6, temperature=1.0), RolloutConfig())
         env = TwoTurnEnvironment()
         group = await run_group("two", env, env.tasks("train")[0], 3, lambda: ctx, settings, asyncio.Semaphore(8), 0, seed=5)
@@ -147,10 +147,10 @@ def test_continuations_work_when_the_template_renders_the_latest_turn_differentl
 def test_max_turns_zero_is_no_limit_and_one_truncates(tmp_path):
     async def go(max_turns):
         service = ServiceClient(checkpoint_root=tmp_path)
-        training = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0)
+        training = await service.create_lora_training_client(TINY_MODEL, rank=4, seed=0)
         sampler = await training.save_weights_and_get_sampling_client()
         renderer = Renderer(training.get_tokenizer())
-        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)
+        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=TINY_MODEL)
         params = tinker.types.SamplingParams(max_tokens=6, temperature=1.0)
         settings = EpisodeSettings(renderer, params, RolloutConfig(max_turns=max_turns))
         env = TwoTurnEnvironment()
@@ -187,9 +187,9 @@ def test_tools_a_template_cannot_render_are_reported_once_not_dropped_silently(t
 
     async def go():
         service = ServiceClient(checkpoint_root=tmp_path)
-        sampler = await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL)
+        sampler = await service.create_sampling_client(base_model=TINY_MODEL)
         renderer = Renderer(sampler.get_tokenizer())
-        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)
+        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=TINY_MODEL)
         settings = EpisodeSettings(renderer, tinker.types.SamplingParams(max_tokens=4), RolloutConfig())
         env = AgainEnvironment(tools=[lookup])
         return await run_group("again", env, env.tasks("train")[0], 2, lambda: ctx, settings, asyncio.Semaphore(8), 0, seed=5)
@@ -217,9 +217,9 @@ def test_each_turn_of_a_seeded_rollout_samples_with_its_own_seed(tmp_path):
     # one seed for every turn gave every turn the same random draws: turns whose prompts end alike came out alike
     async def go():
         service = ServiceClient(checkpoint_root=tmp_path)
-        sampler = RecordingSampler(await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL))
+        sampler = RecordingSampler(await service.create_sampling_client(base_model=TINY_MODEL))
         renderer = Renderer(sampler.sampler.get_tokenizer())
-        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)
+        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=TINY_MODEL)
         settings = EpisodeSettings(renderer, tinker.types.SamplingParams(max_tokens=6, temperature=1.0), RolloutConfig())
         env = AgainEnvironment()
         return sampler, await run_group("again", env, env.tasks("train")[0], 2, lambda: ctx, settings, asyncio.Semaphore(8), 0, seed=5)

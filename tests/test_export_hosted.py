@@ -31,7 +31,7 @@ from transformers import AutoModelForCausalLM
 
 from minds_core.backends import LocalBackend
 from minds_core.backends.local import ServiceClient
-from minds_core.backends.local.tiny_model import DEFAULT_BASE_MODEL, tiny_model_path
+from minds_core.backends.local.tiny_model import TINY_MODEL, tiny_model_path
 from minds_core.backends.tinker import TinkerBackend
 from minds_core.checkpoints.export import export_checkpoint
 from minds_core.checkpoints.reference import resolve_checkpoint
@@ -99,7 +99,7 @@ def trained(tmp_path_factory) -> dict[str, Any]:
     """A local adapter trained one step, exported as the service exports external weights."""
     root = tmp_path_factory.mktemp("store")
     service = ServiceClient(checkpoint_root=root / "runs" / "_checkpoints")
-    training = service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=1).result()
+    training = service.create_lora_training_client(TINY_MODEL, rank=4, seed=1).result()
     datum = rl_datum(TOKENS, [i >= 6 for i in range(len(TOKENS))], [-5.0] * len(TOKENS), [1.0] * len(TOKENS))
     training.forward_backward([datum], "importance_sampling").result()
     training.optim_step(types.AdamParams(learning_rate=1e-2)).result()

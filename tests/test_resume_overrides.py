@@ -28,7 +28,7 @@ def finished_run(plugins, tmp_path_factory) -> Path:
     [
         (["--env", "toy_flaky"], "env.id: 'toy_char_share' -> 'toy_flaky'"),
         (["--set", "env.args.num_tasks=4"], "env.args.num_tasks: 3 -> 4"),
-        (["--model", "Qwen/Qwen3-8B"], "model.base_model: 'minds-tiny' -> 'Qwen/Qwen3-8B'"),
+        (["--model", "Qwen/Qwen3-8B"], "model.base_model: 'minds-small' -> 'Qwen/Qwen3-8B'"),
         (["--set", "model.lora_rank=4"], "model.lora_rank: 8 -> 4"),
         (["--backend", "tinker"], "backend: 'local' -> 'tinker'"),
         (["--set", "tinker.base_url=http://127.0.0.1:9"], "tinker.base_url: '' -> 'http://127.0.0.1:9'"),

@@ -13,7 +13,7 @@ from minds_core.config import load_config
 from minds_core.errors import UsageError
 from minds_core.training import train
 
-FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[]"]
+FAST = ["model.base_model=minds-tiny", "sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[]"]
 
 
 

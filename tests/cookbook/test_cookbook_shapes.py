@@ -21,7 +21,7 @@ from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.config import EnvConfig, RolloutConfig
 from minds_core.envs.conflicts import known_conflict
 from minds_core.envs.cookbook.environment import CookbookEnvironment
-from minds_core.envs.cookbook.episode import model_input_tokens
+from minds_core.envs.cookbook.episode import observation_tokens
 from minds_core.envs.cookbook.models import filled_args, run_model, use_run_model
 from minds_core.envs.loading import build_environment
 from minds_core.envs.locate import import_environment
@@ -92,7 +92,7 @@ def test_a_builder_calling_the_hosted_service_is_named() -> None:
 def test_an_image_observation_is_refused_by_name() -> None:
     image = tinker.ModelInput(chunks=[tinker.types.ImageChunk(data=b"x", format="png")])
     with pytest.raises(TypeError, match="the first observation is a ModelInput minds cannot train on as tokens"):
-        model_input_tokens(image, "the first observation")
+        observation_tokens(image, "the first observation")
 
 
 @pytest.fixture(scope="module")

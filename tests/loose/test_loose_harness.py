@@ -18,7 +18,7 @@ import verifiers as vf
 from transformers import AutoTokenizer
 
 from minds_core import PolicySampler
-from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
+from minds_core.backends.local import TINY_MODEL, create_service_client
 from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.cli.command import main
 
@@ -115,7 +115,7 @@ async def test_the_rubric_group_scores_fixed_replies_with_the_policy_at_hand(har
     row = env._inputs[env.tasks("train")[1].id]
     service = create_service_client(tmp_path)
     try:
-        sampler = PolicySampler(await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL))
+        sampler = PolicySampler(await service.create_sampling_client(base_model=TINY_MODEL))
 
         async def score(reply: str) -> tuple[float, dict, list[str]]:
             state = vf.State(input=dict(row))

@@ -138,17 +138,17 @@ async def test_step_rows_share_one_object(loose_dir: Path, ctx: Context) -> None
 
 
 async def test_build_receives_the_rollouts_sampler_once_per_policy(loose_dir: Path, tmp_path: Path) -> None:
-    from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
+    from minds_core.backends.local import TINY_MODEL, create_service_client
 
     module = importlib.import_module("seedlike_envs.model_aware")
     module.BUILT_WITH.clear()
     env = load_loose_environment("seedlike_envs.model_aware", {})
     service = create_service_client(tmp_path)
     try:
-        old, new = [await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL) for _ in range(2)]
+        old, new = [await service.create_sampling_client(base_model=TINY_MODEL) for _ in range(2)]
 
         def context(sampler: object) -> Context:
-            return Context(sampler=sampler, tokenizer=None, service=service, renderer=None, base_model=DEFAULT_BASE_MODEL)
+            return Context(sampler=sampler, tokenizer=None, service=service, renderer=None, base_model=TINY_MODEL)
 
         task = env.tasks("train")[0]
         rewards = [(await env.episode(task, context(s)).step("1 2")).reward for s in (old, old, new)]
@@ -179,14 +179,14 @@ async def test_non_numeric_rubric_parts_count_zero_and_warn_once(ctx: Context) -
 
 
 async def test_non_numeric_step_reward_counts_zero_with_a_warning(tmp_path: Path) -> None:
-    from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
+    from minds_core.backends.local import TINY_MODEL, create_service_client
 
     env = LooseEnvironment("inline", SimpleNamespace(dataset=[{"question": "Rate this."}], step=lambda action_text: {"reward": "high"}))
     service = create_service_client(tmp_path)
     try:
-        sampler = await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL)
+        sampler = await service.create_sampling_client(base_model=TINY_MODEL)
         renderer = Renderer(sampler.get_tokenizer())
-        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)
+        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=TINY_MODEL)
         settings = EpisodeSettings(renderer, tinker.types.SamplingParams(max_tokens=4), RolloutConfig())
         with capture_logs() as logs:
             rollout = await run_rollout(env, env.tasks("train")[0], ctx, settings, seed=0)
@@ -293,14 +293,14 @@ async def test_an_unknown_step_key_is_refused_by_name(loose_dir: Path, ctx: Cont
 
 
 async def test_a_none_step_reward_is_an_invalid_reward_as_documented(tmp_path: Path) -> None:
-    from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
+    from minds_core.backends.local import TINY_MODEL, create_service_client
 
     env = LooseEnvironment("inline", SimpleNamespace(dataset=[{"question": "Rate this."}], step=lambda action_text: {"reward": None}))
     service = create_service_client(tmp_path)
     try:
-        sampler = await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL)
+        sampler = await service.create_sampling_client(base_model=TINY_MODEL)
         renderer = Renderer(sampler.get_tokenizer())
-        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)
+        ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=TINY_MODEL)
         task = env.tasks("train")[0]
         params = tinker.types.SamplingParams(max_tokens=4)
         zero = await run_rollout(env, task, ctx, EpisodeSettings(renderer, params, RolloutConfig()), seed=0)

@@ -45,9 +45,10 @@ from tinker_cookbook.utils import cost_estimation
 from transformers import AutoTokenizer
 
 from minds_core.backends.local import ServiceClient as LocalServiceClient
-from minds_core.backends.local.tiny_model import DEFAULT_BASE_MODEL, tiny_model_path
+from minds_core.backends.local.tiny_model import TINY_MODEL as TINY_MODEL
+from minds_core.backends.local.tiny_model import tiny_model_path
 
-MODEL = DEFAULT_BASE_MODEL
+MODEL = TINY_MODEL
 RENDERER = "role_colon"
 LOWERCASE = frozenset(range(ord("a"), ord("z") + 1))
 

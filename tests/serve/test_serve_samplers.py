@@ -13,7 +13,7 @@ import pytest
 import tinker
 from tinker import types
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local import TINY_MODEL, ServiceClient
 from minds_core.backends.local.adapted_models import KEPT_FREE
 from minds_core.backends.local.decode_slots import DecodeSlots
 from minds_core.cli.command import main
@@ -43,7 +43,7 @@ class Loop:
         session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), CLIENT)
         self.session = session.session_id
         create = types.CreateModelRequest(
-            session_id=self.session, model_seq_id=0, base_model=DEFAULT_BASE_MODEL, lora_config=types.LoraConfig(rank=4)
+            session_id=self.session, model_seq_id=0, base_model=TINY_MODEL, lora_config=types.LoraConfig(rank=4)
         )
         self.model_id = self._result(engine.create_model(create, CLIENT)).model_id
         self.seq = 0
@@ -89,13 +89,13 @@ def _collected_down_to(refs: list[weakref.ref[object]], alive: int, within: floa
 
 
 def test_the_kept_samplers_stay_within_the_memory_budget_and_dropped_ones_free_their_memory(local: ServiceClient) -> None:
-    probe = Loop(Engine(local, [DEFAULT_BASE_MODEL], ServeLimits()))
+    probe = Loop(Engine(local, [TINY_MODEL], ServeLimits()))
     first = probe.new_sampler()
     probe.sample(first)
     one = probe.local_sampler(first).held_bytes  # a sampler that has sampled: weights, decode buffers, tables
     assert one > 0
     budget = 3.5 * one  # three of them, not four
-    loop = Loop(Engine(local, [DEFAULT_BASE_MODEL], ServeLimits(), SamplerBudget(sampler_memory_gib=budget / GIB)))
+    loop = Loop(Engine(local, [TINY_MODEL], ServeLimits(), SamplerBudget(sampler_memory_gib=budget / GIB)))
     made: list[str] = []
     samplers: list[weakref.ref[object]] = []
     trees: list[weakref.ref[object]] = []
@@ -127,7 +127,7 @@ def test_the_kept_samplers_stay_within_the_memory_budget_and_dropped_ones_free_t
 
 
 def test_the_most_recent_sampler_is_kept_even_past_the_budget_alone(local: ServiceClient) -> None:
-    loop = Loop(Engine(local, [DEFAULT_BASE_MODEL], ServeLimits(), SamplerBudget(sampler_memory_gib=1e-9)))
+    loop = Loop(Engine(local, [TINY_MODEL], ServeLimits(), SamplerBudget(sampler_memory_gib=1e-9)))
     for _ in range(3):
         newest = loop.new_sampler()
         assert loop.kept() == [newest]
@@ -135,7 +135,7 @@ def test_the_most_recent_sampler_is_kept_even_past_the_budget_alone(local: Servi
 
 
 def test_using_a_sampler_makes_it_the_last_to_be_dropped(local: ServiceClient) -> None:
-    loop = Loop(Engine(local, [DEFAULT_BASE_MODEL], ServeLimits(), SamplerBudget(max_samplers=2)))
+    loop = Loop(Engine(local, [TINY_MODEL], ServeLimits(), SamplerBudget(max_samplers=2)))
     old, newer = loop.new_sampler(), loop.new_sampler()
     loop.sample(old)
     newest = loop.new_sampler()
@@ -145,7 +145,7 @@ def test_using_a_sampler_makes_it_the_last_to_be_dropped(local: ServiceClient) -
 
 
 def test_a_sampler_dropped_while_it_decodes_answers_its_running_request(local: ServiceClient) -> None:
-    loop = Loop(Engine(local, [DEFAULT_BASE_MODEL], ServeLimits(), SamplerBudget(max_samplers=1)))
+    loop = Loop(Engine(local, [TINY_MODEL], ServeLimits(), SamplerBudget(max_samplers=1)))
     old = loop.new_sampler()
     tree = loop.local_sampler(old)._sampler.model
     slots = DecodeSlots.for_model(tree, 1)
@@ -164,7 +164,7 @@ def test_a_sampler_dropped_while_it_decodes_answers_its_running_request(local: S
 
 
 def test_a_base_model_sampler_holds_nothing_of_its_own(local: ServiceClient) -> None:
-    sampler = local.create_sampling_client(base_model=DEFAULT_BASE_MODEL).result()
+    sampler = local.create_sampling_client(base_model=TINY_MODEL).result()
     sampler.sample(types.ModelInput.from_ints([5, 70, 71]), 2, PARAMS).result()
     assert sampler.held_bytes == 0  # it decodes with the base's own weights and slots, which stay
 
@@ -194,7 +194,7 @@ def test_an_sdk_client_of_a_dropped_sampler_is_told_why_and_what_to_do(tmp_path:
     server = start_server(tmp_path, "--sampler-memory-gib", "1e-9")
     try:
         service = tinker.ServiceClient(base_url=server.url, api_key=KEY)
-        training = service.create_lora_training_client(base_model=DEFAULT_BASE_MODEL, rank=2).result()
+        training = service.create_lora_training_client(base_model=TINY_MODEL, rank=2).result()
         old = training.save_weights_and_get_sampling_client().result()
         new = training.save_weights_and_get_sampling_client().result()  # past the budget: the old one is dropped
         prompt = types.ModelInput.from_ints([5, 70, 71])

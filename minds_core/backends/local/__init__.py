@@ -17,6 +17,7 @@ from .builtin_models import DEFAULT_BASE_MODEL
 from .errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
 from .sampling_client import SamplingClient
 from .service import ServiceClient, create_service_client
+from .tiny_model import TINY_MODEL
 from .training_client import TrainingClient
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "LocalNotFoundError",
     "SamplingClient",
     "ServiceClient",
+    "TINY_MODEL",
     "TrainingClient",
     "create_service_client",
 ]

@@ -151,6 +151,8 @@ def _number_list(rng: random.Random) -> Chat:
     numbers = ", ".join(str(rng.randint(lo, hi)) for _ in range(n))
     count = _count_phrase(rng, n)
     lead = rng.choice(("", f"Secret word: {rng.choice(_NOUNS)}\n\n", f"Topic: {rng.choice(_NOUNS)}. "))
+    if rng.random() < 0.25:  # an example in the prompt, which the reply does not copy
+        lead += "For example: " + ", ".join(str(rng.randint(lo, hi)) for _ in range(n)) + ". "
     ask = rng.choice((
         f"Write exactly {count} whole numbers between {lo} and {hi}, separated by commas.",
         f"Give {count} numbers from {lo} to {hi}, separated by commas, and nothing else.",
@@ -232,7 +234,8 @@ def _question(rng: random.Random) -> tuple[str, str, str, str]:
         big = rng.random() < 0.15
         a, b = (rng.randint(10**7, 10**12), rng.randint(10**7, 10**12)) if big else (rng.randint(0, 999), rng.randint(0, 999))
         op = rng.choice("+-*")
-        return f"What is {a} {op} {b}?", rng.choice(("FINAL ANSWER", "ANSWER", "RESULT")), "<the number>", str(_apply(a, op, b))
+        head = rng.choices(("FINAL ANSWER", "ANSWER", "RESULT"), weights=(6, 3, 1))[0]
+        return f"What is {a} {op} {b}?", head, "<the number>", str(_apply(a, op, b))
     lo = rng.randint(1, 90)
     hi = lo + rng.randint(4, 20)
     ask = rng.choice((f"Pick a whole number from {lo} to {hi}.", f"Pick any even number from {lo} to {hi}.",
@@ -269,7 +272,10 @@ _EXPLANATIONS = (
 def _formatted(rng: random.Random) -> Chat:
     """A question whose prompt lists the reply's lines; the reply fills them in that order."""
     question, head, placeholder, answer = _question(rng)
-    extra = [h for h in dict.fromkeys(_header_name(rng) for _ in range(rng.randint(1, 2))) if h != head]
+    if rng.random() < 0.6:  # the usual companions: a confidence after a sum, a feeling and an entropy after a pick
+        extra = ["CONFIDENCE"] if question.startswith("What is") else ["FEELING", "ENTROPY"]
+    else:
+        extra = [h for h in dict.fromkeys(_header_name(rng) for _ in range(rng.randint(1, 2))) if h != head]
     fills = [_placeholder(rng, h) for h in extra]
     lines = [(head, placeholder, lambda _rng: answer)] + [(h, p, fill) for h, (p, fill) in zip(extra, fills)]
     if rng.random() < 0.3:

@@ -88,9 +88,9 @@ def held_out_loss(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerFast, d
     return total / count
 
 
-def main(argv: list[str] | None = None) -> int:
+def rebuild(argv: list[str] | None = None) -> int:
     """Rebuild the shipped weights of ``minds-small``."""
-    parser = argparse.ArgumentParser(prog="python -m minds_core.backends.local.primer_training", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m minds_core.backends.local.primer_training", description=rebuild.__doc__)
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--out", type=Path, default=WEIGHTS_FILE, help="where to write the weights (safetensors)")
@@ -109,4 +109,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(rebuild())

@@ -38,7 +38,7 @@ class Played:
     conversation: EpisodeConversation  #: held so that its id is not reused while this record lives
 
 
-def model_input_tokens(observation: Any, what: str) -> list[int]:
+def observation_tokens(observation: Any, what: str) -> list[int]:
     """The token ids of a ``tinker.ModelInput``; a TypeError naming ``what`` for one holding images."""
     try:
         return list(observation.to_ints())
@@ -78,7 +78,7 @@ class CookbookEpisode:
             self._keep(Trajectory(transitions, empty, stop_reason="max_tokens"), env, conversation)
             return StepResult(reward=initial.reward, done=True, metrics=dict(initial.metrics))
         observation, stop = initial
-        conversation.start_tokens(model_input_tokens(observation, "initial_observation()'s observation"))
+        conversation.start_tokens(observation_tokens(observation, "initial_observation()'s observation"))
         takes_extra = _takes_extra(env.step)
         final, done, stop_reason = observation, False, None
         while not done:
@@ -102,7 +102,7 @@ class CookbookEpisode:
                 stop_reason = next((k.removeprefix("stop/") for k in step_metrics if k.startswith("stop/")), None)
                 break
             try:
-                conversation.observe_tokens(model_input_tokens(observation, "step()'s next_observation"))
+                conversation.observe_tokens(observation_tokens(observation, "step()'s next_observation"))
             except TokenBudgetExhausted:
                 stop_reason = "max_tokens"
                 break

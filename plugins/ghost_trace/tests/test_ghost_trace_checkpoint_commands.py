@@ -32,7 +32,7 @@ CONFIG = Path(__file__).resolve().parents[3] / "configs" / "ghost_trace.toml"
 def trained(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
     run = run_minds(
-        str(CONFIG), "--steps", "2", runs_dir=runs, name="gt",
+        str(CONFIG), "--steps", "2", "--model", "minds-tiny", runs_dir=runs, name="gt",
         overrides=["env.args.num_examples=8", "trainer.group_size=4", "trainer.groups_per_batch=2",
                    "sampling.max_tokens=16", "trainer.learning_rate=1e-2",
                    "trainer.advantage=direct"],  # untrained, every reward is -10: centred advantages would all be 0

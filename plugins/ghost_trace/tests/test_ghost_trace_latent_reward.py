@@ -28,14 +28,14 @@ def _target_datum(tokens: list[int], n_target: int) -> tinker.Datum:
 
 async def test_reward_follows_the_policy_being_trained(tmp_path: Path) -> None:
     service = local.ServiceClient(checkpoint_root=tmp_path)
-    training = await service.create_lora_training_client(base_model=local.DEFAULT_BASE_MODEL, rank=8, seed=0)
+    training = await service.create_lora_training_client(base_model=local.TINY_MODEL, rank=8, seed=0)
     tokenizer = training.get_tokenizer()
     ctx = Context(
         sampler=await training.save_weights_and_get_sampling_client(),
         tokenizer=tokenizer,
         service=service,
         renderer=None,
-        base_model=local.DEFAULT_BASE_MODEL,
+        base_model=local.TINY_MODEL,
     )
     before = await latent_logprob(COMPLETION, WORD, ctx)
 

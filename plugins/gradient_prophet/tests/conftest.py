@@ -71,14 +71,14 @@ async def policy(tmp_path: Path) -> AsyncIterator[Policy]:
     from minds_core.render import Renderer
 
     service = local.ServiceClient(checkpoint_root=tmp_path / "checkpoints")
-    training = await service.create_lora_training_client(local.DEFAULT_BASE_MODEL, rank=8, seed=0)
+    training = await service.create_lora_training_client(local.TINY_MODEL, rank=8, seed=0)
     tokenizer = training.get_tokenizer()
     ctx = Context(
         sampler=None,
         tokenizer=tokenizer,
         service=service,
         renderer=Renderer(tokenizer),
-        base_model=local.DEFAULT_BASE_MODEL,
+        base_model=local.TINY_MODEL,
     )
     policy = Policy(service, training, ctx)
     await policy.snapshot()

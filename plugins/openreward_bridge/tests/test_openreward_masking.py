@@ -81,14 +81,14 @@ async def teach(training: Any, prompt: list[int], target: list[int]) -> Any:
 @pytest.mark.slow
 async def test_tool_outputs_are_masked_and_sampled_turns_are_exact(ors_server, tmp_path: Path) -> None:
     service = local.ServiceClient(checkpoint_root=tmp_path)
-    training = await service.create_lora_training_client(base_model=local.DEFAULT_BASE_MODEL, rank=8)
+    training = await service.create_lora_training_client(base_model=local.TINY_MODEL, rank=8)
     tokenizer = training.get_tokenizer()
     renderer = Renderer(tokenizer)
     env = load_environment(name="maze", base_url=ors_server.url, nonterminal_reward=-1.0)
     task = env.tasks("train")[0]
 
     def context(sampler: Any) -> Context:
-        return Context(sampler=sampler, tokenizer=tokenizer, service=service, renderer=renderer, base_model=local.DEFAULT_BASE_MODEL)
+        return Context(sampler=sampler, tokenizer=tokenizer, service=service, renderer=renderer, base_model=local.TINY_MODEL)
 
     probe = env.episode(task, context(None))
     prompt = renderer.prompt_tokens(await probe.initial_observation(), probe.tools)

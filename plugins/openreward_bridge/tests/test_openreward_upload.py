@@ -53,10 +53,10 @@ def fake_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenRewardAPI]:
 
 async def play(env: OpenRewardEnvironment, tmp_path: Path, group_size: int) -> Group:
     service = local.ServiceClient(checkpoint_root=tmp_path)
-    sampler = await service.create_sampling_client(base_model=local.DEFAULT_BASE_MODEL)
+    sampler = await service.create_sampling_client(base_model=local.TINY_MODEL)
     tokenizer = sampler.get_tokenizer()
     renderer = Renderer(tokenizer)
-    ctx = Context(sampler=sampler, tokenizer=tokenizer, service=service, renderer=renderer, base_model=local.DEFAULT_BASE_MODEL)
+    ctx = Context(sampler=sampler, tokenizer=tokenizer, service=service, renderer=renderer, base_model=local.TINY_MODEL)
     settings = EpisodeSettings(renderer, types.SamplingParams(max_tokens=8), RolloutConfig(retries=0, max_total_tokens=1024))
     task = env.tasks("train")[0]
     group = await run_group("lab", env, task, group_size, lambda: ctx, settings, asyncio.Semaphore(4), max_failing=0, seed=1)

@@ -20,12 +20,12 @@ pytest.importorskip("minds_core.backends.local", reason="the local backend (torc
 
 
 async def _rollout(vf_environments: Path, service: Any, **args: Any) -> tuple[Any, Any]:
-    from minds_core.backends.local import DEFAULT_BASE_MODEL
+    from minds_core.backends.local import TINY_MODEL
 
     env = load_environment(id="minds_vf_tagged", args=args)
-    sampler = await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL)
+    sampler = await service.create_sampling_client(base_model=TINY_MODEL)
     renderer = Renderer(sampler.get_tokenizer())
-    ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=DEFAULT_BASE_MODEL)
+    ctx = Context(sampler=sampler, tokenizer=renderer.tokenizer, service=service, renderer=renderer, base_model=TINY_MODEL)
     params = tinker.types.SamplingParams(max_tokens=9, temperature=1.0)
     task = env.tasks("train")[0]
     episode_states = []

@@ -9,7 +9,7 @@ import pytest
 import torch
 from tinker import types
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient, TrainingClient
+from minds_core.backends.local import TINY_MODEL, ServiceClient, TrainingClient
 
 SEQUENCES = ("The cat sat on the mat.", "1+1=2, 2+2=4", "Hello, world!")
 """Short texts to train on (the tiny tokenizer is byte-level: one token per character)."""
@@ -31,7 +31,7 @@ def new_trainer(service: ServiceClient) -> Callable[..., TrainingClient]:
     """Make a rank-4 LoRA run on the tiny model (seed 0 unless given)."""
 
     def make(seed: int = 0, **kwargs: object) -> TrainingClient:
-        return service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=seed, **kwargs).result()
+        return service.create_lora_training_client(TINY_MODEL, rank=4, seed=seed, **kwargs).result()
 
     return make
 

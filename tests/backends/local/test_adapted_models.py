@@ -10,7 +10,7 @@ import pytest
 import torch
 from tinker import types
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL, TrainingClient
+from minds_core.backends.local import TINY_MODEL, TrainingClient
 from minds_core.backends.local.decode_slots import DecodeSlots
 from minds_core.backends.local.held_bytes import storage_bytes
 from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
@@ -87,7 +87,7 @@ def test_a_merged_snapshot_decodes_as_the_unmerged_side_path_does(
     params = types.SamplingParams(max_tokens=16, temperature=1.0, seed=3, stop=[])
     samplers, drawn = [], []
     for merge in (True, False):
-        base = BaseModelRegistry(Placement(torch.device("cpu"), dtype, merge_adapters=merge)).get(DEFAULT_BASE_MODEL)
+        base = BaseModelRegistry(Placement(torch.device("cpu"), dtype, merge_adapters=merge)).get(TINY_MODEL)
         sampler = SamplingEngine.for_adapter(base, spec, adapter)
         assert any(".lora_" in name for name, _ in sampler.model.named_parameters()) != merge
         future = sampler.submit(prompt, 2, params)

@@ -15,7 +15,7 @@ from tinker import types
 from tinker.types import ParsedCheckpointTinkerPath
 
 from minds_core.backends.local import (
-    DEFAULT_BASE_MODEL,
+    TINY_MODEL,
     LocalBadRequestError,
     LocalConflictError,
     LocalNotFoundError,
@@ -70,7 +70,7 @@ def test_paths_map_to_directories_under_the_root(service: ServiceClient, trainer
     }
     assert not (sampler_dir / "optimizer.safetensors").exists()
     meta = json.loads((state_dir / "minds_checkpoint.json").read_text())
-    assert meta["base_model"] == DEFAULT_BASE_MODEL and meta["lora"]["rank"] == 4
+    assert meta["base_model"] == TINY_MODEL and meta["lora"]["rank"] == 4
     assert not [p for p in state_dir.parent.iterdir() if p.name.startswith(".")]  # no staging left
 
 
@@ -78,7 +78,7 @@ def test_checkpoints_remember_the_lora_settings(service: ServiceClient, new_trai
     original = new_trainer(train_unembed=False, train_mlp=False)
     path = original.save_state("attn-only").result().path
     loaded = service.create_training_client_from_state(path).result()
-    assert loaded.get_info().lora_rank == 4 and loaded.get_info().model_data.model_name == DEFAULT_BASE_MODEL
+    assert loaded.get_info().lora_rank == 4 and loaded.get_info().model_data.model_name == TINY_MODEL
     assert adapter_of(loaded).keys() == adapter_of(original).keys()
     assert not any("lm_head" in k or "mlp" in k for k in adapter_of(loaded))
     assert loaded.model_id != original.model_id
@@ -126,7 +126,7 @@ def test_path_errors(service: ServiceClient, trainer: TrainingClient) -> None:
         trainer.create_sampling_client("/tmp/weights").result()
     with pytest.raises(LocalBadRequestError, match="Invalid run id"):
         service.create_sampling_client(model_path="tinker://../weights/x").result()
-    assert service.create_sampling_client(model_path=sampler_path).result().get_base_model() == DEFAULT_BASE_MODEL
+    assert service.create_sampling_client(model_path=sampler_path).result().get_base_model() == TINY_MODEL
 
 
 def test_names_conflict_unless_overwritten(trainer: TrainingClient, sft_datum) -> None:

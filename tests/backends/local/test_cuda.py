@@ -16,7 +16,7 @@ import pytest
 import torch
 from tinker import types
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient, TrainingClient
+from minds_core.backends.local import TINY_MODEL, ServiceClient, TrainingClient
 from minds_core.backends.local.placement import resolve_placement
 from minds_core.testing import QUICK_RUN, run_minds
 
@@ -38,7 +38,7 @@ def gpu_service(tmp_path: Path) -> Iterator[ServiceClient]:
 
 @pytest.fixture
 def gpu_trainer(gpu_service: ServiceClient) -> TrainingClient:
-    return gpu_service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0).result()
+    return gpu_service.create_lora_training_client(TINY_MODEL, rank=4, seed=0).result()
 
 
 def assert_close_logprobs(got: list[float], want: list[float]) -> None:
@@ -104,7 +104,7 @@ def test_sampler_log_probs_match_the_trainer(gpu_trainer: TrainingClient) -> Non
 
 def test_builtin_loss_gradients_match_a_float64_custom_loss(gpu_service: ServiceClient, off_policy) -> None:
     def make() -> TrainingClient:
-        return gpu_service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=3).result()
+        return gpu_service.create_lora_training_client(TINY_MODEL, rank=4, seed=3).result()
 
     builtin, custom = make(), make()
     data = off_policy(builtin, [sft(builtin, text) for text in TEXTS])
@@ -163,7 +163,7 @@ def test_minds_run_trains_on_the_gpu(tmp_path: Path) -> None:
     "attention alone); the float64 CPU test holds packing exact. Open: tolerance or a real bf16 difference",
 )
 def test_packed_gradients_match_each_datum_alone_within_bf16_tolerance(gpu_service: ServiceClient) -> None:
-    packed, alone = (gpu_service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=5).result() for _ in "ab")
+    packed, alone = (gpu_service.create_lora_training_client(TINY_MODEL, rank=4, seed=5).result() for _ in "ab")
     for client in (packed, alone):  # one step first, so that lora_B is not zero and every factor gets gradients
         trained(client, steps=1)
     gen = torch.Generator().manual_seed(0)

@@ -11,7 +11,7 @@ from tinker import types
 from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 
 from minds_core.backends.local import (
-    DEFAULT_BASE_MODEL,
+    TINY_MODEL,
     SamplingClient,
     ServiceClient,
     TrainingClient,
@@ -29,7 +29,7 @@ TEXTS = ("The cat sat on the mat.", "1+1=2, 2+2=4", "Hello, world!")
 
 @pytest.fixture
 def gpu_trainer(gpu_service: ServiceClient) -> TrainingClient:  # noqa: F811 - the fixture
-    trainer = gpu_service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0).result()
+    trainer = gpu_service.create_lora_training_client(TINY_MODEL, rank=4, seed=0).result()
     tokenizer = trainer.get_tokenizer()
     data = []
     for text in TEXTS:

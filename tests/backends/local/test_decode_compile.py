@@ -10,7 +10,7 @@ import torch
 from structlog.testing import capture_logs
 from tinker import types
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL, fast_decode
+from minds_core.backends.local import TINY_MODEL, fast_decode
 from minds_core.backends.local.errors import LocalBadRequestError
 from minds_core.backends.local.fast_decode import FastDecoder
 from minds_core.backends.local.models import BaseModelRegistry
@@ -55,7 +55,7 @@ def test_compiled_cpu_steps_equal_eager_steps_and_later_buckets_do_not_recompile
 def greedy_and_seeded(placement: Placement) -> tuple[list[tuple[list[int], types.SampledSequence]], SamplingEngine]:
     """Greedy samples of two prompts, then seeded samples at temperature 1, from ``minds-tiny`` on ``placement``:
     each with its prompt."""
-    base = BaseModelRegistry(placement).get(DEFAULT_BASE_MODEL)
+    base = BaseModelRegistry(placement).get(TINY_MODEL)
     sampler = SamplingEngine.for_base(base)
     samples = []
     for temperature, seed in ((0.0, None), (1.0, 7)):

@@ -18,7 +18,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local import TINY_MODEL, ServiceClient
 from minds_core.backends.local.cache_argument import cache_argument, returned_cache
 from minds_core.backends.local.decode_slots import _ModelForward
 from minds_core.backends.local.fast_decode import FastDecoder
@@ -27,7 +27,7 @@ from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
 from minds_core.backends.local.models import BaseModelRegistry
 from minds_core.backends.local.placement import Placement
 from minds_core.backends.local.sampling_engine import SamplingEngine
-from minds_core.backends.local.tiny_model import _tokenizer
+from minds_core.backends.local.tiny_model import byte_tokenizer
 
 SIZES = {
     "vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
@@ -178,7 +178,7 @@ def test_a_pooled_tree_decodes_with_each_new_snapshots_adapter() -> None:
     """Unmerged on a bf16 base, the adapter's factors are stacked in copies: the next sampler of the same
     pooled module tree must decode with its own snapshot, not the stacked copies of the one before."""
     placement = Placement(torch.device("cpu"), torch.bfloat16, merge_adapters=False)
-    base = BaseModelRegistry(placement).get(DEFAULT_BASE_MODEL)
+    base = BaseModelRegistry(placement).get(TINY_MODEL)
     spec = LoraSpec(rank=4)
     prompt = list(base.tokenizer.encode("Once upon a time"))
     params = types.SamplingParams(max_tokens=12, temperature=0.0, stop=[])
@@ -200,7 +200,7 @@ def test_a_pooled_tree_decodes_with_each_new_snapshots_adapter() -> None:
 def test_a_model_without_a_fast_step_samples_through_its_own_forward(tmp_path) -> None:
     """An architecture ``FastDecoder`` does not reproduce (GELU MLPs here) decodes eagerly through the model's
     own ``forward`` over the same slots: greedy samples equal transformers' ``generate``."""
-    tokenizer = _tokenizer()
+    tokenizer = byte_tokenizer()
     torch.manual_seed(0)
     config = Qwen3Config(**{**SIZES, "vocab_size": len(tokenizer)}, head_dim=16, hidden_act="gelu",
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)  # fmt: skip

@@ -9,7 +9,7 @@ import torch
 from tinker import types
 
 from minds_core.backends.local import (
-    DEFAULT_BASE_MODEL,
+    TINY_MODEL,
     LocalBadRequestError,
     LocalNotFoundError,
     ServiceClient,
@@ -98,14 +98,14 @@ def test_load_errors_fail_their_request_only(
     with pytest.raises(LocalBadRequestError, match="no optimizer state"):
         trainer.load_state_with_optimizer(sampler_path).result()
 
-    wider = service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=8, seed=0).result()
+    wider = service.create_lora_training_client(TINY_MODEL, rank=8, seed=0).result()
     with pytest.raises(LocalBadRequestError, match=r"the checkpoint has rank=8 \(this run: 4\)"):
         trainer.load_state(wider.save_state("r8").result().path).result()
     attn_only = new_trainer(train_mlp=False)
     with pytest.raises(LocalBadRequestError, match=r"train_mlp=False \(this run: True\)"):
         trainer.load_state_with_optimizer(attn_only.save_state("attn").result().path).result()
     other_base = service.create_lora_training_client(str(tiny_model_path()), rank=4, seed=0).result()
-    with pytest.raises(LocalBadRequestError, match=f"base_model=.*this run: '{DEFAULT_BASE_MODEL}'"):
+    with pytest.raises(LocalBadRequestError, match=f"base_model=.*this run: '{TINY_MODEL}'"):
         trainer.load_state(other_base.save_state("other").result().path).result()
 
     assert_same_adapter(adapter_of(trainer), before)

@@ -12,7 +12,7 @@ import torch
 from tinker import types
 
 from minds_core.backends.local import (
-    DEFAULT_BASE_MODEL,
+    TINY_MODEL,
     LocalBadRequestError,
     SamplingClient,
     ServiceClient,
@@ -171,8 +171,8 @@ def test_prompt_logprobs_and_top_k(sampler: SamplingClient, encode) -> None:
 async def test_base_model_sampler_equals_a_fresh_adapter(
     service: ServiceClient, trainer: TrainingClient, encode: Callable[[str], list[int]]
 ) -> None:
-    base = await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL)
-    assert base.get_base_model() == DEFAULT_BASE_MODEL
+    base = await service.create_sampling_client(base_model=TINY_MODEL)
+    assert base.get_base_model() == TINY_MODEL
     fresh = await trainer.save_weights_and_get_sampling_client()  # lora_B starts at zero
     prompt = tokens_of(encode("abc def"))
     got, want = await base.compute_logprobs(prompt), await fresh.compute_logprobs(prompt)
@@ -212,7 +212,7 @@ def test_bad_sampling_requests_fail_alone(sampler: SamplingClient, prompt, num_s
 def test_prompts_longer_than_the_context_are_rejected(sampler: SamplingClient) -> None:
     limit = sampler.get_tokenizer().model_max_length  # the tiny model's context (max_position_embeddings)
     too_long = tokens_of([1] * (limit + 1))
-    message = f"The prompt has {limit + 1} tokens, more than the {limit}-token context of '{DEFAULT_BASE_MODEL}'"
+    message = f"The prompt has {limit + 1} tokens, more than the {limit}-token context of '{TINY_MODEL}'"
     scored = sampler.compute_logprobs(too_long)
     sampled = sampler.sample(too_long, 1, types.SamplingParams(max_tokens=1))
     good = sampler.compute_logprobs(tokens_of([1, 2]))

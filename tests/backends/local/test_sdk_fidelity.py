@@ -24,7 +24,7 @@ from tinker.lib.public_interfaces.backcompat_training_client_future import (
 )
 
 from minds_core.backends.local import (
-    DEFAULT_BASE_MODEL,
+    TINY_MODEL,
     LocalBadRequestError,
     ServiceClient,
     TrainingClient,
@@ -73,7 +73,7 @@ def test_sdk_arguments_are_accepted_and_unknown_ones_warned_as_the_sdk_warns(tmp
 def test_create_futures_also_act_as_the_client_with_the_sdks_warning(
     service: ServiceClient, sft_datum: Callable[..., types.Datum]
 ) -> None:
-    future = service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0)
+    future = service.create_lora_training_client(TINY_MODEL, rank=4, seed=0)
     assert isinstance(future, BackcompatTrainingClientFuture)
     client = future.result()
     assert isinstance(client, TrainingClient)
@@ -97,7 +97,7 @@ def test_create_futures_also_act_as_the_client_with_the_sdks_warning(
     caught = _warnings_of(lambda: sampler_future.sample(prompt, 1, params).result())
     assert [c for c, _ in caught] == [FutureWarning] and "Using the future as the SamplingClient" in caught[0][1]
     for made in (
-        service.create_sampling_client(base_model=DEFAULT_BASE_MODEL),
+        service.create_sampling_client(base_model=TINY_MODEL),
         client.create_sampling_client(client.save_weights_for_sampler("s").result().path),
         service.create_training_client_from_state(client.save_state("t").result().path),
         service.create_training_client_from_state_with_optimizer(client.save_state("t", overwrite=True).result().path),
@@ -107,7 +107,7 @@ def test_create_futures_also_act_as_the_client_with_the_sdks_warning(
 
 
 async def test_create_futures_can_be_awaited(service: ServiceClient) -> None:
-    client = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0)
+    client = await service.create_lora_training_client(TINY_MODEL, rank=4, seed=0)
     assert isinstance(client, TrainingClient)
 
 
@@ -251,7 +251,7 @@ def test_the_rest_client_lists_reads_downloads_and_deletes_checkpoints(
 ) -> None:
     state = trainer.save_state("a", user_metadata={"note": "first"}).result().path
     sampler_path = trainer.save_weights_for_sampler("b").result().path
-    other = service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=2, seed=1).result()
+    other = service.create_lora_training_client(TINY_MODEL, rank=2, seed=1).result()
     other_path = other.save_state("c").result().path
     rest = service.create_rest_client()
 
@@ -265,7 +265,7 @@ def test_the_rest_client_lists_reads_downloads_and_deletes_checkpoints(
     run = rest.get_training_run(trainer.model_id).result()
     assert (run.training_run_id, run.base_model, run.lora_rank, run.is_lora) == (
         trainer.model_id,
-        DEFAULT_BASE_MODEL,
+        TINY_MODEL,
         4,
         True,
     )
@@ -281,7 +281,7 @@ def test_the_rest_client_lists_reads_downloads_and_deletes_checkpoints(
     assert [c.tinker_path for c in everything.checkpoints] == [other_path, sampler_path, state]
     assert everything.cursor is not None and everything.cursor.total_count == 3
     info = rest.get_weights_info_by_tinker_path(other_path).result()
-    assert (info.base_model, info.is_lora, info.lora_rank) == (DEFAULT_BASE_MODEL, True, 2)
+    assert (info.base_model, info.is_lora, info.lora_rank) == (TINY_MODEL, True, 2)
 
     # the SDK's own download helper fetches the file:// URLs of external weights: a standard peft adapter folder
     with pytest.raises(ValueError, match="only accepts external weights checkpoints"):

@@ -74,7 +74,7 @@ def test_every_deprecated_async_twin_of_a_method_we_have_exists(ours, theirs, me
 
 def test_unsupported_custom_loss_input_is_a_clear_error(tmp_path):
     service = local.ServiceClient(checkpoint_root=tmp_path)
-    training = service.create_lora_training_client(local.DEFAULT_BASE_MODEL, rank=2).result()
+    training = service.create_lora_training_client(local.TINY_MODEL, rank=2).result()
     datum = tinker.Datum(
         model_input=tinker.types.ModelInput.from_ints([1, 2]),
         loss_fn_inputs={"target_tokens": tinker.TensorData(data=[2, 3], dtype="int64", shape=[2])},
@@ -91,7 +91,7 @@ def test_a_loss_handle_works_only_with_the_clients_of_the_service_that_made_it(t
 
     made, other = (local.ServiceClient(checkpoint_root=tmp_path / name) for name in ("made", "other"))
     handle = made.create_custom_loss(neg_ll, input_ranks={"logprobs": 1, "weights": 1}).result()
-    training = other.create_lora_training_client(local.DEFAULT_BASE_MODEL, rank=2).result()
+    training = other.create_lora_training_client(local.TINY_MODEL, rank=2).result()
     datum = tinker.Datum(
         model_input=tinker.types.ModelInput.from_ints([1, 2]),
         loss_fn_inputs={
@@ -101,5 +101,5 @@ def test_a_loss_handle_works_only_with_the_clients_of_the_service_that_made_it(t
     )
     with pytest.raises(ValueError, match=f"LossHandle 'neg_ll' was created in session {handle.session_id}; it can only"):
         training.forward_backward_custom([datum], handle)
-    mine = made.create_lora_training_client(local.DEFAULT_BASE_MODEL, rank=2).result()
+    mine = made.create_lora_training_client(local.TINY_MODEL, rank=2).result()
     assert mine.forward_backward_custom([datum], handle).result().metrics["custom/neg_ll:sum"] > 0

@@ -22,7 +22,7 @@ from minds_core.backends.local.tiny_model import tiny_model_path
 
 
 def test_default_model_name_and_factory(tmp_path: Path) -> None:
-    assert DEFAULT_BASE_MODEL == "minds-tiny"
+    assert DEFAULT_BASE_MODEL == "minds-small"
     service = create_service_client(tmp_path)
     assert isinstance(service, ServiceClient) and service.checkpoint_root == tmp_path
     service.close("success")

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL
+from minds_core.backends.local import TINY_MODEL
 from minds_core.backends.local.decode_slots import _ModelForward
 from minds_core.backends.local.fast_decode import FastDecoder
 from minds_core.backends.local.lora import LoraSpec, attach_lora
@@ -33,7 +33,7 @@ def assert_same_steps(model: nn.Module, fast: FastDecoder, unfused: nn.Module) -
     assert slow is not None and not any(fused(slow))
     theirs = steps(unfused, PROMPTS, slow.forward, 3)
     for got, expected in zip(steps(model, PROMPTS, fast.forward, 3), theirs, strict=True):
-        torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)  # sums of up to 192 products in another order: float32 rounding reaches 2e-6
 
 
 def test_siblings_are_grouped_by_parent_and_input_width_in_module_order() -> None:
@@ -51,7 +51,7 @@ def test_siblings_are_grouped_by_parent_and_input_width_in_module_order() -> Non
 
 @torch.inference_mode()
 def test_a_merged_tree_decodes_with_one_product_per_group_as_the_unfused_path_does() -> None:
-    base = BaseModelRegistry(Placement(torch.device("cpu"), torch.float32, merge_adapters=True)).get(DEFAULT_BASE_MODEL)
+    base = BaseModelRegistry(Placement(torch.device("cpu"), torch.float32, merge_adapters=True)).get(TINY_MODEL)
     spec = LoraSpec(rank=4)
     tree, key = base.adapted.acquire(spec, random_adapter(base.model, spec, seed=1))
     fast = FastDecoder.for_model(tree)
@@ -88,7 +88,7 @@ def test_a_transposed_layout_holds_the_same_weights_and_decodes_one_product_per_
 
 @torch.inference_mode()
 def test_the_fused_view_reads_the_next_snapshot_merged_into_a_pooled_tree() -> None:
-    base = BaseModelRegistry(Placement(torch.device("cpu"), torch.float32, merge_adapters=True)).get(DEFAULT_BASE_MODEL)
+    base = BaseModelRegistry(Placement(torch.device("cpu"), torch.float32, merge_adapters=True)).get(TINY_MODEL)
     spec = LoraSpec(rank=4)
     tree, key = base.adapted.acquire(spec, random_adapter(base.model, spec, seed=1))
     fast = FastDecoder.for_model(tree)  # built once per tree, as the sampler's decode slots are
@@ -106,7 +106,7 @@ def test_the_fused_view_reads_the_next_snapshot_merged_into_a_pooled_tree() -> N
 @torch.inference_mode()
 def test_the_base_model_is_laid_out_at_load_for_plain_and_unmerged_samplers() -> None:
     placement = Placement(torch.device("cpu"), torch.float32, merge_adapters=False)
-    base = BaseModelRegistry(placement).get(DEFAULT_BASE_MODEL)
+    base = BaseModelRegistry(placement).get(TINY_MODEL)
     fast = FastDecoder.for_model(base.model)
     assert fast is not None and all(fused(fast))
     assert_same_steps(base.model, fast, copy.deepcopy(base.model))
@@ -154,7 +154,7 @@ def test_siblings_out_of_order_or_apart_decode_one_product_each() -> None:
 
 
 def test_a_laid_out_base_saves_and_loads_as_before(tmp_path) -> None:
-    base = BaseModelRegistry(Placement(torch.device("cpu"), torch.float32)).get(DEFAULT_BASE_MODEL)
+    base = BaseModelRegistry(Placement(torch.device("cpu"), torch.float32)).get(TINY_MODEL)
     base.model.save_pretrained(tmp_path)
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
     saved = base.model.state_dict()

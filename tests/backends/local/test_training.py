@@ -13,19 +13,19 @@ import tinker
 import torch
 from tinker import types
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL, LocalBadRequestError, ServiceClient, TrainingClient
+from minds_core.backends.local import TINY_MODEL, LocalBadRequestError, ServiceClient, TrainingClient
 
 ADAM = types.AdamParams(learning_rate=1e-2)
 
 
 def test_create_returns_a_future_of_the_client(service: ServiceClient) -> None:
-    future = service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0)
+    future = service.create_lora_training_client(TINY_MODEL, rank=4, seed=0)
     assert isinstance(future, tinker.APIFuture)
     client = future.result()
     assert isinstance(client, TrainingClient)
     info = client.get_info()
     assert (info.model_id, info.lora_rank, info.is_lora) == (client.model_id, 4, True)
-    assert info.model_data.model_name == DEFAULT_BASE_MODEL and info.model_data.arch == "qwen3"
+    assert info.model_data.model_name == TINY_MODEL and info.model_data.arch == "qwen3"
     assert client.get_tokenizer().decode(client.get_tokenizer().encode("ok")) == "ok"
 
 
@@ -33,7 +33,7 @@ def test_create_returns_a_future_of_the_client(service: ServiceClient) -> None:
 async def test_async_training_loop_lowers_the_loss(
     service: ServiceClient, sft_datum: Callable[..., types.Datum]
 ) -> None:
-    client = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0)
+    client = await service.create_lora_training_client(TINY_MODEL, rank=4, seed=0)
     data = [sft_datum("The cat sat on the mat.")]
     losses = []
     for _ in range(8):
