@@ -71,7 +71,7 @@ from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
 from minds_core.backends.local.models import BaseModelRegistry
 from minds_core.backends.local.pass_cost import TRIALS
 from minds_core.backends.local.placement import resolve_placement
-from minds_core.backends.local.tiny_model import _tokenizer, tiny_model_path
+from minds_core.backends.local.tiny_model import byte_tokenizer, tiny_model_path
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def matmul_flops_per_second(smoke: bool, device: str) -> float:
 def build_model(directory: Path, hidden: int = 512, layers: int = 8) -> Path:
     """A Qwen3-style model with the tiny model's byte tokenizer, random weights: ~25M parameters by default,
     ~300M at ``hidden=1024, layers=24``."""
-    tokenizer = _tokenizer()
+    tokenizer = byte_tokenizer()
     config = Qwen3Config(
         vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=layers,
         num_attention_heads=hidden // 64, num_key_value_heads=hidden // 128, head_dim=64, max_position_embeddings=4096,

@@ -244,5 +244,5 @@ def test_what_an_environment_prints_while_evaluated_goes_to_stderr(minds_plugin,
     assert main(["eval", "--env", "chatty", "--split", "train", "--tasks", "1", "--samples", "2", "--set", "sampling.max_tokens=4",
                  "--json"]) == 0  # fmt: skip
     out, err = capsys.readouterr()
-    assert json.loads(out)["checkpoint"] == "minds-tiny", out
+    assert json.loads(out)["checkpoint"] == "minds-small", out  # the default model
     assert "loading the chatty environment" in err and "scoring " in err

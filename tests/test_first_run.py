@@ -44,7 +44,8 @@ def test_make_demo_trains_and_its_reward_rises(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(next(line for line in done.stderr.splitlines() if line.startswith('{"event": "summary"')))
     assert summary["steps"] == 20 and summary["trained_steps"] >= 18, summary
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    run_dir = Path(summary["run_dir"])
+    assert run_dir.parent == tmp_path / "runs"  # the command's own default folder
     rewards = [json.loads(line)["reward/mean"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(rewards) == 20 and rises_clearly(rewards), rewards
 

@@ -144,7 +144,7 @@ def test_sft_reports_a_rejected_tokenizer_request_as_a_usage_error(tmp_path, scr
             raise _status(400)
 
     backend = scripted_backend({}, TokenizerRejected)
-    with pytest.raises(UsageError, match=r"cannot start SFT on 'minds-tiny': Error code: 400 - scripted"):
+    with pytest.raises(UsageError, match=r"cannot start SFT on 'minds-small': Error code: 400 - scripted"):
         _sft(tmp_path, backend)
     assert backend.closed == ["errored"] and not (tmp_path / "sft").exists()
 
@@ -189,7 +189,7 @@ def test_every_command_opens_and_closes_a_plugin_backend_through_the_door_and_it
     log = ["--log-format", "json"]
     # The run must train (the export below is of a trained adapter): seed 4's draws give its one group of two
     # 4-token replies rewards that differ (the untrained model rarely writes an "a").
-    trained = run_minds([*log, "run", "--env", "toy_char_share", "--backend", "wrapped", "--steps", "1", "--name", "w",
+    trained = run_minds([*log, "run", "--env", "toy_char_share", "--backend", "wrapped", "--steps", "1", "--name", "w", "--model", "minds-tiny",
                          "--set", "trainer.group_size=2", "--set", "trainer.groups_per_batch=1", "--set", "sampling.max_tokens=4",
                          "--set", "metrics.sinks=[]", "--set", "seed=4"], plugins=plugins)  # fmt: skip
     assert trained.returncode == 0 and _closings(trained.stderr) == ["success"], trained.stderr[-3000:]

@@ -54,9 +54,8 @@ def start_server(
         if open_files is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
-    model = [] if "--model" in extra else ["--model", "minds-tiny"]  # the tests ask for minds-tiny by name
     process = subprocess.Popen(
-        [sys.executable, "-m", "minds_core.cli.command", "serve", "--port", "0", "--checkpoint-root", str(tmp_path / "ckpt"), *model, *extra],
+        [sys.executable, "-m", "minds_core.cli.command", "serve", "--port", "0", "--checkpoint-root", str(tmp_path / "ckpt"), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -72,8 +71,8 @@ def start_server(
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """One server for a test module (starting it loads the tiny model: about a second)."""
-    server = start_server(tmp_path_factory.mktemp("serve"))
+    """One server for a test module, serving minds-tiny (what the tests name) and minds-small (the default; about a second)."""
+    server = start_server(tmp_path_factory.mktemp("serve"), "--model", "minds-tiny", "--model", "minds-small")
     yield server
     assert server.stop() == 0
 

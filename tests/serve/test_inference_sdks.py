@@ -52,7 +52,7 @@ def _tokenizer():
 
 
 def test_models_lists_the_served_model(oai: openai.OpenAI) -> None:
-    assert [model.id for model in oai.models.list()] == ["minds-tiny"]
+    assert [model.id for model in oai.models.list()] == ["minds-tiny", "minds-small"]
 
 
 def test_chat_with_tools_renders_the_calls_and_answers_token_exact(oai: openai.OpenAI) -> None:
@@ -205,7 +205,7 @@ def test_token_level_generate(served: Served) -> None:
 
 
 def test_off_loopback_rules_hold_the_key(tmp_path: Path) -> None:
-    server = start_server(tmp_path, "--api-key", "sekret-key-1", "--max-body-bytes", "20000")
+    server = start_server(tmp_path, "--model", "minds-tiny", "--api-key", "sekret-key-1", "--max-body-bytes", "20000")
     try:
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0).models.list()

@@ -69,17 +69,19 @@ def test_the_quickstarts_list_of_supported_models_names_the_models_it_trains(cli
     # Tinker's quickstart begins by listing the models: the RestClient's way and the deprecated ServiceClient one
     service, rest = clients
     service.create_lora_training_client("minds-tiny", rank=4).result()
-    (listed,) = rest.get_server_capabilities().result().supported_models
-    names = [listed.model_name]
-    assert names == ["minds-tiny"] and listed.trainable and listed.sampleable
+    models = rest.get_server_capabilities().result().supported_models
+    names = [model.model_name for model in models]
+    assert sorted(names) == ["minds-small", "minds-tiny"]  # the built-in models, the one trained on loaded
+    listed = models[names.index("minds-tiny")]
+    assert listed.trainable and listed.sampleable
     assert listed.max_context_length == AutoConfig.from_pretrained(tiny_model_path()).max_position_embeddings
     with pytest.warns(FutureWarning, match="get_server_capabilities"):
         deprecated = service.get_server_capabilities()
-    assert [model.model_name for model in deprecated.supported_models] == names
+    assert sorted(model.model_name for model in deprecated.supported_models) == sorted(names)
     with pytest.warns(FutureWarning, match="get_server_capabilities_async"):
         answered = asyncio.run(service.get_server_capabilities_async())
-    assert [model.model_name for model in answered.supported_models] == names
-    assert asyncio.run(_awaited(rest.get_server_capabilities())).supported_models == [listed]
+    assert sorted(model.model_name for model in answered.supported_models) == sorted(names)
+    assert listed in asyncio.run(_awaited(rest.get_server_capabilities())).supported_models
 
 
 async def _awaited(future: Any) -> Any:
