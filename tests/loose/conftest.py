@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,21 @@ def train(loose_dir: Path, tmp_path: Path) -> Callable[..., tuple[list[dict], li
         return rows("metrics.jsonl"), rows("rollouts.jsonl")
 
     return run
+
+
+@pytest.fixture
+def work_from(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path, set[str]], Path]]:
+    """``work_from(root, packages)``: work from a checkout's root, as the seed's runner did; the modules of its
+    ``packages`` imported meanwhile are forgotten afterwards."""
+    before, forget = set(sys.modules), set()
+
+    def enter(root: Path, packages: set[str]) -> Path:
+        monkeypatch.chdir(root)
+        monkeypatch.setattr(sys, "path", list(sys.path))
+        forget.update(packages)
+        return root
+
+    yield enter
+    for name in set(sys.modules) - before:
+        if name.split(".")[0] in forget:
+            del sys.modules[name]

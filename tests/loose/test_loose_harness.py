@@ -28,15 +28,9 @@ Run = Callable[..., tuple[list[dict], list[dict]]]
 
 
 @pytest.fixture
-def harness(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def harness(work_from: Callable[[Path, set[str]], Path]) -> Path:
     """Work from the checkout's root, as the seed's runner did; forget its modules afterwards."""
-    monkeypatch.chdir(HARNESS)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    before = set(sys.modules)
-    yield HARNESS
-    for name in set(sys.modules) - before:
-        if name.split(".")[0] in {"environments", "src_riddle", "vf_quiz", "lesson_probe", "open_questions"}:
-            del sys.modules[name]
+    return work_from(HARNESS, {"environments", "src_riddle", "vf_quiz", "lesson_probe", "open_questions"})
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import inspect
 import io
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -39,15 +39,9 @@ CONFIGS = {
 
 
 @pytest.fixture
-def checkout(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def checkout(work_from: Callable[[Path, set[str]], Path]) -> Path:
     """Work from the checkout's root, as the seed's runner did; forget its modules afterwards."""
-    monkeypatch.chdir(CHECKOUT)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    before = set(sys.modules)
-    yield CHECKOUT
-    for name in set(sys.modules) - before:
-        if name.split(".")[0] in PACKAGES:
-            del sys.modules[name]
+    return work_from(CHECKOUT, set(PACKAGES))
 
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
