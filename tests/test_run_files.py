@@ -199,7 +199,7 @@ def _in_namespace(script: str, tmp_path: Path, installed_plugin) -> None:
     (tmp_path / "fs").mkdir()
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     environ.update(PYTHONPATH=str(installed_plugin("toy_plugin")), PY=sys.executable, ARGS=" ".join(
-        ["--env", "toy_char_share", "--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4",
+        ["--env", "toy_char_share", "--model", "minds-tiny", "--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4",
          "--set", "sampling.max_tokens=32", "--set", "metrics.sinks=[]", "--set", "trainer.save_every=1"]))  # fmt: skip
     done = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
                           cwd=tmp_path, env=environ, timeout=600)  # fmt: skip

@@ -81,7 +81,7 @@ def test_sft_lowers_the_held_out_loss_by_a_clear_margin(tmp_path):
     logs.configure("json", "warning")
     data = _write(tmp_path / "chats.jsonl", _chats())
     config = load_config(None, ["trainer.mode=sft", f"sft.data={data}", "sft.batch_size=8", "sft.eval_fraction=0.25",
-                                "trainer.steps=8", "trainer.learning_rate=1e-2", "metrics.sinks=[]",
+                                "trainer.steps=8", "trainer.learning_rate=1e-2", "metrics.sinks=[]", "model.base_model=minds-tiny",
                                 f"runs_dir={tmp_path}", "name=sft"])
     summary = train(config, plugins=load_plugins())
     before, after = summary["eval/loss_before"], summary["eval/loss_after"]

@@ -11,13 +11,14 @@ import asyncio
 import importlib
 import json
 import sys
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from minds_core import PolicySampler
-from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
+from minds_core.backends.local import create_service_client
 from minds_core.cli.command import main
 
 HARNESS = Path(__file__).resolve().parent / "harness"
@@ -82,7 +83,8 @@ def test_train_prophet_rewards_are_the_originals(run: Run, tmp_path: Path) -> No
     metrics, rollouts = run("train_prophet", 8)
     prophet = importlib.import_module("gradient_prophet")
     items = prophet.load_environment(num_examples=6, seed=0).items
-    base = PolicySampler(create_service_client(str(tmp_path / "base")).create_sampling_client(base_model=DEFAULT_BASE_MODEL).result())
+    model = tomllib.loads((HARNESS / "configs" / "train_prophet.toml").read_text())["model"]["base_model"]
+    base = PolicySampler(create_service_client(str(tmp_path / "base")).create_sampling_client(base_model=model).result())
     checked = 0
     for group, rollout, reply in _replies(rollouts):
         predicted = prophet.parse_prediction(reply)

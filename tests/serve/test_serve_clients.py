@@ -74,7 +74,7 @@ def test_several_clients_train_at_once_without_mixing_runs(served: Served) -> No
 
 
 def test_api_key_is_required_when_set_and_never_echoed(tmp_path: Path) -> None:
-    server = start_server(tmp_path, "--api-key", "tml-the-right-key")
+    server = start_server(tmp_path, "--model", "minds-tiny", "--api-key", "tml-the-right-key")
     try:
         with pytest.raises(tinker.AuthenticationError) as caught:
             wrong = tinker.ServiceClient(base_url=server.url, api_key="tml-a-wrong-key")
@@ -90,7 +90,7 @@ def test_api_key_is_required_when_set_and_never_echoed(tmp_path: Path) -> None:
 
 
 def test_sigterm_stops_the_server_cleanly_while_a_client_waits(tmp_path: Path) -> None:
-    server = start_server(tmp_path)
+    server = start_server(tmp_path, "--model", "minds-tiny")
     service = tinker.ServiceClient(base_url=server.url, api_key=KEY)
     service.create_lora_training_client("minds-tiny", rank=2).result()
     assert server.stop() == 0

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 KEY = "tml-hosted-path-key"
 ARGS = [
-    "--env", "toy_char_share", "--backend", "tinker",
+    "--env", "toy_char_share", "--backend", "tinker", "--model", "minds-tiny",
     "--set", "trainer.save_every=1", "--set", "trainer.group_size=4", "--set", "trainer.groups_per_batch=2",
     "--set", "sampling.max_tokens=8", "--set", "metrics.sinks=[]", "--set", "seed=3",
 ]

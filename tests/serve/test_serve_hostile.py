@@ -41,6 +41,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         tmp_path_factory.mktemp("guarded"),
         "--max-decompressed-bytes", str(DECOMPRESSED_CAP),
         "--max-body-bytes", str(BODY_CAP),
+        "--model", "minds-tiny",
         "--device", "cpu",  # RLIMIT_AS bounds host memory; CUDA's address-space reservations would not fit it
         memory_limit=MEMORY_LIMIT,
     )  # fmt: skip

@@ -162,7 +162,7 @@ def test_a_refused_training_request_does_not_hold_up_the_runs_next_ones(served: 
 
 @pytest.fixture(scope="module")
 def impatient(tmp_path_factory: pytest.TempPathFactory):
-    server = start_server(tmp_path_factory.mktemp("impatient"), "--read-timeout-seconds", "2")
+    server = start_server(tmp_path_factory.mktemp("impatient"), "--model", "minds-tiny", "--read-timeout-seconds", "2")
     yield server
     assert server.stop() == 0
 

@@ -103,7 +103,7 @@ def test_out_of_file_descriptors_the_server_backs_off_and_keeps_serving(starved:
 
 
 def test_sigterm_while_samples_run_stops_the_server_promptly(tmp_path: Path) -> None:
-    server = start_server(tmp_path)
+    server = start_server(tmp_path, "--model", "minds-tiny")
     try:
         with httpx.Client(base_url=server.url, headers={"X-API-Key": KEY}, timeout=60) as http:
             for _ in range(4):  # minutes of decoding on a CPU, queued one behind the other

@@ -191,7 +191,7 @@ def test_a_bad_sampler_flag_exits_2_naming_it(flag: str, value: str, says: str, 
 @pytest.mark.slow
 def test_an_sdk_client_of_a_dropped_sampler_is_told_why_and_what_to_do(tmp_path: Path) -> None:
     # the process boundary is the point: the reason crosses HTTP into the SDK's own error
-    server = start_server(tmp_path, "--sampler-memory-gib", "1e-9")
+    server = start_server(tmp_path, "--model", TINY_MODEL, "--sampler-memory-gib", "1e-9")
     try:
         service = tinker.ServiceClient(base_url=server.url, api_key=KEY)
         training = service.create_lora_training_client(base_model=TINY_MODEL, rank=2).result()
