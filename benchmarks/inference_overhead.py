@@ -36,6 +36,7 @@ from minds_core.inference.surface import Surface
 from minds_core.render import Renderer
 from minds_core.serve.http import HttpServer
 from minds_core.serve.limits import ServeLimits
+from minds_core.serve.listener import listen
 from minds_core.serve.policy_endpoint import PolicyEndpoint
 
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Count from one to twenty, in words."}]
@@ -136,7 +137,7 @@ def main() -> None:
     limits = ServeLimits()
     endpoint = PolicyEndpoint(Capture(), limits)
     episode = endpoint.capture.open(policy, max_calls=1 << 30)
-    plain = HttpServer(("127.0.0.1", 0), (), limits, Surface(_FixedModel(policy), limits))
+    plain = HttpServer(listen("127.0.0.1", 0, limits.backlog), (), limits, Surface(_FixedModel(policy), limits))
     threading.Thread(target=plain.serve_forever, daemon=True).start()
     try:
         captured = openai.OpenAI(base_url=endpoint.openai_url, api_key=episode.key, max_retries=0)

@@ -39,6 +39,7 @@ from minds_core.backends.local.held_bytes import storage_bytes
 from minds_core.serve.engine import Engine
 from minds_core.serve.http import TinkerServer
 from minds_core.serve.limits import ServeLimits
+from minds_core.serve.listener import listen
 from minds_core.serve.samplers import SamplerBudget
 
 SHAPE = Shape("RL step", prompts=4, group=8, max_tokens=32, prompt_tokens=64, target=None, rank=8)
@@ -79,7 +80,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, ServiceClient(checkpoint_root=tmp, device="cpu") as local:
         local.create_sampling_client(base_model=DEFAULT_BASE_MODEL).result()  # loaded, as serve() does
         engine = Engine(local, [DEFAULT_BASE_MODEL], ServeLimits(), budget)
-        server = TinkerServer(("127.0.0.1", 0), engine, (), ServeLimits())
+        server = TinkerServer(listen("127.0.0.1", 0, 128), engine, (), ServeLimits())
         threading.Thread(target=server.serve_forever, daemon=True).start()
         base = local._runtime.models.get(DEFAULT_BASE_MODEL).model  # to leave its weights out of the count
         remote = tinker.ServiceClient(base_url=f"http://127.0.0.1:{server.server_address[1]}", api_key="tml-bench")

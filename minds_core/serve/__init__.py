@@ -6,7 +6,8 @@ Unmodified ``tinker`` SDK code pointed at it (``TINKER_BASE_URL`` or ``base_url=
     minds serve --port 8000
     TINKER_BASE_URL=http://127.0.0.1:8000 TINKER_API_KEY=tml-local python my_tinker_script.py
 
-``serve`` blocks until SIGTERM or Ctrl-C, then stops accepting requests, gives requests
+``minds serve`` listens before it loads a model: a taken port fails at once (exit 2, one line naming
+it). ``serve`` blocks until SIGTERM or Ctrl-C, then stops accepting requests, gives requests
 already running ``SHUTDOWN_GRACE_SECONDS`` to finish and exits (abandoning any still running).
 The same server answers OpenAI (``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``),
 Anthropic (``/v1/messages``, ``/v1/messages/count_tokens``) and token-level
@@ -27,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -36,7 +38,7 @@ from minds_core.errors import UsageError
 from .limits import ServeLimits
 from .samplers import SamplerBudget
 
-__all__ = ["LOOPBACK_HOSTS", "SamplerBudget", "ServeLimits", "serve"]
+__all__ = ["LOOPBACK_HOSTS", "SamplerBudget", "ServeLimits", "check_exposure", "serve"]
 
 #: Hosts only this machine can reach: the only ones ``minds serve`` listens on without an API key.
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
@@ -51,9 +53,17 @@ each turn. Measured with ``benchmarks/serve_overhead.py`` (a noisy 2-core machin
 training-phase overhead of a served step was 25 ms over 3 runs at 5 ms, 12 ms over 5 runs at 1 ms."""
 
 
+def check_exposure(host: str, api_keys: tuple[str, ...]) -> None:
+    """Refuse (``UsageError``) to listen on ``host`` without ``api_keys`` unless only this machine can reach it."""
+    if not api_keys and host not in LOOPBACK_HOSTS:
+        raise UsageError(
+            f"--host {host}: off loopback, minds serve needs an API key, or anyone who can reach it trains "
+            "and samples here; give --api-key KEY (or set MINDS_SERVE_API_KEY), or use --host 127.0.0.1"
+        )
+
+
 def serve(
-    host: str,
-    port: int,
+    listener: socket.socket,
     models: list[str],
     api_keys: tuple[str, ...] = (),
     checkpoint_root: Path | None = None,
@@ -61,16 +71,12 @@ def serve(
     limits: ServeLimits | None = None,
     budget: SamplerBudget | None = None,
 ) -> None:
-    """Load ``models`` on ``device``, listen on ``host:port`` and serve until SIGTERM/SIGINT.
+    """Load ``models`` on ``device`` and serve on ``listener`` (``listener.listen``, bound before the models load, so
+    that a taken port fails at once) until SIGTERM/SIGINT.
 
-    ``api_keys``: when given, each request must send one of them (each key is its own client);
-    required when ``host`` is not a loopback address (``UsageError`` otherwise). ``budget``: the sampling
-    clients kept (its memory default measured once the models are loaded)."""
-    if not api_keys and host not in LOOPBACK_HOSTS:
-        raise UsageError(
-            f"--host {host}: off loopback, minds serve needs an API key, or anyone who can reach it trains "
-            "and samples here; give --api-key KEY (or set MINDS_SERVE_API_KEY), or use --host 127.0.0.1"
-        )
+    ``api_keys``: when given, each request must send one of them (each key is its own client); off loopback
+    ``check_exposure`` requires them. ``budget``: the sampling clients kept (its memory default measured once the
+    models are loaded)."""
     limits = limits or ServeLimits()
     from minds_core.backends.local import ServiceClient
 
@@ -82,9 +88,10 @@ def serve(
         for model in models:  # load now: a wrong name fails here, and the first request is not slow
             service.create_sampling_client(base_model=model).result()
         engine = Engine(service, models, limits, budget)
-        server = TinkerServer((host, port), engine, api_keys, limits)
+        server = TinkerServer(listener, engine, api_keys, limits)
     except BaseException:
         service.close("errored")
+        listener.close()
         raise
     stop = threading.Event()
 

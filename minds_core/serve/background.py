@@ -46,10 +46,11 @@ def serve_in_background(service: Any, models: list[str], host: str, api_key: str
         raise UsageError(f"only the local backend's service can be served here, not a {type(service).__name__}")
     from .engine import Engine
     from .http import TinkerServer
+    from .listener import listen
 
     limits = ServeLimits()
     try:
-        server = TinkerServer((host, port), Engine(service, models, limits), (api_key,), limits)
+        server = TinkerServer(listen(host, port, limits.backlog), Engine(service, models, limits), (api_key,), limits)
     except OSError as exc:
         raise UsageError(f"cannot serve the run's engine for the workers on {host}:{port}: {exc}") from None
     thread = threading.Thread(target=server.serve_forever, name="minds-serve-workers", daemon=True)

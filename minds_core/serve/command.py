@@ -36,15 +36,27 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     from minds_core.errors import UsageError
 
-    from . import serve
+    from . import check_exposure, serve
+    from .listener import listen
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: give a port between 0 and 65535 (0 picks a free one)")
+    keys = tuple(key for key in args.api_keys or [os.environ.get("MINDS_SERVE_API_KEY", "")] if key)
+    check_exposure(args.host, keys)
+    try:
+        limits = limits_from_arguments(args)
+        budget = budget_from_arguments(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if args.checkpoint_root:  # before the model loads; and an error there is not the port's
         try:
             Path(args.checkpoint_root).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"--checkpoint-root {args.checkpoint_root}: not a folder that can be made ({exc.strerror or exc})") from None
+    try:  # before the models load (seconds): a taken port fails at once
+        listener = listen(args.host, args.port, limits.backlog)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; pick another --port (0 picks a free one)") from None
     from minds_core.backends.model_source import check_model_source
 
     for model in args.models or []:
@@ -55,18 +67,10 @@ def serve_command(args: argparse.Namespace) -> int:
         LocalNotFoundError,
     )
 
-    models = args.models or [DEFAULT_BASE_MODEL]
-    keys = tuple(key for key in args.api_keys or [os.environ.get("MINDS_SERVE_API_KEY", "")] if key)
-    try:
-        limits = limits_from_arguments(args)
-        budget = budget_from_arguments(args)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     try:
         serve(
-            args.host,
-            args.port,
-            models,
+            listener,
+            args.models or [DEFAULT_BASE_MODEL],
             api_keys=keys,
             checkpoint_root=Path(args.checkpoint_root) if args.checkpoint_root else None,
             device=args.device,
@@ -75,6 +79,4 @@ def serve_command(args: argparse.Namespace) -> int:
         )
     except (LocalNotFoundError, LocalBadRequestError) as exc:
         raise UsageError(f"--model/--device: {exc.message}") from None
-    except OSError as exc:
-        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; pick another --port (0 picks a free one)") from None
     return 0

@@ -24,6 +24,7 @@ import shutil
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.message import Message
@@ -58,6 +59,7 @@ from .errors import (
     Unauthorized,
 )
 from .limits import ServeLimits
+from .listener import connection_room
 from .served_models import ServedModels
 from .wire import (
     PROTO_CONTENT_TYPE,
@@ -74,33 +76,49 @@ Json = dict[str, Any]
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 #: Longest pause between two accept() tries while descriptors are exhausted.
 MAX_ACCEPT_BACKOFF_SECONDS = 0.5
-#: A connection's deadline once it has been cut off.
-_CUT = -1.0
 #: After refusing a body it did not read, the server reads (and drops) this much of it, so that the
 #: client sees the answer instead of a reset connection.
 _DRAIN_BYTES = 4 << 20
 
 
+@dataclass
+class _Connection:
+    """A connection the server holds: where from, and whether (till when) it is waiting for its request."""
+
+    address: str  #: the client's address
+    since: float  #: when it began waiting for its current request (time.monotonic)
+    deadline: float | None  #: when it is cut off unless its request has arrived; None while its request is answered
+
+
 class HttpServer(ThreadingHTTPServer):
-    """The threaded server under ``minds serve`` and a run's policy endpoint: each connection a thread, up to
-    ``limits.max_connections``, each request bounded by ``limits``. ``surface`` (when given) answers the inference
-    routes (``minds_core.inference.routes``); ``engine`` (``TinkerServer``), the Tinker API's."""
+    """The threaded server under ``minds serve`` and a run's policy endpoint: each connection a thread, each request
+    bounded by ``limits``. ``surface`` (when given) answers the inference routes (``minds_core.inference.routes``);
+    ``engine`` (``TinkerServer``), the Tinker API's. It serves on ``listener`` (``listener.listen``).
+
+    Connections are held up to ``limits.max_connections`` (fewer where the open-file limit leaves less room:
+    ``connection_room``), ``limits.max_connections_per_address`` of them from one address. A full server makes room
+    for a new connection by closing the one that has waited longest for its request (silent, or sending it slowly),
+    so that idle or slow sockets, however many and however fast they reconnect, never lock other clients out; a
+    connection whose request is being answered is never closed for another."""
 
     daemon_threads = True
-    allow_reuse_address = True
     engine: Engine | None = None
 
-    def __init__(self, address: tuple[str, int], api_keys: tuple[str, ...], limits: ServeLimits, surface: Surface | None) -> None:
-        self.request_queue_size = limits.backlog  # read by listen() in the constructor
+    def __init__(self, listener: socket.socket, api_keys: tuple[str, ...], limits: ServeLimits, surface: Surface | None) -> None:
         self.api_keys = api_keys
         self.limits = limits
         self.surface = surface
+        self.max_connections = connection_room(limits.max_connections)
+        self._header_seconds = min(limits.header_timeout_seconds, limits.read_timeout_seconds)
         self._accept_backoff = 0.0
-        self._connections = 0
+        self._open: dict[socket.socket, _Connection] = {}
+        self._per_address: Counter[str] = Counter()
         self._connections_lock = threading.Lock()
-        self._deadlines: dict[socket.socket, float] = {}  # connections reading a request: when they are cut off
         self._closing = threading.Event()
-        super().__init__(address, _Handler)
+        super().__init__(listener.getsockname()[:2], _Handler, bind_and_activate=False)
+        self.socket.close()
+        self.socket = listener
+        self.server_address = listener.getsockname()
         threading.Thread(target=self._cut_overdue, name="minds-serve-deadlines", daemon=True).start()
 
     def authorized(self, key: str) -> bool:
@@ -115,31 +133,80 @@ class HttpServer(ThreadingHTTPServer):
         """An error message as a client may see it."""
         return detail
 
-    def read_deadline(self, connection: socket.socket, seconds: float | None) -> bool:
-        """Cut ``connection`` off unless its request has arrived ``seconds`` from now (None: it has); whether it
-        already was (its request is then not served: what arrived of it may be cut short)."""
+    # -- what each connection is doing (its handler tells) -----------------------------------
+    def await_request(self, connection: socket.socket) -> None:
+        """``connection`` waits for a request: its line and headers are due within the header timeout."""
+        self._wait(connection, lambda entry, now: now + self._header_seconds, restart=True)
+
+    def await_body(self, connection: socket.socket) -> None:
+        """``connection``'s headers arrived: the rest of its request is due within the read timeout of its start."""
+        self._wait(connection, lambda entry, now: entry.since + self.limits.read_timeout_seconds, restart=False)
+
+    def answering(self, connection: socket.socket) -> bool:
+        """``connection``'s request has arrived and is answered (it is no longer cut off for others); whether it
+        already was cut off (its request is then not served: what arrived of it may be cut short)."""
         with self._connections_lock:
-            cut = self._deadlines.get(connection) == _CUT
-            if seconds is None:
-                self._deadlines.pop(connection, None)
-            else:
-                self._deadlines[connection] = time.monotonic() + seconds
-        return cut
+            entry = self._open.get(connection)
+            if entry is not None:
+                entry.deadline = None
+        return entry is None
+
+    def _wait(self, connection: socket.socket, due: Callable[[_Connection, float], float], restart: bool) -> None:
+        now = time.monotonic()
+        with self._connections_lock:
+            entry = self._open.get(connection)
+            if entry is not None:
+                entry.since = now if restart else entry.since
+                entry.deadline = due(entry, now)
+
+    # -- holding connections -------------------------------------------------------------
+    def _admit(self, connection: socket.socket, address: str) -> bool:
+        """Hold ``connection`` if there is room, or room can be made; whether it is held."""
+        with self._connections_lock:
+            if self._per_address[address] >= self.limits.max_connections_per_address and not self._cut_longest_waiting(address):
+                return False
+            if len(self._open) >= self.max_connections and not self._cut_longest_waiting(None):
+                return False
+            self._open[connection] = _Connection(address, time.monotonic(), time.monotonic() + self._header_seconds)
+            self._per_address[address] += 1
+        return True
+
+    def _cut_longest_waiting(self, address: str | None) -> bool:
+        """Cut off the connection (of ``address``, or any) that has waited longest for its request; whether there was
+        one. Called with the lock held."""
+        waiting = [
+            (entry.since, conn)
+            for conn, entry in self._open.items()
+            if entry.deadline is not None and address in (None, entry.address)
+        ]
+        if not waiting:
+            return False
+        self._cut(min(waiting, key=lambda item: item[0])[1])
+        return True
+
+    def _cut(self, connection: socket.socket) -> None:
+        """Forget ``connection`` and shut its socket: its handler's blocked read returns and it closes. Lock held."""
+        self._forget(connection)
+        try:
+            connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _forget(self, connection: socket.socket) -> None:
+        entry = self._open.pop(connection, None)
+        if entry is not None:
+            self._per_address[entry.address] -= 1
+            if not self._per_address[entry.address]:
+                del self._per_address[entry.address]
 
     def _cut_overdue(self) -> None:
-        """Shut the sockets whose request is overdue: a client dripping bytes never leaves one silent for long."""
-        pause = min(1.0, self.limits.read_timeout_seconds / 4)
+        """Cut off the connections whose request is overdue: a client dripping bytes never leaves one silent for long."""
+        pause = min(1.0, self._header_seconds / 4)
         while not self._closing.wait(pause):
             now = time.monotonic()
             with self._connections_lock:
-                overdue = [conn for conn, deadline in self._deadlines.items() if _CUT < deadline < now]
-                for conn in overdue:
-                    self._deadlines[conn] = _CUT
-            for conn in overdue:
-                try:
-                    conn.shutdown(socket.SHUT_RDWR)  # the handler's blocked read returns: it closes the connection
-                except OSError:
-                    pass
+                for conn in [conn for conn, entry in self._open.items() if entry.deadline is not None and entry.deadline < now]:
+                    self._cut(conn)
 
     def server_close(self) -> None:
         self._closing.set()
@@ -158,39 +225,35 @@ class HttpServer(ThreadingHTTPServer):
         return accepted
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """A thread per connection, up to ``max_connections``; past it (or with no thread to be had) it is closed."""
-        with self._connections_lock:
-            full = self._connections >= self.limits.max_connections
-            if not full:
-                self._connections += 1
-        if full:
+        """A thread per connection held (``_admit``); one that finds no room (or no thread to be had) is closed."""
+        if not self._admit(request, str(client_address[0])):
             self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
         except RuntimeError:  # "can't start new thread": memory or a process limit
-            self._release()
+            self._release(request)
             self.shutdown_request(request)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._release()
+            self._release(request)
 
-    def _release(self) -> None:
+    def _release(self, connection: socket.socket) -> None:
         with self._connections_lock:
-            self._connections -= 1
+            self._forget(connection)
 
 
 class TinkerServer(HttpServer):
-    """Serves ``engine`` on ``(host, port)``, the Tinker API and the inference routes over its models; with
+    """Serves ``engine`` on ``listener``, the Tinker API and the inference routes over its models; with
     ``api_keys``, each request's key (``X-API-Key``, or ``Authorization: Bearer``) must be one of them."""
 
-    def __init__(self, address: tuple[str, int], engine: Engine, api_keys: tuple[str, ...], limits: ServeLimits) -> None:
+    def __init__(self, listener: socket.socket, engine: Engine, api_keys: tuple[str, ...], limits: ServeLimits) -> None:
         self.engine = engine
         self.downloads = Downloads(Catalog(CheckpointStore(Path(engine.service.checkpoint_root))))
-        super().__init__(address, api_keys, limits, Surface(ServedModels(engine), limits))
+        super().__init__(listener, api_keys, limits, Surface(ServedModels(engine), limits))
 
     def caller(self, key: str) -> str:
         return self.engine.owners.client_of(key)
@@ -392,15 +455,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         self.timeout = self.server.limits.read_timeout_seconds  # applied to the socket: reads and writes
+        self._answered = 0  # requests on this connection so far
         super().setup()
 
     def handle_one_request(self) -> None:
-        """One request, which must arrive whole (request line, headers, body) within ``read_timeout_seconds``."""
-        self.server.read_deadline(self.connection, self.server.limits.read_timeout_seconds)
+        """One request: its line and headers must arrive within ``header_timeout_seconds``, all of it within
+        ``read_timeout_seconds``; after ``max_requests_per_connection`` of them the connection closes."""
+        self.server.await_request(self.connection)
         try:
             super().handle_one_request()
         finally:
-            self.server.read_deadline(self.connection, None)
+            self.server.answering(self.connection)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: one line per request would drown the training logs of a busy client."""
@@ -413,12 +478,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         self._body_read = False
         self._call: _Call | None = None
+        self._answered += 1
         path = urlsplit(self.path).path
+        self.server.await_body(self.connection)
         try:
             if not path.startswith(DOWNLOADS):  # a signed download URL stands in for the key: urllib sends none
                 self._check_key()
             raw = self._read_body()
-            if self.server.read_deadline(self.connection, None):  # cut off while it dripped in: a torn request
+            if self.server.answering(self.connection):  # cut off while it dripped in: a torn request
                 raise _HungUp
             route = inference.find(path) if self.server.surface is not None else None
             if route is not None:
@@ -509,6 +576,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, body: bytes | Path, content_type: str) -> None:
         """Answer with ``body``: bytes, or a file (streamed: a signed download)."""
         if not self._body_read:  # what is left of the body would be read as the next request
+            self.close_connection = True
+        if self._answered >= self.server.limits.max_requests_per_connection:
             self.close_connection = True
         try:
             self.send_response(status)

@@ -54,7 +54,20 @@ class ServeLimits:
     )
     max_pending_requests: int = _limit(1024, "most unfinished requests (queued or running) one API key may have; more are answered 429")
     backlog: int = _limit(128, "listen backlog: connections the system holds while the server accepts others")
-    max_connections: int = _limit(512, "most connections served at once; more are closed at accept (clients retry)")
+    max_connections: int = _limit(
+        512,
+        "most connections held at once (fewer where the open-file limit leaves less room); past it, the connection "
+        "that has waited longest for its request is closed to make room, or with none waiting the new one (clients retry)",
+    )
+    max_connections_per_address: int = _limit(
+        256, "most connections one client address holds at once; past it, that address's longest-waiting connection makes room"
+    )
+    max_requests_per_connection: int = _limit(1000, "requests answered on one kept-alive connection before the server closes it")
+    header_timeout_seconds: float = _limit(
+        10.0,
+        "a connection must send a request's line and headers within this of opening, or of its previous answer "
+        "(an idle kept-alive connection is closed after it); at most the read timeout",
+    )
     read_timeout_seconds: float = _limit(120.0, "a connection silent this long, or whose request (headers and body) takes longer to arrive, is closed")
 
     def __post_init__(self) -> None:

@@ -15,6 +15,7 @@ from minds_core.inference.surface import Surface
 
 from .http import HttpServer
 from .limits import ServeLimits
+from .listener import listen
 
 __all__ = ["PolicyEndpoint"]
 
@@ -22,7 +23,7 @@ __all__ = ["PolicyEndpoint"]
 class _PolicyServer(HttpServer):
     def __init__(self, capture: Capture, limits: ServeLimits) -> None:
         self.capture = capture
-        super().__init__(("127.0.0.1", 0), (), limits, Surface(capture, limits, capture.record))
+        super().__init__(listen("127.0.0.1", 0, limits.backlog), (), limits, Surface(capture, limits, capture.record))
 
     def authorized(self, key: str) -> bool:
         return self.capture.knows(key)
