@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -124,3 +125,17 @@ def test_a_serve_checkpoint_root_that_is_a_file_is_named_before_the_model_loads(
     err = capsys.readouterr().err
     assert f"--checkpoint-root {root}: not a folder that can be made (File exists)" in err, err
     assert "cannot listen" not in err and "--port" not in err  # the port was never the problem
+
+
+def test_a_taken_port_fails_at_once_naming_it_before_torch_loads(tmp_path: Path) -> None:
+    """``minds serve`` binds its port before it loads a model (seconds): a second server on a busy port fails at once,
+    exit 2, in one line naming the port (issue 40)."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done, seconds = _minds_in_process(["serve", "--port", str(port)], tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        f"minds: error: cannot listen on 127.0.0.1:{port}: Address already in use; pick another --port (0 picks a free one)"
+    ]
+    assert done.stdout.splitlines()[-1] == "TORCH=False"
+    print(f"serve on a taken port: exit 2 after {seconds:.1f} s")

@@ -55,8 +55,11 @@ def serve_command(args: argparse.Namespace) -> int:
             raise UsageError(f"--checkpoint-root {args.checkpoint_root}: not a folder that can be made ({exc.strerror or exc})") from None
     try:  # before the models load (seconds): a taken port fails at once
         listener = listen(args.host, args.port, limits.backlog)
-    except OSError as exc:
-        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; pick another --port (0 picks a free one)") from None
+    except OSError as exc:  # create_server's message names the address again: the system's reason alone
+        if exc.errno is not None and exc.errno < 0:  # getaddrinfo's codes: the name did not resolve
+            raise UsageError(f"--host {args.host}: not a name this machine resolves; give one of its addresses (default 127.0.0.1)") from None
+        reason = os.strerror(exc.errno) if exc.errno else exc
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {reason}; pick another --port (0 picks a free one)") from None
     from minds_core.backends.model_source import check_model_source
 
     for model in args.models or []:
