@@ -11,9 +11,11 @@ as in process.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -34,6 +36,8 @@ log = get_logger("ray")
 
 #: The variable the workers read the run's own server key from (local backend), set in the tasks' runtime_env.
 SERVED_KEY_ENV = "MINDS_RAY_SERVED_KEY"
+#: Ray's switch for token authentication: "token" or "disabled"; unset, Ray decides (see ``_follow_token_auth``).
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
 #: Seconds a remote attempt may run past ``rollout.timeout`` (worker start, transfer) before it is cancelled.
 DEADLINE_GRACE = 30.0
 
@@ -73,11 +77,19 @@ class RayExecutor:
         _check_no_secrets(session)
         owns_ray = not ray.is_initialized()  # a process already on Ray (a notebook, a benchmark) keeps its connection
         if owns_ray:
+            token = _follow_token_auth()
             try:
                 ray.init(address=cfg.ray.address or None, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
             except Exception as exc:  # noqa: BLE001 - any failure to reach the cluster is the config's to fix
                 where = cfg.ray.address or "a new local cluster"
-                raise UsageError(f"ray.address = {cfg.ray.address!r}: cannot connect to {where}: {type(exc).__name__}: {exc}") from None
+                hint = (
+                    "; the token this machine has may not be the cluster's (`ray get-auth-token` on the head prints it)"
+                    if token
+                    else "; a cluster with token authentication (Ray's default where its head has a token) needs the head's "
+                    "token here: ~/.ray/auth_token, or $RAY_AUTH_TOKEN or $RAY_AUTH_TOKEN_PATH (`ray get-auth-token` on the head)"
+                )
+                detail = " ".join(str(exc).split())[:300]
+                raise UsageError(f"ray.address = {cfg.ray.address!r}: cannot connect to {where}: {type(exc).__name__}: {detail}{hint}") from None
         try:
             endpoint, server, key = _endpoint(session)
         except BaseException:
@@ -185,6 +197,22 @@ class RayExecutor:
             self.server.close()
         if self.owns_ray and ray.is_initialized():
             ray.shutdown()
+
+
+def _follow_token_auth() -> bool:
+    """Connect as the cluster expects: Ray itself turns a driver's token authentication on where a token is at hand
+    only for the cluster it finds (``ray.address`` auto or empty), never for a named address (it then fails after
+    seconds of retries, "Missing authorization header"). Here, with ``RAY_AUTH_MODE`` unset, a token at hand
+    (``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH`` names, or ``~/.ray/auth_token``) turns it on for any address,
+    as ``ray start --head`` does for the cluster. Whether the driver connects with a token."""
+    mode = os.environ.get(AUTH_MODE_ENV)
+    if mode is not None:
+        return mode.lower() == "token"
+    named = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if os.environ.get("RAY_AUTH_TOKEN") or (Path(named) if named else Path.home() / ".ray" / "auth_token").is_file():
+        os.environ[AUTH_MODE_ENV] = "token"
+        return True
+    return False
 
 
 def _check_no_secrets(session: Any) -> None:

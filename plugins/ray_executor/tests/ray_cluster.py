@@ -4,6 +4,7 @@ process group of its own, so that a test can kill one node and the fixture can s
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -17,9 +18,8 @@ RAY = str(Path(sys.executable).parent / "ray")
 ENV = str(Path(__file__).resolve().parent / "envs" / "burn_env.py")
 #: Node health checked every 0.5 s, dead after 3 misses: a killed node is noticed in seconds, not the default ~30.
 HEALTH = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "0"}
-#: No token authentication: a cluster of this machine's loopback for one test module (Ray would otherwise read,
-#: or write, ~/.ray/auth_token); drivers of the tests need the same (the ``cluster`` fixture sets it).
-AUTH = {"RAY_AUTH_MODE": "disabled"}
+#: Ray's token-authentication variables: the cluster decides (its head turns token mode on where it has a token).
+AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 
 def _free_port() -> int:
@@ -29,15 +29,27 @@ def _free_port() -> int:
 
 
 class LocalCluster:
-    """``head`` and ``second`` nodes with one CPU each; workers on a node see ``MINDS_TEST_NODE`` = its name."""
+    """``head`` and ``second`` nodes with one CPU each; workers on a node see ``MINDS_TEST_NODE`` = its name.
+
+    With Ray's default authentication, as README.md documents it: the head has a token (a file of this cluster's,
+    named by ``RAY_AUTH_TOKEN_PATH``: ``~/.ray/auth_token`` is left alone), so ``ray start --head`` turns token
+    authentication on; the second node joins with ``RAY_AUTH_MODE=token`` and the token; a driver has the token
+    (``driver_env``) and nothing else."""
 
     def __init__(self) -> None:
         self.temp = tempfile.mkdtemp(prefix="mray", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
         self.address = f"127.0.0.1:{_free_port()}"
         self.nodes: dict[str, subprocess.Popen] = {}
+        token = Path(self.temp) / "auth_token"
+        token.write_text(secrets.token_hex(32))
+        self.driver_env = {"RAY_AUTH_TOKEN_PATH": str(token)}  #: what a driver of this cluster is given: the token
+
+    def _env(self, **extra: str) -> dict[str, str]:
+        return {**{k: v for k, v in os.environ.items() if k not in AUTH_VARIABLES}, **self.driver_env, **extra}
 
     def _start(self, name: str, *args: str) -> None:
-        env = {**os.environ, **HEALTH, **AUTH, "MINDS_TEST_NODE": name}
+        joining = {} if name == "head" else {"RAY_AUTH_MODE": "token"}  # the head decides; a joining node is told
+        env = self._env(**HEALTH, **joining, MINDS_TEST_NODE=name)
         log = open(Path(self.temp) / f"{name}.log", "w")
         self.nodes[name] = subprocess.Popen(
             [RAY, "start", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats", *args],
@@ -56,7 +68,8 @@ class LocalCluster:
         """Until ``count`` nodes are alive (``ray status`` lists them), else RuntimeError with the nodes' logs."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            status = subprocess.run([RAY, "status", f"--address={self.address}"], capture_output=True, text=True, env={**os.environ, **AUTH}, check=False)
+            command = [RAY, "status", f"--address={self.address}"]
+            status = subprocess.run(command, capture_output=True, text=True, env=self._env(RAY_AUTH_MODE="token"), check=False)
             if status.returncode == 0 and status.stdout.count("node_") >= count:
                 return
             for name, node in self.nodes.items():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from ray_cluster import (  # this folder is on sys.path (conftest.py)
-    AUTH,
+    AUTH_VARIABLES,
     ENV,
     LocalCluster,
 )
@@ -31,7 +31,9 @@ QUICK = ["trainer.group_size=2", "trainer.groups_per_batch=2", "sampling.max_tok
 def cluster():
     started = LocalCluster()
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in AUTH.items():  # the drivers: this process, and the minds processes it starts
+        for key in AUTH_VARIABLES:  # the drivers (this process, the minds processes it starts) have the token only
+            patch.delenv(key, raising=False)
+        for key, value in started.driver_env.items():
             patch.setenv(key, value)
         try:
             yield started.start()
