@@ -11,11 +11,9 @@ as in process.
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -36,8 +34,6 @@ log = get_logger("ray")
 
 #: The variable the workers read the run's own server key from (local backend), set in the tasks' runtime_env.
 SERVED_KEY_ENV = "MINDS_RAY_SERVED_KEY"
-#: Ray's switch for token authentication: "token" or "disabled"; unset, Ray decides (see ``_follow_token_auth``).
-AUTH_MODE_ENV = "RAY_AUTH_MODE"
 #: Seconds a remote attempt may run past ``rollout.timeout`` (worker start, transfer) before it is cancelled.
 DEADLINE_GRACE = 30.0
 
@@ -204,15 +200,10 @@ def _follow_token_auth() -> bool:
     only for the cluster it finds (``ray.address`` auto or empty), never for a named address (it then fails after
     seconds of retries, "Missing authorization header"). Here, with ``RAY_AUTH_MODE`` unset, a token at hand
     (``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH`` names, or ``~/.ray/auth_token``) turns it on for any address,
-    as ``ray start --head`` does for the cluster. Whether the driver connects with a token."""
-    mode = os.environ.get(AUTH_MODE_ENV)
-    if mode is not None:
-        return mode.lower() == "token"
-    named = os.environ.get("RAY_AUTH_TOKEN_PATH")
-    if os.environ.get("RAY_AUTH_TOKEN") or (Path(named) if named else Path.home() / ".ray" / "auth_token").is_file():
-        os.environ[AUTH_MODE_ENV] = "token"
-        return True
-    return False
+    by the call Ray makes for ``auto`` (private to Ray: the pinned version's). Whether the driver connects with a token."""
+    from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
+
+    return maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 def _check_no_secrets(session: Any) -> None:
