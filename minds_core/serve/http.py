@@ -9,9 +9,12 @@ Every route the SDK 0.38 ``RestClient`` can call is in ``ROUTES``: it works, or 
 with no meaning on one machine) answers a JSON 400 saying what to do instead. Each answer,
 error or not, is JSON (or protobuf). The server holds under hostile input (``ServeLimits``):
 bodies are capped as they are read (``Content-Length`` or chunked) and as they are decompressed;
-a connection is closed when it goes silent, or when its request has not arrived whole within the
-read timeout (a client dripping it a byte at a time); connections past the cap are dropped at
-accept, and when file descriptors run out the accept loop backs off instead of spinning.
+a connection is closed when it goes silent, when its request's line and headers have not arrived within
+the header timeout (idle kept-alive connections too), or when the request has not arrived whole within the
+read timeout (a client dripping it a byte at a time). Connections are bounded in all (within the open-file
+limit) and per client address; a full server makes room by closing the connection that has waited longest
+for its request, so floods of idle or slow sockets never lock other clients out. Should file descriptors
+run out all the same, the accept loop backs off instead of spinning.
 """
 
 from __future__ import annotations
