@@ -109,6 +109,7 @@ _PUBLIC: dict[str, str] = {
     "strip_think": "minds_core.envs.text",
     "strip_tool_calls": "minds_core.envs.text",
     "think_text": "minds_core.envs.text",
+    "span": "minds_core.tracing",
 }
 
 if TYPE_CHECKING:  # what type checkers see of the names imported on first use (a test holds it to _PUBLIC)
@@ -198,6 +199,7 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
     from minds_core.rl.losses import CustomLoss  # noqa: F401
     from minds_core.rl.rollout import EpisodeSettings, Group, Rollout, finish_group, run_rollout  # noqa: F401
     from minds_core.serve.background import serve_in_background  # noqa: F401
+    from minds_core.tracing import span  # noqa: F401
 
 __all__ = ["__version__", "hookimpl"]
 __all__ += list(_PUBLIC)

@@ -284,7 +284,7 @@ CHROMIUM_FLAGS = (
 _MEASURE = """<script>
 const box = (selector) => { const e = document.querySelector(selector); if (!e) return null;
   const b = e.getBoundingClientRect(); return [b.left, b.top, b.width, b.height]; };
-document.body.setAttribute("data-boxes", JSON.stringify({chart: box("svg.chart"), table: box("table.rollouts")}));
+document.body.setAttribute("data-boxes", JSON.stringify({chart: box("svg.chart"), table: box("table.rollouts"), stacked: box("svg.chart.stacked")}));
 </script>"""
 
 
@@ -302,14 +302,15 @@ def _chromium(page: Path, profile: Path, *args: str) -> subprocess.CompletedProc
 class BrowserView:
     """A page as headless Chromium drew it: the screenshot, the DOM after load, and where things lie.
 
-    ``chart`` and ``table`` are ``[left, top, width, height]`` (CSS pixels = screenshot pixels) of
-    the first ``svg.chart`` and the first ``table.rollouts``; None when the page has none.
+    ``chart``, ``table`` and ``stacked`` are ``[left, top, width, height]`` (CSS pixels = screenshot pixels) of
+    the first ``svg.chart``, the first ``table.rollouts`` and the first stacked chart; None when the page has none.
     """
 
     screenshot: Path
     dom: str
     chart: list[float] | None
     table: list[float] | None
+    stacked: list[float] | None = None
 
     def pixels_near(self, box: list[float], color: str, tolerance: int = 12) -> int:
         """How many screenshot pixels inside ``box`` are within ``tolerance`` of ``color`` (``#rrggbb``)."""
@@ -336,4 +337,4 @@ def view_in_chromium(page: Path, workdir: Path, width: int = 1400, height: int =
     _chromium(page, workdir / "profile", size, f"--screenshot={shot}")
     dom = _chromium(measured, workdir / "profile", size, "--dump-dom").stdout
     boxes = json.loads(html.unescape(re.search(r'data-boxes="([^"]*)"', dom).group(1)))
-    return BrowserView(shot, dom, boxes["chart"], boxes["table"])
+    return BrowserView(shot, dom, boxes["chart"], boxes["table"], boxes["stacked"])

@@ -234,6 +234,9 @@ class MetricsConfig:
     sample_table_every: int = arg(5, within(0, MAX_STEPS), doc="steps between tables of sampled replies on the console (0 = never)")
     wandb_project: str = arg("", doc="the wandb sink's project")
     wandb_run_name: str = arg("", doc="the wandb sink's run name (default: the run's)")
+    trace: bool = arg(True, doc="write the run's spans to runs/<name>/trace.json (Perfetto / chrome://tracing)")
+    trace_max_mb: int = arg(64, within(1, 1_000_000), doc="MiB trace.json grows to before it moves to trace.1.json (one older part kept)")
+    otlp_endpoint: str = arg("", doc="an OpenTelemetry collector's OTLP/HTTP traces URL (http://host:4318/v1/traces); needs the otel extra")
 
 
 @attrs.define

@@ -54,6 +54,7 @@ from minds_core.run_directory import (
 )
 from minds_core.session import Policy, Session
 from minds_core.sinks import SinkSet
+from minds_core.tracing import SelfTimes, active, memory_bytes, run_tracer, span
 
 T = TypeVar("T")
 log = get_logger("rl")
@@ -86,6 +87,8 @@ class RLLoop:
         )
         self.outcome = TrainingOutcome()
         self.rolling_saves = 0
+        #: the own times of the episodes' spans, which split each step's rollout time (``phase/*``); set by ``train_rl``
+        self.self_times: SelfTimes | None = None
 
     # ------------------------------------------------------------ the stages of a step
 
@@ -150,7 +153,8 @@ class RLLoop:
         """The updated policy of ``step`` on the held-out split: ``eval/*`` metrics, rollouts in eval/step-NNNNNN.jsonl."""
         plan = EvalPlan.from_config(self.config.trainer)
         evaluating = evaluate_policy(self.session, policy, plan, step=step, require_held_out=True)
-        evaluation = await self.unless_lost(evaluating, step, f"evaluation (policy v{policy.version})")
+        with span("evaluation", step=step):
+            evaluation = await self.unless_lost(evaluating, step, f"evaluation (policy v{policy.version})")
         save_evaluation(run.path / EVAL_DIR / f"step-{step:06d}.jsonl", evaluation, {"step": step})
         return evaluation.metrics()
 
@@ -198,6 +202,30 @@ class RLLoop:
 
     # ------------------------------------------------------------ the steps
 
+    async def one_step(
+        self, step: int, ahead: BatchesAhead[Any], cadence: Cadence, stop: Any, run: RunDirectory, policy: Policy
+    ) -> tuple[dict[str, Any], Policy, CheckpointRecord | None, bool]:
+        """The stages of ``step``, each timed (``time/*``, ``phase/*``) and traced: its metrics line, the updated
+        policy, the checkpoint it saved (None: none) and whether a stop was asked for before it saved."""
+        timer = StepTimer(self.self_times)
+        with timer.stage("wait_for_batch"):
+            batch = await self.sampled(ahead, step, policy)
+        with timer.stage("kl_reference"):
+            await self.score(batch)
+        with timer.stage("advantages"):
+            processed = self.process(batch)
+        with timer.stage("train"):
+            train_metrics = await self.train(processed.datums, step, run)
+            with span("sampler_snapshot"):
+                policy = await self.session.policy(policy.version + 1, step)
+        with timer.stage("record"):
+            record = await self.record(batch, processed, train_metrics, policy, run, cadence.evaluates(step))
+        stopping = stop.requested
+        with timer.stage("save"):
+            checkpoint = await self.save_due(step, cadence.save(step, stopping))
+        record.update({"time/sample": batch.seconds, "tokens/trained": sum(d.model_input.length for d in processed.datums), **timer.metrics()})
+        return record, policy, checkpoint, stopping
+
     async def run(self, run: RunDirectory, sinks: SinkSet, start: int) -> dict[str, Any]:
         """Steps ``start`` .. ``trainer.steps - 1``; the run's summary. A first SIGINT/SIGTERM stops after a saved step."""
         cadence = Cadence.from_config(self.config.trainer)
@@ -207,22 +235,14 @@ class RLLoop:
         began = time.perf_counter()
         with self.session.door.stop_on_signal(f"minds run --resume {run.shown}") as stop, ahead:
             for step in range(start, cadence.steps):
-                timer = StepTimer()
-                with timer.stage("wait_for_batch"):
-                    batch = await self.sampled(ahead, step, policy)
-                await self.score(batch)
-                processed = self.process(batch)
-                with timer.stage("train"):
-                    train_metrics = await self.train(processed.datums, step, run)
-                    policy = await self.session.policy(policy.version + 1, step)
-                record = await self.record(batch, processed, train_metrics, policy, run, cadence.evaluates(step))
-                stopping = stop.requested
-                with timer.stage("save"):
-                    checkpoint = await self.save_due(step, cadence.save(step, stopping))
-                record.update({"time/sample": batch.seconds, **timer.metrics()})
-                sinks.write(record)
-                if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics
-                    await self.delete(run.record_checkpoint(checkpoint))
+                with span("step", step=step):
+                    record, policy, checkpoint, stopping = await self.one_step(step, ahead, cadence, stop, run, policy)
+                    with span("write_metrics"):
+                        sinks.write(record)
+                    if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics
+                        with span("delete_checkpoints"):
+                            await self.delete(run.record_checkpoint(checkpoint))
+                    count_throughput(record)
                 if "reward/mean" in record:
                     rewards.append(record["reward/mean"])
                 if stopping and not cadence.is_last(step):
@@ -235,6 +255,16 @@ class RLLoop:
             "run_dir": str(run.path),
             **self.outcome.summary(),
         }
+
+
+def count_throughput(record: dict[str, Any]) -> None:
+    """The step's counters in the trace: tokens sampled and trained per second of its wall time, and memory."""
+    tracer = active()
+    if tracer is None or not record.get("time/step"):
+        return
+    seconds = record["time/step"]
+    tracer.count("tokens_per_second", sampled=record.get("tokens/sampled", 0) / seconds, trained=record["tokens/trained"] / seconds)
+    tracer.count("memory_bytes", **memory_bytes())
 
 
 async def train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None, start_over: bool = False) -> dict[str, Any]:
@@ -269,7 +299,8 @@ async def _train_rl(
             sinks = session.open_sinks(run)  # after the claim: sinks write into the folder
             envs = [h.name for h in session.envs]
             log.info("training", run=str(run.path), backend=session.backend, envs=envs, steps=config.trainer.steps, start=start.step)
-            session.summary = await loop.run(run, sinks, start.step)
+            with run_tracer(config.metrics, run.path, f"minds run {run.path.name}") as loop.self_times:
+                session.summary = await loop.run(run, sinks, start.step)
         except ServiceCallError as exc:  # keep what the run trained, say how to continue it
             saved = await save_after_failure(session.training_client, run, exc.intact_after, session.backoff)
             raise exc.resumable(run.shown, saved) from exc.error

@@ -102,6 +102,8 @@ class SampleRequest:
     future: Future[types.SampleResponse]
     targets: PromptTargets | None = None
     queued_at: float = field(default_factory=time.monotonic)
+    #: ``perf_counter_ns`` when its prefill began (None: still queued); the end of its ``sample.queued`` span
+    started_ns: int | None = None
     scores: PromptScores | None = None
     target_scores: types.TensorData | None = None
     tokens: list[list[int]] = field(default_factory=list)
@@ -236,7 +238,9 @@ class DecodeBatch:
         prompts together in as few passes as ``tokens_per_pass`` allows. A failed pass fails only the
         requests of its prompts."""
         by_prompt: dict[tuple[int, ...], list[SampleRequest]] = {}
+        started = time.perf_counter_ns()
         for request in requests:
+            request.started_ns = started
             by_prompt.setdefault(tuple(request.prompt.tolist()), []).append(request)
         groups = sorted(by_prompt.values(), key=lambda group: len(group[0].prompt), reverse=True)
         passes: list[list[list[SampleRequest]]] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import time
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -16,6 +17,8 @@ import numpy as np
 import torch
 from tinker import types
 from torch import nn
+
+from minds_core.tracing import active, current, record
 
 from .decoding import DecodeBatch, SampleRequest, StopRule, prompt_scores
 from .errors import LocalBadRequestError
@@ -122,6 +125,7 @@ class SamplingEngine:
         except LocalBadRequestError as exc:
             future.set_exception(exc)
             return future
+        trace_request(request)
         self._batch.pending.put(request)
         return future
 
@@ -179,6 +183,24 @@ class SamplingEngine:
         if "" in strings:
             raise LocalBadRequestError("Stop strings must not be empty")
         return StopRule(ids, strings)
+
+
+def trace_request(request: SampleRequest) -> None:
+    """When tracing, the request's ``sample.queued`` (until its prefill began) and ``sample.compute`` (prefill and
+    decode) spans, inside the span it was submitted from, recorded when it is answered (on the sampler's thread)."""
+    tracer = active()
+    if tracer is None:
+        return
+    parent, queued = current(), time.perf_counter_ns()
+
+    def answered(_future: Future[types.SampleResponse]) -> None:
+        now = time.perf_counter_ns()
+        started = request.started_ns or now
+        record(tracer, "sample.queued", parent, queued, started)
+        if started < now:
+            record(tracer, "sample.compute", parent, started, now, samples=request.num_samples, prompt_tokens=len(request.prompt))
+
+    request.future.add_done_callback(answered)
 
 
 def _check_last_n(last_n: int | None, length: int) -> None:

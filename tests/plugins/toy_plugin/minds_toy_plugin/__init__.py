@@ -11,7 +11,7 @@ import threading
 import time
 from urllib.parse import urlparse
 
-from minds_core import Rubric, SingleTurnEnvironment, StepResult, Task, hookimpl
+from minds_core import Rubric, SingleTurnEnvironment, StepResult, Task, hookimpl, span
 
 TARGET = "a"
 
@@ -38,6 +38,23 @@ def load_first_char(num_tasks: int = 4) -> SingleTurnEnvironment:
         for split in ("train", "test")
     }
     return SingleTurnEnvironment(splits, Rubric([starts_with_target], names=["toy.first"]))
+
+
+def load_traced() -> SingleTurnEnvironment:
+    """Two tasks; the reward (distinct characters) traces a span of its own (``toy.lookup``), and a second reward
+    raises on task ``fails``."""
+
+    def traced_variety(completion: str) -> float:
+        with span("toy.lookup", table="letters"):
+            return float(len(set(completion)))
+
+    def fails_on_task(completion: str, task: Task) -> float:
+        if task.id == "fails":
+            raise ValueError("reward exploded")
+        return 0.0
+
+    tasks = [Task(prompt=f"Write the letter {TARGET}. ({name})", id=name) for name in ("t0", "fails")]
+    return SingleTurnEnvironment({"train": tasks}, Rubric([traced_variety, fails_on_task], names=["toy.traced", "toy.fails"]))
 
 
 def load_blocking(seconds: float = 2.0) -> SingleTurnEnvironment:
@@ -165,6 +182,7 @@ def minds_register_environments(register):
     register("toy_first_char", load_first_char, "binary reward: the reply starts with the letter a; train and test splits")
     register("toy_flaky", lambda modes=("ok",): FlakyEnvironment(list(modes)), "episodes that misbehave on purpose")
     register("toy_two_turn", TwoTurnEnvironment, "a two-turn episode with a tool reply")
+    register("toy_traced", load_traced, "a reward with a span of its own, and one that raises on task 'fails'")
     register("toy_blocking", load_blocking, "the reward of one of three tasks blocks the event loop (sync sleep)")
     register("toy_server_dies", ServerDiesEnvironment, "kills $TOY_SERVER_PID in step 1: phase sample or request")
 
