@@ -41,7 +41,7 @@ from minds_core import logs
 from minds_core.config import load_config
 from minds_core.rl import loop
 from minds_core.serve.metrics import ServeMetrics
-from minds_core.tracing import TraceFile, Tracer, read_trace, span, tracing
+from minds_core.tracing import SelfTimes, TraceFile, Tracer, read_trace, span, tracing
 from minds_core.training import train
 
 MODES = ("off", "phases only", "trace.json")
@@ -68,8 +68,9 @@ def run_steps(root: Path, mode: str, overrides: list[str], name: str) -> tuple[f
 
 
 def span_seconds(folder: Path, count: int) -> float:
-    """Seconds one span costs, opened and closed with a trace file written (the mean over ``count``)."""
-    with tracing(Tracer([TraceFile(folder / "cost.json")])):
+    """Seconds one span costs inside a step, opened and closed with its own time summed and a trace file written
+    (the mean over ``count``)."""
+    with tracing(Tracer([SelfTimes(), TraceFile(folder / "cost.json")])), span("step", step=0):
         start = time.perf_counter()
         for index in range(count):
             with span("sample", prompt_tokens=index, turn=0):
@@ -136,7 +137,7 @@ def requests_sent(url: str) -> float:
 def served_overhead(root: Path, model: str, samples: int, requests: int) -> None:
     with server(model, root / "ckpt") as url:
         client = tinker.ServiceClient(base_url=url, api_key=os.environ.get("TINKER_API_KEY", "tml-benchmark"))
-        sampler = client.create_sampling_client(base_model=model)
+        sampler = client.create_sampling_client(base_model=model).result()
         params = tinker.types.SamplingParams(max_tokens=32, temperature=1.0, seed=0)
         prompt = tinker.types.ModelInput.from_ints(list(range(10, 60)))
         sampler.sample(prompt, samples, params).result()  # warm-up

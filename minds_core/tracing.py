@@ -36,10 +36,14 @@ import attrs
 
 #: the file name of a run's trace (its older part, once it reached its cap: ``trace.1.json``)
 TRACE_FILE = "trace.json"
+#: seconds a trace file's events may wait in its buffer (a root span's end, e.g. a step's, flushes at once)
+FLUSH_SECONDS = 0.25
 #: bytes a trace file grows to before it moves to ``trace.1.json`` (one older part is kept: at most twice this)
 TRACE_CAP_BYTES = 64 * 1024 * 1024
 
 _ids = itertools.count(1)
+#: the track of root spans (steps, served requests) and of the spans inside them that open no track of their own
+MAIN_LANE = 0
 
 
 @attrs.define(eq=False)
@@ -49,7 +53,7 @@ class Span:
     name: str  #: what it times: ``step``, ``episode``, ``sample``, ``<reward> reward``, ``forward_backward``...
     id: int  #: unique in the process
     parent: int | None  #: the id of the span it ran inside (None: a root)
-    lane: int  #: the track it is drawn on: its own id when it may overlap its siblings (``lane=True``), else its parent's
+    lane: int  #: the track it is drawn on: its own id when it may overlap its siblings (``lane=True``), else its parent's (a root's: ``MAIN_LANE``)
     start_ns: int  #: ``perf_counter_ns`` when it began
     attrs: dict[str, Any]  #: what it was about (environment, task, step, tokens...), JSON values
     error: str | None = None  #: the error it ended with (an exception's ``Type: message``), None if none
@@ -100,7 +104,7 @@ class Tracer:
         self, name: str, parent: Span | None, attrs: dict[str, Any], lane: bool = False, start_ns: int | None = None
     ) -> Span:
         sid = next(_ids)
-        own_lane = sid if lane or parent is None else parent.lane
+        own_lane = sid if lane else parent.lane if parent is not None else MAIN_LANE
         span = Span(name, sid, parent.id if parent else None, own_lane, start_ns or time.perf_counter_ns(), attrs)
         with self._lock:
             for sink in self.sinks:
@@ -211,7 +215,8 @@ class TraceFile:
     """A trace-event JSON file (``trace.json``), written one event per line and flushed as it goes.
 
     It is the trace-event *array* format, whose closing ``]`` is optional: a file cut off by
-    Ctrl-C, ``kill -9`` or a crash still opens in ui.perfetto.dev and chrome://tracing (and
+    Ctrl-C, ``kill -9`` or a crash (losing at most the events of its last ``FLUSH_SECONDS``
+    since a root span, such as a step, ended) still opens in ui.perfetto.dev and chrome://tracing (and
     ``read_trace`` reads it). At ``cap_bytes`` the file moves to ``trace.1.json`` (replacing
     the older part) and a new one starts, so a long run keeps at most twice the cap.
     """
@@ -221,21 +226,24 @@ class TraceFile:
         self.cap_bytes = cap_bytes
         self._file: Any = None
         self._written = 0
-        self._names: dict[int, str] = {}
         self._suspended = False
+        self._flushed = 0.0
 
     def _start(self, tracer: Tracer) -> None:
         self._file = self.path.open("w", encoding="utf-8")
         self._file.write("[\n")
         self._written = 2
-        self._names = {}
-        self._event({"ph": "M", "name": "process_name", "pid": tracer.pid, "tid": 0, "args": {"name": tracer.process}})
+        self._event({"ph": "M", "name": "process_name", "pid": tracer.pid, "tid": MAIN_LANE, "args": {"name": tracer.process}})
+        self._event({"ph": "M", "name": "thread_name", "pid": tracer.pid, "tid": MAIN_LANE, "args": {"name": "main"}})
 
-    def _event(self, event: dict[str, Any]) -> None:
+    def _event(self, event: dict[str, Any], flush: bool = False) -> None:
         line = json.dumps(event, separators=(",", ":"), default=str) + ",\n"
         self._file.write(line)
-        self._file.flush()
         self._written += len(line)
+        now = time.monotonic()
+        if flush or now - self._flushed >= FLUSH_SECONDS:
+            self._file.flush()
+            self._flushed = now
 
     def suspend(self) -> None:
         """Close the file for now, unfinished (no ``]``); the next event appends to it."""
@@ -255,14 +263,15 @@ class TraceFile:
             self._start(tracer)
 
     def opened(self, span: Span, tracer: Tracer) -> None:
-        """Nothing until it ends: a complete event (``ph: X``) holds both ends."""
+        """A span that opens a track names it (its events come when it ends: a complete event holds both ends)."""
+        if span.lane == span.id:
+            self._ready(tracer)
+            self._event(
+                {"ph": "M", "name": "thread_name", "pid": tracer.pid, "tid": span.lane, "args": {"name": _track_label(span)}}
+            )
 
     def closed(self, span: Span, end_ns: int, tracer: Tracer) -> None:
         self._ready(tracer)
-        if span.lane not in self._names:  # name each track after the span that opened it
-            self._names[span.lane] = span.name
-            label = span.name if span.lane != span.id else _track_label(span)
-            self._event({"ph": "M", "name": "thread_name", "pid": tracer.pid, "tid": span.lane, "args": {"name": label}})
         args = {**span.attrs, "span_id": span.id, "parent_id": span.parent}
         if span.error is not None:
             args["error"] = span.error
@@ -276,11 +285,13 @@ class TraceFile:
             "tid": span.lane,
             "args": args,
         }
-        self._event(event)
+        self._event(event, flush=span.parent is None)
 
     def counted(self, name: str, values: dict[str, float], at_ns: int, tracer: Tracer) -> None:
         self._ready(tracer)
-        self._event({"ph": "C", "name": name, "ts": round(tracer.wall_us(at_ns), 3), "pid": tracer.pid, "tid": 0, "args": values})
+        self._event(
+            {"ph": "C", "name": name, "ts": round(tracer.wall_us(at_ns), 3), "pid": tracer.pid, "tid": MAIN_LANE, "args": values}
+        )
 
     def close(self) -> None:
         if self._file is not None:

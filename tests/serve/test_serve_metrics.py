@@ -73,7 +73,7 @@ def test_sampling_shows_in_sessions_samplers_tokens_and_its_sessions_trace(serve
     before = _samples(served)
     client = tinker.ServiceClient(base_url=served.url, api_key=KEY)
     try:
-        sampler = client.create_sampling_client(base_model="minds-tiny")
+        sampler = client.create_sampling_client(base_model="minds-tiny").result()
         params = tinker.types.SamplingParams(max_tokens=5, temperature=1.0, seed=1)
         result = sampler.sample(tinker.types.ModelInput.from_ints([5, 6, 7]), 3, params).result(timeout=120)
         during = _samples(served)
