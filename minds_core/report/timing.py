@@ -2,44 +2,63 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 from pathlib import Path
 from typing import Any
 
-from minds_core.tracing import read_trace
-
 #: rows of each "slowest" table
 SLOWEST = 10
+#: the lines of a trace worth parsing here (the trace file writes one event per line): steps, episodes, rewards, judges
+_WANTED = ('"name":"step"', '"name":"episode"', ' reward"', '"name":"judge"')
 
 
 def slowest(path: Path, count: int = SLOWEST) -> dict[str, list[dict[str, Any]]]:
     """``{"episodes": [...], "rewards": [...]}``: the ``count`` longest episode spans and reward-function (or judge)
     spans of the trace at ``path``, longest first, each ``{name, seconds, environment, task, step, error}``.
-    Empty lists when there is no readable trace (tracing off, or the file is not a trace)."""
+
+    Only the lines that can be such spans are parsed (a long run's trace is large); a reward's episode is the one
+    whose track it lies on, an episode's step the one it began in. Empty lists when there is no readable trace."""
+    steps, episodes, rewards = [], {}, []
     try:
-        events = [e for e in read_trace(path) if isinstance(e, dict) and e.get("ph") == "X"]
-    except (OSError, ValueError, json.JSONDecodeError):
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                if not any(wanted in line for wanted in _WANTED):
+                    continue
+                try:
+                    event = json.loads(line.rstrip().rstrip(","))
+                except ValueError:  # a line cut off by kill -9
+                    continue
+                if not isinstance(event, dict) or event.get("ph") != "X" or not isinstance(event.get("args"), dict):
+                    continue
+                if event["name"] == "step":
+                    steps.append((event["ts"], event["ts"] + event["dur"], event["args"].get("step", "")))
+                elif event["name"] == "episode":
+                    episodes[event["tid"]] = event
+                else:
+                    rewards.append(event)
+    except OSError:
         return {"episodes": [], "rewards": []}
-    by_id = {e["args"].get("span_id"): e for e in events if isinstance(e.get("args"), dict)}
+    steps.sort()
+    starts = [start for start, _, _ in steps]
 
-    def ancestor(event: dict[str, Any], name: str) -> dict[str, Any]:
-        seen = 0
-        while event is not None and event.get("name") != name and seen < 64:
-            event, seen = by_id.get(event.get("args", {}).get("parent_id")), seen + 1
-        return event.get("args", {}) if event is not None else {}
+    def step_of(ts: float) -> Any:
+        index = bisect.bisect_right(starts, ts) - 1
+        return steps[index][2] if index >= 0 and ts <= steps[index][1] else ""
 
-    def row(event: dict[str, Any]) -> dict[str, Any]:
-        episode = ancestor(event, "episode")
+    def row(event: dict[str, Any], episode: dict[str, Any] | None) -> dict[str, Any]:
+        args = (episode or {}).get("args", {})
         return {
             "name": event["name"],
             "seconds": float(event.get("dur", 0)) / 1e6,
-            "environment": episode.get("environment", ""),
-            "task": episode.get("task", ""),
-            "step": ancestor(event, "step").get("step", ""),
-            "error": event.get("args", {}).get("error") or "",
+            "environment": args.get("environment", ""),
+            "task": args.get("task", ""),
+            "step": step_of(float((episode or event)["ts"])),
+            "error": event["args"].get("error") or "",
         }
 
-    episodes = [e for e in by_id.values() if e.get("name") == "episode"]
-    rewards = [e for e in by_id.values() if str(e.get("name", "")).endswith(" reward") or e.get("name") == "judge"]
-    longest = lambda spans: [row(e) for e in sorted(spans, key=lambda e: -float(e.get("dur", 0)))[:count]]
-    return {"episodes": longest(episodes), "rewards": longest(rewards)}
+    longest = lambda events: sorted(events, key=lambda e: -float(e.get("dur", 0)))[:count]
+    return {
+        "episodes": [row(e, e) for e in longest(episodes.values())],
+        "rewards": [row(e, episodes.get(e.get("tid"))) for e in longest(rewards)],
+    }
