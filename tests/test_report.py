@@ -13,7 +13,7 @@ import pytest
 from minds_core import logs
 from minds_core.config import load_config
 from minds_core.report import REPORT_FILE, write_report
-from minds_core.report.charts import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, TOP, WIDTH
+from minds_core.report.charts import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, STACKED, TOP, WIDTH
 from minds_core.report.timing import slowest
 from minds_core.run_directory import read_jsonl
 from minds_core.sinks.report import ReportSink
@@ -145,7 +145,7 @@ def test_chromium_draws_the_stacked_step_time(tmp_path: Path, run_dir: Path) -> 
     assert view.stacked is not None
     left, top, width, height = view.stacked
     assert width > 400 and height > 150 and top + height <= 6000
-    assert sum(view.pixels_near(view.stacked, color) for color in PALETTE[:5]) > 2000  # the bars, coloured by part
+    assert sum(view.pixels_near(view.stacked, color) for color in STACKED) > 2000  # the bars, coloured by part
 
 
 def test_the_reward_line_is_drawn_where_the_values_are(run_dir: Path) -> None:
