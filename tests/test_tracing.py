@@ -307,3 +307,14 @@ def test_kill_9_and_ctrl_c_leave_a_readable_trace(tmp_path: Path, signum: int) -
     assert sum(e["name"] == "step" for e in events if e.get("ph") == "X") >= 2
     if signum == signal.SIGINT:  # stopped cleanly: the file is closed, plain JSON
         assert json.loads(trace.read_text())[-1] == {}
+
+
+def test_with_the_trace_off_no_file_is_written_and_the_phases_still_split_each_step(plugins, tmp_path: Path) -> None:
+    logs.configure("json", "warning")
+    settings = [*FAST, f"runs_dir={tmp_path}", "name=untraced", "env.id=toy_char_share", "trainer.steps=1", "metrics.trace=false"]
+    settings += ["trainer.group_size=2", "trainer.groups_per_batch=1"]
+    run_dir = Path(train(load_config(None, settings), plugins=plugins)["run_dir"])
+    assert not (run_dir / "trace.json").exists()
+    (row,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert sum(row[f"phase/{part}"] for part in PARTS) == pytest.approx(row["time/step"], rel=0.05)
+    assert row["phase/sampling"] > 0
