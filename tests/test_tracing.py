@@ -318,3 +318,21 @@ def test_with_the_trace_off_no_file_is_written_and_the_phases_still_split_each_s
     (row,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert sum(row[f"phase/{part}"] for part in PARTS) == pytest.approx(row["time/step"], rel=0.05)
     assert row["phase/sampling"] > 0
+
+
+@pytest.mark.parametrize("ending", ["closed", "cut"])
+def test_a_resumed_run_continues_its_trace(tmp_path: Path, ending: str) -> None:
+    path = tmp_path / "trace.json"
+    first = Tracer([TraceFile(path)])
+    for index in range(3):
+        first.close(first.open("step", None, {"step": index}))
+    if ending == "closed":
+        first.shutdown()
+    else:  # as kill -9 leaves it: a last line cut short
+        with path.open("a") as file:
+            file.write('{"ph":"X","name":"st')
+    second = Tracer([TraceFile(path)])
+    second.close(second.open("step", None, {"step": 3}))
+    second.shutdown()
+    events = json.loads(path.read_text())  # one array again, closed
+    assert [e["args"]["step"] for e in events if e.get("ph") == "X"] == [0, 1, 2, 3]

@@ -25,7 +25,8 @@ class TraceFile:
     Ctrl-C, ``kill -9`` or a crash (losing at most the events of its last ``FLUSH_SECONDS``
     since a root span, such as a step, ended) still opens in ui.perfetto.dev and chrome://tracing (and
     ``read_trace`` reads it). At ``cap_bytes`` the file moves to ``trace.1.json`` (replacing
-    the older part) and a new one starts, so a long run keeps at most twice the cap.
+    the older part) and a new one starts, so a long run keeps at most twice the cap. A trace
+    already at ``path`` (a resumed run's, a restarted server's session) is continued.
     """
 
     def __init__(self, path: Path, cap_bytes: int = TRACE_CAP_BYTES) -> None:
@@ -35,11 +36,16 @@ class TraceFile:
         self._written = 0
         self._suspended = False
         self._flushed = 0.0
+        self._resumable = True  # until its first start: an existing trace there is continued
 
     def _start(self, tracer: Tracer) -> None:
-        self._file = self.path.open("w", encoding="utf-8")
-        self._file.write("[\n")
-        self._written = 2
+        if self._continues():
+            self._file = self.path.open("a", encoding="utf-8")
+            self._written = self.path.stat().st_size
+        else:
+            self._file = self.path.open("w", encoding="utf-8")
+            self._file.write("[\n")
+            self._written = 2
         self._event({"ph": "M", "name": "process_name", "pid": tracer.pid, "tid": MAIN_LANE, "args": {"name": tracer.process}})
         self._event({"ph": "M", "name": "thread_name", "pid": tracer.pid, "tid": MAIN_LANE, "args": {"name": "main"}})
 
@@ -58,6 +64,25 @@ class TraceFile:
             self._file.close()
             self._file = None
             self._suspended = True
+
+    def _continues(self) -> bool:
+        """Whether this file's first events go on an earlier process's trace (a resumed run): the file it left, its
+        closing ``{}]`` or a last line cut short taken off. A full file, or one that is not a trace, starts over."""
+        if self._resumable is False or not self.path.is_file() or self.path.stat().st_size >= self.cap_bytes:
+            return False
+        self._resumable = False  # once: after rotating, a new file starts
+        with self.path.open("rb+") as file:
+            if file.read(2) != b"[\n":
+                return False
+            file.seek(max(0, file.seek(0, os.SEEK_END) - 65536))
+            start = file.tell()
+            tail = file.read()
+            if tail.endswith(b"{}]\n"):
+                end = start + len(tail) - 4
+            else:
+                end = start + tail.rfind(b"\n") + 1
+            file.truncate(max(end, 2))
+        return True
 
     def _ready(self, tracer: Tracer) -> None:
         if self._file is None and self._suspended:
