@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from minds_core.config.masking import mask
 from minds_core.tracing.spans import Span, Tracer
 
 
@@ -49,11 +50,12 @@ class OtlpSink:
         otel = self._open.pop(span.id, None)
         if otel is None:
             return
-        otel.set_attributes(
-            {key: value if isinstance(value, (str, bool, int, float)) else str(value) for key, value in span.attrs.items()}
-        )
-        if span.error is not None:
-            otel.set_status(Status(StatusCode.ERROR, span.error))
+        attributes = {
+            key: value if isinstance(value, (bool, int, float)) else mask(str(value)) for key, value in span.attrs.items()
+        }
+        otel.set_attributes(attributes)
+        if span.error is not None:  # a plugin's error may echo a secret
+            otel.set_status(Status(StatusCode.ERROR, mask(span.error)))
         otel.end(end_time=tracer.wall_ns(end_ns))
 
     def counted(self, name: str, values: dict[str, float], at_ns: int, tracer: Tracer) -> None:

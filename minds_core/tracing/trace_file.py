@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from minds_core.config.masking import mask
 from minds_core.tracing.spans import MAIN_LANE, Span, Tracer
 
 #: the file name of a run's trace (its older part, once it reached its cap: ``trace.1.json``)
@@ -50,7 +51,7 @@ class TraceFile:
         self._event({"ph": "M", "name": "thread_name", "pid": tracer.pid, "tid": MAIN_LANE, "args": {"name": "main"}})
 
     def _event(self, event: dict[str, Any], flush: bool = False) -> None:
-        line = json.dumps(event, separators=(",", ":"), default=str) + ",\n"
+        line = mask(json.dumps(event, separators=(",", ":"), default=str)) + ",\n"  # a plugin's error may echo a secret
         self._file.write(line)
         self._written += len(line)
         now = time.monotonic()
