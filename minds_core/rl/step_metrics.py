@@ -80,11 +80,20 @@ def sampler_train_kl(datums: Sequence[Any], outputs: Sequence[dict[str, Any]]) -
             continue
         advantages = _floats(datum.loss_fn_inputs["advantages"])
         sampler = _floats(datum.loss_fn_inputs["logprobs"])
-        for a, q, p in zip(advantages, sampler, _floats(output["logprobs"])):
+        for a, q, p in zip(advantages, sampler, _floats(_first_column(output["logprobs"]))):
             if a != 0:
                 r = p - q
                 terms.append(math.expm1(r) - r)
     return {"kl/sampler_train": statistics.fmean(terms)} if terms else {}
+
+
+def _first_column(tensor: Any) -> Any:
+    """The log-probs of the targets themselves: a ``[N, 1 + K]`` output's first column (top-k distillation's
+    datums target the sampled token, then the teacher's top-k), else the ``[N]`` output as it is."""
+    shape = getattr(tensor, "shape", None)
+    if shape is None or len(shape) < 2:
+        return tensor
+    return tensor.to_torch()[:, 0] if hasattr(tensor, "to_torch") else tensor[:, 0]
 
 
 def _floats(tensor: Any) -> list[float]:

@@ -1,0 +1,94 @@
+"""Top-k distillation's loss (``topk_distill``) against the KL computed directly from full logits, and its datums."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from minds_core.rl.topk_distill import DistillSettings, distill_datum, distill_metrics, kl_parts, topk_distill
+
+VOCAB, POSITIONS = 40, 6
+
+
+def _logits(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    teacher = torch.randn(POSITIONS, VOCAB, generator=generator, dtype=torch.float64) * 2
+    student = torch.randn(POSITIONS, VOCAB, generator=generator, dtype=torch.float64) * 2
+    return teacher, student
+
+
+def _full_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor, divergence: str, mix: float = 0.3) -> torch.Tensor:
+    """The KL over the whole vocabulary, summed over positions, straight from the logits."""
+    a, b = teacher_logits.log_softmax(-1), student_logits.log_softmax(-1)
+    forward = (a.exp() * (a - b)).sum(-1)
+    reverse = (b.exp() * (b - a)).sum(-1)
+    return {"forward": forward, "reverse": reverse, "mixed": mix * forward + (1 - mix) * reverse}[divergence].sum()
+
+
+def _datum_and_student(teacher_logits, student_logits, k, divergence, mix=0.3):
+    """A datum of a sequence whose every target is sampled, with the teacher's top-k, and the student's log-probs
+    ``[N, 1 + k]`` at its targets (differentiable in ``student_logits``)."""
+    best = teacher_logits.argmax(-1).tolist()  # every other sampled token is the teacher's top-1
+    tokens = [0, *[t if i % 2 == 0 else (t + 1) % VOCAB for i, t in enumerate(best)]]
+    top = teacher_logits.log_softmax(-1).topk(k, dim=-1)
+    teacher = [None, *[(top.indices[i].tolist(), top.values[i].tolist()) for i in range(POSITIONS)]]
+    forward, reverse = {"forward": (1.0, 0.0), "reverse": (0.0, 1.0), "mixed": (mix, 1 - mix)}[divergence]
+    settings = DistillSettings(k=k, forward=forward, reverse=reverse, reward=0.0)
+    sampled = [False] + [True] * POSITIONS
+    datum = distill_datum(tokens, sampled, [0.0] * len(tokens), [0.0] * len(tokens), teacher, 1.0, settings)
+    targets = datum.loss_fn_inputs["target_tokens"].to_torch()
+    student = student_logits.log_softmax(-1).gather(1, targets)
+    return datum, student
+
+
+@pytest.mark.parametrize("divergence", ["forward", "reverse", "mixed"])
+def test_with_k_the_vocabulary_the_loss_is_the_full_kl_and_its_gradient_autograds(divergence):
+    teacher_logits, student_logits = _logits(1)
+    # the datum holds the teacher's log-probs in float32, as on the wire: the direct KL reads the same values
+    teacher_logits = teacher_logits.log_softmax(-1).float().double()
+    student_logits.requires_grad_(True)
+    datum, student = _datum_and_student(teacher_logits, student_logits, VOCAB, divergence)
+    loss, _ = topk_distill([datum], [student])
+    (grad,) = torch.autograd.grad(loss, student_logits)
+    direct = _full_kl(teacher_logits, student_logits, divergence)
+    (direct_grad,) = torch.autograd.grad(direct, student_logits)
+    assert float(direct.detach()) > 0.5
+    assert float(loss.detach()) == pytest.approx(float(direct.detach()), abs=1e-6)
+    assert torch.allclose(grad, direct_grad, atol=1e-6), (grad - direct_grad).abs().max()
+
+
+def test_the_tail_term_is_exact_for_every_k():
+    teacher_logits, student_logits = _logits(2)
+    a, b = teacher_logits.log_softmax(-1), student_logits.log_softmax(-1)
+    for k in range(1, VOCAB + 1):
+        top = a.topk(k, dim=-1)
+        parts = kl_parts(top.values, b.gather(1, top.indices))
+        outside = torch.ones_like(a, dtype=torch.bool).scatter(1, top.indices, False)
+        p_tail = (a.exp() * outside).sum(-1)  # the teacher's mass off its top-k, summed token by token
+        q_tail = (b.exp() * outside).sum(-1)
+        assert torch.allclose(parts["forward_tail"], p_tail * (p_tail.log() - q_tail.log()), atol=1e-9, rtol=1e-9) or k == VOCAB
+        assert torch.allclose(parts["reverse_tail"], q_tail * (q_tail.log() - p_tail.log()), atol=1e-9, rtol=1e-9) or k == VOCAB
+        assert torch.allclose(parts["teacher_mass"], 1 - p_tail, atol=1e-12)
+        # the k + 1 bins merge tokens: never more than the full KL
+        full = (a.exp() * (a - b)).sum(-1)
+        assert bool((parts["forward_topk"] + parts["forward_tail"] <= full + 1e-9).all())
+
+
+def test_a_mixed_loss_weighs_forward_by_mix_and_the_reward_term_enters_by_its_weight():
+    teacher_logits, student_logits = _logits(3)
+    forward = topk_distill(*map(lambda x: [x], _datum_and_student(teacher_logits, student_logits, 5, "forward")))[0]
+    reverse = topk_distill(*map(lambda x: [x], _datum_and_student(teacher_logits, student_logits, 5, "reverse")))[0]
+    mixed = topk_distill(*map(lambda x: [x], _datum_and_student(teacher_logits, student_logits, 5, "mixed", mix=0.25)))[0]
+    assert float(mixed) == pytest.approx(0.25 * float(forward) + 0.75 * float(reverse), rel=1e-12)
+
+
+def test_the_metrics_read_the_kl_parts_agreement_and_mass_from_the_training_pass():
+    teacher_logits, student_logits = _logits(4)
+    datum, student = _datum_and_student(teacher_logits, student_logits, 5, "reverse")
+    metrics = distill_metrics([datum], [{"logprobs": student.detach()}])
+    parts = kl_parts(datum.loss_fn_inputs["teacher_logprobs"].to_torch().double(), student.detach()[:, 1:])
+    assert metrics["distill/kl_topk"] == pytest.approx(float(parts["reverse_topk"].mean()), rel=1e-9)
+    assert metrics["distill/kl_tail"] == pytest.approx(float(parts["reverse_tail"].mean()), rel=1e-9)
+    assert metrics["distill/kl"] == pytest.approx(metrics["distill/kl_topk"] + metrics["distill/kl_tail"])
+    assert metrics["distill/agreement"] == pytest.approx(0.5)
+    assert 0 < metrics["distill/teacher_mass"] < 1 and 0 < metrics["distill/student_mass"] < 1
