@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import torch
 
+from minds_core.backends import create_local_service
+from minds_core.backends.local.builtin_models import builtin_model_path
+from minds_core.backends.retry import Backoff
+from minds_core.config import load_config
+from minds_core.envs.types import Task
+from minds_core.rl.conversation import Conversation
+from minds_core.rl.data_processing import ProcessingSettings, process_batch
+from minds_core.rl.distill_teacher import TeacherScorer
+from minds_core.rl.rollout import Group, Rollout
 from minds_core.rl.topk_distill import DistillSettings, distill_datum, distill_metrics, kl_parts, topk_distill
 
 VOCAB, POSITIONS = 40, 6
@@ -92,3 +103,56 @@ def test_the_metrics_read_the_kl_parts_agreement_and_mass_from_the_training_pass
     assert metrics["distill/kl"] == pytest.approx(metrics["distill/kl_topk"] + metrics["distill/kl_tail"])
     assert metrics["distill/agreement"] == pytest.approx(0.5)
     assert 0 < metrics["distill/teacher_mass"] < 1 and 0 < metrics["distill/student_mass"] < 1
+
+
+# ---------------------------------------------------------------- on the local backend
+
+
+def _conversation(tokens: list[int], sampled: list[bool], logprobs: list[float]) -> Conversation:
+    conv = Conversation(renderer=None, sampler=None, params=None, max_total_tokens=64)
+    conv.tokens, conv.sampled, conv.logprobs = tokens, sampled, logprobs
+    return conv
+
+
+def _full_logprobs(model: str, tokens: list[int]) -> torch.Tensor:
+    """The model's log-probs over the whole vocabulary at every position, straight from transformers."""
+    from transformers import AutoModelForCausalLM
+
+    network = AutoModelForCausalLM.from_pretrained(builtin_model_path(model), torch_dtype=torch.float32)
+    with torch.no_grad():
+        return network(torch.tensor([tokens])).logits[0].double().log_softmax(-1)
+
+
+def test_on_minds_tiny_the_sampled_top_k_and_the_training_pass_give_the_full_kl(plugins, tmp_path):
+    """Teacher minds-small's top-k from the sampler (k = the vocabulary), student a fresh minds-tiny adapter:
+    forward_backward_custom's loss is the KL from the two models' full logits, over the sampled tokens only."""
+    vocab = 259
+    config = load_config(None, ["model.base_model=minds-tiny", "trainer.loss_fn=topk_distill", "distill.teacher=minds-small",
+                                f"distill.topk={vocab}", "distill.divergence=mixed", "distill.mix=0.25", f"runs_dir={tmp_path}"])
+    service = create_local_service(config, tmp_path)
+    loss = plugins.registry.lookup("losses", "topk_distill", "trainer.loss_fn").obj
+    estimator = plugins.registry.lookup("advantage_estimators", "none", "trainer.advantage").obj
+    settings = ProcessingSettings.from_config(config, estimator, loss)
+    tokens = [72, 105, 33, 10, 97, 98, 99, 100, 32, 120, 121]
+    sampled = [False] * 4 + [True] * 4 + [False, True, True]  # a second turn after an observation token
+    conv = _conversation(tokens, sampled, [-1.0 if s else 0.0 for s in sampled])
+    groups = [Group("env", Task(prompt="p"), [Rollout(conv, reward=1.0)])]
+
+    async def run():
+        teacher = await TeacherScorer.start(service, config, Backoff())
+        await teacher.score(groups, None, "step 0")
+        datums = process_batch(groups, settings).datums
+        client = service.create_lora_training_client(base_model="minds-tiny")
+        return datums, client.forward_backward_custom(datums, loss.fn).result()
+
+    datums, result = asyncio.run(run())
+    assert len(datums) == 1 and datums[0].loss_fn_inputs["target_tokens"].shape == [len(tokens) - 1, vocab + 1]
+    a, b = _full_logprobs("minds-small", tokens)[:-1], _full_logprobs("minds-tiny", tokens)[:-1]
+    forward, reverse = (a.exp() * (a - b)).sum(-1), (b.exp() * (b - a)).sum(-1)
+    trained = torch.tensor(sampled[1:])
+    direct = float((0.25 * forward + 0.75 * reverse)[trained].sum())
+    assert direct > 0.1
+    assert result.metrics["loss:sum"] == pytest.approx(direct, rel=1e-4)
+    metrics = distill_metrics(datums, result.loss_fn_outputs)
+    assert metrics["distill/teacher_mass"] == pytest.approx(1.0, abs=1e-5)  # k = the vocabulary: no tail
+    assert metrics["distill/kl"] == pytest.approx(direct / int(trained.sum()), rel=1e-4)

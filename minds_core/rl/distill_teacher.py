@@ -62,7 +62,7 @@ class TeacherScorer:
         async def topk(prefix: list[int], tokens: list[int]) -> list[Any]:
             prompt = tinker.types.ModelInput.from_ints(prefix + tokens)
             send = lambda: sampler.sample(prompt, 1, params, include_prompt_logprobs=True, topk_prompt_logprobs=self.k)
-            response = await call_service(where, "sample (teacher top-k)", send, self.backoff)
+            response = (await call_service(where, "sample (teacher top-k)", send, self.backoff))[0]
             top = response.topk_prompt_logprobs_np
             rows = [(top.token_ids[i], top.logprobs[i]) for i in range(len(prefix), len(prefix) + len(tokens))]
             return [None, *rows[1:]] if not prefix else rows
