@@ -56,3 +56,53 @@ def test_a_teacher_sft_to_a_format_distils_into_a_fresh_student(plugins, tmp_pat
     kl = [row["distill/kl"] for row in _rows(tmp_path / "student")]
     assert kl[0] > 1.0, kl  # the fresh student is far from the teacher
     assert sorted(kl[-3:])[1] < 0.5 * kl[0], kl
+
+
+def _teach_the_answer_in_context(config, tmp_path: Path, steps: int = 60) -> str:
+    """minds-tiny's adapter SFT-trained (cross_entropy, here) to say the secret when the self-distillation context
+    precedes the prompt, and something else without it: a model whose privileged context tells it what its bare
+    prompt does not. Its saved state, which the runs start from."""
+    import tinker
+    from minds_toy_plugin import SECRET, load_secret
+
+    from minds_core.backends import create_local_service
+    from minds_core.envs.types import privileged_context
+    from minds_core.render import Renderer
+    from minds_core.rl.distill_teacher import CONTEXT_TEMPLATE
+
+    service = create_local_service(config, tmp_path)
+    client = service.create_lora_training_client(base_model="minds-tiny", rank=config.model.lora_rank)
+    renderer = Renderer(client.get_tokenizer())
+    datums = []
+    for task in load_secret().tasks("train"):
+        prompt = renderer.prompt_tokens([{"role": "user", "content": task.prompt}])
+        context = renderer.encode(CONTEXT_TEMPLATE.format(context=privileged_context(task)))
+        for before, reply in ((context, SECRET * 2), ([], "no" * 4)):
+            head, tail = before + prompt, renderer.encode(reply)
+            tokens = head + tail
+            weights = [0.0] * (len(head) - 1) + [1.0] * len(tail)
+            datums.append(tinker.Datum(model_input=tinker.types.ModelInput.from_ints(tokens[:-1]),
+                                       loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights}))  # fmt: skip
+    adam = tinker.types.AdamParams(learning_rate=1e-2)
+    for _ in range(steps):
+        client.forward_backward(datums, "cross_entropy").result()
+        client.optim_step(adam).result()
+    return client.save_state("knows-the-secret-in-context").result().path
+
+
+@pytest.mark.slow
+def test_self_distillation_with_the_answer_in_context_learns_what_reward_alone_does_not(plugins, tmp_path):
+    """toy_secret rewards repeating an answer no prompt tells. From the same start, 6 steps of the self_distill
+    preset (the policy reading "The answer is: ..." as the teacher) raise the reward; 6 steps of RL on the reward
+    alone do not: the policy never samples the secret, so every group's rewards are equal."""
+    logs.configure("json", "warning")
+    common = ["model.base_model=minds-tiny", "metrics.sinks=[]", f"runs_dir={tmp_path}", "trainer.learning_rate=1e-3",
+              "env.id=toy_secret", "trainer.steps=6", "sampling.max_tokens=8", "trainer.group_size=8"]  # fmt: skip
+    start = _teach_the_answer_in_context(load_config(None, common), tmp_path)
+    train(load_config(None, [*common, "name=alone", f"trainer.resume_from={start}"]), plugins=plugins)
+    train(load_config(None, [*common, "name=self", f"trainer.resume_from={start}", "trainer.preset=self_distill"]), plugins=plugins)
+    alone = [row["reward/mean"] for row in _rows(tmp_path / "alone")]
+    distilled = [row["reward/mean"] for row in _rows(tmp_path / "self")]
+    assert max(alone[0], distilled[0]) < 0.1, (alone, distilled)  # the start does not say the secret unprompted
+    assert sum(distilled[-2:]) / 2 > 0.3, distilled
+    assert sum(distilled[-2:]) / 2 > sum(alone[-2:]) / 2 + 0.25, (alone, distilled)
