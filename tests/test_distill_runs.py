@@ -63,12 +63,12 @@ def _teach_the_answer_in_context(config, tmp_path: Path, steps: int = 60) -> str
     precedes the prompt, and something else without it: a model whose privileged context tells it what its bare
     prompt does not. Its saved state, which the runs start from."""
     import tinker
-    from minds_toy_plugin import SECRET, load_secret
 
     from minds_core.backends import create_local_service
     from minds_core.envs.types import privileged_context
     from minds_core.render import Renderer
     from minds_core.rl.distill_teacher import CONTEXT_TEMPLATE
+    from minds_toy_plugin import SECRET, load_secret
 
     service = create_local_service(config, tmp_path)
     client = service.create_lora_training_client(base_model="minds-tiny", rank=config.model.lora_rank)

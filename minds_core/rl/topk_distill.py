@@ -227,7 +227,8 @@ def distill_metrics(datums: Sequence[tinker.Datum], outputs: Sequence[dict[str, 
         targets = _tensor(datum, "target_tokens")
         for name in ("topk", "tail"):
             rows[f"kl_{name}"].append((share[:, 0] * parts[f"forward_{name}"] + share[:, 1] * parts[f"reverse_{name}"])[kept])
-        rows["agreement"].append((targets[:, 0] == targets[:, 1]).to(torch.float64)[kept])
+        top1 = targets[:, 1:].gather(1, teacher.argmax(-1, keepdim=True))[:, 0]  # whatever order the top-k came in
+        rows["agreement"].append((targets[:, 0] == top1).to(torch.float64)[kept])
         rows["teacher_mass"].append(parts["teacher_mass"][kept])
         rows["student_mass"].append(parts["student_mass"][kept])
     if not rows["kl_topk"]:

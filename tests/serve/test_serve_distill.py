@@ -17,7 +17,7 @@ from .conftest import KEY, Served
 pytestmark = pytest.mark.slow
 
 ARGS = [
-    "--env", "toy_char_share", "--model", "minds-tiny", "--steps", "2", "--set", "trainer.group_size=4",
+    "--model", "minds-tiny", "--steps", "2", "--set", "trainer.group_size=4",
     "--set", "trainer.groups_per_batch=2", "--set", "sampling.max_tokens=8", "--set", "metrics.sinks=[]", "--set", "seed=5",
     "--set", "trainer.learning_rate=1e-2", "--set", "distill.topk=8", "--set", "distill.divergence=mixed",
 ]  # fmt: skip
@@ -29,8 +29,10 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("recipe", [["--set", "trainer.loss_fn=topk_distill", "--set", "distill.teacher=minds-small"],
-                                    ["--set", "trainer.preset=self_distill"]])  # fmt: skip
+# self-distillation on tasks with an answer: without a context the teacher is the student itself, whose KL
+# gradient is 0 but for round-off, which Adam's normalised step would blow up into updates of its own
+@pytest.mark.parametrize("recipe", [["--env", "toy_char_share", "--set", "trainer.loss_fn=topk_distill", "--set", "distill.teacher=minds-small"],
+                                    ["--env", "toy_secret", "--set", "trainer.preset=self_distill"]])  # fmt: skip
 def test_a_distillation_run_through_the_sdk_matches_the_in_process_run(served: Served, run_minds, tmp_path: Path, recipe) -> None:
     hosted = run_minds(["run", *ARGS, *recipe, "--backend", "tinker", "--set", f"tinker.base_url={served.url}", "--name", "hosted"],
                        plugins=["toy_plugin"], env={"TINKER_API_KEY": KEY})  # fmt: skip
@@ -42,4 +44,4 @@ def test_a_distillation_run_through_the_sdk_matches_the_in_process_run(served: S
     for got, want in zip(over_http, in_process):
         assert got["train/datums"] == want["train/datums"] > 0
         for key in COMPARED:
-            assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), (key, got[key], want[key])
+            assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), (got["step"], key, got[key], want[key])
