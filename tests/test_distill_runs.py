@@ -48,7 +48,9 @@ def test_a_teacher_sft_to_a_format_distils_into_a_fresh_student(plugins, tmp_pat
                            {"role": "assistant", "content": "<a>aaaa</a>"}]} for i in range(16)]  # fmt: skip
     data.write_text("".join(json.dumps(chat) + "\n" for chat in chats))
     common = ["model.base_model=minds-tiny", "metrics.sinks=[]", f"runs_dir={tmp_path}", "trainer.learning_rate=1e-2"]
-    train(load_config(None, [*common, "name=teacher", "trainer.mode=sft", f"sft.data={data}", "trainer.steps=8"]), plugins=plugins)
+    train(
+        load_config(None, [*common, "name=teacher", "trainer.mode=sft", f"sft.data={data}", "trainer.steps=8"]), plugins=plugins
+    )
     teacher = json.loads((tmp_path / "teacher" / "checkpoints.jsonl").read_text().splitlines()[-1])["sampler_path"]
     student = [*common, "name=student", "env.id=toy_char_share", "trainer.steps=6", "trainer.loss_fn=topk_distill",
                f"distill.teacher={teacher}", "distill.topk=16", "sampling.max_tokens=12", "trainer.group_size=8"]  # fmt: skip
@@ -100,7 +102,9 @@ def test_self_distillation_with_the_answer_in_context_learns_what_reward_alone_d
               "env.id=toy_secret", "trainer.steps=6", "sampling.max_tokens=8", "trainer.group_size=8"]  # fmt: skip
     start = _teach_the_answer_in_context(load_config(None, common), tmp_path)
     train(load_config(None, [*common, "name=alone", f"trainer.resume_from={start}"]), plugins=plugins)
-    train(load_config(None, [*common, "name=self", f"trainer.resume_from={start}", "trainer.preset=self_distill"]), plugins=plugins)
+    train(
+        load_config(None, [*common, "name=self", f"trainer.resume_from={start}", "trainer.preset=self_distill"]), plugins=plugins
+    )
     alone = [row["reward/mean"] for row in _rows(tmp_path / "alone")]
     distilled = [row["reward/mean"] for row in _rows(tmp_path / "self")]
     assert max(alone[0], distilled[0]) < 0.1, (alone, distilled)  # the start does not say the secret unprompted

@@ -127,8 +127,18 @@ def test_on_minds_tiny_the_sampled_top_k_and_the_training_pass_give_the_full_kl(
     """Teacher minds-small's top-k from the sampler (k = the vocabulary), student a fresh minds-tiny adapter:
     forward_backward_custom's loss is the KL from the two models' full logits, over the sampled tokens only."""
     vocab = 259
-    config = load_config(None, ["model.base_model=minds-tiny", "trainer.loss_fn=topk_distill", "distill.teacher=minds-small",
-                                f"distill.topk={vocab}", "distill.divergence=mixed", "distill.mix=0.25", f"runs_dir={tmp_path}"])
+    config = load_config(
+        None,
+        [
+            "model.base_model=minds-tiny",
+            "trainer.loss_fn=topk_distill",
+            "distill.teacher=minds-small",
+            f"distill.topk={vocab}",
+            "distill.divergence=mixed",
+            "distill.mix=0.25",
+            f"runs_dir={tmp_path}",
+        ],
+    )
     service = create_local_service(config, tmp_path)
     loss = plugins.registry.lookup("losses", "topk_distill", "trainer.loss_fn").obj
     estimator = plugins.registry.lookup("advantage_estimators", "none", "trainer.advantage").obj

@@ -147,7 +147,9 @@ class DistillSettings:
         return cls(cfg.topk, forward, reverse, cfg.reward_weight)
 
 
-def rollout_distill_datums(rollout: Rollout, advantages: Sequence[float], scale: float, settings: DistillSettings) -> list[tinker.Datum]:
+def rollout_distill_datums(
+    rollout: Rollout, advantages: Sequence[float], scale: float, settings: DistillSettings
+) -> list[tinker.Datum]:
     """The top-k datums of ``rollout``: one per sequence of its conversation with a sampled token.
 
     ``advantages`` are per token (before ``scale``, the loss aggregation's); the rollout must have been scored.
@@ -236,4 +238,3 @@ def distill_metrics(datums: Sequence[tinker.Datum], outputs: Sequence[dict[str, 
     means = {name: float(torch.cat(values).mean()) for name, values in rows.items()}
     means["kl"] = means["kl_topk"] + means["kl_tail"]
     return {f"distill/{name}": value for name, value in sorted(means.items()) if math.isfinite(value)}
-

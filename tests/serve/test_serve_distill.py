@@ -39,7 +39,10 @@ def test_a_distillation_run_through_the_sdk_matches_the_in_process_run(served: S
     assert hosted.returncode == 0, hosted.stderr[-4000:]
     local = run_minds(["run", *ARGS, *recipe, "--backend", "local", "--name", "local"], plugins=["toy_plugin"])
     assert local.returncode == 0, local.stderr[-4000:]
-    over_http, in_process = _rows(tmp_path / "runs" / "hosted" / "metrics.jsonl"), _rows(tmp_path / "runs" / "local" / "metrics.jsonl")
+    over_http, in_process = (
+        _rows(tmp_path / "runs" / "hosted" / "metrics.jsonl"),
+        _rows(tmp_path / "runs" / "local" / "metrics.jsonl"),
+    )
     assert len(over_http) == len(in_process) == 2
     for got, want in zip(over_http, in_process):
         assert got["train/datums"] == want["train/datums"] > 0
