@@ -110,3 +110,18 @@ def test_self_distillation_with_the_answer_in_context_learns_what_reward_alone_d
     assert max(alone[0], distilled[0]) < 0.1, (alone, distilled)  # the start does not say the secret unprompted
     assert sum(distilled[-2:]) / 2 > 0.3, distilled
     assert sum(distilled[-2:]) / 2 > sum(alone[-2:]) / 2 + 0.25, (alone, distilled)
+
+
+@pytest.mark.slow
+def test_self_distillation_distils_every_turn_of_a_multi_turn_episode(plugins, tmp_path):
+    """toy_two_turn's task gives its privileged context; both sampled turns of each episode are distilled."""
+    logs.configure("json", "warning")
+    overrides = ["model.base_model=minds-tiny", "metrics.sinks=[]", f"runs_dir={tmp_path}", "name=turns", "env.id=toy_two_turn",
+                 "trainer.steps=2", "sampling.max_tokens=6", "trainer.group_size=4", "trainer.groups_per_batch=1",
+                 "trainer.preset=self_distill", "metrics.rollouts_per_step=1"]  # fmt: skip
+    train(load_config(None, overrides), plugins=plugins)
+    rows = _rows(tmp_path / "turns")
+    records = [json.loads(line) for line in (tmp_path / "turns" / "rollouts.jsonl").read_text().splitlines()]
+    assert all(len([m for m in r["messages"] if m["role"] == "assistant"]) == 2 for g in records for r in g["rollouts"])
+    for row in rows:
+        assert row["train/datums"] == 4 and row["distill/kl"] > 0.01  # the context moves the teacher off the student

@@ -116,7 +116,7 @@ class EchoToolEpisode:
 
 class TwoTurnEnvironment:
     def tasks(self, split: str) -> list[Task]:
-        return [Task(prompt="", id="two-turn")]
+        return [Task(prompt="", id="two-turn", privileged_context="The lookup will say x = 42; reply 42.")]
 
     def episode(self, task: Task, ctx) -> EchoToolEpisode:
         return EchoToolEpisode()
