@@ -10,6 +10,7 @@ import pytest
 
 from minds_core import logs
 from minds_core.config import load_config
+from minds_core.report import write_report
 from minds_core.testing import run_minds
 from minds_core.training import train
 
@@ -29,6 +30,17 @@ def test_the_readmes_distillation_commands_run_as_written(tmp_path, marker):
     result = run_minds(*command.split()[2:], runs_dir=tmp_path)
     assert result.exit_code == 0, result.error
     assert len(result.metrics) == 2
+    page = write_report(result.run_dir).read_text()  # the report draws them; the README's glossary names them
+    glossary = README.split("### Metrics glossary", 1)[1].split("\n#", 1)[0]
+    for key in (
+        "distill/kl",
+        "distill/kl_topk",
+        "distill/kl_tail",
+        "distill/agreement",
+        "distill/teacher_mass",
+        "distill/student_mass",
+    ):
+        assert f'data-key="{key}"' in page and f"`{key}`" in glossary, key
     for row in result.metrics:
         assert row["train/datums"] > 0 and row["distill/kl"] == pytest.approx(row["distill/kl_topk"] + row["distill/kl_tail"])
         assert 0 <= row["distill/agreement"] <= 1 and 0 < row["distill/teacher_mass"] <= 1 + 1e-6
