@@ -36,7 +36,7 @@ def _full_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor, diverge
     return {"forward": forward, "reverse": reverse, "mixed": mix * forward + (1 - mix) * reverse}[divergence].sum()
 
 
-def _datum_and_student(teacher_logits, student_logits, k, divergence, mix=0.3):
+def _datum_and_student(teacher_logits, student_logits, k, divergence, mix=0.3, reward=0.0):
     """A datum of a sequence whose every target is sampled, with the teacher's top-k, and the student's log-probs
     ``[N, 1 + k]`` at its targets (differentiable in ``student_logits``)."""
     best = teacher_logits.argmax(-1).tolist()  # every other sampled token is the teacher's top-1
@@ -44,9 +44,11 @@ def _datum_and_student(teacher_logits, student_logits, k, divergence, mix=0.3):
     top = teacher_logits.log_softmax(-1).topk(k, dim=-1)
     teacher = [None, *[(top.indices[i].tolist(), top.values[i].tolist()) for i in range(POSITIONS)]]
     forward, reverse = {"forward": (1.0, 0.0), "reverse": (0.0, 1.0), "mixed": (mix, 1 - mix)}[divergence]
-    settings = DistillSettings(k=k, forward=forward, reverse=reverse, reward=0.0)
+    settings = DistillSettings(k=k, forward=forward, reverse=reverse, reward=reward)
     sampled = [False] + [True] * POSITIONS
-    datum = distill_datum(tokens, sampled, [0.0] * len(tokens), [0.0] * len(tokens), teacher, 1.0, settings)
+    sampler = [0.0] + [-1.5] * POSITIONS  # the sampler's log-probs of the sampled tokens
+    advantages = [0.0] + [2.0 * (-1) ** i for i in range(POSITIONS)]
+    datum = distill_datum(tokens, sampled, sampler, advantages, teacher, 1.0, settings)
     targets = datum.loss_fn_inputs["target_tokens"].to_torch()
     student = student_logits.log_softmax(-1).gather(1, targets)
     return datum, student
@@ -87,10 +89,17 @@ def test_the_tail_term_is_exact_for_every_k():
 
 def test_a_mixed_loss_weighs_forward_by_mix_and_the_reward_term_enters_by_its_weight():
     teacher_logits, student_logits = _logits(3)
-    forward = topk_distill(*map(lambda x: [x], _datum_and_student(teacher_logits, student_logits, 5, "forward")))[0]
-    reverse = topk_distill(*map(lambda x: [x], _datum_and_student(teacher_logits, student_logits, 5, "reverse")))[0]
-    mixed = topk_distill(*map(lambda x: [x], _datum_and_student(teacher_logits, student_logits, 5, "mixed", mix=0.25)))[0]
-    assert float(mixed) == pytest.approx(0.25 * float(forward) + 0.75 * float(reverse), rel=1e-12)
+
+    def loss(divergence: str, mix: float = 0.3, reward: float = 0.0) -> float:
+        datum, student = _datum_and_student(teacher_logits, student_logits, 5, divergence, mix, reward)
+        return float(topk_distill([datum], [student])[0])
+
+    assert loss("mixed", mix=0.25) == pytest.approx(0.25 * loss("forward") + 0.75 * loss("reverse"), rel=1e-12)
+    # the reward's importance-sampling term: -w * sum A * exp(log p - log q) over the sampled tokens
+    _, student = _datum_and_student(teacher_logits, student_logits, 5, "reverse")
+    advantages = torch.tensor([2.0 * (-1) ** i for i in range(POSITIONS)], dtype=torch.float64)
+    reinforce = -(advantages * (student[:, 0] - -1.5).exp()).sum()
+    assert loss("reverse", reward=0.5) == pytest.approx(loss("reverse") + 0.5 * float(reinforce), rel=1e-9)
 
 
 def test_the_metrics_read_the_kl_parts_agreement_and_mass_from_the_training_pass():
