@@ -175,3 +175,20 @@ def test_on_minds_tiny_the_sampled_top_k_and_the_training_pass_give_the_full_kl(
     metrics = distill_metrics(datums, result.loss_fn_outputs)
     assert metrics["distill/teacher_mass"] == pytest.approx(1.0, abs=1e-5)  # k = the vocabulary: no tail
     assert metrics["distill/kl"] == pytest.approx(direct / int(trained.sum()), rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["distill.teacher=policy"], "distill.teacher = 'policy' without distill.privileged_context"),
+        (["distill.teacher=no-such-model"], "the teacher 'no-such-model' \\(distill.teacher\\) cannot be sampled from"),
+    ],
+)
+def test_a_teacher_that_cannot_teach_is_a_usage_error(tmp_path, overrides, message):
+    from minds_core.errors import UsageError
+
+    config = load_config(
+        None, ["model.base_model=minds-tiny", "trainer.loss_fn=topk_distill", f"runs_dir={tmp_path}", *overrides]
+    )
+    with pytest.raises(UsageError, match=message):
+        asyncio.run(TeacherScorer.start(create_local_service(config, tmp_path), config, Backoff()))

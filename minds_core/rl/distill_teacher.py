@@ -45,6 +45,11 @@ class TeacherScorer:
         """The teacher of ``config.distill``; a UsageError when its sampler cannot be had."""
         cfg = config.distill
         if cfg.teacher == POLICY_TEACHER:
+            if not cfg.privileged_context:
+                raise UsageError(
+                    "distill.teacher = 'policy' without distill.privileged_context is the student itself: nothing to "
+                    "learn; set distill.privileged_context = true (trainer.preset = 'self_distill' does) or name a teacher"
+                )
             return cls(None, cfg.topk, cfg.privileged_context, backoff)
         teacher = cfg.teacher or config.model.base_model
         where = {"model_path": teacher} if "://" in teacher else {"base_model": teacher}
