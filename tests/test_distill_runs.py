@@ -85,7 +85,7 @@ def _teach_the_answer_in_context(config, tmp_path: Path, steps: int = 60) -> str
     from minds_toy_plugin import SECRET, load_secret
 
     service = create_local_service(config, tmp_path)
-    client = service.create_lora_training_client(base_model="minds-tiny", rank=config.model.lora_rank)
+    client = service.create_lora_training_client(base_model="minds-tiny", rank=config.model.lora_rank, seed=config.seed)
     renderer = Renderer(client.get_tokenizer())
     datums = []
     for task in load_secret().tasks("train"):

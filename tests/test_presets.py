@@ -43,7 +43,7 @@ def test_a_preset_sets_its_keys_and_explicit_keys_win(tmp_path):
 def test_the_self_distill_preset_makes_the_policy_with_privileged_context_the_top_k_teacher():
     config = load_config(None, ["trainer.preset=self_distill", "distill.reward_weight=0.5"])
     assert config.trainer.loss_fn == "topk_distill" and config.distill.teacher == "policy" and config.distill.privileged_context
-    assert config.distill.reward_weight == 0.5 and config.distill.divergence == "reverse"
+    assert config.distill.reward_weight == 0.5 and config.distill.divergence == "forward"
     assert load_config(None, ["trainer.preset=self_distill", "distill.teacher="]).distill.teacher == ""  # the base model
 
 

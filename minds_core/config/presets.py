@@ -20,9 +20,11 @@ A preset is a set of config values, applied under the config file and
   (the ``gspo`` loss), one term per sequence averaged over sequences.
 - self_distill: on-policy self-distillation (as in OPSD, verl #6827, miles #2410). The teacher is the
   training policy itself reading each task's privileged context (``Task.privileged_context``, else
-  its answer) before the episode; the loss is the top-k reverse KL to it at every sampled token
-  (``topk_distill``). ``distill.teacher = ""`` makes the teacher the base model instead, and
-  ``distill.reward_weight`` mixes in the environment's reward.
+  its answer) before the episode; the loss is the top-k forward KL to it at every sampled token
+  (``topk_distill``): on minds-tiny's toy_secret the reverse KL, mode-seeking towards a teacher that
+  moves with the student, collapsed to one repeated character where the forward KL learned the answer.
+  ``distill.teacher = ""`` makes the teacher the base model instead, and ``distill.reward_weight``
+  mixes in the environment's reward.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "trainer.loss_fn": "topk_distill",
         "distill.teacher": "policy",
         "distill.privileged_context": True,
+        "distill.divergence": "forward",
     },
 }
 """Preset name -> the dotted config keys it sets and their values."""
