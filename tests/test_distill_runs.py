@@ -43,6 +43,7 @@ def test_the_readmes_distillation_commands_run_as_written(tmp_path, marker):
         assert f'data-key="{key}"' in page and f"`{key}`" in glossary, key
     for row in result.metrics:
         assert row["train/datums"] > 0 and row["distill/kl"] == pytest.approx(row["distill/kl_topk"] + row["distill/kl_tail"])
+        assert 0 <= row["kl/sampler_train"] < 1e-3  # on-policy: the distilled tokens' sampler and trainer agree
         assert 0 <= row["distill/agreement"] <= 1 and 0 < row["distill/teacher_mass"] <= 1 + 1e-6
 
 
