@@ -1,0 +1,134 @@
+"""verifiers 0.4 (v1) environments train on minds: verifiers runs in its own interpreter, minds trains the calls.
+
+The environments are the bridge's shipped tasksets (written from verifiers 0.4's API), played by verifiers'
+own runtime (its null harness, a uv-run chat program, through its interception server) against the run's
+policy endpoint; nothing is faked.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TASKSETS
+
+from minds_core.errors import ConfigError
+from minds_core.inference import capture as capture_module
+from minds_core.inference.capture import trajectory
+
+SCORER = Path(__file__).with_name("vf_score.py")
+
+
+def sums_args(python: str, **more: Any) -> dict[str, Any]:
+    return {"taskset": "minds_sums_v1", "path": [str(TASKSETS)], "python": python, "test_tasks": 2,
+            "args": {"num_tasks": 6}, **more}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_v1_taskset_trains_3_steps_scored_as_verifiers_scores_and_evaluates(
+    vf_python: str, minds_env_run: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = sums_args(vf_python)
+    result = minds_env_run("verifiers_v1", args=args, steps=3, overrides=["rollout.drop_constant_reward_groups=false"])
+    assert result.exit_code == 0, result.error
+    assert result.steps == [1, 2, 3] and all(m["rollouts/failed"] == 0 for m in result.metrics), result.metrics
+    assert result.trained
+    first = result.metrics[0]
+    for name in ("reward/vf.correct", "reward/vf.digits", "vf/reply_chars", "harness/calls"):
+        assert f"env/verifiers_v1/{name}" in first, sorted(first)
+    # every reward minds trained on is what verifiers' own scoring gives the same reply
+    rollouts = [(int(group["task"].split("-")[1]), rollout) for group in result.rollouts for rollout in group["rollouts"]]
+    assert len(rollouts) == 3 * 4
+    spec = {"taskset": "minds_sums_v1", "args": {"num_tasks": 6}, "harness": "", "env": "", "path": [str(TASKSETS)]}
+    scored = subprocess.run(
+        [vf_python, str(SCORER), json.dumps(spec)],
+        input=json.dumps([[index, rollout["completion"][-1]] for index, rollout in rollouts]),
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    verifiers_rewards = json.loads(scored.stdout.splitlines()[-1])
+    assert [rollout["reward"] for _, rollout in rollouts] == pytest.approx(verifiers_rewards, abs=1e-12)
+    for (_, rollout), reward in zip(rollouts, verifiers_rewards):
+        parts = rollout["components"]
+        assert parts["vf.correct"] + 0.5 * parts["vf.digits"] == pytest.approx(reward, abs=1e-12)
+    # the trained policy evaluates on the held-out tasks, with verifiers' components
+    from minds_core.cli.command import main
+
+    assert main(["eval", str(result.run_dir), "--tasks", "2", "--samples", "1", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert {"component/vf.correct", "component/vf.digits"} <= set(summary) and summary["rollouts/failed"] == 0, summary
+
+
+@pytest.mark.slow
+def test_a_multi_turn_v1_env_with_a_tool_trains_exactly_the_sampled_tokens(
+    vf_python: str, minds_env_run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorded: list[Any] = []
+    trained: list[Any] = []
+    close = capture_module.Capture.close
+
+    def keep_calls(self: Any, episode: Any) -> Any:
+        calls = close(self, episode)
+        if calls and not any(calls == seen for seen in recorded):
+            recorded.append(calls)
+        return calls
+
+    import minds_core.rl.loop as loop
+
+    process = loop.process_batch
+
+    def keep_datums(groups: Any, settings: Any) -> Any:
+        processed = process(groups, settings)
+        trained.extend(processed.datums)
+        return processed
+
+    monkeypatch.setattr(capture_module.Capture, "close", keep_calls)
+    monkeypatch.setattr(loop, "process_batch", keep_datums)
+    args = {"taskset": "minds_calc_v1", "path": [str(TASKSETS)], "python": vf_python, "args": {"num_tasks": 2, "turns": 3}}
+    result = minds_env_run("verifiers_v1", args=args, steps=1, overrides=["rollout.drop_constant_reward_groups=false"])
+    assert result.exit_code == 0, result.error
+    metrics = result.metrics[0]
+    assert metrics["rollouts/failed"] == 0 and metrics["env/verifiers_v1/harness/calls"] == 3, metrics
+    assert metrics["env/verifiers_v1/vf/turns"] == 3
+    assert len(recorded) == 4 and all(len(calls) == 3 for calls in recorded)
+    # the env's tool results came back as the next turns: each later call's prompt extends the one before it
+    expected = [seq for calls in recorded for seq in trajectory(calls)]
+    assert len(expected) == 4, "each episode's three calls extend one another: one sequence each"
+    got = sorted(
+        (d.model_input.to_ints() + [d.loss_fn_inputs["target_tokens"].data[-1]], d.loss_fn_inputs["logprobs"].data)
+        for d in trained
+    )
+    want = sorted((list(s.tokens), [lp if m else 0.0 for lp, m in zip(s.logprobs[1:], s.sampled[1:])]) for s in expected)
+    assert [tokens for tokens, _ in got] == [tokens for tokens, _ in want]
+    for (_, got_logprobs), (_, want_logprobs) in zip(got, want):
+        assert got_logprobs == pytest.approx(want_logprobs, abs=1e-6)
+    assert "env/verifiers_v1/reward/vf.used_tool" in metrics
+
+
+def test_a_missing_interpreter_is_one_config_error(tmp_path: Path) -> None:
+    from minds_verifiers_v1 import load_environment
+
+    with pytest.raises(ConfigError, match=r"no interpreter at .*make verifiers-v1"):
+        load_environment(taskset="minds_sums_v1", python=str(tmp_path / "nowhere" / "python"))
+
+
+def test_a_hanging_load_fails_within_check_timeout(tmp_path: Path) -> None:
+    from minds_verifiers_v1 import load_environment
+
+    stuck = tmp_path / "python"
+    stuck.write_text("#!/bin/sh\nexec sleep 60\n")  # an interpreter that never answers (a fetch that hangs)
+    stuck.chmod(0o755)
+    with pytest.raises(ConfigError, match=r"took more than check_timeout = 1 s .*uv"):
+        load_environment(taskset="minds_sums_v1", python=str(stuck), check_timeout=1.0)
+
+
+@pytest.mark.slow
+def test_what_verifiers_cannot_load_is_one_config_error_naming_it(vf_python: str) -> None:
+    from minds_verifiers_v1 import load_environment
+
+    with pytest.raises(ConfigError, match=r"taskset 'no_such_taskset' cannot be loaded by .*not found"):
+        load_environment(taskset="no_such_taskset", python=vf_python)
+    assert sys.executable != vf_python  # verifiers ran in its own interpreter, not the run's
