@@ -36,7 +36,7 @@ class V1Args:
 
     taskset: str = arg(doc="the verifiers taskset id: an importable module exporting one vf.Taskset (owner/name@v reads as name)")
     args: dict[str, Any] = arg({}, doc="the taskset's config fields (verifiers' --env.taskset.*)")
-    harness: str = arg("", doc="the agent's harness id (null, bash, ...); default: the taskset's own, else verifiers' default")
+    harness: str = arg("", doc="the agents' harness id (null, bash, ...); default: the taskset's own, else null (a chat loop)")
     env: str = arg("", doc="a verifiers Env id to pair with the taskset; default: the taskset's own, else SingleAgentEnv")
     path: list[str] = arg([], doc="folders put first on the verifiers interpreter's import path (where a taskset module lies)")
     python: str = arg("", doc=f"the interpreter that has verifiers>=0.4 and uv; default: ${PYTHON_VARIABLE}, else {DEFAULT_VENV}/bin/python")

@@ -44,11 +44,14 @@ def _env_config(spec: dict[str, Any]) -> Any:
     if spec.get("env"):
         data["id"] = spec["env"]
     cls = vf.env_config_type(spec["taskset"], spec.get("env") or "")
+    # a taskset without a harness of its own gets verifiers' default, bash, which would run the model's commands on
+    # this machine (the subprocess runtime): the bridge's default is the tool-less null chat harness instead
+    harness = spec.get("harness") or ("null" if vf.default_harness_id(spec["taskset"]) == "bash" else "")
     for name, field in cls.model_fields.items():
         if isinstance(field.default, vf.AgentConfig):  # every seat plays on this machine, reaching the loopback endpoint
             seat: dict[str, Any] = {"runtime": {"type": "subprocess"}}
-            if spec.get("harness"):
-                seat["harness"] = {"id": spec["harness"]}
+            if harness and field.default.harness is None:
+                seat["harness"] = {"id": harness}
             data[name] = seat
     return vf.resolve_env_config(data)
 

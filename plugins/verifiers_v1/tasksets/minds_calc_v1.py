@@ -1,9 +1,10 @@
 """minds_calc_v1: a multi-turn verifiers v1 environment with a tool, written from verifiers 0.4's own API.
 
 Its Env plays the user, as verifiers' textarena env does: the agent's first reply opens the exchange, and
-each reply after it goes to the env's calculator tool (``calculate``: the first integer sum in the text,
-or an error), whose result comes back as the next user turn, for ``turns`` turns. The task's reward
-``used_tool`` is the share of replies the tool could read; its metric ``turns`` counts the agent's replies.
+each reply goes to the env's calculator tool (``calculate``: the sum of the integers in the text, or an
+error when it has none), whose result comes back as the next user turn, for ``turns`` turns. The task's
+rewards: ``used_tool``, the share of replies the tool could read, and ``brevity``, 1 / (1 + the last
+reply's length in characters); its metric ``turns`` counts the agent's replies.
 """
 
 import re
@@ -11,13 +12,13 @@ from collections.abc import Iterator
 
 import verifiers.v1 as vf
 
-SUM = re.compile(r"(-?\d+)\s*\+\s*(-?\d+)")
+INTEGER = re.compile(r"-?\d+")
 
 
 def calculate(text: str) -> str:
-    """The calculator tool: the first ``a + b`` in ``text``, computed, or why it cannot be."""
-    found = SUM.search(text)
-    return f"calculate: {int(found[1]) + int(found[2])}" if found else "calculate: error: no a + b in the reply"
+    """The calculator tool: the sum of the integers in ``text``, or why there is none."""
+    numbers = [int(found) for found in INTEGER.findall(text)]
+    return f"calculate: {sum(numbers)}" if numbers else "calculate: error: no integer in the reply"
 
 
 class CalcConfig(vf.TasksetConfig):
@@ -34,6 +35,10 @@ class CalcTask(vf.Task[CalcData, vf.State, vf.TaskConfig]):
     async def used_tool(self, trace: vf.Trace) -> float:
         results = trace.info.get("tool_results", [])
         return sum("error" not in result for result in results) / len(results) if results else 0.0
+
+    @vf.reward(weight=1.0)
+    async def brevity(self, trace: vf.Trace) -> float:
+        return 1.0 / (1.0 + len(trace.last_reply))
 
     @vf.metric
     async def turns(self, trace: vf.Trace) -> float:
@@ -62,7 +67,7 @@ class CalcEnv(vf.Env[CalcEnvConfig]):
 class CalcTaskset(vf.Taskset[CalcTask, CalcConfig]):
     def load(self) -> Iterator[CalcTask]:
         for i in range(self.config.num_tasks):
-            prompt = f"Use the calculator: write a sum such as {i} + {i + 2}."
+            prompt = f"Use the calculator: write numbers to add, such as {i} + {i + 2}."
             yield CalcTask(CalcData(id=f"calc-{i}", prompt=prompt, turns=self.config.turns), self.config.task)
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-TASKSETS = Path(__file__).resolve().parents[1] / "tasksets"
 
 
 @pytest.fixture
@@ -18,3 +17,9 @@ def vf_python() -> str:
     if not Path(python).is_file():
         pytest.skip("verifiers 0.4 has no venv here: `make verifiers-v1` builds .venv-verifiers (`make test` does)")
     return python
+
+
+@pytest.fixture
+def tasksets() -> Path:
+    """The folder of the v1 tasksets shipped with the bridge (``[env.args] path``)."""
+    return Path(__file__).resolve().parents[1] / "tasksets"

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TASKSETS
 
 from minds_core.errors import ConfigError
 from minds_core.inference import capture as capture_module
@@ -23,19 +22,16 @@ from minds_core.inference.capture import trajectory
 SCORER = Path(__file__).with_name("vf_score.py")
 
 
-def sums_args(python: str, **more: Any) -> dict[str, Any]:
-    return {"taskset": "minds_sums_v1", "path": [str(TASKSETS)], "python": python, "test_tasks": 2,
-            "args": {"num_tasks": 6}, **more}  # fmt: skip
-
-
 @pytest.mark.slow
 def test_a_v1_taskset_trains_3_steps_scored_as_verifiers_scores_and_evaluates(
-    vf_python: str, minds_env_run: Any, capsys: pytest.CaptureFixture[str]
+    vf_python: str, tasksets: Path, minds_env_run: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = sums_args(vf_python)
-    result = minds_env_run("verifiers_v1", args=args, steps=3, overrides=["rollout.drop_constant_reward_groups=false"])
+    spec = {"taskset": "minds_sums_v1", "args": {"num_tasks": 6}, "harness": "", "env": "", "path": [str(tasksets)]}
+    args = {**spec, "python": vf_python, "test_tasks": 2}
+    overrides = ["rollout.drop_constant_reward_groups=false", "sampling.max_tokens=32"]  # replies long enough to differ
+    result = minds_env_run("verifiers_v1", args=args, steps=3, overrides=overrides)
     assert result.exit_code == 0, result.error
-    assert result.steps == [1, 2, 3] and all(m["rollouts/failed"] == 0 for m in result.metrics), result.metrics
+    assert result.steps == [0, 1, 2] and all(m["rollouts/failed"] == 0 for m in result.metrics), result.metrics
     assert result.trained
     first = result.metrics[0]
     for name in ("reward/vf.correct", "reward/vf.digits", "vf/reply_chars", "harness/calls"):
@@ -43,7 +39,6 @@ def test_a_v1_taskset_trains_3_steps_scored_as_verifiers_scores_and_evaluates(
     # every reward minds trained on is what verifiers' own scoring gives the same reply
     rollouts = [(int(group["task"].split("-")[1]), rollout) for group in result.rollouts for rollout in group["rollouts"]]
     assert len(rollouts) == 3 * 4
-    spec = {"taskset": "minds_sums_v1", "args": {"num_tasks": 6}, "harness": "", "env": "", "path": [str(TASKSETS)]}
     scored = subprocess.run(
         [vf_python, str(SCORER), json.dumps(spec)],
         input=json.dumps([[index, rollout["completion"][-1]] for index, rollout in rollouts]),
@@ -64,7 +59,7 @@ def test_a_v1_taskset_trains_3_steps_scored_as_verifiers_scores_and_evaluates(
 
 @pytest.mark.slow
 def test_a_multi_turn_v1_env_with_a_tool_trains_exactly_the_sampled_tokens(
-    vf_python: str, minds_env_run: Any, monkeypatch: pytest.MonkeyPatch
+    vf_python: str, tasksets: Path, minds_env_run: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     recorded: list[Any] = []
     trained: list[Any] = []
@@ -87,7 +82,7 @@ def test_a_multi_turn_v1_env_with_a_tool_trains_exactly_the_sampled_tokens(
 
     monkeypatch.setattr(capture_module.Capture, "close", keep_calls)
     monkeypatch.setattr(loop, "process_batch", keep_datums)
-    args = {"taskset": "minds_calc_v1", "path": [str(TASKSETS)], "python": vf_python, "args": {"num_tasks": 2, "turns": 3}}
+    args = {"taskset": "minds_calc_v1", "path": [str(tasksets)], "python": vf_python, "args": {"num_tasks": 2, "turns": 3}}
     result = minds_env_run("verifiers_v1", args=args, steps=1, overrides=["rollout.drop_constant_reward_groups=false"])
     assert result.exit_code == 0, result.error
     metrics = result.metrics[0]
