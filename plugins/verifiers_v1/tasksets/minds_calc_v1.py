@@ -3,8 +3,8 @@
 Its Env plays the user, as verifiers' textarena env does: the agent's first reply opens the exchange, and
 each reply goes to the env's calculator tool (``calculate``: the sum of the integers in the text, or an
 error when it has none), whose result comes back as the next user turn, for ``turns`` turns. The task's
-rewards: ``used_tool``, the share of replies the tool could read, and ``brevity``, 1 / (1 + the last
-reply's length in characters); its metric ``turns`` counts the agent's replies.
+rewards: ``used_tool``, the share of replies the tool could read, and ``even``, the share of its results
+that are even; its metric ``turns`` counts the agent's replies.
 """
 
 import re
@@ -37,8 +37,9 @@ class CalcTask(vf.Task[CalcData, vf.State, vf.TaskConfig]):
         return sum("error" not in result for result in results) / len(results) if results else 0.0
 
     @vf.reward(weight=1.0)
-    async def brevity(self, trace: vf.Trace) -> float:
-        return 1.0 / (1.0 + len(trace.last_reply))
+    async def even(self, trace: vf.Trace) -> float:
+        results = trace.info.get("tool_results", [])
+        return sum(result.endswith(("0", "2", "4", "6", "8")) for result in results) / len(results) if results else 0.0
 
     @vf.metric
     async def turns(self, trace: vf.Trace) -> float:
@@ -56,10 +57,11 @@ class CalcEnv(vf.Env[CalcEnvConfig]):
         async with agents.agent.interaction(task) as interaction:
             segment = await interaction.turn()
             replies += 1
+            results.append(calculate(segment.last_reply))
             while not segment.terminated and replies < task.data.turns:
-                results.append(calculate(segment.last_reply))
                 segment = await interaction.turn(results[-1])
                 replies += 1
+                results.append(calculate(segment.last_reply))
             interaction.trace.info["tool_results"] = results
             interaction.trace.info["replies"] = replies
 

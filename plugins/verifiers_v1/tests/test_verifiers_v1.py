@@ -83,15 +83,18 @@ def test_a_multi_turn_v1_env_with_a_tool_trains_exactly_the_sampled_tokens(
     monkeypatch.setattr(capture_module.Capture, "close", keep_calls)
     monkeypatch.setattr(loop, "process_batch", keep_datums)
     args = {"taskset": "minds_calc_v1", "path": [str(tasksets)], "python": vf_python, "args": {"num_tasks": 2, "turns": 3}}
-    result = minds_env_run("verifiers_v1", args=args, steps=1, overrides=["rollout.drop_constant_reward_groups=false"])
+    overrides = ["rollout.drop_constant_reward_groups=false", "trainer.group_size=3"]  # rewards that differ in a group
+    result = minds_env_run("verifiers_v1", args=args, steps=1, overrides=overrides)
     assert result.exit_code == 0, result.error
     metrics = result.metrics[0]
     assert metrics["rollouts/failed"] == 0 and metrics["env/verifiers_v1/harness/calls"] == 3, metrics
     assert metrics["env/verifiers_v1/vf/turns"] == 3
-    assert len(recorded) == 4 and all(len(calls) == 3 for calls in recorded)
-    # the env's tool results came back as the next turns: each later call's prompt extends the one before it
+    assert len(recorded) == 6 and all(len(calls) == 3 for calls in recorded)
+    # the env's tool results came back as the next turns: a later call's prompt extends the one before it, so the
+    # turns train as one sequence (a reply whose bytes are not text starts a new one: its text re-renders otherwise)
     expected = [seq for calls in recorded for seq in trajectory(calls)]
-    assert len(expected) == 4, "each episode's three calls extend one another: one sequence each"
+    turns = [sum(now and not before for before, now in zip((False, *s.sampled), s.sampled)) for s in expected]
+    assert len(expected) >= 6 and sum(turns) == 18 and max(turns) == 3, turns
     got = sorted(
         (d.model_input.to_ints() + [d.loss_fn_inputs["target_tokens"].data[-1]], d.loss_fn_inputs["logprobs"].data)
         for d in trained
@@ -100,7 +103,7 @@ def test_a_multi_turn_v1_env_with_a_tool_trains_exactly_the_sampled_tokens(
     assert [tokens for tokens, _ in got] == [tokens for tokens, _ in want]
     for (_, got_logprobs), (_, want_logprobs) in zip(got, want):
         assert got_logprobs == pytest.approx(want_logprobs, abs=1e-6)
-    assert "env/verifiers_v1/reward/vf.used_tool" in metrics
+    assert {"env/verifiers_v1/reward/vf.used_tool", "env/verifiers_v1/reward/vf.even"} <= set(metrics)
 
 
 def test_a_missing_interpreter_is_one_config_error(tmp_path: Path) -> None:
