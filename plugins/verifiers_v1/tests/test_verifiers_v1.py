@@ -23,13 +23,15 @@ SCORER = Path(__file__).with_name("vf_score.py")
 
 
 @pytest.mark.slow
-def test_a_v1_taskset_trains_3_steps_scored_as_verifiers_scores_and_evaluates(
-    vf_python: str, tasksets: Path, minds_env_run: Any, capsys: pytest.CaptureFixture[str]
+def test_the_shipped_v1_config_trains_3_steps_scored_as_verifiers_scores_and_evaluates(
+    vf_python: str, tasksets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    spec = {"taskset": "minds_sums_v1", "args": {"num_tasks": 6}, "harness": "", "env": "", "path": [str(tasksets)]}
-    args = {**spec, "python": vf_python, "test_tasks": 2}
-    overrides = ["rollout.drop_constant_reward_groups=false", "sampling.max_tokens=32"]  # replies long enough to differ
-    result = minds_env_run("verifiers_v1", args=args, steps=3, overrides=overrides)
+    """The README's `.venv/bin/minds run configs/verifiers_v1.toml`, from the checkout's root, on the default model."""
+    from minds_core.testing import run_minds
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[3])
+    monkeypatch.setenv("MINDS_VERIFIERS_PYTHON", vf_python)  # the README's .venv-verifiers, or the one given
+    result = run_minds("configs/verifiers_v1.toml", runs_dir=tmp_path / "runs", name="v1")
     assert result.exit_code == 0, result.error
     assert result.steps == [0, 1, 2] and all(m["rollouts/failed"] == 0 for m in result.metrics), result.metrics
     assert result.trained
@@ -39,6 +41,7 @@ def test_a_v1_taskset_trains_3_steps_scored_as_verifiers_scores_and_evaluates(
     # every reward minds trained on is what verifiers' own scoring gives the same reply
     rollouts = [(int(group["task"].split("-")[1]), rollout) for group in result.rollouts for rollout in group["rollouts"]]
     assert len(rollouts) == 3 * 4
+    spec = {"taskset": "minds_sums_v1", "args": {"num_tasks": 10, "seed": 0}, "path": [str(tasksets)]}
     scored = subprocess.run(
         [vf_python, str(SCORER), json.dumps(spec)],
         input=json.dumps([[index, rollout["completion"][-1]] for index, rollout in rollouts]),
