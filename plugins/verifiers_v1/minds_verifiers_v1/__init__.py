@@ -39,7 +39,9 @@ class V1Args:
     harness: str = arg("", doc="the agents' harness id (null, bash, ...); default: the taskset's own, else null (a chat loop)")
     env: str = arg("", doc="a verifiers Env id to pair with the taskset; default: the taskset's own, else SingleAgentEnv")
     path: list[str] = arg([], doc="folders put first on the verifiers interpreter's import path (where a taskset module lies)")
-    python: str = arg("", doc=f"the interpreter that has verifiers>=0.4 and uv; default: ${PYTHON_VARIABLE}, else {DEFAULT_VENV}/bin/python")
+    python: str = arg(
+        "", doc=f"the interpreter that has verifiers>=0.4 and uv; default: ${PYTHON_VARIABLE}, else {DEFAULT_VENV}/bin/python"
+    )
     test_tasks: int = arg(0, at_least(0), doc="the last N tasks are the held-out split evaluation uses (0: evaluate on all)")
     check_timeout: float = arg(600.0, within(1.0, 3600.0), doc=f"seconds loading the environment may take ({FIRST_USE})")
     max_calls: int = arg(64, within(1, 100_000), doc="model calls one episode may make; past them it fails as flooding")
@@ -61,7 +63,11 @@ def check(python: str, spec: dict[str, Any], timeout: float) -> list[dict[str, A
     """Load the environment in ``python`` and prepare its harness programs; its tasks (the runner's listing)."""
     try:
         done = subprocess.run(
-            [python, str(RUNNER), "check", json.dumps(spec)], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            [python, str(RUNNER), "check", json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
         raise ConfigError(
@@ -70,13 +76,19 @@ def check(python: str, spec: dict[str, Any], timeout: float) -> list[dict[str, A
         ) from None
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
-        raise ConfigError(f"verifiers_v1: taskset {spec['taskset']!r} cannot be loaded by {python}: {lines[-1] if lines else 'it exited ' + str(done.returncode)}")
+        why = lines[-1] if lines else f"it exited with code {done.returncode}"
+        raise ConfigError(f"verifiers_v1: taskset {spec['taskset']!r} cannot be loaded by {python}: {why}")
     return json.loads(done.stdout.splitlines()[-1])["tasks"]
 
 
 def minds_task(listed: dict[str, Any], taskset: str) -> Task:
     """A minds Task of one listed verifiers task (its ``index`` is what the episode plays)."""
-    return Task(listed["prompt"], listed["answer"], {"index": listed["index"], **listed["data"]}, listed["id"] or f"{taskset}-{listed['index']}")
+    return Task(
+        listed["prompt"],
+        listed["answer"],
+        {"index": listed["index"], **listed["data"]},
+        listed["id"] or f"{taskset}-{listed['index']}",
+    )
 
 
 def load_environment(**raw: Any) -> HarnessEnvironment:
@@ -91,7 +103,9 @@ def load_environment(**raw: Any) -> HarnessEnvironment:
     held = tasks[-chosen.test_tasks :] if chosen.test_tasks else tasks
     trained = tasks[: -chosen.test_tasks] if chosen.test_tasks and chosen.test_tasks < len(tasks) else tasks
     command = [python, str(RUNNER), "episode", json.dumps(spec)]
-    return HarnessEnvironment(HarnessArgs(command=command, tasks="", max_calls=chosen.max_calls), {"train": trained, "test": held})
+    return HarnessEnvironment(
+        HarnessArgs(command=command, tasks="", max_calls=chosen.max_calls), {"train": trained, "test": held}
+    )
 
 
 @hookimpl

@@ -115,7 +115,9 @@ async def _episode(spec: dict[str, Any], index: int) -> dict[str, Any]:
     errors = [*episode.errors, *(error for trace in episode.traces for error in trace.errors)]
     if not episode.ok or errors:
         first = errors[0] if errors else None
-        raise RuntimeError(f"verifiers failed the episode: {first.type}: {first.message}" if first else "verifiers failed the episode")
+        raise RuntimeError(
+            f"verifiers failed the episode: {first.type}: {first.message}" if first else "verifiers failed the episode"
+        )
     (trace,) = episode.traces
     metrics = {f"reward/vf.{name}": reward.score for name, reward in trace.rewards.items() if reward is not None}
     metrics.update({f"vf/{name}": value for name, value in trace.metrics.items() if value is not None})
@@ -130,8 +132,9 @@ def main(argv: list[str]) -> int:
             result = asyncio.run(_check(spec))
         else:
             result = asyncio.run(_episode(spec, int(json.loads(sys.stdin.read())["index"])))
-    except Exception as exc:  # one line for minds to show; the traceback would say less
-        print(f"{type(exc).__name__}: {exc}".splitlines()[0] if not isinstance(exc, Refused) else str(exc), file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - whatever verifiers raised, one line for minds to show
+        message = str(exc) if isinstance(exc, Refused) else f"{type(exc).__name__}: {exc}"
+        print(" ".join(message.split())[:1000], file=sys.stderr)
         return 2 if mode == "check" else 1
     print(json.dumps(result))
     return 0

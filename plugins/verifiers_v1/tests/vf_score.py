@@ -11,8 +11,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "minds_verifiers_v1"))
 
-import runner  # noqa: E402
-import verifiers.v1 as vf  # noqa: E402
+import runner
+import verifiers.v1 as vf
 
 
 async def main() -> None:
