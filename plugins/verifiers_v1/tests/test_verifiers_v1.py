@@ -16,8 +16,6 @@ from typing import Any
 import pytest
 
 from minds_core.errors import ConfigError
-from minds_core.inference import capture as capture_module
-from minds_core.inference.capture import trajectory
 
 SCORER = Path(__file__).with_name("vf_score.py")
 
@@ -62,29 +60,8 @@ def test_the_shipped_v1_config_trains_3_steps_scored_as_verifiers_scores_and_eva
 
 @pytest.mark.slow
 def test_a_multi_turn_v1_env_with_a_tool_trains_exactly_the_sampled_tokens(
-    vf_python: str, tasksets: Path, minds_env_run: Any, monkeypatch: pytest.MonkeyPatch
+    vf_python: str, tasksets: Path, minds_env_run: Any, served_and_trained: Any
 ) -> None:
-    recorded: list[Any] = []
-    trained: list[Any] = []
-    close = capture_module.Capture.close
-
-    def keep_calls(self: Any, episode: Any) -> Any:
-        calls = close(self, episode)
-        if calls and not any(calls == seen for seen in recorded):
-            recorded.append(calls)
-        return calls
-
-    import minds_core.rl.loop as loop
-
-    process = loop.process_batch
-
-    def keep_datums(groups: Any, settings: Any) -> Any:
-        processed = process(groups, settings)
-        trained.extend(processed.datums)
-        return processed
-
-    monkeypatch.setattr(capture_module.Capture, "close", keep_calls)
-    monkeypatch.setattr(loop, "process_batch", keep_datums)
     args = {"taskset": "minds_calc_v1", "path": [str(tasksets)], "python": vf_python, "args": {"num_tasks": 2, "turns": 3}}
     overrides = ["rollout.drop_constant_reward_groups=false", "trainer.group_size=3"]  # rewards that differ in a group
     result = minds_env_run("verifiers_v1", args=args, steps=1, overrides=overrides)
@@ -92,21 +69,14 @@ def test_a_multi_turn_v1_env_with_a_tool_trains_exactly_the_sampled_tokens(
     metrics = result.metrics[0]
     assert metrics["rollouts/failed"] == 0 and metrics["env/verifiers_v1/harness/calls"] == 3, metrics
     assert metrics["env/verifiers_v1/vf/turns"] == 3
+    assert {"env/verifiers_v1/reward/vf.used_tool", "env/verifiers_v1/reward/vf.even"} <= set(metrics)
+    recorded = served_and_trained.recorded
     assert len(recorded) == 6 and all(len(calls) == 3 for calls in recorded)
+    expected = served_and_trained.assert_trained_as_served()
     # the env's tool results came back as the next turns: a later call's prompt extends the one before it, so the
     # turns train as one sequence (a reply whose bytes are not text starts a new one: its text re-renders otherwise)
-    expected = [seq for calls in recorded for seq in trajectory(calls)]
     turns = [sum(now and not before for before, now in zip((False, *s.sampled), s.sampled)) for s in expected]
     assert len(expected) >= 6 and sum(turns) == 18 and max(turns) == 3, turns
-    got = sorted(
-        (d.model_input.to_ints() + [d.loss_fn_inputs["target_tokens"].data[-1]], d.loss_fn_inputs["logprobs"].data)
-        for d in trained
-    )
-    want = sorted((list(s.tokens), [lp if m else 0.0 for lp, m in zip(s.logprobs[1:], s.sampled[1:])]) for s in expected)
-    assert [tokens for tokens, _ in got] == [tokens for tokens, _ in want]
-    for (_, got_logprobs), (_, want_logprobs) in zip(got, want):
-        assert got_logprobs == pytest.approx(want_logprobs, abs=1e-6)
-    assert {"env/verifiers_v1/reward/vf.used_tool", "env/verifiers_v1/reward/vf.even"} <= set(metrics)
 
 
 def test_a_missing_interpreter_is_one_config_error(tmp_path: Path) -> None:
