@@ -16,7 +16,7 @@ older sse-starlette than verifiers' mcp needs). Two modes, each given the spec a
     key), so every model call is sampled and recorded token-exactly by minds. Print
     ``{"reward": trace.reward, "metrics": {...}}``: each reward's unweighted score as ``reward/vf.<name>``
     (minds' name for a component of the reward) and each metric as ``vf/<name>``. An episode verifiers
-    marks failed exits 1 with its first error on stderr.
+    marks failed exits 1 with its last error on stderr.
 
 Any other failure is one line on stderr and exit code 2 (``check``) or 1 (``episode``).
 """
@@ -112,9 +112,9 @@ async def _episode(spec: dict[str, Any], index: int) -> dict[str, Any]:
             f"the episode ran {len(episode.traces)} agents: minds trains one policy per episode on one reward; "
             "a multi-agent verifiers env is not trained"
         )
-    errors = [*episode.errors, *(error for trace in episode.traces for error in trace.errors)]
-    if not episode.ok or errors:
-        first = errors[0] if errors else None
+    if not episode.ok:  # (a trace's errors may be those of attempts verifiers retried: only the verdict counts)
+        errors = [*episode.errors, *(error for trace in episode.traces for error in trace.errors)]
+        first = errors[-1] if errors else None
         raise RuntimeError(
             f"verifiers failed the episode: {first.type}: {first.message}" if first else "verifiers failed the episode"
         )
