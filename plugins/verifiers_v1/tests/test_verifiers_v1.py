@@ -103,3 +103,15 @@ def test_what_verifiers_cannot_load_is_one_config_error_naming_it(vf_python: str
     with pytest.raises(ConfigError, match=r"taskset 'no_such_taskset' cannot be loaded by .*not found"):
         load_environment(taskset="no_such_taskset", python=vf_python)
     assert sys.executable != vf_python  # verifiers ran in its own interpreter, not the run's
+
+
+@pytest.mark.slow
+def test_an_episode_verifiers_cannot_finish_fails_its_rollout_counted(vf_python: str, tasksets: Path, minds_env_run: Any) -> None:
+    """Three turns, one call allowed: minds refuses the second, the episode fails, and the rollout is counted failed."""
+    args = {"taskset": "minds_calc_v1", "path": [str(tasksets)], "python": vf_python, "max_calls": 1, "args": {"num_tasks": 1}}
+    overrides = ["trainer.groups_per_batch=1", "rollout.retries=0", "rollout.max_failing_rollouts=2"]
+    result = minds_env_run("verifiers_v1", args=args, steps=1, overrides=overrides)
+    assert result.metrics[0]["rollouts/failed"] == 2, result.metrics[0]
+    errors = [rollout["error"] for group in result.rollouts for rollout in group["rollouts"]]
+    assert all("flooded the endpoint" in error for error in errors), errors
+    assert all(rollout["reward"] is None for group in result.rollouts for rollout in group["rollouts"])
