@@ -56,7 +56,7 @@ def figures(model_dir: Path, shape: Shape, device: str, cuda_graphs: str) -> dic
         assert plan is not None
         return {
             "load_and_plan": loaded - began, "warm_up": warmed - loaded, "first": first, "second": second,
-            "graphs": slots.graphs.captured, "failed": len(slots.graphs.failed), "plan_gib": round(plan.total / 2**30, 2),
+            "graphs": slots.graphs.captured, "failed": len(slots.graphs.failed), "plan": f"{plan.total / 2**30:.2f} GiB",
             "rows": plan.rows, "train_tokens": plan.train_tokens,
         }  # fmt: skip
 

@@ -54,13 +54,6 @@ def tokens_and_logprobs(response: types.SampleResponse) -> tuple[list[list[int]]
     return [s.tokens for s in response.sequences], np.array([s.logprobs for s in response.sequences])
 
 
-@pytest.fixture(autouse=True)
-def fresh_events():
-    EVENTS.take()
-    yield
-    EVENTS.take()
-
-
 @pytest.fixture(scope="module")
 def eager() -> tuple[list[list[int]], np.ndarray]:
     """What the sampler draws with every step eager (``cuda_graphs`` off)."""
