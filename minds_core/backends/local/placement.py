@@ -68,6 +68,8 @@ class Placement:
 
     cuda_graphs: bool = True
     """Whether samplers capture their decode steps as CUDA graphs where the device can (``local.cuda_graphs``)."""
+    compiles: bool = True
+    """Whether anything may be compiled (``local.compile``): False leaves ``decode_compile`` unused."""
     accelerator: Accelerator | None = None
     """The device layer (``accelerator``) the engines plan memory and capture steps through; None: the device's own
     (``device_layer``). Tests give a fake here."""
@@ -95,7 +97,7 @@ def resolve_placement(device: str = "auto", cuda_graphs: str = "auto", compile: 
             raise LocalBadRequestError(f"local.{key} is {value!r}: use one of {', '.join(SWITCHES)}")
     graphs = cuda_graphs == "auto"
     if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
-        return Placement(torch.device("cpu"), torch.float32, cuda_graphs=graphs)
+        return Placement(torch.device("cpu"), torch.float32, cuda_graphs=graphs, compiles=compile == "auto")
     if not torch.cuda.is_available():
         raise LocalBadRequestError(
             "local.device is 'cuda' but torch sees no CUDA device (torch.cuda.is_available() is False); "
@@ -110,4 +112,5 @@ def resolve_placement(device: str = "auto", cuda_graphs: str = "auto", compile: 
         train_tokens_per_micro_batch=8192,
         packed_attention=packed_attention_mode("cuda") if compile == "auto" else "dense",
         cuda_graphs=graphs,
+        compiles=compile == "auto",
     )

@@ -42,7 +42,7 @@ class SamplingEngine:
             max_rows=placement.decode_rows,
             accelerator=placement.device_layer,
             capture=placement.cuda_graphs,
-            compile_mode=placement.decode_compile,
+            compile_mode=placement.decode_compile if placement.compiles else None,
             kv_budget=_kv_budget(base),
         )
         self._batch = DecodeBatch(model, base.tokenizer, placement.tokens_per_micro_batch, settings)

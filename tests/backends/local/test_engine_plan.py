@@ -86,6 +86,13 @@ def test_cuda_graphs_off_captures_nothing() -> None:
     assert "local.cuda_graphs" in sampler._batch.slots.graphs.eager_reason
 
 
+def test_compile_off_leaves_the_decode_math_eager_whatever_the_placement_asks() -> None:
+    placement = Placement(torch.device("cpu"), torch.float32, decode_compile="default", compiles=False)
+    sampler = SamplingEngine.for_base(BaseModelRegistry(placement).get(TINY_MODEL))
+    math = sampler._batch.slots._fast.math
+    assert math.mode is None and not math.compiled
+
+
 def test_a_failed_capture_falls_back_for_its_shape_only_loudly_and_counted(eager) -> None:
     # the warm-up captures buckets 1 and 2 (a draw, four forwards each: captures 0-9), then bucket 4's draw (10)
     # and its forward over 128 columns (11): the shape these requests' steps take
@@ -207,5 +214,6 @@ def test_the_switches_are_checked_in_config_and_shown_with_the_backend(tmp_path)
             load_config(None, ["env.id=x", f"local.{key}=on"])
     shape = run_shape(load_config(None, ["env.id=x", "trainer.group_size=8", "trainer.groups_per_batch=4"]))
     assert (shape.rows, shape.context) == (32, 4096)
+    assert not resolve_placement("cpu", compile="off").compiles and resolve_placement("cpu").compiles
     with pytest.raises(LocalBadRequestError, match="local.compile is 'sometimes': use one of auto, off"):
         resolve_placement("cpu", compile="sometimes")
