@@ -140,6 +140,8 @@ class LocalConfig:
     """The local backend (``backend = "local"``)."""
 
     device: str = arg("auto", one_of("auto", "cpu", "cuda"), doc="local backend: auto = cuda when available")
+    cuda_graphs: str = arg("auto", one_of("auto", "off"), doc="auto: on a GPU the sampler captures its decode steps as CUDA graphs in a warm-up at start; off: every step runs eagerly")
+    compile: str = arg("auto", one_of("auto", "off"), doc="auto: on a GPU packed training rows attend through compiled FlexAttention; off: nothing is compiled (the dense mask)")
 
 
 @attrs.define
