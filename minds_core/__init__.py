@@ -65,6 +65,8 @@ _PUBLIC: dict[str, str] = {
     "call_with_available": "minds_core.envs.rubric",
     "maybe_await": "minds_core.envs.rubric",
     "PolicySampler": "minds_core.envs.sampler",
+    "HarnessArgs": "minds_core.envs.harness",
+    "HarnessEnvironment": "minds_core.envs.harness",
     "SingleTurnEnvironment": "minds_core.envs.single_turn",
     "prompt_messages": "minds_core.envs.single_turn",
     "report_metric": "minds_core.envs.single_turn",
@@ -147,6 +149,7 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
     from minds_core.envs.args import env_args  # noqa: F401
     from minds_core.envs.calling import lenient  # noqa: F401
     from minds_core.envs.cookbook.models import use_run_model  # noqa: F401
+    from minds_core.envs.harness import HarnessArgs, HarnessEnvironment  # noqa: F401
     from minds_core.envs.loading import build_environment  # noqa: F401
     from minds_core.envs.loops import background_loop  # noqa: F401
     from minds_core.envs.rubric import (  # noqa: F401

@@ -253,6 +253,16 @@ def _chart_sections(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]
         line_chart("Loss", [_series(rows, k) for k in _keys(rows, r"train/loss.*")]),
         line_chart("KL", [_series(rows, k) for k in _keys(rows, r"kl/.+")], "nats/token"),
         line_chart("Advantage: mean, band min–max", [_series(rows, "advantage/mean", "advantage", "advantage/min", "advantage/max")]),
+        line_chart(
+            "Top-k distillation KL to the teacher",
+            [_series(rows, k, k.removeprefix("distill/")) for k in ("distill/kl", "distill/kl_topk", "distill/kl_tail")],
+            "nats/token",
+        ),
+        line_chart(
+            "Top-k distillation: agreement with the teacher, mass its top-k covers",
+            [_series(rows, k, k.removeprefix("distill/")) for k in ("distill/agreement", "distill/teacher_mass", "distill/student_mass")],
+            "fraction",
+        ),
     ]
     health = [
         line_chart("Completion tokens per rollout: mean, band min–max",

@@ -2,6 +2,7 @@
 
 - collect: roll out the step's groups with the newest policy (``rollout``);
 - score: with ``trainer.kl_penalty``, the KL reference's log-probs of every kept rollout (``kl_reference``);
+  with a loss that reads the teacher's top-k (``topk_distill``), the teacher's top-k at every token (``distill_teacher``);
 - process: advantages, length and KL shaping, datums (``data_processing``, no service calls);
 - train: ``forward_backward`` and ``optim_step`` submitted back to back before either is awaited
   (``training_requests``); a fresh sampling client follows every update;
@@ -35,6 +36,7 @@ from minds_core.logs import get_logger
 from minds_core.plugins import Plugins
 from minds_core.rl.data_order import DataOrder
 from minds_core.rl.data_processing import ProcessedBatch, ProcessingSettings, process_batch
+from minds_core.rl.distill_teacher import TeacherScorer
 from minds_core.rl.kl_reference import ReferenceScorer
 from minds_core.rl.outcome import TrainingOutcome
 from minds_core.rl.pacing import BatchesAhead, Cadence, Save, StepTimer
@@ -79,6 +81,7 @@ class RLLoop:
         self.session = session
         self.config = config
         self.reference = reference
+        self.teacher: TeacherScorer | None = None  #: the distillation teacher (``start``), when the loss reads it
         self.loss = registry.lookup("losses", config.trainer.loss_fn, "trainer.loss_fn").obj
         estimator = registry.lookup("advantage_estimators", config.trainer.advantage, "trainer.advantage").obj
         self.processing = ProcessingSettings.from_config(config, estimator, self.loss)
@@ -89,6 +92,16 @@ class RLLoop:
         self.rolling_saves = 0
         #: the own times of the episodes' spans, which split each step's rollout time (``phase/*``); set by ``train_rl``
         self.self_times: SelfTimes | None = None
+
+    @classmethod
+    async def start(cls, session: Session) -> RLLoop:
+        """The loop of an open session, with its KL reference and distillation teacher when the config asks for them."""
+        config, backoff = session.config, session.backoff
+        reference = await ReferenceScorer.start(session.service, config, backoff)
+        loop = cls(session, reference)
+        if loop.processing.distill is not None:
+            loop.teacher = await TeacherScorer.start(session.service, config, backoff)
+        return loop
 
     # ------------------------------------------------------------ the stages of a step
 
@@ -105,12 +118,15 @@ class RLLoop:
         groups = await self.session.executor.run_groups(orders, policy)
         return Batch(step, groups, policy.version, time.perf_counter() - began)
 
-    async def score(self, batch: Batch) -> None:
-        """The KL reference's log-probs on the batch's kept rollouts (nothing without a KL penalty)."""
-        if self.reference is None:
-            return
+    async def score(self, batch: Batch, policy: Policy) -> None:
+        """The KL reference's log-probs (with a KL penalty) and the distillation teacher's top-k (with a loss that
+        reads it; ``policy``'s sampler when the teacher is the policy) on the batch's kept rollouts."""
+        where = f"step {batch.step}"
         try:
-            await self.reference.score(batch.groups, f"step {batch.step}")
+            if self.reference is not None:
+                await self.reference.score(batch.groups, where)
+            if self.teacher is not None:
+                await self.teacher.score(batch.groups, policy.sampler, where)
         except ServiceCallError as exc:
             exc.intact_after = batch.step - 1
             raise
@@ -210,8 +226,8 @@ class RLLoop:
         timer = StepTimer(self.self_times)
         with timer.stage("wait_for_batch"):
             batch = await self.sampled(ahead, step, policy)
-        with timer.stage("kl_reference"):
-            await self.score(batch)
+        with timer.stage("score"):
+            await self.score(batch, policy)
         with timer.stage("advantages"):
             processed = self.process(batch)
         with timer.stage("train"):
@@ -293,7 +309,7 @@ async def _train_rl(
             checkpoint = start.state_path if start.resumed else None
             log.info("resuming", run=str(resume_dir), step=start.step, checkpoint=checkpoint, changed=changed)
         await session.start_training(start.state_path, with_optimizer=start.resumed)
-        loop = RLLoop(session, await ReferenceScorer.start(session.service, config, session.backoff))
+        loop = await RLLoop.start(session)
         run = claims.enter_context(RunDirectory.create(config)) if resume_dir is None else RunDirectory.resume(resume_dir, config, start.step)
         try:
             sinks = session.open_sinks(run)  # after the claim: sinks write into the folder

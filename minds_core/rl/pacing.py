@@ -93,7 +93,7 @@ class BatchesAhead(Generic[BatchT]):
 
 #: the part of a step's wall time (``phase/<part>``) each stage of ``RLLoop.run`` counts to; the rollout stage
 #: (``wait_for_batch``) is split further by its episodes' own times (``tracing.SelfTimes``)
-STAGE_PARTS = {"kl_reference": "training", "advantages": "training", "train": "training", "save": "saving", "record": "other"}
+STAGE_PARTS = {"score": "training", "advantages": "training", "train": "training", "save": "saving", "record": "other"}
 #: what ``phase/*`` splits a step into; they add up to ``time/step``
 PARTS = ("sampling", "environment", "reward", "training", "saving", "waiting", "other")
 

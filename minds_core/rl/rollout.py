@@ -55,6 +55,9 @@ class Rollout:
     #: Per token, the KL reference model's log-probability (None where it has none); set when
     #: ``trainer.kl_penalty > 0`` by the step's scoring (``kl_reference.ReferenceScorer``).
     reference_logprobs: list[float | None] | None = None
+    #: Per token, the distillation teacher's top-k ``(token ids, log-probs)`` (None where it has none); set when
+    #: the loss reads the teacher's top-k by the step's scoring (``distill_teacher.TeacherScorer``).
+    teacher_topk: list[Any] | None = None
     #: The advantage the rollout was trained with, set by ``data_processing.assign_advantages``;
     #: None when it was not part of training (it failed, or its group was dropped) and in evaluations.
     advantage: float | None = None

@@ -20,6 +20,7 @@ from minds_core.logs import get_logger
 from minds_core.rl.losses import CustomLoss
 from minds_core.rl.lr_schedules import learning_rate
 from minds_core.rl.step_metrics import sampler_train_kl
+from minds_core.rl.topk_distill import distill_metrics
 from minds_core.run_directory import CheckpointRecord, RunDirectory
 from minds_core.tracing import span
 
@@ -52,6 +53,7 @@ async def train_step(
     result = await apply_update(forward_backward, lambda: client.optim_step(adam), step, backoff)
     metrics = {"train/learning_rate": adam.learning_rate, **{f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}}
     metrics.update(sampler_train_kl(datums, result.loss_fn_outputs or []))
+    metrics.update(distill_metrics(datums, result.loss_fn_outputs or []))
     return metrics
 
 

@@ -31,6 +31,20 @@ def starts_with_target(completion: str) -> float:
     return float(completion.startswith(TARGET))
 
 
+#: What toy_secret's tasks answer; nothing in their prompts tells it.
+SECRET = "qzxv"
+
+
+def secret_in_place(completion: str, answer: str) -> float:
+    """The share of the answer's characters the reply repeats at the same places from its start (0 to 1)."""
+    return sum(a == b for a, b in zip(completion, answer)) / len(answer)
+
+
+def load_secret(num_tasks: int = 4) -> SingleTurnEnvironment:
+    tasks = [Task(prompt=f"Say the secret word. ({i})", answer=SECRET, id=f"s{i}") for i in range(num_tasks)]
+    return SingleTurnEnvironment({"train": tasks}, Rubric([secret_in_place], names=["toy.secret"]))
+
+
 def load_first_char(num_tasks: int = 4) -> SingleTurnEnvironment:
     """Train and test splits of distinct prompts, scored 0 or 1."""
     splits = {
@@ -119,7 +133,7 @@ class EchoToolEpisode:
 
 class TwoTurnEnvironment:
     def tasks(self, split: str) -> list[Task]:
-        return [Task(prompt="", id="two-turn")]
+        return [Task(prompt="", id="two-turn", privileged_context="The lookup will say x = 42; reply 42.")]
 
     def episode(self, task: Task, ctx) -> EchoToolEpisode:
         return EchoToolEpisode()
@@ -179,6 +193,7 @@ class ServerDiesEnvironment:
 @hookimpl
 def minds_register_environments(register):
     register("toy_char_share", load_char_share, "reward = share of the letter a")
+    register("toy_secret", load_secret, "reward = the share of the secret answer the reply repeats in place")
     register("toy_first_char", load_first_char, "binary reward: the reply starts with the letter a; train and test splits")
     register("toy_flaky", lambda modes=("ok",): FlakyEnvironment(list(modes)), "episodes that misbehave on purpose")
     register("toy_two_turn", TwoTurnEnvironment, "a two-turn episode with a tool reply")
