@@ -1,10 +1,11 @@
 #!/bin/bash
-# The GPU check: one run on a lent GPU machine that fits TOTAL_S (480 s; ~6 min expected on an H100), from a copy of
+# The GPU check: one run on a lent GPU machine that fits TOTAL_S (570 s; ~7 min expected on an H100), from a copy of
 # this tree (tree/) beside wheels of tinker 0.38 and its pure-Python dependencies for that machine's Python 3.12 (h2,
 # hpack and hyperframe included: the SDK's HTTP/2 client needs them), "$WHEELS"/*.whl relative to tree/.
 # It installs them and the ghost_trace plugin into $SITE, checks that everything imports and that torch sees the GPU,
 # then runs, each with its own timeout and its stdout/stderr in $OUT/NAME.log/.err: the GPU tests (every test file
-# under tests/ that asks torch.cuda.is_available), gpu_sampling.py, gpu_step.py and serve_overhead.py.
+# under tests/ that asks torch.cuda.is_available), gpu_sampling.py, gpu_step.py, gpu_warm_up.py (the memory plan
+# and the sampler's warm-up from a fresh service, against every step eager) and serve_overhead.py.
 # $OUT/summary.txt gathers the figures as each step ends (and is printed last); the exit status is 0 when every
 # step passed, 1 when one failed or was skipped, 3-5 when nothing could run (install, plugin, imports or GPU).
 #
@@ -24,7 +25,7 @@
 set -u
 : "${OUT:?set OUT to the folder that takes the logs}"
 START=$(date +%s)
-DEADLINE=$(( START + ${TOTAL_S:-480} ))
+DEADLINE=$(( START + ${TOTAL_S:-570} ))
 cd "${TREE:-$(dirname "$0")/tree}" || exit 3
 PY=${PYTHON:-python3}
 SMOKE=${SMOKE:-}
@@ -76,6 +77,7 @@ limit() {  # the timeout of step $1 before TOTAL_S caps it
     tests) echo "${TEST_S:-200}" ;;
     gpu_sampling.py) echo "${BENCH_S:-120}" ;;
     gpu_step.py) echo "${BENCH_S:-180}" ;;
+    gpu_warm_up.py) echo "${BENCH_S:-90}" ;;
     *) echo "${BENCH_S:-200}" ;;
   esac
 }
@@ -112,7 +114,7 @@ step() {  # step NAME COMMAND...: run COMMAND with its timeout; stdout in $OUT/N
 step tests "$PY" -m pytest -o addopts="" --import-mode=importlib $PLUGIN_ARG -p no:cacheprovider -v \
   --durations=10 $TIMEOUT_ARG -k "${TEST_K-$([ -n "$SMOKE" ] && echo cuda || echo 'not cpu')}" ${PYTEST_ARGS-} \
   ${TESTS:-$(grep -rl --include='*.py' 'cuda\.is_available' tests | sort)}
-for b in ${BENCH:-gpu_sampling.py gpu_step.py serve_overhead.py}; do
+for b in ${BENCH:-gpu_sampling.py gpu_step.py gpu_warm_up.py serve_overhead.py}; do
   step "$b" "$PY" "benchmarks/$b" ${SMOKE:+--smoke}
 done
 echo "== all: $(( $(date +%s) - START )) s, $([ $FAILED -eq 0 ] && echo 'every step passed' || echo 'a step failed')" >> "$SUMMARY"

@@ -131,16 +131,23 @@ def rl_step(trainer: Any, prompts: list[list[int]], shape: Shape, step: int) -> 
 @contextlib.contextmanager
 def served(model: str, device: str) -> Iterator[tinker.ServiceClient]:
     """An SDK client of ``minds serve --port 0`` serving ``model`` on ``device`` in a subprocess (stopped after)."""
-    command = [sys.executable, "-m", "minds_core.cli.command", "serve", "--port", "0", "--device", device, "--model", model]
+    with serving(model, device) as url:
+        remote = tinker.ServiceClient(base_url=url, api_key=os.environ.get("TINKER_API_KEY", "tml-benchmark"))
+        yield remote
+        remote.close("success").result()
+
+
+@contextlib.contextmanager
+def serving(model: str, device: str, *options: str) -> Iterator[str]:
+    """The URL of ``minds serve --port 0 [options]`` serving ``model`` on ``device`` in a subprocess (stopped after)."""
+    command = [sys.executable, "-m", "minds_core.cli.command", "serve", "--port", "0", "--device", device, "--model", model, *options]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     try:
         line = process.stdout.readline()
         if not line:
             raise SystemExit(f"minds serve exited with {process.wait()} before it listened (its errors are above)")
-        remote = tinker.ServiceClient(base_url=json.loads(line)["url"], api_key=os.environ.get("TINKER_API_KEY", "tml-benchmark"))
-        yield remote
-        remote.close("success").result()
+        yield json.loads(line)["url"]
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)

@@ -65,6 +65,8 @@ _PUBLIC: dict[str, str] = {
     "call_with_available": "minds_core.envs.rubric",
     "maybe_await": "minds_core.envs.rubric",
     "PolicySampler": "minds_core.envs.sampler",
+    "HarnessArgs": "minds_core.envs.harness",
+    "HarnessEnvironment": "minds_core.envs.harness",
     "SingleTurnEnvironment": "minds_core.envs.single_turn",
     "prompt_messages": "minds_core.envs.single_turn",
     "report_metric": "minds_core.envs.single_turn",
@@ -109,6 +111,7 @@ _PUBLIC: dict[str, str] = {
     "strip_think": "minds_core.envs.text",
     "strip_tool_calls": "minds_core.envs.text",
     "think_text": "minds_core.envs.text",
+    "span": "minds_core.tracing",
 }
 
 if TYPE_CHECKING:  # what type checkers see of the names imported on first use (a test holds it to _PUBLIC)
@@ -146,6 +149,7 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
     from minds_core.envs.args import env_args  # noqa: F401
     from minds_core.envs.calling import lenient  # noqa: F401
     from minds_core.envs.cookbook.models import use_run_model  # noqa: F401
+    from minds_core.envs.harness import HarnessArgs, HarnessEnvironment  # noqa: F401
     from minds_core.envs.loading import build_environment  # noqa: F401
     from minds_core.envs.loops import background_loop  # noqa: F401
     from minds_core.envs.rubric import (  # noqa: F401
@@ -198,6 +202,7 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
     from minds_core.rl.losses import CustomLoss  # noqa: F401
     from minds_core.rl.rollout import EpisodeSettings, Group, Rollout, finish_group, run_rollout  # noqa: F401
     from minds_core.serve.background import serve_in_background  # noqa: F401
+    from minds_core.tracing import span  # noqa: F401
 
 __all__ = ["__version__", "hookimpl"]
 __all__ += list(_PUBLIC)

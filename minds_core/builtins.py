@@ -19,6 +19,7 @@ from minds_core.envs.rewards import REWARD_FUNCTIONS
 from minds_core.rl.advantages import ESTIMATORS
 from minds_core.rl.local_executor import LocalExecutor
 from minds_core.rl.losses import BUILTIN_LOSSES, CUSTOM_LOSSES, CustomLoss
+from minds_core.rl.topk_distill import TOPK_DISTILL
 from minds_core.sinks.console import ConsoleSink
 from minds_core.sinks.report import ReportSink
 from minds_core.sinks.wandb import WandbSink
@@ -42,6 +43,7 @@ def minds_register_losses(register: Register[str | CustomLoss]) -> None:
         register(name, name, f"Tinker built-in: {loss.description}")
     for name, (loss, description) in CUSTOM_LOSSES.items():
         register(name, loss, description)
+    register("topk_distill", TOPK_DISTILL, "top-k KL to a teacher ([distill]; custom, via forward_backward_custom)")
 
 
 @hookimpl

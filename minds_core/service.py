@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 import attrs
 import tinker
 
-from minds_core.backends import choose_backend, rest_client
+from minds_core.backends import backend_settings, choose_backend, rest_client
 from minds_core.backends.retry import REJECTIONS, Backoff, call_service
 from minds_core.config import RunConfig
 from minds_core.config.names import check_names
@@ -67,8 +67,8 @@ class ServiceLifetime:
         """The backend the config names, or the one ``auto`` picks (logged with why); nothing is opened yet."""
         choice = choose_backend(config, registry)
         factory = registry.lookup("backends", choice.name, "backend").obj
+        log.info("backend chosen", backend=choice.name, reason=choice.reason, **backend_settings(config, choice.name))
         if config.backend == "auto":
-            log.info("backend chosen", backend=choice.name, reason=choice.reason)
             config = attrs.evolve(config, backend=choice.name)  # a run's config.yaml and report name the backend used
         return cls(config, choice.name, factory)
 

@@ -6,6 +6,8 @@ Fixtures, available in any pytest session where minds-core is installed:
   methods) for one test; every plugin discovery in that test sees it as installed.
 - ``minds_env_run``: train an environment for a few steps on the local backend
   (the tiny model) and get back what the run wrote (a RunResult).
+- ``served_and_trained``: keep what the runs of one test served through their policy endpoints
+  and what they trained (a ServedAndTrained), to hold the one to the other token for token.
 
 Also ``run_minds`` (a short ``minds run`` in this process), ``with_sampled_provenance`` (an RL
 datum as the tinker-cookbook's loops annotate it) and pages in headless Chromium.
@@ -247,6 +249,57 @@ def minds_env_run(tmp_path: Path) -> Callable[..., RunResult]:
     return run
 
 
+@attrs.define
+class ServedAndTrained:
+    """What the runs of one test served and trained: ``recorded``, each episode's calls to its run's policy
+    endpoint (as ``Capture.close`` returned them: prompt ids, sampled ids, log-probs); ``trained``, the datums of
+    every batch the runs trained on."""
+
+    recorded: list[list[Any]] = attrs.field(factory=list)
+    trained: list[Any] = attrs.field(factory=list)
+
+    def assert_trained_as_served(self) -> list[Any]:
+        """Assert the datums trained are the recorded calls' sequences (``capture.trajectory``), token for token,
+        with the sampler's log-prob on each sampled token; those sequences."""
+        from minds_core.inference.capture import trajectory
+
+        expected = [sequence for calls in self.recorded for sequence in trajectory(calls)]
+        got = sorted(
+            (d.model_input.to_ints() + [d.loss_fn_inputs["target_tokens"].data[-1]], d.loss_fn_inputs["logprobs"].data)
+            for d in self.trained
+        )
+        want = sorted((list(s.tokens), [lp if m else 0.0 for lp, m in zip(s.logprobs[1:], s.sampled[1:])]) for s in expected)
+        assert [tokens for tokens, _ in got] == [tokens for tokens, _ in want]
+        for (_, got_logprobs), (_, want_logprobs) in zip(got, want):
+            assert got_logprobs == pytest.approx(want_logprobs, abs=1e-6)
+        return expected
+
+
+@pytest.fixture
+def served_and_trained(monkeypatch: pytest.MonkeyPatch) -> ServedAndTrained:
+    """Record, for this test's in-process runs, every episode's endpoint calls and every datum trained."""
+    import minds_core.rl.loop as loop
+    from minds_core.inference.capture import Capture
+
+    kept = ServedAndTrained()
+    close, process = Capture.close, loop.process_batch
+
+    def keep_calls(self: Any, episode: Any) -> Any:
+        calls = close(self, episode)
+        if calls and not any(calls == seen for seen in kept.recorded):  # an episode's key is closed twice
+            kept.recorded.append(calls)
+        return calls
+
+    def keep_datums(groups: Any, settings: Any) -> Any:
+        processed = process(groups, settings)
+        kept.trained.extend(processed.datums)
+        return processed
+
+    monkeypatch.setattr(Capture, "close", keep_calls)
+    monkeypatch.setattr(loop, "process_batch", keep_datums)
+    return kept
+
+
 @pytest.fixture
 def minds_plugin(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
     """Register a plugin for this test only: ``minds_plugin(obj, name="my_plugin")``.
@@ -284,7 +337,7 @@ CHROMIUM_FLAGS = (
 _MEASURE = """<script>
 const box = (selector) => { const e = document.querySelector(selector); if (!e) return null;
   const b = e.getBoundingClientRect(); return [b.left, b.top, b.width, b.height]; };
-document.body.setAttribute("data-boxes", JSON.stringify({chart: box("svg.chart"), table: box("table.rollouts")}));
+document.body.setAttribute("data-boxes", JSON.stringify({chart: box("svg.chart"), table: box("table.rollouts"), stacked: box("svg.chart.stacked")}));
 </script>"""
 
 
@@ -302,14 +355,15 @@ def _chromium(page: Path, profile: Path, *args: str) -> subprocess.CompletedProc
 class BrowserView:
     """A page as headless Chromium drew it: the screenshot, the DOM after load, and where things lie.
 
-    ``chart`` and ``table`` are ``[left, top, width, height]`` (CSS pixels = screenshot pixels) of
-    the first ``svg.chart`` and the first ``table.rollouts``; None when the page has none.
+    ``chart``, ``table`` and ``stacked`` are ``[left, top, width, height]`` (CSS pixels = screenshot pixels) of
+    the first ``svg.chart``, the first ``table.rollouts`` and the first stacked chart; None when the page has none.
     """
 
     screenshot: Path
     dom: str
     chart: list[float] | None
     table: list[float] | None
+    stacked: list[float] | None = None
 
     def pixels_near(self, box: list[float], color: str, tolerance: int = 12) -> int:
         """How many screenshot pixels inside ``box`` are within ``tolerance`` of ``color`` (``#rrggbb``)."""
@@ -336,4 +390,4 @@ def view_in_chromium(page: Path, workdir: Path, width: int = 1400, height: int =
     _chromium(page, workdir / "profile", size, f"--screenshot={shot}")
     dom = _chromium(measured, workdir / "profile", size, "--dump-dom").stdout
     boxes = json.loads(html.unescape(re.search(r'data-boxes="([^"]*)"', dom).group(1)))
-    return BrowserView(shot, dom, boxes["chart"], boxes["table"])
+    return BrowserView(shot, dom, boxes["chart"], boxes["table"], boxes["stacked"])

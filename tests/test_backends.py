@@ -140,3 +140,15 @@ def test_bad_model_fails_before_any_run_directory(run_minds, tmp_path):
     assert "model.base_model = 'no/such-model': not in the Hugging Face cache" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "runs" / "toy_char_share").exists() and not list((tmp_path / "runs").glob("toy*"))
+
+
+def test_the_backend_chosen_line_shows_the_local_backends_switches(registry):
+    from structlog.testing import capture_logs
+
+    from minds_core.service import ServiceLifetime
+
+    config = load_config(None, ["env.id=x", "backend=local", "local.cuda_graphs=off"])
+    with capture_logs() as logs:
+        ServiceLifetime.choose(config, registry)
+    (line,) = [log for log in logs if log["event"] == "backend chosen"]
+    assert (line["backend"], line["device"], line["cuda_graphs"], line["compile"]) == ("local", "auto", "off", "auto")

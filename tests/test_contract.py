@@ -62,6 +62,7 @@ def _core_imports(path: Path) -> list[tuple[int, str]]:
 def test_every_first_party_plugin_package_is_checked() -> None:
     assert {p.name for p in PLUGIN_PACKAGES} == {
         "minds_ghost_trace", "minds_gradient_prophet", "minds_openreward", "minds_ray", "minds_self_prediction", "minds_verifiers",
+        "minds_verifiers_v1",
     }
 
 

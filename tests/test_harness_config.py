@@ -156,3 +156,16 @@ def test_harness_keys_work_as_overrides(capfd) -> None:
 def test_the_tables_do_not_overlap() -> None:
     assert not set(RENAMED) & set(NO_EFFECT)
     assert all(target not in RENAMED for target in RENAMED.values())
+
+
+def test_a_harness_reward_line_may_carry_metrics() -> None:
+    """The harness environment's reward line: `{"reward": x}`, optionally with `"metrics"`; anything else is no line."""
+    from minds_core.envs.harness import reward_line
+
+    assert reward_line('log\n{"reward": 1.5}\n') == (1.5, {})
+    assert reward_line('{"reward": 1, "metrics": {"reward/vf.correct": 1, "vf/turns": 3.0}}') == (
+        1.0,
+        {"reward/vf.correct": 1.0, "vf/turns": 3.0},
+    )
+    for line in ('{"reward": true}', '{"reward": 1, "metrics": {"a": "x"}}', '{"reward": 1, "metrics": [1]}', "1.0", ""):
+        assert reward_line(line) is None, line

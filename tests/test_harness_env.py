@@ -16,8 +16,6 @@ from typing import Any
 import pytest
 
 from minds_core.errors import ConfigError
-from minds_core.inference import capture as capture_module
-from minds_core.inference.capture import trajectory
 
 pytestmark = pytest.mark.slow
 
@@ -56,31 +54,10 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_an_openai_sdk_agent_trains_on_exactly_the_tokens_it_was_served(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, minds_env_run: Any
+    tmp_path: Path, minds_env_run: Any, served_and_trained: Any
 ) -> None:
     agent = write(tmp_path, "agent.py", AGENT)
     tasks = write(tmp_path, "tasks.jsonl", '{"prompt": "2+3?"}\n{"prompt": "4+4?"}\n')
-    recorded: list[Any] = []
-    trained: list[Any] = []
-    close = capture_module.Capture.close
-
-    def keep_calls(self: Any, episode: Any) -> Any:
-        calls = close(self, episode)
-        if calls and not any(calls == seen for seen in recorded):
-            recorded.append(calls)
-        return calls
-
-    import minds_core.rl.loop as loop
-
-    process = loop.process_batch
-
-    def keep_datums(groups: Any, settings: Any) -> Any:
-        processed = process(groups, settings)
-        trained.extend(processed.datums)
-        return processed
-
-    monkeypatch.setattr(capture_module.Capture, "close", keep_calls)
-    monkeypatch.setattr(loop, "process_batch", keep_datums)
     result = minds_env_run(
         "harness",
         args={"command": [sys.executable, str(agent)], "tasks": str(tasks)},
@@ -91,17 +68,9 @@ def test_an_openai_sdk_agent_trains_on_exactly_the_tokens_it_was_served(
     assert len(result.metrics) == 3 and all(m["rollouts/failed"] == 0 for m in result.metrics)
     assert all(m["env/harness/harness/calls"] == 2 for m in result.metrics), result.metrics[0]
     # every rollout's calls, as the endpoint recorded them, are the sequences trained: token for token
-    expected = [seq for calls in recorded for seq in trajectory(calls)]
-    assert len(recorded) == 12 and len(trained) == len(expected) >= 12
-    got = sorted(
-        (d.model_input.to_ints() + [d.loss_fn_inputs["target_tokens"].data[-1]], d.loss_fn_inputs["logprobs"].data)
-        for d in trained
-    )
-    want = sorted((list(s.tokens), [lp if m else 0.0 for lp, m in zip(s.logprobs[1:], s.sampled[1:])]) for s in expected)
-    assert [tokens for tokens, _ in got] == [tokens for tokens, _ in want]
-    for (_, got_logprobs), (_, want_logprobs) in zip(got, want):
-        assert got_logprobs == pytest.approx(want_logprobs, abs=1e-6)
-    versions = {call.version for calls in recorded for call in calls}
+    expected = served_and_trained.assert_trained_as_served()
+    assert len(served_and_trained.recorded) == 12 and len(served_and_trained.trained) == len(expected) >= 12
+    versions = {call.version for calls in served_and_trained.recorded for call in calls}
     assert versions == {0, 1, 2}  # each step's episodes were answered by that step's policy
 
 

@@ -40,6 +40,13 @@ def test_a_preset_sets_its_keys_and_explicit_keys_win(tmp_path):
     assert grpo.trainer.loss_fn == "ppo" and grpo.trainer.loss_fn_config["clip_high_threshold"] == 1.2
 
 
+def test_the_self_distill_preset_makes_the_policy_with_privileged_context_the_top_k_teacher():
+    config = load_config(None, ["trainer.preset=self_distill", "distill.reward_weight=0.5"])
+    assert config.trainer.loss_fn == "topk_distill" and config.distill.teacher == "policy" and config.distill.privileged_context
+    assert config.distill.reward_weight == 0.5 and config.distill.divergence == "forward"
+    assert load_config(None, ["trainer.preset=self_distill", "distill.teacher="]).distill.teacher == ""  # the base model
+
+
 def test_a_preset_keeps_its_loss_settings_off_a_loss_the_config_chose():
     config = load_config(None, ["trainer.preset=gspo", "trainer.loss_fn=importance_sampling"])
     assert config.trainer.loss_fn == "importance_sampling" and config.trainer.loss_fn_config == {}
@@ -149,7 +156,11 @@ def plugins():
     return load_plugins()
 
 
-@pytest.mark.parametrize("preset", list(PRESETS))
+#: The presets of an RL paper's formula (self_distill's top-k KL: tests/test_topk_distill.py, tests/test_distill_runs.py).
+RL_PRESETS = [name for name in PRESETS if name != "self_distill"]
+
+
+@pytest.mark.parametrize("preset", RL_PRESETS)
 def test_the_loss_of_a_hand_built_batch_is_the_papers_formula(plugins, preset):
     config = load_config(None, [f"trainer.preset={preset}", f"sampling.max_tokens={MAX_TOKENS}"])
     groups, policy = _hand_built_batch(random.Random(preset), tiny_ratios=preset == "gspo",
@@ -168,7 +179,7 @@ def test_the_loss_of_a_hand_built_batch_is_the_papers_formula(plugins, preset):
     assert float(total) == pytest.approx(expected, abs=1e-6)
 
 
-@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize("preset", RL_PRESETS)
 def test_the_presets_differ_from_the_service_default_on_the_same_batch(plugins, preset):
     """The comparison above can fail: the default (summed importance sampling) gives another number."""
     config = load_config(None, [f"trainer.preset={preset}", f"sampling.max_tokens={MAX_TOKENS}"])

@@ -13,7 +13,8 @@ import pytest
 from minds_core import logs
 from minds_core.config import load_config
 from minds_core.report import REPORT_FILE, write_report
-from minds_core.report.charts import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, TOP, WIDTH
+from minds_core.report.charts import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, STACKED, TOP, WIDTH
+from minds_core.report.timing import slowest
 from minds_core.run_directory import read_jsonl
 from minds_core.sinks.report import ReportSink
 from minds_core.testing import chromium, view_in_chromium
@@ -84,7 +85,8 @@ def test_the_report_is_written_at_the_end_and_self_contained(run_dir: Path) -> N
     assert "status: finished" in text
     page = Page(text)
     assert not page.all("script") and not page.all("link") and not page.all("img")
-    assert not [a for _, a in page.tags if "src" in a or "href" in a]  # nothing to fetch
+    links = [a for _, a in page.tags if "src" in a or "href" in a]
+    assert links == [{"class": "trace-link", "href": "trace.json"}]  # nothing to fetch: one link, to the run's own trace
 
 
 def test_the_header_names_the_backend_auto_chose(run_dir: Path) -> None:
@@ -112,6 +114,38 @@ def test_curves_hold_exactly_the_values_of_metrics_jsonl(run_dir: Path) -> None:
         present = [r for r in rows if key in r]
         assert [int(s) for s in attrs_["data-steps"].split()] == [r["step"] for r in present], key
         assert [float(v) for v in attrs_["data-values"].split()] == [float(r[key]) for r in present], key
+
+
+def test_the_step_time_is_stacked_by_part_and_the_slowest_spans_are_listed(run_dir: Path) -> None:
+    rows = _rows(run_dir / "metrics.jsonl")
+    page = Page((run_dir / REPORT_FILE).read_text())
+    stacked = next(i for i, (t, a) in enumerate(page.tags) if t == "svg" and "stacked" in a.get("class", ""))
+    after = [a for t, a in page.tags[stacked:] if t == "g" and "series" in a.get("class", "")]
+    parts = {a["data-key"]: a for a in after if a["data-key"].startswith("phase/")}
+    assert {"phase/sampling", "phase/environment", "phase/reward", "phase/training", "phase/saving"} <= set(parts)
+    for key, attrs_ in parts.items():
+        assert [float(v) for v in attrs_["data-values"].split()] == [r[key] for r in rows if key in r], key
+    for row in rows:  # each bar is the step's wall time
+        assert sum(row[k] for k in row if k.startswith("phase/")) == pytest.approx(row["time/step"], rel=0.05)
+    tables = {a["data-kind"] for t, a in page.tags if t == "table" and "slowest" in a.get("class", "")}
+    assert tables == {"episodes", "rewards"}
+    text = (run_dir / REPORT_FILE).read_text()
+    found = slowest(run_dir / "trace.json")
+    assert len(found["episodes"]) == 10 and found["rewards"]
+    for row in found["episodes"]:  # the names and tasks users see
+        assert row["environment"] in ("toy_char_share", "toy_two_turn") and row["task"] and f"{row['seconds']:.3f}" in text
+    assert {row["name"] for row in found["rewards"]} <= {"toy.share reward", "toy.length reward"}
+    assert [row["seconds"] for row in found["episodes"]] == sorted((row["seconds"] for row in found["episodes"]), reverse=True)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(chromium() is None, reason="needs Chromium: apt-get install chromium (.ci/run installs it)")
+def test_chromium_draws_the_stacked_step_time(tmp_path: Path, run_dir: Path) -> None:
+    view = view_in_chromium(run_dir / REPORT_FILE, tmp_path, height=6000)
+    assert view.stacked is not None
+    left, top, width, height = view.stacked
+    assert width > 400 and height > 150 and top + height <= 6000
+    assert sum(view.pixels_near(view.stacked, color) for color in STACKED) > 2000  # the bars, coloured by part
 
 
 def test_the_reward_line_is_drawn_where_the_values_are(run_dir: Path) -> None:

@@ -23,7 +23,7 @@ ACCEPT_CHANGED_CHECKPOINTS = "MINDS_ACCEPT_CHANGED_CHECKPOINTS"
 
 @attrs.frozen
 class BackendChoice:
-    """The backend a run uses and why (logged on one line when ``backend = "auto"``)."""
+    """The backend a run uses and why (logged on one line, the ``backend chosen`` line)."""
 
     name: str  #: a registered backend name (``local``, ``tinker``, a plugin's)
     reason: str  #: one sentence: what made ``auto`` pick it, or that the config named it
@@ -125,6 +125,36 @@ def create_local_service(config: RunConfig, run_dir: Path) -> Any:
 
         raise UsageError(f"the local backend needs torch and peft: {pip_install(extras='local')} ({exc})") from None
     try:
-        return create_service_client(local_checkpoint_root(config), config.local.device)
+        return create_service_client(
+            local_checkpoint_root(config),
+            config.local.device,
+            config.local.cuda_graphs,
+            config.local.compile,
+            run_shape(config),
+        )
     except LocalBadRequestError as exc:
         raise UsageError(str(exc)) from None
+
+
+def run_shape(config: RunConfig) -> Any:
+    """What a run declares to the local backend's memory plan (``memory_plan.RunShape``): the rows it samples at
+    once (its rollouts per step, within ``rollout.concurrency``; one for SFT), the tokens of a sequence, the rank."""
+    from minds_core.backends.local.memory_plan import RunShape
+
+    trainer, sampling = config.trainer, config.sampling
+    rows = 1 if trainer.mode == "sft" else min(trainer.group_size * trainer.groups_per_batch, config.rollout.concurrency)
+    return RunShape(
+        rows=rows,
+        context=config.rollout.max_total_tokens,
+        rank=config.model.lora_rank,
+        temperature=sampling.temperature,
+        truncated=sampling.top_k != -1 or sampling.top_p < 1,
+    )
+
+
+def backend_settings(config: RunConfig, backend: str) -> dict[str, str]:
+    """The settings the ``backend chosen`` line shows beside the backend (the local backend's device switches)."""
+    if backend != "local":
+        return {}
+    local = config.local
+    return {"device": local.device, "cuda_graphs": local.cuda_graphs, "compile": local.compile}

@@ -15,6 +15,7 @@ from minds_core.config.loading import build_config, load_config
 from minds_core.config.schema import (
     BUILTIN_MODELS,
     DEFAULT_BASE_MODEL,
+    DistillConfig,
     EnvConfig,
     LocalConfig,
     MetricsConfig,
@@ -42,6 +43,7 @@ __all__ = [
     "RunConfig",
     "SamplingConfig",
     "SftConfig",
+    "DistillConfig",
     "TinkerConfig",
     "TrainerConfig",
     "build_config",

@@ -1,4 +1,4 @@
-"""Named recipes: ``trainer.preset = "grpo" | "dr_grpo" | "dapo" | "gspo"``.
+"""Named recipes: ``trainer.preset = "grpo" | "dr_grpo" | "dapo" | "gspo" | "self_distill"``.
 
 A preset is a set of config values, applied under the config file and
 ``--set``: a key given explicitly always wins. Each preset follows its paper:
@@ -18,6 +18,13 @@ A preset is a set of config values, applied under the config file and
 - gspo: Zheng et al. 2025. Advantage ``(r - mean) / std``, the sequence-level
   ratio ``s_i = exp(mean_t log(p/q))`` clipped to ``[1 - 3e-4, 1 + 4e-4]``
   (the ``gspo`` loss), one term per sequence averaged over sequences.
+- self_distill: on-policy self-distillation (as in OPSD, verl #6827, miles #2410). The teacher is the
+  training policy itself reading each task's privileged context (``Task.privileged_context``, else
+  its answer) before the episode; the loss is the top-k forward KL to it at every sampled token
+  (``topk_distill``): on minds-tiny's toy_secret the reverse KL, mode-seeking towards a teacher that
+  moves with the student, collapsed to one repeated character where the forward KL learned the answer.
+  ``distill.teacher = ""`` makes the teacher the base model instead, and ``distill.reward_weight``
+  mixes in the environment's reward.
 """
 
 from __future__ import annotations
@@ -54,6 +61,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "trainer.loss_fn": "gspo",
         "trainer.loss_fn_config": {"clip_low_threshold": 1 - 3e-4, "clip_high_threshold": 1 + 4e-4},
         "trainer.loss_aggregation": "sequence_mean",
+    },
+    "self_distill": {
+        "trainer.loss_fn": "topk_distill",
+        "distill.teacher": "policy",
+        "distill.privileged_context": True,
+        "distill.divergence": "forward",
     },
 }
 """Preset name -> the dotted config keys it sets and their values."""

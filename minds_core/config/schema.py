@@ -140,6 +140,8 @@ class LocalConfig:
     """The local backend (``backend = "local"``)."""
 
     device: str = arg("auto", one_of("auto", "cpu", "cuda"), doc="local backend: auto = cuda when available")
+    cuda_graphs: str = arg("auto", one_of("auto", "off"), doc="auto: on a GPU the sampler captures its decode steps as CUDA graphs in a warm-up at start; off: every step runs eagerly")
+    compile: str = arg("auto", one_of("auto", "off"), doc="auto: on a GPU packed training rows attend through compiled FlexAttention; off: nothing is compiled (the dense mask)")
 
 
 @attrs.define
@@ -183,7 +185,7 @@ class TrainerConfig:
     """What training does each step, and how often it evaluates and saves."""
 
     mode: str = arg("rl", one_of("rl", "sft"), doc="rl: rollouts and rewards; sft: supervised fine-tuning on [sft] data")
-    preset: str = arg("", one_of("", *PRESETS), doc="a named recipe (grpo, dr_grpo, dapo, gspo); explicit keys override it")
+    preset: str = arg("", one_of("", *PRESETS), doc="a named recipe (grpo, dr_grpo, dapo, gspo, self_distill); explicit keys override it")
     steps: int = arg(20, within(1, MAX_STEPS), doc="optimizer steps of the run")
     group_size: int = arg(8, within(1, MAX_GROUP), doc="rollouts per task; advantages are computed within a group")
     groups_per_batch: int = arg(4, within(1, MAX_GROUP), doc="groups (tasks) per step")
@@ -214,6 +216,18 @@ class TrainerConfig:
 
 
 @attrs.define
+class DistillConfig:
+    """Top-k distillation (``trainer.loss_fn = "topk_distill"``; ``trainer.preset = "self_distill"``)."""
+
+    teacher: str = arg("", doc="a base model name or tinker:// sampler weights; empty: the run's base model; policy: the training policy itself")
+    topk: int = arg(20, within(1, MAX_TOP_K), doc="k: the teacher's top-k tokens at every completion position (the rest is one tail bin)")
+    divergence: str = arg("reverse", one_of("forward", "reverse", "mixed"), doc="forward KL(teacher || student), reverse KL(student || teacher), or mixed")
+    mix: float = arg(0.5, within(0, 1), doc="mixed: the forward KL's weight (the reverse KL's is 1 - mix)")
+    privileged_context: bool = arg(False, doc="the teacher reads each task's privileged context first (Task.privileged_context, else its answer)")
+    reward_weight: float = arg(0.0, within(0, MAX_WEIGHT), doc="weight of the environment's reward term (importance sampling on trainer.advantage's advantages); 0 = distillation only")
+
+
+@attrs.define
 class SftConfig:
     """Supervised fine-tuning (``trainer.mode = "sft"`` or ``minds sft``)."""
 
@@ -234,6 +248,9 @@ class MetricsConfig:
     sample_table_every: int = arg(5, within(0, MAX_STEPS), doc="steps between tables of sampled replies on the console (0 = never)")
     wandb_project: str = arg("", doc="the wandb sink's project")
     wandb_run_name: str = arg("", doc="the wandb sink's run name (default: the run's)")
+    trace: bool = arg(True, doc="write the run's spans to runs/<name>/trace.json (Perfetto / chrome://tracing)")
+    trace_max_mb: int = arg(64, within(1, 1_000_000), doc="MiB trace.json grows to before it moves to trace.1.json (one older part kept)")
+    otlp_endpoint: str = arg("", doc="an OpenTelemetry collector's OTLP/HTTP traces URL (http://host:4318/v1/traces); needs the otel extra")
 
 
 @attrs.define
@@ -254,6 +271,7 @@ class RunConfig:
     ray: RayConfig = attrs.field(factory=RayConfig)
     trainer: TrainerConfig = attrs.field(factory=TrainerConfig)
     sft: SftConfig = attrs.field(factory=SftConfig)
+    distill: DistillConfig = attrs.field(factory=DistillConfig)
     metrics: MetricsConfig = attrs.field(factory=MetricsConfig)
 
     @property

@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 
 import attrs
 
+from minds_core.tracing import span
+
 T = TypeVar("T")
 
 
@@ -104,10 +106,21 @@ def _timed(what: str) -> Iterator[None]:
 
 
 async def plugin_call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` on this thread, its sync part timed as ``what``; an awaitable result is awaited."""
-    with _timed(what):
-        value = fn(*args, **kwargs)
-    return await value if inspect.isawaitable(value) else value
+    """``fn(*args, **kwargs)`` on this thread, its sync part timed as ``what``; an awaitable result is awaited.
+
+    The call is traced as a span (``span_name(what)``) whose ``call`` attribute is ``what``."""
+    with span(span_name(what), call=what):
+        with _timed(what):
+            value = fn(*args, **kwargs)
+        return await value if inspect.isawaitable(value) else value
+
+
+def span_name(what: str) -> str:
+    """The span of a plugin call: ``<name> reward`` for a reward function, ``env.<method>`` for an environment's
+    method (``episode Foo.step`` -> ``env.step``)."""
+    if what.startswith(("reward function ", "group reward function ")):
+        return f"{what.split('function ', 1)[1].strip(chr(39))} reward"
+    return f"env.{what.rsplit('.', 1)[-1]}" if "." in what else what
 
 
 async def within_timeout(work: Awaitable[T], timeout: float) -> T:

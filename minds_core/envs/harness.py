@@ -18,7 +18,9 @@ rollout's trajectory. The program's process group is killed when ``rollout.timeo
 The episode's reward is the sum of what is configured: the program's last stdout line as JSON
 ``{"reward": x}`` (required when nothing else scores), a ``scorer`` command run after it (same
 directory and task; its last stdout line is ``{"reward": x}``), and the environment's reward
-functions (``[env] rewards``) on the transcript. A program that exits non-zero, hangs, prints
+functions (``[env] rewards``) on the transcript. A reward line may carry ``"metrics": {name: y}``:
+each is reported as the episode's metric ``name`` (how a plugin that drives its own framework's
+scoring, such as the verifiers v1 bridge, reports the components of its reward). A program that exits non-zero, hangs, prints
 garbage, floods stdout or the endpoint, or makes no call fails its rollout with that reason.
 """
 
@@ -47,7 +49,7 @@ from minds_core.errors import ConfigError
 if TYPE_CHECKING:  # imported when an episode runs: `minds --help` does not load tinker (and torch) for this
     from minds_core.serve.policy_endpoint import PolicyEndpoint
 
-__all__ = ["HarnessArgs", "HarnessEnvironment", "HarnessFailure", "load_harness"]
+__all__ = ["HarnessArgs", "HarnessEnvironment", "HarnessFailure", "load_harness", "reward_line"]
 
 #: Bytes of a program's stderr kept to explain its failure.
 STDERR_KEPT = 4096
@@ -109,26 +111,38 @@ def read_tasks(path: str, key: str) -> list[Task]:
     return tasks
 
 
-def reward_line(output: str) -> float | None:
-    """The reward of a last stdout line ``{"reward": x}``; None when the line is not that."""
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def reward_line(output: str) -> tuple[float, dict[str, float]] | None:
+    """The reward and metrics of a last stdout line ``{"reward": x, "metrics": {name: y}}`` ("metrics"
+    optional); None when the line is not that."""
     lines = [line for line in output.splitlines() if line.strip()]
     try:
         value = json.loads(lines[-1]) if lines else None
     except ValueError:
         return None
-    reward = value.get("reward") if isinstance(value, dict) else None
-    return float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None
+    if not isinstance(value, dict) or not _number(value.get("reward")):
+        return None
+    metrics = value.get("metrics", {})
+    if not isinstance(metrics, dict) or not all(isinstance(k, str) and _number(v) for k, v in metrics.items()):
+        return None
+    return float(value["reward"]), {name: float(metric) for name, metric in metrics.items()}
 
 
 class HarnessEnvironment:
     """Tasks from JSONL; each episode one run of the program (see the module docstring)."""
 
-    def __init__(self, args: HarnessArgs) -> None:
+    def __init__(self, args: HarnessArgs, tasks: dict[str, list[Task]] | None = None) -> None:
+        """``tasks`` (split -> tasks, "train" at least), when a plugin lists its own, replace ``args.tasks``."""
         self.args = args
         self.command = _argv(args.command, "command")
         self.scorer = _argv(args.scorer, "scorer") if args.scorer is not None else None
-        self._tasks = {"train": read_tasks(args.tasks, "tasks")}
-        self._tasks["test"] = read_tasks(args.test_tasks, "test_tasks") if args.test_tasks else self._tasks["train"]
+        if tasks is None:
+            tasks = {"train": read_tasks(args.tasks, "tasks")}
+            tasks["test"] = read_tasks(args.test_tasks, "test_tasks") if args.test_tasks else tasks["train"]
+        self._tasks = tasks
         from minds_core.inference.capture import Capture
 
         self.rubric = Rubric()  #: empty: ``[env] rewards`` adds reward functions on the transcript
@@ -224,8 +238,9 @@ class HarnessEpisode:
         metrics: dict[str, float] = {}
         own = reward_line(stdout)
         if own is not None:
-            parts.append(own)
-            metrics["harness/program_reward"] = own
+            parts.append(own[0])
+            metrics["harness/program_reward"] = own[0]
+            metrics.update(own[1])
         if env.scorer is not None:
             scored_input = json.dumps({"task": self.task.info, "stdout": stdout[-65536:], "replies": replies})
             scored = reward_line(
@@ -233,8 +248,9 @@ class HarnessEpisode:
             )
             if scored is None:
                 raise HarnessFailure('the scorer\'s last stdout line is not {"reward": <number>}')
-            parts.append(scored)
-            metrics["harness/scorer_reward"] = scored
+            parts.append(scored[0])
+            metrics["harness/scorer_reward"] = scored[0]
+            metrics.update(scored[1])
         if env.rubric.funcs:
             state = {"stdout": stdout, "workdir": str(workdir), "replies": replies}
             result = await score_completion(

@@ -40,6 +40,7 @@ from minds_core.envs.single_turn import report_metric
 from minds_core.envs.types import Context, Message
 from minds_core.logs import get_logger
 from minds_core.render import Renderer
+from minds_core.tracing import span
 
 log = get_logger("judge")
 
@@ -119,7 +120,8 @@ class LLMJudge:
             try:
                 messages = self.messages(prompt, completion)
                 asking = self._ask_endpoint(messages) if self.base_url else self._ask_service(messages, ctx, lock)
-                score = parse_score(await asyncio.wait_for(asking, self.timeout), self.max_score)
+                with span("judge", model=self.model or ctx.base_model):
+                    score = parse_score(await asyncio.wait_for(asking, self.timeout), self.max_score)
             except Exception as exc:  # noqa: BLE001 - a judge failure is counted, never scored 0
                 self.failures += 1
                 report_metric(state, "judge/failed", 1)

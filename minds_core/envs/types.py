@@ -31,6 +31,22 @@ class Task:
     id: str = ""  #: a stable identifier, shown in logs and rollout records
     #: labels the step's metrics are also grouped by (``tag/<tag>/...``): tinker-cookbook's ``logging_tags()``
     tags: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: text only a self-distillation teacher reads before the episode (``distill.privileged_context``): a worked
+    #: solution, a hint; None: ``DEFAULT_CONTEXT`` of the answer when there is one (``privileged_context``)
+    privileged_context: str | None = None
+
+
+#: The privileged context of a task that gives none but has an answer.
+DEFAULT_CONTEXT = "The answer is: {answer}"
+
+
+def privileged_context(task: Task) -> str | None:
+    """What a self-distillation teacher reads first for ``task``: its own, else its answer's (None: neither)."""
+    if task.privileged_context is not None:
+        return task.privileged_context
+    if task.answer is None or task.answer == "":
+        return None
+    return DEFAULT_CONTEXT.format(answer=task.answer)
 
 
 @attrs.define

@@ -23,8 +23,7 @@ from minds_core.envs.types import Message
 from .chat import ToolChoice, call_id, openai_tools, read_reply, render_prompt
 from .errors import bad_request
 from .fields import Fields
-from .openai_api import MAX_STOPS
-from .sampling import SampledCall, SamplingRequest
+from .sampling import MAX_STOPS, SampledCall, SamplingRequest
 from .surface import Event, Stream, Surface
 
 __all__ = ["count_tokens", "messages"]

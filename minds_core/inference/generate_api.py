@@ -30,8 +30,8 @@ from typing import Any
 
 from .errors import bad_request
 from .fields import Fields
-from .openai_api import MAX_STOPS, content_logprobs
-from .sampling import Policy, SamplingRequest
+from .openai_api import content_logprobs
+from .sampling import Policy, SamplingRequest, read_request
 from .surface import Surface
 
 __all__ = ["generate"]
@@ -54,17 +54,12 @@ def generate(surface: Surface, body: dict[str, Any], caller: str) -> dict[str, A
         vocab = len(policy.renderer.tokenizer)
         if not tokens or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in tokens):
             raise bad_request(f"token_ids must be a non-empty array of token ids between 0 and {vocab - 1}", "token_ids")
-        return SamplingRequest(
-            prompt=tuple(tokens),
-            n=params.integer("n", 1, None, 1),
+        return read_request(
+            params,
+            tokens,
             max_tokens=params.integer("max_tokens", 1, None, None),
-            temperature=params.number("temperature", 0.0, 100.0, 1.0),
-            top_p=params.number("top_p", 1e-9, 1.0, 1.0),
-            top_k=params.integer("top_k", -1, None, -1) or -1,
-            seed=params.integer("seed", -(1 << 63), (1 << 63) - 1, None),
-            stop=tuple(params.strings("stop", MAX_STOPS)),
-            stop_token_ids=tuple(params.array("stop_token_ids", [])),
             top_logprobs=params.integer("logprobs", 0, None, 0),
+            hottest=100.0,
         )
 
     _, call = surface.sample(model, caller, build)

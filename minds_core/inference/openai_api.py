@@ -25,13 +25,10 @@ from typing import Any
 from .chat import Reply, call_id, openai_messages, openai_tools, read_reply, render_prompt
 from .errors import bad_request
 from .fields import Fields
-from .sampling import Completion, Policy, SampledCall, SamplingRequest
+from .sampling import Completion, Policy, SampledCall, SamplingRequest, read_request
 from .surface import Event, Stream, Surface
 
 __all__ = ["chat_completions", "completions", "list_models"]
-
-#: Most stop strings one request may give.
-MAX_STOPS = 16
 
 
 def list_models(surface: Surface, body: dict[str, Any], caller: str) -> dict[str, Any]:
@@ -47,18 +44,7 @@ def sampling_request(fields: Fields, prompt: list[int], top_logprobs: int) -> Sa
     max_tokens = fields.integer("max_completion_tokens", 1, None, None)
     if max_tokens is None:
         max_tokens = fields.integer("max_tokens", 1, None, None)
-    return SamplingRequest(
-        prompt=tuple(prompt),
-        n=fields.integer("n", 1, None, 1),
-        max_tokens=max_tokens,
-        temperature=fields.number("temperature", 0.0, 2.0, 1.0),
-        top_p=fields.number("top_p", 1e-9, 1.0, 1.0),
-        top_k=fields.integer("top_k", -1, None, -1) or -1,
-        seed=fields.integer("seed", -(1 << 63), (1 << 63) - 1, None),
-        stop=tuple(fields.strings("stop", MAX_STOPS)),
-        stop_token_ids=tuple(fields.array("stop_token_ids", [])),
-        top_logprobs=top_logprobs,
-    )
+    return read_request(fields, prompt, max_tokens=max_tokens, top_logprobs=top_logprobs, hottest=2.0)
 
 
 def _usage(call: SampledCall) -> dict[str, int]:

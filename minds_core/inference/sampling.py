@@ -22,8 +22,12 @@ from minds_core.serve.errors import HttpError
 from minds_core.serve.limits import ServeLimits
 
 from .errors import ApiError, bad_request
+from .fields import Fields
 
-__all__ = ["Completion", "Policy", "SampledCall", "SamplingRequest", "sample"]
+__all__ = ["MAX_STOPS", "Completion", "Policy", "SampledCall", "SamplingRequest", "read_request", "sample"]
+
+#: Most stop strings one request may give.
+MAX_STOPS = 16
 
 
 @attrs.frozen
@@ -55,6 +59,25 @@ class SamplingRequest:
     stop: tuple[str, ...] = ()  #: strings that end a completion (the end of turn always does)
     stop_token_ids: tuple[int, ...] = ()  #: token ids that end a completion (the end of turn always does)
     top_logprobs: int = 0  #: per sampled position, the log-probs of this many likeliest tokens
+
+
+def read_request(
+    fields: Fields, prompt: Sequence[int], *, max_tokens: int | None, top_logprobs: int, hottest: float
+) -> SamplingRequest:
+    """The sampling fields every generation route reads alike (``n``, ``temperature`` up to ``hottest``,
+    ``top_p``, ``top_k``, ``seed``, ``stop``, ``stop_token_ids``), with what each route reads its own way."""
+    return SamplingRequest(
+        prompt=tuple(prompt),
+        n=fields.integer("n", 1, None, 1),
+        max_tokens=max_tokens,
+        temperature=fields.number("temperature", 0.0, hottest, 1.0),
+        top_p=fields.number("top_p", 1e-9, 1.0, 1.0),
+        top_k=fields.integer("top_k", -1, None, -1) or -1,
+        seed=fields.integer("seed", -(1 << 63), (1 << 63) - 1, None),
+        stop=tuple(fields.strings("stop", MAX_STOPS)),
+        stop_token_ids=tuple(fields.array("stop_token_ids", [])),
+        top_logprobs=top_logprobs,
+    )
 
 
 @attrs.frozen

@@ -1,7 +1,7 @@
 """``minds report``: one self-contained HTML page of a run (curves, health, sampled rollouts).
 
-``write_report(run_dir)`` reads ``config.yaml``, ``metrics.jsonl`` and
-``rollouts.jsonl`` and writes ``report.html`` next to them, atomically, so a
+``write_report(run_dir)`` reads ``config.yaml``, ``metrics.jsonl``,
+``rollouts.jsonl`` (and ``trace.json``'s slowest spans) and writes ``report.html`` next to them, atomically, so a
 browser never sees half a page. It works on a finished, a live and an
 interrupted run (a torn last line is skipped).
 """
@@ -16,7 +16,9 @@ from typing import Any
 from minds_core.config import read_config_file
 from minds_core.errors import UsageError
 from minds_core.report.page import RunData, render, table
+from minds_core.report.timing import slowest
 from minds_core.run_directory import METRICS_FILE, ROLLOUTS_FILE, read_jsonl, run_config_path
+from minds_core.tracing import TRACE_FILE
 
 REPORT_FILE = "report.html"
 
@@ -46,6 +48,7 @@ def load_run(run_dir: Path, status: str | None = None) -> RunData:
     groups = read_jsonl(run_dir / ROLLOUTS_FILE)
     rollouts = [group for group in groups if _group_shape(group)]
     _count(left_out, len(groups) - len(rollouts), f"line(s) of {ROLLOUTS_FILE} not in the shape minds writes")
+    trace = run_dir / TRACE_FILE
     return RunData(
         name=run_dir.resolve().name,
         config=config,
@@ -54,6 +57,8 @@ def load_run(run_dir: Path, status: str | None = None) -> RunData:
         rollouts=rollouts,
         status=status,
         left_out=left_out,
+        trace=TRACE_FILE if trace.is_file() else None,
+        slowest=slowest(trace) if trace.is_file() else {},
     )
 
 

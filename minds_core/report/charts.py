@@ -17,6 +17,8 @@ WIDTH, HEIGHT = 560, 230
 LEFT, RIGHT, TOP, BOTTOM = 66, 12, 12, 30
 #: Colors of series in order; the first is the reward curve's.
 PALETTE = ("#1f5fd6", "#d9480f", "#2b8a3e", "#9c36b5", "#e8590c", "#0b7285", "#c2255c", "#5c940d", "#495057")
+#: Colors of a stacked chart's parts in order: the palette less its two near-twins of orange and red.
+STACKED = tuple(PALETTE[i] for i in (0, 1, 2, 3, 5, 6, 8))
 #: Circles with a tooltip per point up to this many points; beyond, the line alone.
 MAX_MARKERS = 300
 
@@ -144,3 +146,60 @@ def _segments(steps: Sequence[int], values: Sequence[float | None]) -> list[list
         elif segments[-1]:
             segments.append([])
     return [s for s in segments if s]
+
+
+def stacked_chart(title: str, series: Sequence[Series], y_label: str = "") -> str:
+    """An SVG chart of one bar per step, ``series`` stacked in order (missing values count 0); as ``line_chart``,
+    each series is a ``<g class="series">`` holding its plotted numbers, and each bar piece has a tooltip."""
+    drawn = [s for s in series if any(_finite(v) for v in s.values)]
+    if not drawn:
+        return ""
+    steps = sorted({x for s in drawn for x in s.steps})
+    by_step = [{x: float(v) for x, v in zip(s.steps, s.values) if _finite(v)} for s in drawn]
+    totals = [sum(values.get(x, 0.0) for values in by_step) for x in steps]
+    y_max = max(totals) * 1.05 or 1.0
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    slot = plot_w / len(steps)
+    bar = max(slot * 0.8, 1.0)
+
+    def py(value: float) -> float:
+        return TOP + (y_max - value) / y_max * plot_h
+
+    parts = [
+        (
+            f'<svg class="chart stacked" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
+            f'height="{HEIGHT}" role="img" aria-label="{escape(title)}" data-y-max="{y_max!r}" data-plot="{LEFT} {TOP} {plot_w} {plot_h}">'
+        ),
+        f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#ffffff" stroke="#ced4da"/>',
+    ]
+    for tick in nice_ticks(0.0, y_max):
+        parts.append(f'<text x="{LEFT - 6}" y="{py(tick) + 4:.2f}" text-anchor="end" class="tick">{_label(tick)}</text>')
+    for index in range(0, len(steps), max(1, len(steps) // 6)):
+        x = LEFT + slot * (index + 0.5)
+        parts.append(f'<text x="{x:.2f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle" class="tick">{steps[index]}</text>')
+    parts.append(f'<text x="{LEFT + plot_w}" y="{HEIGHT - 2}" text-anchor="end" class="axis">step</text>')
+    if y_label:
+        middle = f"{TOP + plot_h / 2:.0f}"
+        parts.append(f'<text x="11" y="{middle}" transform="rotate(-90 11 {middle})" text-anchor="middle" class="axis">{escape(y_label)}</text>')
+    below = [0.0] * len(steps)
+    for index, (s, values) in enumerate(zip(drawn, by_step)):
+        color = STACKED[index % len(STACKED)]
+        points = [(x, values[x]) for x in steps if x in values]
+        out = [
+            f'<g class="series" data-key="{escape(s.key)}" data-color="{color}" '
+            f'data-steps="{" ".join(str(x) for x, _ in points)}" data-values="{" ".join(repr(v) for _, v in points)}">'
+        ]
+        for column, x in enumerate(steps):
+            value = values.get(x, 0.0)
+            if value > 0:
+                top = py(below[column] + value)
+                out.append(
+                    f'<rect x="{LEFT + slot * column + (slot - bar) / 2:.2f}" y="{top:.2f}" width="{bar:.2f}" '
+                    f'height="{py(below[column]) - top:.2f}" fill="{color}"><title>step {x}: {escape(s.label)} = {value:.4g}</title></rect>'
+                )
+            below[column] += value
+        out.append("</g>")
+        parts.append("".join(out))
+    parts.append("</svg>")
+    legend = "".join(f'<span class="key"><i style="background:{STACKED[i % len(STACKED)]}"></i>{escape(s.label)}</span>' for i, s in enumerate(drawn))
+    return f'<figure><figcaption>{escape(title)}</figcaption>{"".join(parts)}<div class="legend">{legend}</div></figure>'

@@ -12,7 +12,8 @@ from typing import Any
 
 import attrs
 
-from minds_core.report.charts import Series, line_chart
+from minds_core.report.charts import Series, line_chart, stacked_chart
+from minds_core.rl.pacing import PARTS
 
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#212529;background:#f8f9fa}
@@ -63,6 +64,9 @@ class RunData:
     status: str
     #: what of the run's files is not as minds writes it, left out (``3 line(s) of rollouts.jsonl ...``)
     left_out: list[str] = attrs.field(factory=list)
+    #: the run's trace file name (None: it wrote none) and its slowest spans (``report.timing.slowest``)
+    trace: str | None = None
+    slowest: dict[str, list[dict[str, Any]]] = attrs.field(factory=dict)
 
 
 def render(run: RunData) -> str:
@@ -77,6 +81,8 @@ def render(run: RunData) -> str:
             body.append(f'<h2>{escape(title)}</h2><div class="grid">{"".join(drawn)}</div>')
         if title == "Reward" and not _is_sft(run):  # SFT samples nothing: no rollouts to show
             body.append(_rollouts(run.rollouts))
+        if title == "Health":
+            body.append(_time_section(run))
     if rows:
         body.append(_last_metrics(rows[-1]))
     body.append(f"<h2>Config</h2><details><summary>config.yaml (secrets redacted)</summary><pre>{escape(run.config_text)}</pre></details>")
@@ -247,6 +253,16 @@ def _chart_sections(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]
         line_chart("Loss", [_series(rows, k) for k in _keys(rows, r"train/loss.*")]),
         line_chart("KL", [_series(rows, k) for k in _keys(rows, r"kl/.+")], "nats/token"),
         line_chart("Advantage: mean, band min–max", [_series(rows, "advantage/mean", "advantage", "advantage/min", "advantage/max")]),
+        line_chart(
+            "Top-k distillation KL to the teacher",
+            [_series(rows, k, k.removeprefix("distill/")) for k in ("distill/kl", "distill/kl_topk", "distill/kl_tail")],
+            "nats/token",
+        ),
+        line_chart(
+            "Top-k distillation: agreement with the teacher, mass its top-k covers",
+            [_series(rows, k, k.removeprefix("distill/")) for k in ("distill/agreement", "distill/teacher_mass", "distill/student_mass")],
+            "fraction",
+        ),
     ]
     health = [
         line_chart("Completion tokens per rollout: mean, band min–max",
@@ -272,6 +288,35 @@ def _chart_sections(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]
         evals.setdefault(key.rsplit("/", 1)[0], []).append(key)
     evaluation = [line_chart(group, [_series(rows, k) for k in keys]) for group, keys in evals.items()]
     return [("Reward", reward), ("Training", training), ("Health", health), ("Evaluation", evaluation)]
+
+
+def _time_section(run: RunData) -> str:
+    """Where the time goes: each step's wall time split into its parts (``phase/*``), the slowest episodes and
+    reward calls (from the trace), and a link to the trace file."""
+    parts = [k for k in (f"phase/{p}" for p in PARTS) if any(k in row for row in run.metrics)]
+    series = [_series(run.metrics, k, k.removeprefix("phase/")) for k in parts]
+    chart = stacked_chart("Step time by part (stacked: adds up to the step's wall time)", series, "seconds")
+    if not chart and run.trace is None:
+        return ""
+    out = [f'<h2>Where the time goes</h2><div class="grid">{chart}</div>']
+    for kind, title in (("episodes", "Slowest episodes"), ("rewards", "Slowest reward functions and judges")):
+        rows = run.slowest.get(kind) or []
+        if rows:
+            cells = "".join(
+                f'<tr><td>{escape(str(r["name"]))}</td><td class="num">{r["seconds"]:.3f}</td><td>{escape(str(r["environment"]))}</td>'
+                f'<td>{escape(printable(str(r["task"])))}</td><td class="num">{escape(str(r["step"]))}</td><td>{escape(str(r["error"])[:200])}</td></tr>'
+                for r in rows
+            )
+            out.append(
+                f'<h3>{title}</h3><table class="slowest" data-kind="{kind}"><tr><th>span</th><th>seconds</th><th>environment</th>'
+                f"<th>task</th><th>step</th><th>error</th></tr>{cells}</table>"
+            )
+    if run.trace is not None:
+        out.append(
+            f'<p class="note">Every span of the run: <a class="trace-link" href="{escape(run.trace)}">{escape(run.trace)}</a> '
+            "(open it in ui.perfetto.dev or chrome://tracing).</p>"
+        )
+    return "".join(out)
 
 
 def _last_metrics(row: dict[str, Any]) -> str:

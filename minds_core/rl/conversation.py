@@ -17,6 +17,7 @@ import tinker
 from minds_core.envs.types import Message, SampledTurn, StopCondition, TokenBudgetExhausted
 from minds_core.inference.capture import TokenSequence
 from minds_core.render import Renderer
+from minds_core.tracing import span
 
 #: What each further turn of a seeded conversation adds to its seed (a prime far from the offsets of a
 #: group's rollouts and their retries), so that every turn samples its own draws and the first keeps the seed.
@@ -136,8 +137,11 @@ class Conversation:
         if stop is not None:
             update["stop"] = list(stop)
         params = self.params.model_copy(update=update)
-        response = await self.sampler.sample(tinker.types.ModelInput.from_ints(self.context), 1, params)
-        sequence = response.sequences[0]
+        with span("sample", prompt_tokens=len(self.context), turn=self.turns) as sampling:
+            response = await self.sampler.sample(tinker.types.ModelInput.from_ints(self.context), 1, params)
+            sequence = response.sequences[0]
+            if sampling is not None:
+                sampling.set(sampled_tokens=len(sequence.tokens))
         if len(sequence.tokens) != len(sequence.logprobs or []):
             raise ValueError("the sampler returned tokens without one log-probability each")
         self._extend(sequence.tokens, sequence.logprobs)

@@ -25,6 +25,7 @@ from minds_core.rl.loss_aggregation import token_scales
 from minds_core.rl.losses import CustomLoss, loss_inputs
 from minds_core.rl.overlong import is_truncated, overlong_penalty, window_tokens
 from minds_core.rl.rollout import Group, Rollout
+from minds_core.rl.topk_distill import TEACHER_INPUTS, DistillSettings, rollout_distill_datums
 
 #: A group's rewards -> one advantage per rollout (a registered ``advantage_estimators`` entry).
 Estimator = Callable[[Sequence[float]], Sequence[float]]
@@ -50,11 +51,15 @@ class ProcessingSettings:
     kl_metric: str = "kl/sampler_base"
     #: The datum inputs the loss reads beyond the base ones (``losses.loss_inputs``), e.g. gspo's ``sequence_ratio_mask``.
     extra_inputs: tuple[str, ...] = ()
+    #: ``[distill]`` when the loss reads the teacher's top-k (``topk_distill.TEACHER_INPUTS``): every trained
+    #: rollout's sequences become top-k datums; None: RL datums
+    distill: DistillSettings | None = None
 
     @classmethod
     def from_config(cls, config: RunConfig, estimator: Estimator, loss: str | CustomLoss) -> ProcessingSettings:
         """The settings of ``config``; ``estimator`` and ``loss`` are the registry's objects for its names."""
         trainer, max_tokens = config.trainer, config.sampling.max_tokens
+        inputs = loss_inputs(loss)
         return cls(
             estimator=estimator,
             aggregation=trainer.loss_aggregation,
@@ -63,7 +68,8 @@ class ProcessingSettings:
             overlong_window=window_tokens(trainer.overlong_penalty_window, max_tokens),
             kl_penalty=trainer.kl_penalty,
             kl_metric="kl/sampler_reference" if trainer.kl_reference else "kl/sampler_base",
-            extra_inputs=loss_inputs(loss),
+            extra_inputs=tuple(name for name in inputs if name not in TEACHER_INPUTS),
+            distill=DistillSettings.from_config(config) if reads_teacher(inputs) else None,
         )
 
 
@@ -75,6 +81,11 @@ class ProcessedBatch:
     datums: list[tinker.Datum]
     #: ``length/overlong_filtered``, ``length/overlong_penalty`` and the KL metric, when they apply.
     metrics: dict[str, float]
+
+
+def reads_teacher(inputs: Sequence[str]) -> bool:
+    """Whether a loss reading these datum inputs trains on the distillation teacher's top-k."""
+    return any(name in TEACHER_INPUTS for name in inputs)
 
 
 def kept_rollouts(groups: Sequence[Group]) -> list[Rollout]:
@@ -138,7 +149,10 @@ def process_batch(groups: Sequence[Group], settings: ProcessingSettings) -> Proc
     for rollout, scale in zip(trained, scales):
         per_token, kl = token_advantages(rollout, settings.kl_penalty)
         kl_values.extend(kl)
-        datums.extend(rollout_datums(rollout, [a * scale for a in per_token], settings.extra_inputs))
+        if settings.distill is not None:
+            datums.extend(rollout_distill_datums(rollout, per_token, scale, settings.distill))
+        else:
+            datums.extend(rollout_datums(rollout, [a * scale for a in per_token], settings.extra_inputs))
     metrics: dict[str, float] = {}
     if settings.overlong_filter:
         metrics["length/overlong_filtered"] = float(len(kept) - len(trained))

@@ -2,6 +2,7 @@
 
 - collect: roll out the step's groups with the newest policy (``rollout``);
 - score: with ``trainer.kl_penalty``, the KL reference's log-probs of every kept rollout (``kl_reference``);
+  with a loss that reads the teacher's top-k (``topk_distill``), the teacher's top-k at every token (``distill_teacher``);
 - process: advantages, length and KL shaping, datums (``data_processing``, no service calls);
 - train: ``forward_backward`` and ``optim_step`` submitted back to back before either is awaited
   (``training_requests``); a fresh sampling client follows every update;
@@ -35,6 +36,7 @@ from minds_core.logs import get_logger
 from minds_core.plugins import Plugins
 from minds_core.rl.data_order import DataOrder
 from minds_core.rl.data_processing import ProcessedBatch, ProcessingSettings, process_batch
+from minds_core.rl.distill_teacher import TeacherScorer
 from minds_core.rl.kl_reference import ReferenceScorer
 from minds_core.rl.outcome import TrainingOutcome
 from minds_core.rl.pacing import BatchesAhead, Cadence, Save, StepTimer
@@ -54,6 +56,7 @@ from minds_core.run_directory import (
 )
 from minds_core.session import Policy, Session
 from minds_core.sinks import SinkSet
+from minds_core.tracing import SelfTimes, active, memory_bytes, run_tracer, span
 
 T = TypeVar("T")
 log = get_logger("rl")
@@ -78,6 +81,7 @@ class RLLoop:
         self.session = session
         self.config = config
         self.reference = reference
+        self.teacher: TeacherScorer | None = None  #: the distillation teacher (``start``), when the loss reads it
         self.loss = registry.lookup("losses", config.trainer.loss_fn, "trainer.loss_fn").obj
         estimator = registry.lookup("advantage_estimators", config.trainer.advantage, "trainer.advantage").obj
         self.processing = ProcessingSettings.from_config(config, estimator, self.loss)
@@ -86,6 +90,18 @@ class RLLoop:
         )
         self.outcome = TrainingOutcome()
         self.rolling_saves = 0
+        #: the own times of the episodes' spans, which split each step's rollout time (``phase/*``); set by ``train_rl``
+        self.self_times: SelfTimes | None = None
+
+    @classmethod
+    async def start(cls, session: Session) -> RLLoop:
+        """The loop of an open session, with its KL reference and distillation teacher when the config asks for them."""
+        config, backoff = session.config, session.backoff
+        reference = await ReferenceScorer.start(session.service, config, backoff)
+        loop = cls(session, reference)
+        if loop.processing.distill is not None:
+            loop.teacher = await TeacherScorer.start(session.service, config, backoff)
+        return loop
 
     # ------------------------------------------------------------ the stages of a step
 
@@ -102,12 +118,15 @@ class RLLoop:
         groups = await self.session.executor.run_groups(orders, policy)
         return Batch(step, groups, policy.version, time.perf_counter() - began)
 
-    async def score(self, batch: Batch) -> None:
-        """The KL reference's log-probs on the batch's kept rollouts (nothing without a KL penalty)."""
-        if self.reference is None:
-            return
+    async def score(self, batch: Batch, policy: Policy) -> None:
+        """The KL reference's log-probs (with a KL penalty) and the distillation teacher's top-k (with a loss that
+        reads it; ``policy``'s sampler when the teacher is the policy) on the batch's kept rollouts."""
+        where = f"step {batch.step}"
         try:
-            await self.reference.score(batch.groups, f"step {batch.step}")
+            if self.reference is not None:
+                await self.reference.score(batch.groups, where)
+            if self.teacher is not None:
+                await self.teacher.score(batch.groups, policy.sampler, where)
         except ServiceCallError as exc:
             exc.intact_after = batch.step - 1
             raise
@@ -150,7 +169,8 @@ class RLLoop:
         """The updated policy of ``step`` on the held-out split: ``eval/*`` metrics, rollouts in eval/step-NNNNNN.jsonl."""
         plan = EvalPlan.from_config(self.config.trainer)
         evaluating = evaluate_policy(self.session, policy, plan, step=step, require_held_out=True)
-        evaluation = await self.unless_lost(evaluating, step, f"evaluation (policy v{policy.version})")
+        with span("evaluation", step=step):
+            evaluation = await self.unless_lost(evaluating, step, f"evaluation (policy v{policy.version})")
         save_evaluation(run.path / EVAL_DIR / f"step-{step:06d}.jsonl", evaluation, {"step": step})
         return evaluation.metrics()
 
@@ -198,6 +218,30 @@ class RLLoop:
 
     # ------------------------------------------------------------ the steps
 
+    async def one_step(
+        self, step: int, ahead: BatchesAhead[Any], cadence: Cadence, stop: Any, run: RunDirectory, policy: Policy
+    ) -> tuple[dict[str, Any], Policy, CheckpointRecord | None, bool]:
+        """The stages of ``step``, each timed (``time/*``, ``phase/*``) and traced: its metrics line, the updated
+        policy, the checkpoint it saved (None: none) and whether a stop was asked for before it saved."""
+        timer = StepTimer(self.self_times)
+        with timer.stage("wait_for_batch"):
+            batch = await self.sampled(ahead, step, policy)
+        with timer.stage("score"):
+            await self.score(batch, policy)
+        with timer.stage("advantages"):
+            processed = self.process(batch)
+        with timer.stage("train"):
+            train_metrics = await self.train(processed.datums, step, run)
+            with span("sampler_snapshot"):
+                policy = await self.session.policy(policy.version + 1, step)
+        with timer.stage("record"):
+            record = await self.record(batch, processed, train_metrics, policy, run, cadence.evaluates(step))
+        stopping = stop.requested
+        with timer.stage("save"):
+            checkpoint = await self.save_due(step, cadence.save(step, stopping))
+        record.update({"time/sample": batch.seconds, "tokens/trained": sum(d.model_input.length for d in processed.datums), **timer.metrics()})
+        return record, policy, checkpoint, stopping
+
     async def run(self, run: RunDirectory, sinks: SinkSet, start: int) -> dict[str, Any]:
         """Steps ``start`` .. ``trainer.steps - 1``; the run's summary. A first SIGINT/SIGTERM stops after a saved step."""
         cadence = Cadence.from_config(self.config.trainer)
@@ -207,22 +251,14 @@ class RLLoop:
         began = time.perf_counter()
         with self.session.door.stop_on_signal(f"minds run --resume {run.shown}") as stop, ahead:
             for step in range(start, cadence.steps):
-                timer = StepTimer()
-                with timer.stage("wait_for_batch"):
-                    batch = await self.sampled(ahead, step, policy)
-                await self.score(batch)
-                processed = self.process(batch)
-                with timer.stage("train"):
-                    train_metrics = await self.train(processed.datums, step, run)
-                    policy = await self.session.policy(policy.version + 1, step)
-                record = await self.record(batch, processed, train_metrics, policy, run, cadence.evaluates(step))
-                stopping = stop.requested
-                with timer.stage("save"):
-                    checkpoint = await self.save_due(step, cadence.save(step, stopping))
-                record.update({"time/sample": batch.seconds, **timer.metrics()})
-                sinks.write(record)
-                if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics
-                    await self.delete(run.record_checkpoint(checkpoint))
+                with span("step", step=step):
+                    record, policy, checkpoint, stopping = await self.one_step(step, ahead, cadence, stop, run, policy)
+                    with span("write_metrics"):
+                        sinks.write(record)
+                    if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics
+                        with span("delete_checkpoints"):
+                            await self.delete(run.record_checkpoint(checkpoint))
+                    count_throughput(record)
                 if "reward/mean" in record:
                     rewards.append(record["reward/mean"])
                 if stopping and not cadence.is_last(step):
@@ -235,6 +271,16 @@ class RLLoop:
             "run_dir": str(run.path),
             **self.outcome.summary(),
         }
+
+
+def count_throughput(record: dict[str, Any]) -> None:
+    """The step's counters in the trace: tokens sampled and trained per second of its wall time, and memory."""
+    tracer = active()
+    if tracer is None or not record.get("time/step"):
+        return
+    seconds = record["time/step"]
+    tracer.count("tokens_per_second", sampled=record.get("tokens/sampled", 0) / seconds, trained=record["tokens/trained"] / seconds)
+    tracer.count("memory_bytes", **memory_bytes())
 
 
 async def train_rl(config: RunConfig, resume_dir: Path | None, plugins: Plugins | None, start_over: bool = False) -> dict[str, Any]:
@@ -263,13 +309,14 @@ async def _train_rl(
             checkpoint = start.state_path if start.resumed else None
             log.info("resuming", run=str(resume_dir), step=start.step, checkpoint=checkpoint, changed=changed)
         await session.start_training(start.state_path, with_optimizer=start.resumed)
-        loop = RLLoop(session, await ReferenceScorer.start(session.service, config, session.backoff))
+        loop = await RLLoop.start(session)
         run = claims.enter_context(RunDirectory.create(config)) if resume_dir is None else RunDirectory.resume(resume_dir, config, start.step)
         try:
             sinks = session.open_sinks(run)  # after the claim: sinks write into the folder
             envs = [h.name for h in session.envs]
             log.info("training", run=str(run.path), backend=session.backend, envs=envs, steps=config.trainer.steps, start=start.step)
-            session.summary = await loop.run(run, sinks, start.step)
+            with run_tracer(config.metrics, run.path, f"minds run {run.path.name}") as loop.self_times:
+                session.summary = await loop.run(run, sinks, start.step)
         except ServiceCallError as exc:  # keep what the run trained, say how to continue it
             saved = await save_after_failure(session.training_client, run, exc.intact_after, session.backoff)
             raise exc.resumable(run.shown, saved) from exc.error

@@ -54,13 +54,15 @@ def loss_inputs(loss: str | CustomLoss, key: str = "trainer.loss_fn") -> tuple[s
     """
     # imported here: datums imports tinker, and `minds plugins` loads this module
     from minds_core.rl.datums import EXTRA_INPUTS
+    from minds_core.rl.topk_distill import TEACHER_INPUTS
 
     declared = loss.inputs if isinstance(loss, CustomLoss) else BUILTIN_LOSSES.get(loss, BuiltinLoss("")).inputs
-    unknown = [name for name in declared if name not in EXTRA_INPUTS]
+    known = (*EXTRA_INPUTS, *TEACHER_INPUTS)
+    unknown = [name for name in declared if name not in known]
     if unknown:
         raise ConfigError(
             f"{key}: the loss reads datum inputs minds cannot make: {', '.join(unknown)}; "
-            f"a loss may ask for: {', '.join(EXTRA_INPUTS)}"
+            f"a loss may ask for: {', '.join(known)}"
         )
     return declared
 

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from minds_core.config import TrainerConfig
+from minds_core.tracing import SelfTimes, span
 
 BatchT = TypeVar("BatchT")
 
@@ -90,22 +91,51 @@ class BatchesAhead(Generic[BatchT]):
         self.pending.clear()
 
 
-class StepTimer:
-    """The ``time/*`` metrics of one step: the seconds of each timed stage, and of the whole step so far."""
+#: the part of a step's wall time (``phase/<part>``) each stage of ``RLLoop.run`` counts to; the rollout stage
+#: (``wait_for_batch``) is split further by its episodes' own times (``tracing.SelfTimes``)
+STAGE_PARTS = {"score": "training", "advantages": "training", "train": "training", "save": "saving", "record": "other"}
+#: what ``phase/*`` splits a step into; they add up to ``time/step``
+PARTS = ("sampling", "environment", "reward", "training", "saving", "waiting", "other")
 
-    def __init__(self) -> None:
+
+class StepTimer:
+    """The ``time/*`` metrics of one step: the seconds of each timed stage, and of the whole step so far;
+    with ``self_times``, the ``phase/*`` split of the step's wall time (``PARTS``)."""
+
+    def __init__(self, self_times: SelfTimes | None = None) -> None:
         self.began = time.perf_counter()
         self.seconds: dict[str, float] = {}
+        self.self_times = self_times
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        """Time the block as ``time/<name>``."""
+        """Time the block as ``time/<name>``, and trace it as a span ``name``."""
         began = time.perf_counter()
         try:
-            yield
+            with span(name):
+                yield
         finally:
             self.seconds[f"time/{name}"] = time.perf_counter() - began
 
     def metrics(self) -> dict[str, float]:
-        """Every timed stage, and ``time/step``: from the timer's start until now."""
-        return {**self.seconds, "time/step": time.perf_counter() - self.began}
+        """Every timed stage, ``time/step`` (from the timer's start until now) and, with ``self_times``, ``phase/*``."""
+        metrics = {**self.seconds, "time/step": time.perf_counter() - self.began}
+        if self.self_times is not None:
+            metrics.update(self.phases(metrics["time/step"]))
+        return metrics
+
+    def phases(self, step_seconds: float) -> dict[str, float]:
+        """The step's wall time split into ``PARTS``: the rollout stage in proportion to its episodes' own times
+        (sampling, environment, reward; the rest of it is waiting), the other stages by ``STAGE_PARTS``."""
+        assert self.self_times is not None
+        parts = dict.fromkeys(PARTS, 0.0)
+        rollouts = self.seconds.get("time/wait_for_batch", 0.0)
+        own = self.self_times.take()
+        spent = sum(own.values())
+        for kind in ("sampling", "environment", "reward"):
+            parts[kind] = rollouts * own.get(kind, 0.0) / spent if spent > 0 else 0.0
+        parts["waiting"] = rollouts - sum(parts[kind] for kind in ("sampling", "environment", "reward"))
+        for stage, part in STAGE_PARTS.items():
+            parts[part] += self.seconds.get(f"time/{stage}", 0.0)
+        parts["other"] += max(step_seconds - sum(parts.values()), 0.0)
+        return {f"phase/{part}": seconds for part, seconds in parts.items()}

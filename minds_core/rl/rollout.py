@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -35,6 +36,7 @@ from minds_core.render import Renderer
 from minds_core.rl.coalesce import GroupSampler
 from minds_core.rl.conversation import Conversation
 from minds_core.rl.group_rewards import group_rubric, score_group, score_group_with_environment
+from minds_core.tracing import Span, active, span
 
 log = get_logger("rollout")
 
@@ -53,6 +55,9 @@ class Rollout:
     #: Per token, the KL reference model's log-probability (None where it has none); set when
     #: ``trainer.kl_penalty > 0`` by the step's scoring (``kl_reference.ReferenceScorer``).
     reference_logprobs: list[float | None] | None = None
+    #: Per token, the distillation teacher's top-k ``(token ids, log-probs)`` (None where it has none); set when
+    #: the loss reads the teacher's top-k by the step's scoring (``distill_teacher.TeacherScorer``).
+    teacher_topk: list[Any] | None = None
     #: The advantage the rollout was trained with, set by ``data_processing.assign_advantages``;
     #: None when it was not part of training (it failed, or its group was dropped) and in evaluations.
     advantage: float | None = None
@@ -222,12 +227,31 @@ async def run_group(
             ctx = first if index == 0 else make_ctx()
             shared.enter()
             try:
-                return await run_rollout(env, task, ctx, settings, None if seed is None else seed + index, shared)
+                with traced_episode(env_name, task, index) as episode:
+                    rollout = await run_rollout(env, task, ctx, settings, None if seed is None else seed + index, shared)
+                    if episode is not None:
+                        episode.set(attempts=rollout.attempts, reward=rollout.reward, error=rollout.error)
+                    return rollout
             finally:
                 shared.leave()
 
-    rollouts = list(await asyncio.gather(*(one(i) for i in range(group_size))))
-    return await finish_group(env_name, env, task, rollouts, first, settings.rollout, max_failing)
+    with span("group", lane=True, environment=env_name, task=task.id, size=group_size):
+        rollouts = list(await asyncio.gather(*(one(i) for i in range(group_size))))
+        return await finish_group(env_name, env, task, rollouts, first, settings.rollout, max_failing)
+
+
+@contextlib.contextmanager
+def traced_episode(env_name: str, task: Task, index: int) -> Iterator[Span | None]:
+    """The span ``episode`` of one rollout (its own track), counted in ``episodes_in_flight`` while it runs."""
+    tracer = active()
+    if tracer is not None:
+        tracer.adjust("episodes_in_flight", 1)
+    try:
+        with span("episode", lane=True, environment=env_name, task=task.id, index=index) as episode:
+            yield episode
+    finally:
+        if tracer is not None:
+            tracer.adjust("episodes_in_flight", -1)
 
 
 async def finish_group(

@@ -78,13 +78,30 @@ def sampler_train_kl(datums: Sequence[Any], outputs: Sequence[dict[str, Any]]) -
     for datum, output in zip(datums, outputs):
         if "logprobs" not in output:
             continue
-        advantages = _floats(datum.loss_fn_inputs["advantages"])
         sampler = _floats(datum.loss_fn_inputs["logprobs"])
-        for a, q, p in zip(advantages, sampler, _floats(output["logprobs"])):
-            if a != 0:
+        for trained, q, p in zip(_trained(datum), sampler, _floats(_first_column(output["logprobs"]))):
+            if trained:
                 r = p - q
                 terms.append(math.expm1(r) - r)
     return {"kl/sampler_train": statistics.fmean(terms)} if terms else {}
+
+
+def _trained(datum: Any) -> list[bool]:
+    """Per target, whether the loss trains it: a nonzero advantage, or (top-k distillation) a nonzero KL weight."""
+    advantages = _floats(datum.loss_fn_inputs["advantages"])
+    if "distill_weights" not in datum.loss_fn_inputs:
+        return [a != 0 for a in advantages]
+    weights = datum.loss_fn_inputs["distill_weights"].to_torch()
+    return [a != 0 or bool(w.any()) for a, w in zip(advantages, weights)]
+
+
+def _first_column(tensor: Any) -> Any:
+    """The log-probs of the targets themselves: a ``[N, 1 + K]`` output's first column (top-k distillation's
+    datums target the sampled token, then the teacher's top-k), else the ``[N]`` output as it is."""
+    shape = getattr(tensor, "shape", None)
+    if shape is None or len(shape) < 2:
+        return tensor
+    return tensor.to_torch()[:, 0] if hasattr(tensor, "to_torch") else tensor[:, 0]
 
 
 def _floats(tensor: Any) -> list[float]:

@@ -20,7 +20,9 @@ from minds_core.logs import get_logger
 from minds_core.rl.losses import CustomLoss
 from minds_core.rl.lr_schedules import learning_rate
 from minds_core.rl.step_metrics import sampler_train_kl
+from minds_core.rl.topk_distill import distill_metrics
 from minds_core.run_directory import CheckpointRecord, RunDirectory
+from minds_core.tracing import span
 
 log = get_logger("training")
 
@@ -51,6 +53,7 @@ async def train_step(
     result = await apply_update(forward_backward, lambda: client.optim_step(adam), step, backoff)
     metrics = {"train/learning_rate": adam.learning_rate, **{f"train/{k}": float(v) for k, v in (result.metrics or {}).items()}}
     metrics.update(sampler_train_kl(datums, result.loss_fn_outputs or []))
+    metrics.update(distill_metrics(datums, result.loss_fn_outputs or []))
     return metrics
 
 
@@ -67,7 +70,8 @@ async def apply_update(
     first_backward = send_now(forward_backward)
     first_optim = send_now(optim_step)
     try:
-        result, tries = await call_service(where, "forward_backward", forward_backward, backoff, first_backward)
+        with span("forward_backward", step=step):
+            result, tries = await call_service(where, "forward_backward", forward_backward, backoff, first_backward)
     except ServiceCallError as exc:
         await settle(first_optim, backoff)  # it had no gradients of this batch to apply
         exc.intact_after = step - 1
@@ -76,7 +80,8 @@ async def apply_update(
         await settle(first_optim, backoff)
         first_optim = None
     try:
-        await call_service(where, "optim_step", optim_step, backoff, first_optim)
+        with span("optim_step", step=step):
+            await call_service(where, "optim_step", optim_step, backoff, first_optim)
     except ServiceCallError as exc:
         exc.intact_after = step - 1
         raise
@@ -88,6 +93,11 @@ async def save_checkpoint(client: Any, step: int, name: str, backoff: Backoff, *
 
     Both requests are in flight together; the caller records the checkpoint in the run directory.
     """
+    with span("checkpoint", step=step, name=name, sampler=with_sampler):
+        return await _save_checkpoint(client, step, name, backoff, with_sampler)
+
+
+async def _save_checkpoint(client: Any, step: int, name: str, backoff: Backoff, with_sampler: bool) -> CheckpointRecord:
     where = f"step {step}"
     save_state = lambda: client.save_state(name, overwrite=True)
     state = send_now(save_state)

@@ -70,9 +70,12 @@ def serve(
     device: str = "auto",
     limits: ServeLimits | None = None,
     budget: SamplerBudget | None = None,
+    cuda_graphs: str = "auto",
+    compile: str = "auto",
 ) -> None:
-    """Load ``models`` on ``device`` and serve on ``listener`` (``listener.listen``, bound before the models load, so
-    that a taken port fails at once) until SIGTERM/SIGINT.
+    """Load ``models`` on ``device`` (``cuda_graphs``, ``compile``: the local backend's switches) and serve on
+    ``listener`` (``listener.listen``, bound before the models load, so that a taken port fails at once) until
+    SIGTERM/SIGINT.
 
     ``api_keys``: when given, each request must send one of them (each key is its own client); off loopback
     ``check_exposure`` requires them. ``budget``: the sampling clients kept (its memory default measured once the
@@ -83,7 +86,7 @@ def serve(
     from .engine import Engine
     from .http import TinkerServer
 
-    service = ServiceClient(checkpoint_root=checkpoint_root, device=device)
+    service = ServiceClient(checkpoint_root=checkpoint_root, device=device, cuda_graphs=cuda_graphs, compile=compile)
     try:
         for model in models:  # load now: a wrong name fails here, and the first request is not slow
             service.create_sampling_client(base_model=model).result()

@@ -20,6 +20,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--device", choices=("auto", "cpu", "cuda"), default="auto",
         help="where the local backend computes: auto (cuda when torch sees a GPU), cpu, cuda",
     )  # fmt: skip
+    parser.add_argument(
+        "--cuda-graphs", choices=("auto", "off"), default="auto",
+        help="auto: on a GPU samplers capture their decode steps as CUDA graphs; off: every step runs eagerly",
+    )  # fmt: skip
+    parser.add_argument(
+        "--compile", choices=("auto", "off"), default="auto",
+        help="auto: on a GPU packed training rows attend through compiled FlexAttention; off: nothing is compiled",
+    )  # fmt: skip
     parser.add_argument("--checkpoint-root", metavar="DIR", help="where tinker:// checkpoints are kept (default: a temporary folder, removed on exit)")
     parser.add_argument(
         "--api-key",
@@ -79,6 +87,8 @@ def serve_command(args: argparse.Namespace) -> int:
             device=args.device,
             limits=limits,
             budget=budget,
+            cuda_graphs=args.cuda_graphs,
+            compile=args.compile,
         )
     except (LocalNotFoundError, LocalBadRequestError) as exc:
         raise UsageError(f"--model/--device: {exc.message}") from None

@@ -149,6 +149,39 @@ class Engine:
         self._pending: dict[str, tuple[Future[Any], float, str]] = {}  # request id -> (result, when tracked, owner)
         self._delivered: collections.OrderedDict[str, tuple[str, Any]] = collections.OrderedDict()  # id -> (owner, value)
         self._unfinished: dict[str, int] = {}  # owner -> requests started and not yet finished
+        self._tokens = {"tokens_sampled": 0, "tokens_trained": 0}  # since the server started, of finished requests
+
+    def load(self) -> dict[str, float]:
+        """What ``/metrics`` reports of the engine (``metrics.EngineLoad``): sessions open, runs and sampling sessions
+        held (and the samplers' own bytes), requests unfinished, and tokens sampled and trained so far."""
+        with self._lock:
+            return {
+                "sessions": float(sum(session.open for session in self._sessions.values())),
+                "runs": float(len(self._runs)),
+                "samplers": float(len(self.samplers)),
+                "sampler_bytes": float(self.samplers.held_bytes()),
+                "queue_depth": float(sum(self._unfinished.values())),
+                **{key: float(value) for key, value in self._tokens.items()},
+            }
+
+    def session_of(self, key: str, value: str) -> str | None:
+        """The session a request belongs to, from the id its body names first (``metrics.EngineLoad``)."""
+        if key == "model_id":
+            with self._lock:
+                run = self._runs.get(value)
+            return run.session_id if run is not None else None
+        return value.split(":", 1)[0]
+
+    def _count_tokens(self, key: str, count: Callable[[Any], int]) -> Callable[[Future[Any]], None]:
+        """A done-callback adding a finished request's tokens (``count(result)``) to ``key``."""
+
+        def done(future: Future[Any]) -> None:
+            if not future.cancelled() and future.exception() is None:
+                tokens = count(future.result())
+                with self._lock:
+                    self._tokens[key] += tokens
+
+        return done
 
     def public(self, detail: str) -> str:
         """An error message as a client may see it: the server's checkpoint folder named, never shown."""
@@ -283,7 +316,11 @@ class Engine:
             raise BadRequest("forward_backward needs at least one datum")
         method = "forward" if forward_only else "forward_backward"
         config = dict(fb.loss_fn_config) if fb.loss_fn_config else None
-        return self._track(run.submit(request.seq_id, lambda c: getattr(c, method)(fb.data, fb.loss_fn, config)), owner)
+        submitted = run.submit(request.seq_id, lambda c: getattr(c, method)(fb.data, fb.loss_fn, config))
+        if not forward_only:
+            trained = sum(datum.model_input.length for datum in fb.data)
+            submitted.add_done_callback(self._count_tokens("tokens_trained", lambda _: trained))
+        return self._track(submitted, owner)
 
     def optim_step(self, request: types.OptimStepRequest, owner: str) -> types.UntypedAPIFuture:
         self._admit(owner)
@@ -531,7 +568,9 @@ class Engine:
             )
         except ValueError as exc:  # a target tensor the SDK itself would have refused
             raise BadRequest(str(exc)) from None
-        future = self._track(local.future(), owner)
+        sampled = local.future()
+        sampled.add_done_callback(self._count_tokens("tokens_sampled", lambda r: sum(len(s.tokens) for s in r.sequences)))
+        future = self._track(sampled, owner)
         ids = [f"{future.request_id}:{i}" for i in range(request.num_samples)]
         return future.model_copy(update={"sample_sequence_ids": ids})
 

@@ -63,6 +63,7 @@ from .errors import (
 )
 from .limits import ServeLimits
 from .listener import connection_room
+from .metrics import ServeMetrics
 from .served_models import ServedModels
 from .wire import (
     PROTO_CONTENT_TYPE,
@@ -118,6 +119,8 @@ class HttpServer(ThreadingHTTPServer):
         self._per_address: Counter[str] = Counter()
         self._connections_lock = threading.Lock()
         self._closing = threading.Event()
+        traces = Path(self.engine.service.checkpoint_root) / "traces" if self.engine is not None else None
+        self.metrics = ServeMetrics([p for _, p, _ in ROUTES] + [r.path for r in inference.ROUTES], self.engine, traces)
         super().__init__(listener.getsockname()[:2], _Handler, bind_and_activate=False)
         self.socket.close()
         self.socket = listener
@@ -371,6 +374,7 @@ _SESSION = r"/api/v1/sessions/([^/]+)"
 #: (method, path pattern, handler): every route the SDK's clients call.
 ROUTES: list[tuple[str, str, Callable[[_Call], Any]]] = [
     ("GET", "/api/v1/healthz", lambda c: {"status": "ok"}),
+    ("GET", "/metrics", lambda c: c.server.metrics.answer()),
     ("GET", "/api/v1/get_server_capabilities", lambda c: c.engine.capabilities()),
     ("POST", "/api/v1/client/config", lambda c: types.ClientConfigResponse(pjwt_auth_enabled=False, proto_compress_fwdbwd=False)),
     ("POST", "/api/v1/client/dynamic_config", lambda c: types.ClientDynamicConfigResponse()),
@@ -474,7 +478,14 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: one line per request would drown the training logs of a busy client."""
 
     def do_GET(self) -> None:
-        self._handle()
+        self._status, self._call = 0, None
+        body = lambda: self._call.raw if self._call else b""
+        with self.server.metrics.track(self.command, urlsplit(self.path).path, lambda: self._status, body):
+            self._handle()
+
+    def log_request(self, code: Any = "-", size: Any = "-") -> None:
+        """Remember the status answered, which ``metrics.track`` counts (and log nothing, as ``log_message``)."""
+        self._status = int(code)
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
 
@@ -485,7 +496,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         self.server.await_body(self.connection)
         try:
-            if not path.startswith(DOWNLOADS):  # a signed download URL stands in for the key: urllib sends none
+            # a signed download URL stands in for the key (urllib sends none); a scraper on loopback needs none
+            if not path.startswith(DOWNLOADS) and not self.server.metrics.open_to(path, self.client_address):
                 self._check_key()
             raw = self._read_body()
             if self.server.answering(self.connection):  # cut off while it dripped in: a torn request

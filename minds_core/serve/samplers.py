@@ -120,6 +120,9 @@ class KeptSamplers:
         self._kept: collections.OrderedDict[str, Kept] = collections.OrderedDict()
         self._dropped: collections.OrderedDict[str, str] = collections.OrderedDict()  # id -> why
 
+    def __len__(self) -> int:
+        return len(self._kept)
+
     def keep(self, sampler_id: str, kept: Kept) -> None:
         """Keep a new sampling session as the most recently used; drop the least recently used past the limits."""
         self._kept[sampler_id] = kept

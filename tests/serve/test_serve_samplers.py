@@ -14,8 +14,9 @@ import tinker
 from tinker import types
 
 from minds_core.backends.local import TINY_MODEL, ServiceClient
+from minds_core.backends.local.accelerator import CpuAccelerator
 from minds_core.backends.local.adapted_models import KEPT_FREE
-from minds_core.backends.local.decode_slots import DecodeSlots
+from minds_core.backends.local.decode_slots import DecodeSlots, SlotSettings
 from minds_core.cli.command import main
 from minds_core.serve.engine import Engine
 from minds_core.serve.errors import NotFound
@@ -27,6 +28,7 @@ from .conftest import KEY, start_server
 CLIENT = "client-a"
 GIB = 1 << 30
 PARAMS = types.SamplingParams(max_tokens=6, temperature=1.0, seed=0, stop=[])
+ONE_ROW = SlotSettings(1, CpuAccelerator())  # settings of slots looked up, never made here
 
 
 @pytest.fixture
@@ -107,7 +109,7 @@ def test_the_kept_samplers_stay_within_the_memory_budget_and_dropped_ones_free_t
         samplers.append(weakref.ref(sampler))
         model = sampler._sampler.model
         trees.append(weakref.ref(model))
-        slots.append(weakref.ref(DecodeSlots.for_model(model, 1)))
+        slots.append(weakref.ref(DecodeSlots.for_model(model, ONE_ROW)))
         del sampler, model
         kept = loop.kept()
         assert kept == made[-3:]  # the most recent, as many as the budget holds
@@ -148,7 +150,7 @@ def test_a_sampler_dropped_while_it_decodes_answers_its_running_request(local: S
     loop = Loop(Engine(local, [TINY_MODEL], ServeLimits(), SamplerBudget(max_samplers=1)))
     old = loop.new_sampler()
     tree = loop.local_sampler(old)._sampler.model
-    slots = DecodeSlots.for_model(tree, 1)
+    slots = DecodeSlots.for_model(tree, ONE_ROW)
     request = types.SampleRequest(
         sampling_session_id=old, prompt=types.ModelInput.from_ints([5, 70, 71, 72]), num_samples=2, sampling_params=PARAMS
     )

@@ -12,32 +12,62 @@ so a batch replays a handful of graphs. Nothing here syncs with the host but
 One ``DecodeSlots`` serves one model (``for_model``), across the samplers that
 use it in turn: samplers of successive snapshots of an adapter reuse the same
 pooled module tree (``adapted_models``), and so the same buffers and graphs.
+
+The keys/values may hold what ``SlotSettings.kv_budget`` allows (a run's memory
+plan, or what is free beyond training's share: ``memory_plan``); a sampler that
+cannot hold one sequence refuses in one line. A run's sampler reserves its
+planned rows and context and captures every step shape they lead to before its
+first request (``warm_up``, timed and logged), so that its steps only replay;
+buffers that must grow past that later drop the graphs, and the shapes then met
+are captured as they come (logged).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
+from minds_core.logs import get_logger
+
+from .accelerator import Accelerator
 from .cache_argument import cache_argument
-from .cuda_graphs import StepGraphs
+from .cuda_graphs import OFF_SETTING, StepGraphs
 from .device_sampling import Draws, RowSettings
+from .errors import LocalBadRequestError
 from .fast_decode import FastDecoder
 from .kv_slots import KVSlots
+from .memory_plan import POSITION_GRANULE, size_text
 
-__all__ = ["DecodeSlots", "Kinds"]
+__all__ = ["DecodeSlots", "Kinds", "SlotSettings"]
+
+log = get_logger("sampler")
 
 Kinds = tuple[bool, bool, bool, bool]
 """Whether any row of a step is greedy, is tempered, is tempered at other than 1, truncates (top-k/top-p):
 ``Draws.draw``'s switches."""
 
-CPU_KV_BYTES = 2 << 30
-"""Keys/values a CPU decode batch may hold; on a GPU, half the free memory when the buffers grow."""
+
+@dataclass(frozen=True)
+class SlotSettings:
+    """How a model's decode slots are made (from the placement and the run's memory plan)."""
+
+    max_rows: int
+    """Rows decoded at once at most."""
+    accelerator: Accelerator
+    """The device layer: memory, capture."""
+    capture: bool = True
+    """Whether steps are captured where the device can (``local.cuda_graphs``)."""
+    compile_mode: str | None = None
+    """``FastDecoder``'s ``torch.compile`` mode, or None."""
+    kv_budget: Callable[[int], int] | None = None
+    """Bytes the keys/values may hold, given the bytes they hold now; None: what the accelerator says is free."""
 
 _instances: weakref.WeakKeyDictionary[nn.Module, DecodeSlots] = weakref.WeakKeyDictionary()
 _instances_lock = threading.Lock()
@@ -68,28 +98,32 @@ class _ModelForward:
 class DecodeSlots:
     """Decode slots of one model on its device; see the module doc. Hold ``lock`` while using them."""
 
-    def __init__(self, model: nn.Module, max_rows: int, compile_mode: str | None = None) -> None:
+    def __init__(self, model: nn.Module, settings: SlotSettings) -> None:
         self.lock = threading.Lock()
-        self.max_rows = max_rows
+        self.settings = settings
+        self.max_rows = settings.max_rows
         parameter = next(model.parameters())
         self.device = parameter.device
-        self._fast = fast = FastDecoder.for_model(model, compile_mode)
+        self._fast = fast = FastDecoder.for_model(model, settings.compile_mode)
         self._forward: Callable[[KVSlots, torch.Tensor], torch.Tensor] = (
             fast.forward if fast is not None else _ModelForward(model)
         )
         reason = None if fast is not None else f"{type(model).__name__} decodes through its own forward"
-        self.graphs = StepGraphs(self.device, reason)
+        if not settings.capture:
+            reason = f"{OFF_SETTING} is set"
+        self.graphs = StepGraphs(settings.accelerator, reason)
         self.kv: KVSlots | None = None
         self.draws: Draws | None = None
+        self.warmed: tuple[int, int] | None = None
+        """The rows and positions ``warm_up`` captured every step shape of (None before it ran)."""
 
     @classmethod
-    def for_model(cls, model: nn.Module, max_rows: int, compile_mode: str | None = None) -> DecodeSlots:
-        """The decode slots of ``model`` (made on first use, kept while the model lives; ``compile_mode``:
-        ``FastDecoder``'s)."""
+    def for_model(cls, model: nn.Module, settings: SlotSettings) -> DecodeSlots:
+        """The decode slots of ``model`` (made on first use with ``settings``, kept while the model lives)."""
         with _instances_lock:
             slots = _instances.get(model)
             if slots is None:
-                slots = _instances[model] = cls(model, max_rows, compile_mode)
+                slots = _instances[model] = cls(model, settings)
             return slots
 
     def refresh(self) -> None:
@@ -123,12 +157,19 @@ class DecodeSlots:
         """Make room for ``rows`` slots of ``capacity`` positions (as far as ``max_rows`` and memory allow; at least
         one slot) and ``stops`` stop tokens per row; keys/values shaped as ``like``'s. Growing keeps every slot's
         contents and drops the captured graphs. Returns the slots held."""
-        granule = 256 if self.graphs.capturing else 64
+        granule = POSITION_GRANULE if self.graphs.capturing else 64
         capacity = max(-(-capacity // granule) * granule, self.capacity)
         stops = max(_power_of_two(stops), 4, self.draws.stops if self.draws is not None else 0)
         rows = min(_power_of_two(rows), _power_of_two(self.max_rows))
         per_slot = capacity * sum(2 * k.shape[1] * k.shape[3] * k.element_size() for k, _ in like)
-        rows = max(min(rows, self._kv_budget() // per_slot), self.slots, 1)
+        budget = self._kv_budget()
+        if budget < per_slot and self.slots == 0:
+            raise LocalBadRequestError(
+                f"the sampler cannot hold one sequence of {capacity} positions: its keys/values need "
+                f"{size_text(per_slot)} and {size_text(budget)} is left for them; lower the "
+                "prompt plus max_tokens, or free memory (fewer samplers kept, a smaller model)"
+            )
+        rows = max(min(rows, budget // per_slot), self.slots, 1)
         if (
             rows <= self.slots
             and capacity <= self.capacity
@@ -144,15 +185,46 @@ class DecodeSlots:
             kv.copy_from(self.kv)
             draws.copy_from(self.draws)
         self.kv = self.draws = None  # the old buffers go before the graphs that read them
+        if self.graphs.captured and self.warmed is not None:
+            log.info(
+                "decode buffers grew past the warm-up's: their graphs are captured again as shapes come",
+                graphs=self.graphs.captured, rows=rows, positions=capacity, warmed=self.warmed,
+            )  # fmt: skip
         self.graphs.clear()
         self.kv, self.draws = kv, draws
         return rows
 
     def _kv_budget(self) -> int:
-        if self.device.type != "cuda":
-            return CPU_KV_BYTES
         held = self.kv.bytes_per_position * self.slots * self.capacity if self.kv is not None else 0
-        return held + torch.cuda.mem_get_info(self.device)[0] // 2
+        if self.settings.kv_budget is not None:
+            return self.settings.kv_budget(held)
+        return held + self.settings.accelerator.free_bytes()
+
+    def warm_up(
+        self, rows: int, capacity: int, stops: int, like: Sequence[tuple[torch.Tensor, torch.Tensor]], vocab: int,
+        kinds: Sequence[Kinds],
+    ) -> None:  # fmt: skip
+        """Reserve ``rows`` slots of ``capacity`` positions and capture every step a batch within them can take
+        (draws of each of ``kinds``, forwards over each row bucket and column size), on the free slots (whose
+        state a row joining resets), timed and logged. Nothing to capture where steps run eagerly."""
+        if not self.graphs.capturing:
+            return
+        began = time.perf_counter()
+        with self.lock:
+            rows = self.reserve(rows, capacity, stops, like, vocab)
+            capacity = self.capacity
+            buckets = sorted({self.bucket(1 << n) for n in range(rows.bit_length())})
+            columns = sorted({self.columns(c) for c in range(1, capacity + 1)})
+            for bucket in buckets:
+                for kind in kinds:
+                    self.step(bucket, 1, kind, 0, feed=False)
+                for column in columns:
+                    self.step(bucket, column, kinds[0], 0)
+            self.warmed = (rows, capacity)
+        log.info(
+            "decode steps captured", rows=rows, positions=capacity, graphs=self.graphs.captured,
+            failed=len(self.graphs.failed), seconds=round(time.perf_counter() - began, 2),
+        )  # fmt: skip
 
     def bucket(self, rows: int) -> int:
         """The rows a step over slots ``0 .. rows - 1`` runs: the next power of two, within the slots held."""
@@ -178,8 +250,8 @@ class DecodeSlots:
 
     def leave(self, slots: list[int]) -> None:
         """Free ``slots``."""
-        assert self.draws is not None
         if slots:
+            assert self.draws is not None
             self.draws.leave(torch.tensor(slots, device=self.device))
 
     def move(self, source: list[int], target: list[int]) -> None:

@@ -33,9 +33,11 @@ from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 from torch import nn
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
+from .accelerator import is_out_of_memory, out_of_memory_error
 from .cache_argument import cache_argument, returned_cache
-from .decode_slots import DecodeSlots, Kinds
+from .decode_slots import DecodeSlots, Kinds, SlotSettings
 from .device_sampling import RowSettings, row_key
+from .memory_plan import LOWER_ROWS
 from .models import target_logprobs
 from .prompt_targets import PromptTargets
 
@@ -102,6 +104,8 @@ class SampleRequest:
     future: Future[types.SampleResponse]
     targets: PromptTargets | None = None
     queued_at: float = field(default_factory=time.monotonic)
+    #: ``perf_counter_ns`` when its prefill began (None: still queued); the end of its ``sample.queued`` span
+    started_ns: int | None = None
     scores: PromptScores | None = None
     target_scores: types.TensorData | None = None
     tokens: list[list[int]] = field(default_factory=list)
@@ -168,14 +172,13 @@ class DecodeBatch:
     in the model's decode slots."""
 
     def __init__(
-        self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, tokens_per_pass: int, max_rows: int,
-        compile_mode: str | None = None,
-    ) -> None:  # fmt: skip
+        self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, tokens_per_pass: int, settings: SlotSettings
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.tokens_per_pass = tokens_per_pass  # padded prompt tokens (rows x longest) prefilled in one pass
         self.pending: queue.SimpleQueue[SampleRequest] = queue.SimpleQueue()
-        self.slots = DecodeSlots.for_model(model, max_rows, compile_mode)  # compile_mode: ``FastDecoder``'s
+        self.slots = DecodeSlots.for_model(model, settings)
         self.slots.refresh()
         self._waiting: deque[_Prefilled] = deque()
         self._rows: list[_Row | None] = []  # per slot
@@ -190,7 +193,10 @@ class DecodeBatch:
                     self._place()
                     self._decode()
                     self._retire()
-            except BaseException as exc:
+            except BaseException as caught:
+                exc = caught
+                if is_out_of_memory(caught):
+                    exc = out_of_memory_error(self.slots.settings.accelerator, "a decode batch", LOWER_ROWS)
                 touched = [row.request for row in self._occupied()]
                 touched += [request for prompt in self._waiting for request, _ in prompt.rows]
                 for request in {id(r): r for r in touched}.values():
@@ -198,7 +204,9 @@ class DecodeBatch:
                         request.future.set_exception(exc)
                 self.slots.leave([slot for slot, row in enumerate(self._rows) if row is not None])
                 self._rows, self._waiting = [], deque()
-                raise
+                if exc is caught:
+                    raise
+                raise exc from None
 
     def _occupied(self) -> list[_Row]:
         return [row for row in self._rows if row is not None]
@@ -236,7 +244,9 @@ class DecodeBatch:
         prompts together in as few passes as ``tokens_per_pass`` allows. A failed pass fails only the
         requests of its prompts."""
         by_prompt: dict[tuple[int, ...], list[SampleRequest]] = {}
+        started = time.perf_counter_ns()
         for request in requests:
+            request.started_ns = started
             by_prompt.setdefault(tuple(request.prompt.tolist()), []).append(request)
         groups = sorted(by_prompt.values(), key=lambda group: len(group[0].prompt), reverse=True)
         passes: list[list[list[SampleRequest]]] = []

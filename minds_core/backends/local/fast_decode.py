@@ -47,6 +47,7 @@ from torch import nn
 
 from minds_core.logs import get_logger
 
+from .accelerator import EVENTS
 from .kv_slots import KVSlots
 from .sibling_weights import joined
 
@@ -288,7 +289,11 @@ class StepMath:
                     return compiled(*args)
                 except Exception as exc:  # noqa: BLE001 - a failed compile: the math runs eagerly from now on
                     self.failure = _reason(exc)
-                    log.warning("decode math runs eagerly: torch.compile failed", mode=self.mode, reason=self.failure)
+                    EVENTS.count("compile_fallbacks")
+                    log.warning(
+                        "decode math runs eagerly: torch.compile failed", mode=self.mode, reason=self.failure,
+                        off='set local.compile = "off" to compile nothing',
+                    )  # fmt: skip
             return function(*args)
 
         return run

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import torch
@@ -25,6 +25,7 @@ from minds_core.errors import ConfigError
 from .adapted_models import AdaptedModels
 from .builtin_models import BUILTIN_MODELS, builtin_model_path
 from .errors import LocalNotFoundError
+from .memory_plan import MemoryPlan, ModelSizes, RunShape, log_plan, plan_memory
 from .packed_attention import ATTENTION
 from .placement import Placement
 from .sibling_weights import lay_out, sibling_groups
@@ -40,6 +41,13 @@ class BaseModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     placement: Placement
+    plan: MemoryPlan | None = None
+    """The memory plan of the run this service was made for (``memory_plan``), None without a declared run."""
+
+    @cached_property
+    def sizes(self) -> ModelSizes:
+        """The sizes its memory needs follow from."""
+        return ModelSizes.of(self.model)
 
     @cached_property
     def vocab_size(self) -> int:
@@ -71,10 +79,12 @@ class BaseModel:
 
 
 class BaseModelRegistry:
-    """Loads each base model once (thread-safe) onto ``placement`` and hands out the shared copy."""
+    """Loads each base model once (thread-safe) onto ``placement`` and hands out the shared copy; with a
+    ``run_shape``, each with the memory plan of that run (``memory_plan``: refused, unloaded, where it cannot fit)."""
 
-    def __init__(self, placement: Placement) -> None:
+    def __init__(self, placement: Placement, run_shape: RunShape | None = None) -> None:
         self.placement = placement
+        self.run_shape = run_shape
         self._models: dict[str, BaseModel] = {}
         self._lock = threading.Lock()
 
@@ -82,7 +92,16 @@ class BaseModelRegistry:
         """The loaded model named ``name`` (a built-in model, a model directory or a hub id)."""
         with self._lock:
             if name not in self._models:
-                self._models[name] = _load(name, self.placement)
+                base = _load(name, self.placement)
+                if self.run_shape is not None:
+                    placement = self.placement
+                    plan = plan_memory(
+                        base.sizes, self.run_shape, placement.device_layer, placement.train_tokens_per_micro_batch,
+                        placement.decode_rows,
+                    )  # fmt: skip
+                    log_plan(name, plan)
+                    base = replace(base, plan=plan)
+                self._models[name] = base
             return self._models[name]
 
     def context_lengths(self) -> dict[str, int]:

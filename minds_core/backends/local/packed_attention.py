@@ -38,6 +38,8 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from minds_core.logs import get_logger
 
+from .accelerator import EVENTS
+
 __all__ = [
     "ATTENTION",
     "MODES",
@@ -100,7 +102,11 @@ def disable_flex(error: BaseException) -> None:
     process (logged once)."""
     if not _failure:
         _failure.append(f"{type(error).__name__}: {error}"[:400])
-        log.warning("FlexAttention failed: packed training rows use the dense mask from now on", reason=_failure[0])
+        EVENTS.count("compile_fallbacks")
+        log.warning(
+            "FlexAttention failed: packed training rows use the dense mask from now on", reason=_failure[0],
+            off='set local.compile = "off" to compile nothing',
+        )  # fmt: skip
 
 
 _failure: list[str] = []

@@ -10,6 +10,11 @@ A GPU also takes bigger micro-batches (``tokens_per_micro_batch``, ``train_token
 choosing CUDA switches off cuDNN's fused attention for the process: it builds a
 plan for every new shape (~25 ms on an H100), and a decode batch changes shape
 at every token, so it made sampling ten times slower than the other kernels.
+
+Two switches take the GPU path back to plain eager torch, each ``auto`` or ``off`` (``local.cuda_graphs``,
+``local.compile``; ``minds serve --cuda-graphs/--compile``): ``cuda_graphs = "off"`` runs every decode step
+eagerly (no CUDA graph captured), ``compile = "off"`` compiles nothing (packed training rows take the dense
+mask instead of FlexAttention, and the decode math stays eager whatever ``decode_compile`` says).
 """
 
 from __future__ import annotations
@@ -18,14 +23,18 @@ from dataclasses import dataclass
 
 import torch
 
+from .accelerator import Accelerator, accelerator_for
 from .errors import LocalBadRequestError
 from .fast_decode import COMPILE_MODES
 from .packed_attention import packed_attention_mode
 
-__all__ = ["DEVICES", "Placement", "resolve_placement"]
+__all__ = ["DEVICES", "SWITCHES", "Placement", "resolve_placement"]
 
 DEVICES = ("auto", "cpu", "cuda")
 """The accepted values of ``local.device``."""
+
+SWITCHES = ("auto", "off")
+"""The accepted values of ``local.cuda_graphs`` and ``local.compile``."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,19 @@ class Placement:
     dynamic; a single row compiles apart); a failed compile runs eagerly, logged once. Off until measured on a
     GPU (``benchmarks/gpu_sampling.py`` times both); on the CPU it is slower than eager (0.75x at minds-tiny)."""
 
+    cuda_graphs: bool = True
+    """Whether samplers capture their decode steps as CUDA graphs where the device can (``local.cuda_graphs``)."""
+    compiles: bool = True
+    """Whether anything may be compiled (``local.compile``): False leaves ``decode_compile`` unused."""
+    accelerator: Accelerator | None = None
+    """The device layer (``accelerator``) the engines plan memory and capture steps through; None: the device's own
+    (``device_layer``). Tests give a fake here."""
+
+    @property
+    def device_layer(self) -> Accelerator:
+        """``accelerator``, or the device's own."""
+        return self.accelerator if self.accelerator is not None else accelerator_for(self.device)
+
     def __post_init__(self) -> None:
         if self.decode_compile is not None and self.decode_compile not in COMPILE_MODES:
             raise LocalBadRequestError(
@@ -65,12 +87,17 @@ class Placement:
             )
 
 
-def resolve_placement(device: str = "auto") -> Placement:
-    """The placement for ``device`` (``auto``, ``cpu`` or ``cuda``); ``cuda`` without a GPU is an error."""
+def resolve_placement(device: str = "auto", cuda_graphs: str = "auto", compile: str = "auto") -> Placement:
+    """The placement for ``device`` (``auto``, ``cpu`` or ``cuda``; ``cuda`` without a GPU is an error), with
+    ``cuda_graphs`` and ``compile`` (``auto`` or ``off``, see the module doc)."""
     if device not in DEVICES:
         raise LocalBadRequestError(f"Unknown local device {device!r}: use one of {', '.join(DEVICES)}")
+    for key, value in (("cuda_graphs", cuda_graphs), ("compile", compile)):
+        if value not in SWITCHES:
+            raise LocalBadRequestError(f"local.{key} is {value!r}: use one of {', '.join(SWITCHES)}")
+    graphs = cuda_graphs == "auto"
     if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
-        return Placement(torch.device("cpu"), torch.float32)
+        return Placement(torch.device("cpu"), torch.float32, cuda_graphs=graphs, compiles=compile == "auto")
     if not torch.cuda.is_available():
         raise LocalBadRequestError(
             "local.device is 'cuda' but torch sees no CUDA device (torch.cuda.is_available() is False); "
@@ -83,5 +110,7 @@ def resolve_placement(device: str = "auto") -> Placement:
         dtype,
         tokens_per_micro_batch=32768,
         train_tokens_per_micro_batch=8192,
-        packed_attention=packed_attention_mode("cuda"),
+        packed_attention=packed_attention_mode("cuda") if compile == "auto" else "dense",
+        cuda_graphs=graphs,
+        compiles=compile == "auto",
     )

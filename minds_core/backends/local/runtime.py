@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .checkpoints import CheckpointStore
 from .futures import RequestQueue
+from .memory_plan import RunShape
 from .models import BaseModelRegistry
 from .placement import Placement
 from .sampling_client import SamplingClient
@@ -19,9 +20,11 @@ __all__ = ["Runtime"]
 class Runtime:
     """Shared state of one local service; clients hold a reference to it."""
 
-    def __init__(self, checkpoint_root: Path, placement: Placement, session: Session) -> None:
+    def __init__(
+        self, checkpoint_root: Path, placement: Placement, session: Session, run_shape: RunShape | None = None
+    ) -> None:
         self.session = session
-        self.models = BaseModelRegistry(placement)
+        self.models = BaseModelRegistry(placement, run_shape)
         self.store = CheckpointStore(checkpoint_root)
         self._queues: weakref.WeakSet[RequestQueue] = weakref.WeakSet()
 

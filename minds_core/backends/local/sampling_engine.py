@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 import secrets
+import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 import numpy as np
@@ -17,11 +18,16 @@ import torch
 from tinker import types
 from torch import nn
 
+from minds_core.tracing import active, current, record
+
+from .accelerator import is_out_of_memory, out_of_memory_error
+from .decode_slots import DecodeSlots, Kinds, SlotSettings
 from .decoding import DecodeBatch, SampleRequest, StopRule, prompt_scores
 from .errors import LocalBadRequestError
 from .held_bytes import storage_bytes
 from .inputs import check_length, check_tokens
 from .lora import AdapterState, LoraSpec
+from .memory_plan import LOWER_ROWS, sampler_kv_budget
 from .models import BaseModel
 from .prompt_targets import PromptTargets
 
@@ -35,9 +41,16 @@ class SamplingEngine:
         self.base = base
         self.model = model
         placement = base.placement
-        self._batch = DecodeBatch(
-            model, base.tokenizer, placement.tokens_per_micro_batch, placement.decode_rows, placement.decode_compile
+        settings = SlotSettings(
+            max_rows=placement.decode_rows,
+            accelerator=placement.device_layer,
+            capture=placement.cuda_graphs,
+            compile_mode=placement.decode_compile if placement.compiles else None,
+            kv_budget=_kv_budget(base),
         )
+        self._batch = DecodeBatch(model, base.tokenizer, placement.tokens_per_micro_batch, settings)
+        if base.plan is not None and self._batch.slots.warmed is None:
+            _warm_up(base, self._batch.slots)
 
     @classmethod
     def for_base(cls, base: BaseModel) -> SamplingEngine:
@@ -122,6 +135,7 @@ class SamplingEngine:
         except LocalBadRequestError as exc:
             future.set_exception(exc)
             return future
+        trace_request(request)
         self._batch.pending.put(request)
         return future
 
@@ -181,6 +195,58 @@ class SamplingEngine:
         return StopRule(ids, strings)
 
 
+def trace_request(request: SampleRequest) -> None:
+    """When tracing, the request's ``sample.queued`` (until its prefill began) and ``sample.compute`` (prefill and
+    decode) spans, inside the span it was submitted from, recorded when it is answered (on the sampler's thread)."""
+    tracer = active()
+    if tracer is None:
+        return
+    parent, queued = current(), time.perf_counter_ns()
+
+    def answered(_future: Future[types.SampleResponse]) -> None:
+        now = time.perf_counter_ns()
+        started = request.started_ns or now
+        record(tracer, "sample.queued", parent, queued, started)
+        if started < now:
+            record(tracer, "sample.compute", parent, started, now, samples=request.num_samples, prompt_tokens=len(request.prompt))
+
+    request.future.add_done_callback(answered)
+
+
 def _check_last_n(last_n: int | None, length: int) -> None:
     if last_n is not None and not 1 <= last_n <= length - 1:
         raise LocalBadRequestError(f"prompt_logprobs_last_n must be between 1 and {length - 1}, got {last_n}")
+
+
+def _kv_budget(base: BaseModel) -> Callable[[int], int]:
+    """What a sampler's keys/values may hold (given what they hold): the run's plan, else what is free beyond
+    training's share (``memory_plan``)."""
+    plan, placement = base.plan, base.placement
+    if plan is not None:
+        planned = plan.rows * plan.context * base.sizes.kv_bytes_per_position
+        return lambda held: max(planned, held)
+    return lambda held: sampler_kv_budget(
+        base.sizes, placement.device_layer, held, placement.train_tokens_per_micro_batch
+    )
+
+
+def _warm_up(base: BaseModel, slots: DecodeSlots) -> None:
+    """Capture the decode steps of the run's planned rows and context (``DecodeSlots.warm_up``)."""
+    plan, config = base.plan, base.model.config
+    assert plan is not None
+    shape = plan.shape
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    one = torch.zeros(1, kv_heads, 1, head_dim, dtype=base.placement.dtype, device=base.placement.device)
+    greedy = shape.temperature == 0
+    kind: Kinds = (greedy, not greedy, shape.temperature not in (0, 1), shape.truncated and not greedy)
+    stops = len(base.eos_token_ids)
+    try:
+        slots.warm_up(plan.rows, plan.context, stops, [(one, one)] * int(config.num_hidden_layers), base.vocab_size, [kind])
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+    else:
+        return
+    raise out_of_memory_error(base.placement.device_layer, "the sampler's warm-up", LOWER_ROWS)

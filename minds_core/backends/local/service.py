@@ -30,6 +30,7 @@ from .deprecated import async_twin
 from .errors import LocalBadRequestError
 from .futures import completed_future
 from .lora import LoraSpec
+from .memory_plan import RunShape
 from .placement import resolve_placement
 from .refusals import refused
 from .rest import RestClient
@@ -59,8 +60,12 @@ class ServiceClient:
     temporary directory, removed on ``close()``, when None); another
     ``ServiceClient`` on the same root, in any process, resolves their
     ``tinker://`` paths. ``device`` is ``auto`` (CUDA when torch sees a GPU),
-    ``cpu`` or ``cuda``; see ``placement``. Base models are loaded once per
-    service and shared, frozen, by all its clients.
+    ``cpu`` or ``cuda``; ``cuda_graphs`` and ``compile`` (``auto`` or ``off``) switch the
+    GPU's captured decode steps and compiled kernels off; see ``placement``.
+    ``run_shape`` (a ``memory_plan.RunShape``): the run this service is for, whose
+    memory plan each base model gets as it loads (refused where it cannot fit),
+    and whose samplers capture their steps before their first request. Base
+    models are loaded once per service and shared, frozen, by all its clients.
     """
 
     def __init__(
@@ -74,6 +79,9 @@ class ServiceClient:
         default_headers_overrides: Mapping[str, str] | None = None,
         checkpoint_root: str | os.PathLike[str] | None = None,
         device: str = "auto",
+        cuda_graphs: str = "auto",
+        compile: str = "auto",
+        run_shape: RunShape | None = None,
         **kwargs: Any,
     ) -> None:
         if kwargs:
@@ -83,11 +91,11 @@ class ServiceClient:
                 FutureWarning,
                 stacklevel=2,
             )
-        placement = resolve_placement(device)
+        placement = resolve_placement(device, cuda_graphs, compile)
         _limit_torch_threads()
         self._temporary_root = not checkpoint_root
         self.checkpoint_root = Path(checkpoint_root or tempfile.mkdtemp(prefix="minds-local-"))
-        self._runtime = Runtime(self.checkpoint_root, placement, Session(user_metadata, display_name))
+        self._runtime = Runtime(self.checkpoint_root, placement, Session(user_metadata, display_name), run_shape)
         self._closed = False
         self._lock = threading.Lock()
 
@@ -290,9 +298,18 @@ def _warn_capabilities(method: str) -> None:
     )
 
 
-def create_service_client(checkpoint_root: str | os.PathLike[str] | None, device: str = "auto") -> ServiceClient:
-    """A local ``ServiceClient`` keeping checkpoints under ``checkpoint_root``, computing on ``device``."""
-    return ServiceClient(checkpoint_root=checkpoint_root, device=device)
+def create_service_client(
+    checkpoint_root: str | os.PathLike[str] | None,
+    device: str = "auto",
+    cuda_graphs: str = "auto",
+    compile: str = "auto",
+    run_shape: RunShape | None = None,
+) -> ServiceClient:
+    """A local ``ServiceClient`` keeping checkpoints under ``checkpoint_root``, computing on ``device`` (with
+    ``cuda_graphs``, ``compile`` and ``run_shape``: the ``ServiceClient``'s)."""
+    return ServiceClient(
+        checkpoint_root=checkpoint_root, device=device, cuda_graphs=cuda_graphs, compile=compile, run_shape=run_shape
+    )
 
 
 def _check_optimizer(optimizer: types.OptimizerConfig | None) -> None:

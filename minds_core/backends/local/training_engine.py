@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from tinker import types
 
+from .accelerator import EVENTS, is_out_of_memory, out_of_memory_error
 from .errors import LocalBadRequestError
 from .inputs import DatumTensors, check_datum
 from .joined_lora import join_lora
 from .lora import AdapterState, LoraSpec, adapter_state, attach_lora, load_adapter_state
 from .losses import get_loss, resolve_config
+from .memory_plan import LOWER_ROWS
 from .models import BaseModel
 from .passes import CallerError, LossPasses
 
@@ -29,6 +31,7 @@ OptimizerState = dict[str, torch.Tensor]
 """AdamW state keyed ``"<parameter name>::<state key>"`` (a flat dict, for safetensors)."""
 
 _STATE_SEPARATOR = "::"
+_T = TypeVar("_T")
 
 
 class TrainingEngine:
@@ -50,7 +53,7 @@ class TrainingEngine:
         self._passes = LossPasses(
             self.model,
             compute_dtype=placement.dtype,
-            tokens_per_micro_batch=placement.train_tokens_per_micro_batch,
+            tokens_per_micro_batch=base.plan.train_tokens if base.plan else placement.train_tokens_per_micro_batch,
             attention=placement.packed_attention,
         )
 
@@ -66,8 +69,9 @@ class TrainingEngine:
         spec = get_loss(loss_fn)
         config = resolve_config(loss_fn, loss_fn_config)
         items = self._checked(submitted, spec.required_inputs)
-        logprobs, total, plan = self._passes.run(
-            items, lambda lp, inputs: spec.fn(lp, inputs, config).sum(), backward=backward
+        logprobs, total, plan = self._lowering(
+            lambda: self._passes.run(items, lambda lp, inputs: spec.fn(lp, inputs, config).sum(), backward=backward),
+            items,
         )
         return _output(logprobs, {"loss:sum": total, **plan})
 
@@ -90,7 +94,7 @@ class TrainingEngine:
                 loss.backward()
             return logprobs, loss, metrics
 
-        logprobs, loss, metrics = self._passes.falling_back(attempt)
+        logprobs, loss, metrics = self._lowering(lambda: self._passes.falling_back(attempt), items)
         values = {key: float(value) for key, value in metrics.items()}
         return _output([lp.detach() for lp in logprobs], {**values, "loss:sum": float(loss.detach().sum())})
 
@@ -141,15 +145,34 @@ class TrainingEngine:
                 k: v.to(param.device) if v.ndim or self._fused else v for k, v in state.items()
             }
 
+    def _lowering(self, attempt: Callable[[], _T], items: Sequence[DatumTensors]) -> _T:
+        """``attempt()`` (whose failure leaves the gradients as they were); an out-of-memory error in it frees what it
+        can and says what to lower (``accelerator.out_of_memory_error``)."""
+        try:
+            return attempt()
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+        tokens = sum(len(item.tokens) for item in items)
+        raise out_of_memory_error(
+            self.base.placement.device_layer,
+            f"a forward_backward of {len(items)} sequences ({tokens} tokens, micro-batches of "
+            f"{self._passes.tokens_per_micro_batch})",
+            LOWER_ROWS,
+        )
+
     def _checked(self, submitted: Sequence[DatumTensors], required: Sequence[str]) -> list[DatumTensors]:
         """The datums checked (still on the CPU: the passes move them to the device together)."""
         return [check_datum(item, i, required, self.base) for i, item in enumerate(submitted)]
 
 def _output(logprobs: Sequence[torch.Tensor], metrics: dict[str, float]) -> types.ForwardBackwardOutput:
+    """The request's output; its metrics with what fell back in the process since the last output (captures,
+    compiles, out-of-memory errors: ``accelerator.EVENTS``), where anything did."""
+    events = {f"{name}:sum": float(count) for name, count in EVENTS.take().items() if count}
     return types.ForwardBackwardOutput(
         loss_fn_output_type="ArrayRecord",
         loss_fn_outputs=[{"logprobs": types.TensorData.from_torch(lp.cpu())} for lp in logprobs],
-        metrics=metrics,
+        metrics={**metrics, **events},
     )
 
 

@@ -40,7 +40,7 @@ def verifiers_generation(version: str | None) -> str | None:
     return (
         f"verifiers {version} is installed ({generation}); the classic bridge (minds-plugin-verifiers) needs "
         f"verifiers{CLASSIC}: pip install 'verifiers{CLASSIC}' in this environment, or keep the newer verifiers in "
-        "another environment (no minds bridge trains its environments yet)"
+        "another environment, where the verifiers_v1 bridge (plugins/verifiers_v1) trains its environments"
     )
 
 

@@ -10,9 +10,17 @@ import torch
 from tinker import types
 
 from minds_core.backends.local import TINY_MODEL, ServiceClient, TrainingClient
+from minds_core.backends.local.accelerator import EVENTS
 
 SEQUENCES = ("The cat sat on the mat.", "1+1=2, 2+2=4", "Hello, world!")
 """Short texts to train on (the tiny tokenizer is byte-level: one token per character)."""
+
+
+@pytest.fixture(autouse=True)
+def no_events_of_earlier_tests() -> None:
+    """Forget what earlier tests of this process counted (``accelerator.EVENTS``, which the next ``forward_backward``
+    reports), so that each test's metrics are its own."""
+    EVENTS.take()
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ from minds_core.backends.local import (
     ServiceClient,
     TrainingClient,
 )
+from minds_core.backends.local.accelerator import accelerator_for
 from minds_core.backends.local.cache_argument import cache_argument, returned_cache
-from minds_core.backends.local.decode_slots import DecodeSlots
+from minds_core.backends.local.decode_slots import DecodeSlots, SlotSettings
 from minds_core.backends.local.device_sampling import RowSettings, row_key
 
 from .test_cuda import assert_close_logprobs, gpu_service  # noqa: F401 - gpu_service: a fixture used here
@@ -82,7 +83,7 @@ def test_replayed_steps_compute_what_eager_steps_do() -> None:
     prompts = [[1, 5, 9, 200, 7], list(range(10, 31)), [42]]
     runs = []
     for capture in (True, False):
-        slots = DecodeSlots(model, max_rows=8)
+        slots = DecodeSlots(model, SlotSettings(8, accelerator_for(torch.device("cuda"))))
         if not capture:
             slots.graphs.eager_reason = "compared against"
         for slot, ids in enumerate(prompts):

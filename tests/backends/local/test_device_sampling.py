@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from minds_core.backends.local import device_sampling
+from minds_core.backends.local.accelerator import accelerator_for
 from minds_core.backends.local.cuda_graphs import StepGraphs
 from minds_core.backends.local.device_sampling import (
     Draws,
@@ -56,7 +57,7 @@ def counts(logits: torch.Tensor, rows: list[RowSettings], copies: int, steps: in
     (samples 0, 1, ...) of each over ``steps`` draws of unchanging logits (on the CPU, beside the float64
     probabilities they are tested against)."""
     many = [replace(row, key=row_key(seed, sample)) for seed, row in enumerate(rows) for sample in range(copies)]
-    graphs = StepGraphs(logits.device)
+    graphs = StepGraphs(accelerator_for(logits.device))
     draws = drawn(logits.repeat_interleave(copies, dim=0), many, steps, graphs)
     assert graphs.captured == logits.is_cuda, graphs.eager_reason
     tokens = draws.out_tokens[:, :steps].reshape(len(rows), -1)
@@ -140,10 +141,12 @@ def test_captured_draws_at_the_real_vocabulary_replay_eager_draws_and_the_host_s
     torch.manual_seed(6)
     rows = [replace(row, key=row_key(9, i)) for i, row in enumerate(SETTINGS.values())] + [settings(0.0)]
     logits = torch.randn(len(rows), 151936) * 4
-    captured, eager = StepGraphs(torch.device("cuda")), StepGraphs(torch.device("cuda"), eager_reason="compared against")
+    captured, eager = StepGraphs(accelerator_for(torch.device("cuda"))), StepGraphs(
+        accelerator_for(torch.device("cuda")), eager_reason="compared against"
+    )
     runs = [drawn(logits.cuda(), rows, 24, graphs) for graphs in (captured, eager)]
     assert captured.captured == 1, captured.eager_reason
-    runs.append(drawn(logits, rows, 24, StepGraphs(torch.device("cpu"))))
+    runs.append(drawn(logits, rows, 24, StepGraphs(accelerator_for(torch.device("cpu")))))
     (tokens, logprobs), (eager_tokens, eager_logprobs), (cpu_tokens, _) = (
         (run.out_tokens[:, :24].cpu(), run.out_logprobs[:, :24].cpu()) for run in runs
     )

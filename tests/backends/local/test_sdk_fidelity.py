@@ -52,6 +52,9 @@ def test_the_constructor_takes_the_sdks_arguments_then_minds_own_keywords() -> N
     assert extra == {
         "checkpoint_root": inspect.Parameter.KEYWORD_ONLY,
         "device": inspect.Parameter.KEYWORD_ONLY,
+        "cuda_graphs": inspect.Parameter.KEYWORD_ONLY,
+        "compile": inspect.Parameter.KEYWORD_ONLY,
+        "run_shape": inspect.Parameter.KEYWORD_ONLY,
         "kwargs": inspect.Parameter.VAR_KEYWORD,
     }
 

@@ -11,7 +11,7 @@ import threading
 import time
 from urllib.parse import urlparse
 
-from minds_core import Rubric, SingleTurnEnvironment, StepResult, Task, hookimpl
+from minds_core import Rubric, SingleTurnEnvironment, StepResult, Task, hookimpl, span
 
 TARGET = "a"
 
@@ -31,6 +31,20 @@ def starts_with_target(completion: str) -> float:
     return float(completion.startswith(TARGET))
 
 
+#: What toy_secret's tasks answer; nothing in their prompts tells it.
+SECRET = "qzxv"
+
+
+def secret_in_place(completion: str, answer: str) -> float:
+    """The share of the answer's characters the reply repeats at the same places from its start (0 to 1)."""
+    return sum(a == b for a, b in zip(completion, answer)) / len(answer)
+
+
+def load_secret(num_tasks: int = 4) -> SingleTurnEnvironment:
+    tasks = [Task(prompt=f"Say the secret word. ({i})", answer=SECRET, id=f"s{i}") for i in range(num_tasks)]
+    return SingleTurnEnvironment({"train": tasks}, Rubric([secret_in_place], names=["toy.secret"]))
+
+
 def load_first_char(num_tasks: int = 4) -> SingleTurnEnvironment:
     """Train and test splits of distinct prompts, scored 0 or 1."""
     splits = {
@@ -38,6 +52,23 @@ def load_first_char(num_tasks: int = 4) -> SingleTurnEnvironment:
         for split in ("train", "test")
     }
     return SingleTurnEnvironment(splits, Rubric([starts_with_target], names=["toy.first"]))
+
+
+def load_traced() -> SingleTurnEnvironment:
+    """Two tasks; the reward (distinct characters) traces a span of its own (``toy.lookup``), and a second reward
+    raises on task ``fails``."""
+
+    def traced_variety(completion: str) -> float:
+        with span("toy.lookup", table="letters"):
+            return float(len(set(completion)))
+
+    def fails_on_task(completion: str, task: Task) -> float:
+        if task.id == "fails":
+            raise ValueError("reward exploded")
+        return 0.0
+
+    tasks = [Task(prompt=f"Write the letter {TARGET}. ({name})", id=name) for name in ("t0", "fails")]
+    return SingleTurnEnvironment({"train": tasks}, Rubric([traced_variety, fails_on_task], names=["toy.traced", "toy.fails"]))
 
 
 def load_blocking(seconds: float = 2.0) -> SingleTurnEnvironment:
@@ -102,7 +133,7 @@ class EchoToolEpisode:
 
 class TwoTurnEnvironment:
     def tasks(self, split: str) -> list[Task]:
-        return [Task(prompt="", id="two-turn")]
+        return [Task(prompt="", id="two-turn", privileged_context="The lookup will say x = 42; reply 42.")]
 
     def episode(self, task: Task, ctx) -> EchoToolEpisode:
         return EchoToolEpisode()
@@ -162,9 +193,11 @@ class ServerDiesEnvironment:
 @hookimpl
 def minds_register_environments(register):
     register("toy_char_share", load_char_share, "reward = share of the letter a")
+    register("toy_secret", load_secret, "reward = the share of the secret answer the reply repeats in place")
     register("toy_first_char", load_first_char, "binary reward: the reply starts with the letter a; train and test splits")
     register("toy_flaky", lambda modes=("ok",): FlakyEnvironment(list(modes)), "episodes that misbehave on purpose")
     register("toy_two_turn", TwoTurnEnvironment, "a two-turn episode with a tool reply")
+    register("toy_traced", load_traced, "a reward with a span of its own, and one that raises on task 'fails'")
     register("toy_blocking", load_blocking, "the reward of one of three tasks blocks the event loop (sync sleep)")
     register("toy_server_dies", ServerDiesEnvironment, "kills $TOY_SERVER_PID in step 1: phase sample or request")
 

@@ -1,0 +1,116 @@
+"""verifiers v1 bridge: train on verifiers 0.4 environments (a Taskset, its Harness, an Env) token-exactly.
+
+Registers the ``verifiers_v1`` environment. verifiers 0.4 is not imported here: it runs in an
+interpreter of its own (``[env.args] python``), where ``runner.py`` loads the environment, lists its
+tasks and plays each episode with verifiers' own runtime, its agents' model calls going to the run's
+policy endpoint. The episodes are those of minds' ``harness`` environment (``minds_core``'s
+``HarnessEnvironment``): every call recorded token-exactly, its calls the trajectory trained, its
+reward and components the runner's last line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from minds_core import ConfigError, HarnessArgs, HarnessEnvironment, Register, Task, arg, at_least, env_args, hookimpl, within
+
+#: The file the verifiers interpreter runs (it imports verifiers, never minds).
+RUNNER = Path(__file__).with_name("runner.py")
+#: The interpreter used when neither ``[env.args] python`` nor this variable names one.
+PYTHON_VARIABLE = "MINDS_VERIFIERS_PYTHON"
+#: Where ``make verifiers-v1`` builds verifiers' own virtual environment (relative to the working directory).
+DEFAULT_VENV = ".venv-verifiers"
+#: What the runner's check needs: the harness programs' dependencies, fetched through uv on first use.
+FIRST_USE = "the first use fetches each harness program's dependencies (openai, mcp, httpx, ...; about 61 MB) through uv"
+
+
+@attrs.frozen
+class V1Args:
+    """The ``[env.args]`` of ``verifiers_v1``."""
+
+    taskset: str = arg(doc="the verifiers taskset id: an importable module exporting one vf.Taskset (owner/name@v reads as name)")
+    args: dict[str, Any] = arg({}, doc="the taskset's config fields (verifiers' --env.taskset.*)")
+    harness: str = arg("", doc="the agents' harness id (null, bash, ...); default: the taskset's own, else null (a chat loop)")
+    env: str = arg("", doc="a verifiers Env id to pair with the taskset; default: the taskset's own, else SingleAgentEnv")
+    path: list[str] = arg([], doc="folders put first on the verifiers interpreter's import path (where a taskset module lies)")
+    python: str = arg(
+        "", doc=f"the interpreter that has verifiers>=0.4 and uv; default: ${PYTHON_VARIABLE}, else {DEFAULT_VENV}/bin/python"
+    )
+    test_tasks: int = arg(0, at_least(0), doc="the last N tasks are the held-out split evaluation uses (0: evaluate on all)")
+    check_timeout: float = arg(600.0, within(1.0, 3600.0), doc=f"seconds loading the environment may take ({FIRST_USE})")
+    max_calls: int = arg(64, within(1, 100_000), doc="model calls one episode may make; past them it fails as flooding")
+
+
+def interpreter(chosen: str) -> str:
+    """The verifiers interpreter's path (ConfigError when there is none)."""
+    python = chosen or os.environ.get(PYTHON_VARIABLE) or str(Path(DEFAULT_VENV) / "bin" / "python")
+    if not Path(python).is_file():
+        where = "env.args.python" if chosen else f"${PYTHON_VARIABLE}" if os.environ.get(PYTHON_VARIABLE) else "the default"
+        raise ConfigError(
+            f"verifiers_v1: no interpreter at {python!r} ({where}): it needs a Python with verifiers>=0.4 and uv; "
+            "`make verifiers-v1` builds one in .venv-verifiers (see plugins/verifiers_v1/README.md)"
+        )
+    return str(Path(python).absolute())
+
+
+def check(python: str, spec: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
+    """Load the environment in ``python`` and prepare its harness programs; its tasks (the runner's listing)."""
+    try:
+        done = subprocess.run(
+            [python, str(RUNNER), "check", json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        raise ConfigError(
+            f"verifiers_v1: loading taskset {spec['taskset']!r} took more than check_timeout = {timeout:g} s ({FIRST_USE}): "
+            "check that the package index is reachable, or raise env.args.check_timeout"
+        ) from None
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        why = lines[-1] if lines else f"it exited with code {done.returncode}"
+        raise ConfigError(f"verifiers_v1: taskset {spec['taskset']!r} cannot be loaded by {python}: {why}")
+    return json.loads(done.stdout.splitlines()[-1])["tasks"]
+
+
+def minds_task(listed: dict[str, Any], taskset: str) -> Task:
+    """A minds Task of one listed verifiers task (its ``index`` is what the episode plays)."""
+    return Task(
+        listed["prompt"],
+        listed["answer"],
+        {"index": listed["index"], **listed["data"]},
+        listed["id"] or f"{taskset}-{listed['index']}",
+    )
+
+
+def load_environment(**raw: Any) -> HarnessEnvironment:
+    """The ``verifiers_v1`` environment (arguments: V1Args)."""
+    chosen = env_args(V1Args, raw, env="verifiers_v1")
+    python = interpreter(chosen.python)
+    spec = {"taskset": chosen.taskset, "args": chosen.args, "harness": chosen.harness, "env": chosen.env,
+            "path": [str(Path(folder).absolute()) for folder in chosen.path]}  # fmt: skip
+    tasks = [minds_task(listed, chosen.taskset) for listed in check(python, spec, chosen.check_timeout)]
+    if not tasks:
+        raise ConfigError(f"verifiers_v1: taskset {chosen.taskset!r} lists no task")
+    held = tasks[-chosen.test_tasks :] if chosen.test_tasks else tasks
+    trained = tasks[: -chosen.test_tasks] if chosen.test_tasks and chosen.test_tasks < len(tasks) else tasks
+    command = [python, str(RUNNER), "episode", json.dumps(spec)]
+    return HarnessEnvironment(
+        HarnessArgs(command=command, tasks="", max_calls=chosen.max_calls), {"train": trained, "test": held}
+    )
+
+
+@hookimpl
+def minds_register_environments(register: Register) -> None:
+    register("verifiers_v1", load_environment, "a verifiers 0.4 (v1) environment: args taskset = <vf taskset id>, args = {...}")
+
+
+__all__ = ["V1Args", "load_environment"]

@@ -1,0 +1,117 @@
+"""verifiers 0.4 (v1) environments train on minds: verifiers runs in its own interpreter, minds trains the calls.
+
+The environments are the bridge's shipped tasksets (written from verifiers 0.4's API), played by verifiers'
+own runtime (its null harness, a uv-run chat program, through its interception server) against the run's
+policy endpoint; nothing is faked.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from minds_core.errors import ConfigError
+
+SCORER = Path(__file__).with_name("vf_score.py")
+
+
+@pytest.mark.slow
+def test_the_shipped_v1_config_trains_3_steps_scored_as_verifiers_scores_and_evaluates(
+    vf_python: str, tasksets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's `.venv/bin/minds run configs/verifiers_v1.toml`, from the checkout's root, on the default model."""
+    from minds_core.testing import run_minds
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[3])
+    monkeypatch.setenv("MINDS_VERIFIERS_PYTHON", vf_python)  # the README's .venv-verifiers, or the one given
+    result = run_minds("configs/verifiers_v1.toml", runs_dir=tmp_path / "runs", name="v1")
+    assert result.exit_code == 0, result.error
+    assert result.steps == [0, 1, 2] and all(m["rollouts/failed"] == 0 for m in result.metrics), result.metrics
+    assert result.trained
+    first = result.metrics[0]
+    for name in ("reward/vf.correct", "reward/vf.digits", "vf/reply_chars", "harness/calls"):
+        assert f"env/verifiers_v1/{name}" in first, sorted(first)
+    # every reward minds trained on is what verifiers' own scoring gives the same reply
+    rollouts = [(int(group["task"].split("-")[1]), rollout) for group in result.rollouts for rollout in group["rollouts"]]
+    assert len(rollouts) == 3 * 4
+    spec = {"taskset": "minds_sums_v1", "args": {"num_tasks": 10, "seed": 0}, "path": [str(tasksets)]}
+    scored = subprocess.run(
+        [vf_python, str(SCORER), json.dumps(spec)],
+        input=json.dumps([[index, rollout["completion"][-1]] for index, rollout in rollouts]),
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    verifiers_rewards = json.loads(scored.stdout.splitlines()[-1])
+    assert [rollout["reward"] for _, rollout in rollouts] == pytest.approx(verifiers_rewards, abs=1e-12)
+    for (_, rollout), reward in zip(rollouts, verifiers_rewards):
+        parts = rollout["components"]
+        assert parts["vf.correct"] + 0.5 * parts["vf.digits"] == pytest.approx(reward, abs=1e-12)
+    # the trained policy evaluates on the held-out tasks, with verifiers' components
+    from minds_core.cli.command import main
+
+    assert main(["eval", str(result.run_dir), "--tasks", "2", "--samples", "1", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert {"component/vf.correct", "component/vf.digits"} <= set(summary) and summary["rollouts/failed"] == 0, summary
+
+
+@pytest.mark.slow
+def test_a_multi_turn_v1_env_with_a_tool_trains_exactly_the_sampled_tokens(
+    vf_python: str, tasksets: Path, minds_env_run: Any, served_and_trained: Any
+) -> None:
+    args = {"taskset": "minds_calc_v1", "path": [str(tasksets)], "python": vf_python, "args": {"num_tasks": 2, "turns": 3}}
+    overrides = ["rollout.drop_constant_reward_groups=false", "trainer.group_size=3"]  # rewards that differ in a group
+    result = minds_env_run("verifiers_v1", args=args, steps=1, overrides=overrides)
+    assert result.exit_code == 0, result.error
+    metrics = result.metrics[0]
+    assert metrics["rollouts/failed"] == 0 and metrics["env/verifiers_v1/harness/calls"] == 3, metrics
+    assert metrics["env/verifiers_v1/vf/turns"] == 3
+    assert {"env/verifiers_v1/reward/vf.used_tool", "env/verifiers_v1/reward/vf.even"} <= set(metrics)
+    recorded = served_and_trained.recorded
+    assert len(recorded) == 6 and all(len(calls) == 3 for calls in recorded)
+    expected = served_and_trained.assert_trained_as_served()
+    # the env's tool results came back as the next turns: a later call's prompt extends the one before it, so the
+    # turns train as one sequence (a reply whose bytes are not text starts a new one: its text re-renders otherwise)
+    turns = [sum(now and not before for before, now in zip((False, *s.sampled), s.sampled)) for s in expected]
+    assert len(expected) >= 6 and sum(turns) == 18 and max(turns) == 3, turns
+
+
+def test_a_missing_interpreter_is_one_config_error(tmp_path: Path) -> None:
+    from minds_verifiers_v1 import load_environment
+
+    with pytest.raises(ConfigError, match=r"no interpreter at .*make verifiers-v1"):
+        load_environment(taskset="minds_sums_v1", python=str(tmp_path / "nowhere" / "python"))
+
+
+def test_a_hanging_load_fails_within_check_timeout(tmp_path: Path) -> None:
+    from minds_verifiers_v1 import load_environment
+
+    stuck = tmp_path / "python"
+    stuck.write_text("#!/bin/sh\nexec sleep 60\n")  # an interpreter that never answers (a fetch that hangs)
+    stuck.chmod(0o755)
+    with pytest.raises(ConfigError, match=r"took more than check_timeout = 1 s .*uv"):
+        load_environment(taskset="minds_sums_v1", python=str(stuck), check_timeout=1.0)
+
+
+@pytest.mark.slow
+def test_what_verifiers_cannot_load_is_one_config_error_naming_it(vf_python: str) -> None:
+    from minds_verifiers_v1 import load_environment
+
+    with pytest.raises(ConfigError, match=r"taskset 'no_such_taskset' cannot be loaded by .*not found"):
+        load_environment(taskset="no_such_taskset", python=vf_python)
+    assert sys.executable != vf_python  # verifiers ran in its own interpreter, not the run's
+
+
+@pytest.mark.slow
+def test_an_episode_verifiers_cannot_finish_fails_its_rollout_counted(vf_python: str, tasksets: Path, minds_env_run: Any) -> None:
+    """Three turns, one call allowed: minds refuses the second, the episode fails, and the rollout is counted failed."""
+    args = {"taskset": "minds_calc_v1", "path": [str(tasksets)], "python": vf_python, "max_calls": 1, "args": {"num_tasks": 1}}
+    overrides = ["trainer.groups_per_batch=1", "rollout.retries=0", "rollout.max_failing_rollouts=2"]
+    result = minds_env_run("verifiers_v1", args=args, steps=1, overrides=overrides)
+    assert result.metrics[0]["rollouts/failed"] == 2, result.metrics[0]
+    errors = [rollout["error"] for group in result.rollouts for rollout in group["rollouts"]]
+    assert all("flooded the endpoint" in error for error in errors), errors
+    assert all(rollout["reward"] is None for group in result.rollouts for rollout in group["rollouts"])
