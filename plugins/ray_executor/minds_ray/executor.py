@@ -1,17 +1,21 @@
-"""The ``ray`` rollout executor: each rollout is a Ray task, on any node of the cluster.
+"""The ``ray`` rollout executor: each rollout is played by a warm Ray worker, on any node of the cluster.
 
-The driver (the run's process) keeps the loop: it hands out episodes, at most ``ray.max_in_flight``
-at once, and gets back finished token-level rollouts. The worker retries the episode's own failures
-as in process; a worker or node that dies costs the attempt it was playing (sent again while
-``rollout.retries`` allow, else the rollout fails with the reason); a worker that overruns
-``rollout.timeout`` where asyncio cannot stop it is cancelled. Group rubrics, dropping and everything after run here,
-as in process.
+The workers (``Player`` actors, as many as the cluster's CPUs hold at ``ray.num_cpus`` each, at most
+``ray.max_in_flight``) start when the executor opens, before step 0, and serve the whole run; their
+start-up is logged apart from the steps. The driver (the run's process) keeps the loop: it hands each
+episode to an idle worker and gets back finished token-level rollouts. The worker retries the episode's
+own failures as in process; a worker or node that dies costs the attempt it was playing (sent again while
+``rollout.retries`` allow, else the rollout fails with the reason) and the worker is replaced; a worker
+that overruns ``rollout.timeout`` where asyncio cannot stop it is killed and replaced. Group rubrics,
+dropping and everything after run here, as in process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
+import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -34,39 +38,46 @@ log = get_logger("ray")
 
 #: The variable the workers read the run's own server key from (local backend), set in the tasks' runtime_env.
 SERVED_KEY_ENV = "MINDS_RAY_SERVED_KEY"
-#: Seconds a remote attempt may run past ``rollout.timeout`` (worker start, transfer) before it is cancelled.
+#: Seconds a remote attempt may run past ``rollout.timeout`` (transfer, a busy node) before its worker is killed.
 DEADLINE_GRACE = 30.0
+#: Seconds the workers may take to start (import, load the plugins) before the run stops, naming what is missing.
+START_TIMEOUT = 600.0
 
 
 def _cluster_errors() -> tuple[type[BaseException], ...]:
     """Ray's errors for an attempt lost with its worker or node (not the episode's own failure)."""
     from ray import exceptions as rx
 
-    names = ("WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError", "RaySystemError", "TaskCancelledError", "LocalRayletDiedError")
+    names = (
+        "WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError", "RaySystemError", "TaskCancelledError",
+        "LocalRayletDiedError", "ActorDiedError", "ActorUnavailableError",
+    )  # fmt: skip
     return tuple(getattr(rx, name) for name in names if hasattr(rx, name))
 
 
 class RayExecutor:
-    """Episodes as Ray tasks; made (connected) by ``start``."""
+    """Episodes on warm Ray workers; made (connected, workers started) by ``start``."""
 
     needs_sampler_path = True
 
-    def __init__(self, session: Any, endpoint: Endpoint, server: Any, key: str, owns_ray: bool) -> None:
-        cfg = session.config
+    def __init__(self, session: Any, endpoint: Endpoint, server: Any, key: str, owns_ray: bool, workers: int) -> None:
         self.session = session
         self.endpoint = endpoint
         self.server = server  # the run's engine served for the workers (local backend), else None
         self.key = key  # that server's key ('' = none), handed to the workers in their runtime_env
         self.owns_ray = owns_ray  # whether this executor connected this process to Ray (and so disconnects it)
-        self.slots = asyncio.Semaphore(cfg.ray.max_in_flight or cfg.rollout.concurrency)
+        self.workers = workers  #: the workers kept for the run (each plays one episode at a time)
         self.versions = installed_versions(["minds-core"] + sorted({p.distribution for p in session.plugins.plugins if p.distribution and p.ok}))
         self.episodes_per_node: Counter[str] = Counter()  #: finished attempts per Ray node id
         self.lost_attempts = 0  #: attempts lost with their worker or node
-        self._remote = None
+        self.startup_seconds = 0.0  #: seconds the workers took to start (before step 0)
+        self._idle: asyncio.Queue[Any] = asyncio.Queue()  # the started workers not playing an episode
+        self._actors: set[Any] = set()  # every worker started and not yet killed
+        self._starting: set[asyncio.Task[None]] = set()  # replacements under way
 
     @classmethod
     async def start(cls, session: Any) -> RayExecutor:
-        """Connect to (or start) the cluster, and serve the run's engine to it when the backend is local."""
+        """Connect to (or start) the cluster, serve the run's engine to it when the backend is local, and start the workers."""
         import ray
 
         cfg = session.config
@@ -86,29 +97,83 @@ class RayExecutor:
                 )
                 detail = " ".join(str(exc).split())[:300]
                 raise UsageError(f"ray.address = {cfg.ray.address!r}: cannot connect to {where}: {type(exc).__name__}: {detail}{hint}") from None
+        executor = None
         try:
             endpoint, server, key = _endpoint(session)
+            nodes = [n for n in ray.nodes() if n.get("Alive")]
+            cpus = ray.cluster_resources().get("CPU", 0)
+            log.info("ray cluster", address=cfg.ray.address or "local", nodes=len(nodes), cpus=cpus, sampler=endpoint.url or "hosted")
+            executor = cls(session, endpoint, server, key, owns_ray, _worker_count(cfg, cpus))
+            await executor._start_workers()
         except BaseException:
-            if owns_ray:
+            if executor is not None:
+                await executor.close()
+            elif owns_ray:
                 ray.shutdown()
             raise
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        cpus = ray.cluster_resources().get("CPU", 0)
-        log.info("ray cluster", address=cfg.ray.address or "local", nodes=len(nodes), cpus=cpus, sampler=endpoint.url or "hosted")
-        return cls(session, endpoint, server, key, owns_ray)
+        return executor
 
-    def _task(self) -> Any:
-        if self._remote is None:
-            import ray
-
-            from minds_ray.worker import play
-
+    async def _start_workers(self) -> None:
+        """Start every worker and wait until each is ready; log the seconds taken (apart from the steps)."""
+        began = time.perf_counter()
+        try:
+            await asyncio.wait_for(asyncio.gather(*(self._add_worker() for _ in range(self.workers))), START_TIMEOUT)
+        except TimeoutError:
             cfg = self.session.config.ray
-            runtime_env = {"env_vars": {SERVED_KEY_ENV: self.key}} if self.key else None
-            self._remote = ray.remote(play).options(
-                num_cpus=cfg.num_cpus, resources=dict(cfg.resources) or None, max_retries=0, runtime_env=runtime_env
-            )
-        return self._remote
+            raise UsageError(
+                f"ray: {self.workers - self._idle.qsize()} of {self.workers} workers did not start in {START_TIMEOUT:g} s; "
+                f"the cluster may lack the resources each asks for (ray.num_cpus = {cfg.num_cpus:g}, ray.resources = "
+                f"{dict(cfg.resources)}): lower ray.max_in_flight or ray.num_cpus, or add nodes"
+            ) from None
+        self.startup_seconds = time.perf_counter() - began
+        log.info("ray workers started", workers=self.workers, seconds=round(self.startup_seconds, 2))
+
+    async def _add_worker(self) -> None:
+        """Start one worker and, once ready, make it idle (a worker refused for its versions stops the run)."""
+        import ray
+
+        from minds_ray.worker import Player
+
+        cfg = self.session.config.ray
+        runtime_env = {"env_vars": {SERVED_KEY_ENV: self.key}} if self.key else None
+        actor = (
+            ray.remote(Player)
+            .options(num_cpus=cfg.num_cpus, resources=dict(cfg.resources) or None, max_restarts=0, runtime_env=runtime_env)
+            .remote()
+        )
+        self._actors.add(actor)
+        try:
+            await asyncio.wrap_future(actor.ready.remote(self.versions).future())
+        except ray.exceptions.RayTaskError as exc:
+            self._kill(actor)
+            if isinstance(exc.cause, WorkerRefused):
+                raise UsageError(str(exc.cause)) from None
+            raise
+        except BaseException:
+            self._kill(actor)
+            raise
+        self._idle.put_nowait(actor)
+
+    def _replace(self, actor: Any) -> None:
+        """Kill a worker that was lost or overran, and start another in the background (joins when ready)."""
+        self._kill(actor)
+        task = asyncio.ensure_future(self._add_worker())
+        self._starting.add(task)
+        task.add_done_callback(self._replaced)
+
+    def _replaced(self, task: asyncio.Task[None]) -> None:
+        self._starting.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # the pool is one worker short; its episodes wait on the others
+            log.warning("a Ray worker could not be replaced", error=" ".join(str(task.exception()).split())[:300])
+
+    def _kill(self, actor: Any) -> None:
+        import ray
+
+        self._actors.discard(actor)
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - a worker already gone (its node died) has nothing left to kill
+            pass
 
     async def run_groups(self, orders: Sequence[GroupOrder], policy: Any) -> list[Group]:
         return list(await asyncio.gather(*(self._group(order, policy) for order in orders)))
@@ -143,8 +208,7 @@ class RayExecutor:
             versions=self.versions,
         )
         while True:
-            async with self.slots:
-                rollout, lost = await self._attempt(episode)
+            rollout, lost = await self._attempt(episode)
             if not lost or rollout.attempts > cfg.rollout.retries:
                 break
             episode = attrs.evolve(episode, attempt=rollout.attempts + 1)
@@ -153,28 +217,32 @@ class RayExecutor:
         return rollout
 
     async def _attempt(self, episode: EpisodeOrder) -> tuple[Rollout, bool]:
-        """The rollout a worker played from ``episode.attempt`` on, and whether it was lost with its worker or node."""
+        """The rollout an idle worker played from ``episode.attempt`` on, and whether it was lost with its worker or node."""
         import ray
 
         timeout, attempts = episode.rollout.timeout, episode.rollout.retries + 1
         # a worker stuck where asyncio cannot interrupt it (a blocking call) overruns every attempt's timeout
         deadline = timeout * (attempts - episode.attempt + 1) + DEADLINE_GRACE if timeout > 0 else None
-        ref = self._task().remote(episode)
+        actor = await self._idle.get()
+        ref = actor.play.remote(episode)
         try:
             rollout, node = await asyncio.wait_for(asyncio.wrap_future(ref.future()), deadline)
         except TimeoutError:
-            ray.cancel(ref, force=True)
-            error = f"timed out after {timeout:g} s per attempt (the Ray worker did not return; it was cancelled)"
+            self._replace(actor)
+            error = f"timed out after {timeout:g} s per attempt (the Ray worker did not return; it was replaced)"
             return Rollout(None, error=error, timed_out=True, attempts=attempts), False
         except asyncio.CancelledError:
-            ray.cancel(ref, force=True)
+            self._replace(actor)
             raise
         except ray.exceptions.RayTaskError as exc:
+            self._idle.put_nowait(actor)  # the worker lives on: minds' own code failed in it
             if isinstance(exc.cause, WorkerRefused):
                 raise UsageError(str(exc.cause)) from None
-            return self._lost(episode, exc), True  # minds' own code failed on the worker: the attempt is lost, reported
+            return self._lost(episode, exc), True  # the attempt is lost, reported
         except _cluster_errors() as exc:
+            self._replace(actor)
             return self._lost(episode, exc), True
+        self._idle.put_nowait(actor)
         self.episodes_per_node[node] += 1
         return rollout, False
 
@@ -189,10 +257,22 @@ class RayExecutor:
 
         if self.episodes_per_node:
             log.info("episodes per Ray node", nodes=dict(self.episodes_per_node), lost=self.lost_attempts)
+        for task in list(self._starting):
+            task.cancel()
+        for actor in list(self._actors):  # a connection kept open (not this executor's) must not keep the workers' CPUs
+            self._kill(actor)
         if self.server is not None:
             self.server.close()
         if self.owns_ray and ray.is_initialized():
             ray.shutdown()
+
+
+def _worker_count(cfg: Any, cpus: float) -> int:
+    """The workers kept for the run: as many as the cluster's CPUs hold at ``ray.num_cpus`` each, at most the episodes
+    in flight (``ray.max_in_flight``, else ``rollout.concurrency``); one at least."""
+    in_flight = cfg.ray.max_in_flight or cfg.rollout.concurrency
+    held = math.floor(cpus / cfg.ray.num_cpus + 1e-9) if cfg.ray.num_cpus > 0 else in_flight
+    return max(1, min(in_flight, held))
 
 
 def _follow_token_auth() -> bool:

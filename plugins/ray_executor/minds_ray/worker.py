@@ -1,7 +1,7 @@
-"""The Ray side: one task plays one rollout (from its ``attempt``, retrying as in process) and sends back the
-finished, token-level rollout.
+"""The Ray side: a ``Player`` actor, started with the run and kept for it, plays one rollout at a time (from its
+``attempt``, retrying as in process) and sends back the finished, token-level rollout.
 
-Per worker process, kept between tasks: the plugins, each environment (built from its entry point
+Per worker process, kept between episodes: the plugins, each environment (built from its entry point
 and args, never unpickled), the Tinker clients, the renderer and the version check passed; one event loop on a thread of its
 own runs every episode of the process.
 """
@@ -26,6 +26,24 @@ SAMPLERS_KEPT = 4
 _lock = threading.Lock()
 _cache: dict[Any, Any] = {}
 _samplers: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+
+
+class Player:
+    """One warm worker of the run (a Ray actor): ``ready`` loads what every episode needs, before step 0."""
+
+    def ready(self, versions: dict[str, str]) -> str:
+        """The id of this worker's node, once the plugins are loaded and the versions checked (WorkerRefused if not)."""
+        import ray
+
+        from minds_core import load_plugins
+
+        node = ray.get_runtime_context().get_node_id()
+        _check_versions_once(versions, node)
+        _cached("plugins", load_plugins)
+        return node
+
+    def play(self, order: EpisodeOrder) -> tuple[Any, str]:
+        return play(order)
 
 
 def play(order: EpisodeOrder) -> tuple[Any, str]:

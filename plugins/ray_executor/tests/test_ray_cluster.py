@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,22 @@ def test_episodes_run_on_both_nodes_and_score_as_in_process_at_temperature_0(clu
     assert {r["name"] for r in _records(records, "start")} == {""}  # in the run's own process
     assert _rewards(on_ray) == _rewards(local) and len(_rewards(local)[0]) == 4
     assert [row["reward/mean"] for row in on_ray.metrics] == [row["reward/mean"] for row in local.metrics]
+
+
+def test_workers_start_before_step_0_and_play_every_step_under_fractional_cpus(cluster, tmp_path, capsys) -> None:
+    """At ``ray.num_cpus = 0.5`` the 2-CPU cluster holds 4 workers: they start as the run opens (logged with their
+    seconds, before any episode) and play both steps' 8 episodes each, none restarted."""
+    records = tmp_path / "records"
+    records.mkdir()
+    settings = [*QUICK, f"env.args.record_dir={records}", "ray.num_cpus=0.5", "trainer.group_size=4"]
+    result = run_minds("--env", ENV, "--steps", "2", "--backend", "local", runs_dir=tmp_path, name="warm", overrides=[*settings, *_ray(cluster)])
+    result.assert_trained_unless_said_why()
+    (started,) = [json.loads(line) for line in capsys.readouterr().err.splitlines() if '"ray workers started"' in line]
+    assert started["workers"] == 4 and started["seconds"] > 0
+    episodes = _records(records, "start")
+    assert len(episodes) == 16 and len({r["pid"] for r in episodes}) <= 4  # the same 4 processes for both steps
+    ready = datetime.fromisoformat(started["timestamp"]).timestamp()
+    assert all(r["time"] > ready for r in episodes)  # no episode began before every worker was up
 
 
 def test_a_tinker_cookbook_recipe_env_scores_on_ray_as_in_process_at_temperature_0(cluster, tmp_path) -> None:
