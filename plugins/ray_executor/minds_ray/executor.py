@@ -55,6 +55,13 @@ def _cluster_errors() -> tuple[type[BaseException], ...]:
     return tuple(getattr(rx, name) for name in names if hasattr(rx, name))
 
 
+@attrs.frozen
+class _NoWorkers:
+    """In the idle queue in place of a worker: every worker was lost and none could be started again."""
+
+    error: str  #: why the last one could not start
+
+
 class RayExecutor:
     """Episodes on warm Ray workers; made (connected, workers started) by ``start``."""
 
@@ -164,7 +171,10 @@ class RayExecutor:
     def _replaced(self, task: asyncio.Task[None]) -> None:
         self._starting.discard(task)
         if not task.cancelled() and task.exception() is not None:  # the pool is one worker short; its episodes wait on the others
-            log.warning("a Ray worker could not be replaced", error=" ".join(str(task.exception()).split())[:300])
+            error = " ".join(str(task.exception()).split())[:300]
+            log.warning("a Ray worker could not be replaced", error=error)
+            if not self._actors and not self._starting:  # none left to wait on: every waiting attempt fails, never hangs
+                self._idle.put_nowait(_NoWorkers(error))
 
     def _kill(self, actor: Any) -> None:
         import ray
@@ -224,6 +234,10 @@ class RayExecutor:
         # a worker stuck where asyncio cannot interrupt it (a blocking call) overruns every attempt's timeout
         deadline = timeout * (attempts - episode.attempt + 1) + DEADLINE_GRACE if timeout > 0 else None
         actor = await self._idle.get()
+        if isinstance(actor, _NoWorkers):
+            self._idle.put_nowait(actor)  # for the next attempt that waits
+            error = f"no Ray worker left: every worker was lost and none could be started again (last: {actor.error})"
+            return Rollout(None, error=error, attempts=episode.attempt), False
         ref = actor.play.remote(episode)
         try:
             rollout, node = await asyncio.wait_for(asyncio.wrap_future(ref.future()), deadline)
