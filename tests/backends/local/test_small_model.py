@@ -73,7 +73,8 @@ def test_it_writes_whole_numbers_words_and_the_format_a_prompt_asks_for() -> Non
     numbers = replies([{"role": "user", "content": "Write exactly 5 whole numbers between 0 and 999, separated by commas."}])
     assert sum(len(re.findall(r"\d+", r)) >= 5 for r in numbers) >= 8, numbers
     # the two-line format self_prediction asks for: a quarter of the replies at least (a random model: none)
-    formatted = replies([{"role": "system", "content": "Solve it, then write exactly two lines:\nFINAL ANSWER: <the number>\nCONFIDENCE: <a probability between 0 and 1>"},
+    system = "Solve it, then write exactly two lines:\nFINAL ANSWER: <the number>\nCONFIDENCE: <a probability between 0 and 1>"
+    formatted = replies([{"role": "system", "content": system},
                          {"role": "user", "content": "What is 12 + 30?"}])  # fmt: skip
     assert sum(bool(re.search(r"FINAL ANSWER: -?\d+\nCONFIDENCE: [\d.]+", r)) for r in formatted) >= 4, formatted
     assert len(set(numbers)) > 8 and all(r.isprintable() or "\n" in r for r in numbers + formatted)
