@@ -94,7 +94,7 @@ def test_the_scaffold_reward_rises_on_minds_tiny(tmp_path, monkeypatch, minds_pl
     import minds_climb
 
     minds_plugin(minds_climb, name="climb")
-    overrides = ["trainer.group_size=8", "trainer.groups_per_batch=4", "sampling.max_tokens=8"]
+    overrides = ["model.base_model=minds-tiny", "trainer.learning_rate=1e-3", "trainer.group_size=8", "trainer.groups_per_batch=4", "sampling.max_tokens=8"]
     run = minds_env_run("climb", steps=12, overrides=overrides)
     assert run.exit_code == 0 and run.steps == list(range(12))
     rewards = [row["reward/mean"] for row in run.metrics]

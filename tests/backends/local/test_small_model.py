@@ -60,7 +60,7 @@ def test_training_is_deterministic_given_the_seed_and_lowers_the_loss() -> None:
 
 @pytest.mark.slow
 def test_it_writes_whole_numbers_words_and_the_format_a_prompt_asks_for() -> None:
-    """What the first run needs: replies that differ, mostly in the shape asked for, never byte noise."""
+    """What the first run needs: replies that differ, often in the shape a seed environment asks for, never byte noise."""
     path = small_model_path()
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
     torch.manual_seed(0)
@@ -72,7 +72,9 @@ def test_it_writes_whole_numbers_words_and_the_format_a_prompt_asks_for() -> Non
 
     numbers = replies([{"role": "user", "content": "Write exactly 5 whole numbers between 0 and 999, separated by commas."}])
     assert sum(len(re.findall(r"\d+", r)) >= 5 for r in numbers) >= 8, numbers
-    formatted = replies([{"role": "system", "content": "Reply in exactly two lines:\nRESULT: <the number>\nCONFIDENCE: <0..1>"},
+    # the two-line format self_prediction asks for: a quarter of the replies at least (a random model: none)
+    system = "Solve it, then write exactly two lines:\nFINAL ANSWER: <the number>\nCONFIDENCE: <a probability between 0 and 1>"
+    formatted = replies([{"role": "system", "content": system},
                          {"role": "user", "content": "What is 12 + 30?"}])  # fmt: skip
-    assert sum(bool(re.search(r"RESULT: -?\d+\nCONFIDENCE: [\d.]+", r)) for r in formatted) >= 8, formatted
+    assert sum(bool(re.search(r"FINAL ANSWER: -?\d+\nCONFIDENCE: [\d.]+", r)) for r in formatted) >= 4, formatted
     assert len(set(numbers)) > 8 and all(r.isprintable() or "\n" in r for r in numbers + formatted)
