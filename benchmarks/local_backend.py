@@ -61,6 +61,7 @@ from transformers import (
 )
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local.accelerator import accelerator_for
 from minds_core.backends.local.cuda_graphs import StepGraphs
 from minds_core.backends.local.device_sampling import Draws, Rows, RowSettings, row_key, uniforms
 from minds_core.backends.local.fast_decode import FastDecoder
@@ -298,7 +299,7 @@ def draw_figures(smoke: bool, device: str) -> dict[str, tuple[float, float]]:
         for kind in (Draws, InverseCdfDraws):
             draws = kind(rows, vocab, capacity=8, stops=1, device=torch.device(device))
             draws.join(torch.arange(rows, device=device), logits, settings)
-            graphs = StepGraphs(torch.device(device))  # as the decoder runs it: a CUDA graph on a GPU, replayed
+            graphs = StepGraphs(accelerator_for(torch.device(device)))  # as the decoder runs it: a CUDA graph on a GPU, replayed
             step = functools.partial(draws.draw, rows, *switches)
             runs.append(synced(functools.partial(graphs.run, switches, step), device))
         race, cdf = alternating_medians(runs, 3 if smoke else 9)
@@ -347,7 +348,7 @@ def decode_step_figures(smoke: bool, device: str) -> dict[str, tuple[float, floa
                 slots.positions[:rows] = position
                 slots.window(rows, position + 1, True)
                 tokens = torch.arange(rows, device=placement.device)
-                graphs = StepGraphs(placement.device)  # as the decoder runs it: a CUDA graph on a GPU, replayed
+                graphs = StepGraphs(placement.device_layer)  # as the decoder runs it: a CUDA graph on a GPU, replayed
                 step = functools.partial(fast.forward, slots, tokens)
                 step()
                 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:

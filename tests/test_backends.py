@@ -145,8 +145,10 @@ def test_bad_model_fails_before_any_run_directory(run_minds, tmp_path):
 def test_the_backend_chosen_line_shows_the_local_backends_switches(registry):
     from structlog.testing import capture_logs
 
+    from minds_core import logs as minds_logs
     from minds_core.service import ServiceLifetime
 
+    minds_logs.configure("json", "info")  # a test run before in this process may have raised the level
     config = load_config(None, ["env.id=x", "backend=local", "local.cuda_graphs=off"])
     with capture_logs() as logs:
         ServiceLifetime.choose(config, registry)

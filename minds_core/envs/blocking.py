@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from minds_core.tracing import span
+from minds_core.tracing.spans import span
 
 T = TypeVar("T")
 

@@ -27,11 +27,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import tinker
 
 from minds_core.rl.losses import CustomLoss
 
 if TYPE_CHECKING:
+    import tinker
+
     from minds_core.rl.rollout import Rollout
 
 #: The datum inputs the top-k loss reads beyond the base ones; a loss that declares them gets the teacher's top-k.
@@ -184,6 +185,8 @@ def distill_datum(
     ``teacher[i]`` is the teacher's ``(ids, logprobs)`` top-k at token i (None where it has none, as
     at prompt tokens); ``scale`` is the loss aggregation's per-token scale of this sequence.
     """
+    import tinker  # where it builds one: loading the plugins imports this module, which must stay light
+
     n, k = len(tokens), settings.k
     ids, values, distill, rl_logprobs, rl_advantages = [], [], [], [], []
     for i in range(1, n):

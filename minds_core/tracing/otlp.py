@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from minds_core.config.masking import mask
 from minds_core.tracing.spans import Span, Tracer
 
 
@@ -46,6 +45,8 @@ class OtlpSink:
 
     def closed(self, span: Span, end_ns: int, tracer: Tracer) -> None:
         from opentelemetry.trace import Status, StatusCode
+
+        from minds_core.config.masking import mask
 
         otel = self._open.pop(span.id, None)
         if otel is None:

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from minds_core.config.masking import mask
 from minds_core.tracing.spans import MAIN_LANE, Span, Tracer
 
 #: the file name of a run's trace (its older part, once it reached its cap: ``trace.1.json``)
@@ -31,6 +30,9 @@ class TraceFile:
     """
 
     def __init__(self, path: Path, cap_bytes: int = TRACE_CAP_BYTES) -> None:
+        from minds_core.config.masking import mask  # here: importing the tracer (every plugin call uses it) stays light
+
+        self._mask = mask
         self.path = path
         self.cap_bytes = cap_bytes
         self._file: Any = None
@@ -51,7 +53,7 @@ class TraceFile:
         self._event({"ph": "M", "name": "thread_name", "pid": tracer.pid, "tid": MAIN_LANE, "args": {"name": "main"}})
 
     def _event(self, event: dict[str, Any], flush: bool = False) -> None:
-        line = mask(json.dumps(event, separators=(",", ":"), default=str)) + ",\n"  # a plugin's error may echo a secret
+        line = self._mask(json.dumps(event, separators=(",", ":"), default=str)) + ",\n"  # a plugin's error may echo a secret
         self._file.write(line)
         self._written += len(line)
         now = time.monotonic()

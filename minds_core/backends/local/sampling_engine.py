@@ -225,9 +225,9 @@ def _kv_budget(base: BaseModel) -> Callable[[int], int]:
     if plan is not None:
         planned = plan.rows * plan.context * base.sizes.kv_bytes_per_position
         return lambda held: max(planned, held)
-    return lambda held: sampler_kv_budget(
-        base.sizes, placement.device_layer, held, placement.train_tokens_per_micro_batch
-    )
+    # what it needs, not ``base``: the slots keep this while their model lives, and base holds that model
+    sizes, layer, train_tokens = base.sizes, placement.device_layer, placement.train_tokens_per_micro_batch
+    return lambda held: sampler_kv_budget(sizes, layer, held, train_tokens)
 
 
 def _warm_up(base: BaseModel, slots: DecodeSlots) -> None:

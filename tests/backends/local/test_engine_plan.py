@@ -16,6 +16,7 @@ import torch
 from structlog.testing import capture_logs
 from tinker import types
 
+from minds_core import logs as minds_logs
 from minds_core.backends import backend_settings, run_shape
 from minds_core.backends.local import TINY_MODEL, LocalBadRequestError
 from minds_core.backends.local.accelerator import EVENTS
@@ -34,6 +35,12 @@ from .fake_accelerator import GIB, FakeAccelerator
 SHAPE = RunShape(rows=4, context=300, rank=4)
 PROMPT = [5, 70, 71, 72, 73]
 PARAMS = types.SamplingParams(max_tokens=12, temperature=1.0, seed=3, stop=[])
+
+
+@pytest.fixture(autouse=True)
+def _info_logs() -> None:
+    """Let info events through to ``capture_logs``: a test run before in this process may have raised the level."""
+    minds_logs.configure("json", "info")
 
 
 def base_on(accelerator: FakeAccelerator, shape: RunShape | None = SHAPE, cuda_graphs: bool = True) -> BaseModel:
