@@ -34,7 +34,7 @@ UNREACHABLE = 3  #: tinker.unreachable_timeout of these runs, seconds
     ],
 )
 def test_a_run_whose_server_dies_exits_1_naming_the_step_the_request_and_the_checkpoint(installed_plugin, tmp_path, phase, failed_request):
-    served = start_server(tmp_path)
+    served = start_server(tmp_path, "--model", "minds-tiny")  # byte noise: a step's two rewards differ, so it trains
     try:
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("MINDS_", "TINKER_"))}
         environ.update(PYTHONPATH=str(installed_plugin("toy_plugin")), TINKER_API_KEY=KEY,
@@ -42,7 +42,7 @@ def test_a_run_whose_server_dies_exits_1_naming_the_step_the_request_and_the_che
         sinks = '["toy_kill_server"]' if phase == "between" else "[]"
         began = time.monotonic()
         run = subprocess.run(
-            [sys.executable, "-m", "minds_core.cli.command", "--log-format", "json", "run", "--env", "toy_server_dies",
+            [sys.executable, "-m", "minds_core.cli.command", "--log-format", "json", "run", "--env", "toy_server_dies", "--model", "minds-tiny",
              "--set", f"env.args.phase={phase}", "--backend", "tinker", "--set", f"tinker.base_url={served.url}",
              "--set", f"tinker.unreachable_timeout={UNREACHABLE}", "--steps", "4", "--name", "r", "--set", f"runs_dir={tmp_path}",
              "--set", "trainer.group_size=2", "--set", "trainer.groups_per_batch=1", "--set", "trainer.save_every=1",
