@@ -67,10 +67,15 @@ def loss_inputs(loss: str | CustomLoss, key: str = "trainer.loss_fn") -> tuple[s
     return declared
 
 
-def _column(datum: Any, key: str) -> Any:
+def datum_column(datum: Any, key: str) -> Any:
+    """The datum's loss input ``key`` as a torch tensor of its shape."""
+    return tensor_of(datum.loss_fn_inputs[key])
+
+
+def tensor_of(value: Any) -> Any:
+    """A TensorData (or a list, array or tensor) as a torch tensor of its shape."""
     import torch
 
-    value = datum.loss_fn_inputs[key]
     return value.to_torch() if hasattr(value, "to_torch") else torch.as_tensor(value)
 
 
@@ -83,7 +88,7 @@ def sequence_mean_reinforce(data: list[Any], logprobs: list[Any]) -> tuple[Any, 
     total = logprobs[0].new_zeros(())
     tokens = 0
     for datum, lp in zip(data, logprobs):
-        advantages = _column(datum, "advantages").to(lp.dtype)
+        advantages = datum_column(datum, "advantages").to(lp.dtype)
         trained = advantages != 0
         count = int(trained.sum())
         tokens += count

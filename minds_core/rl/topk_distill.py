@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from minds_core.rl.losses import CustomLoss
+from minds_core.rl.losses import CustomLoss, datum_column, tensor_of
 
 if TYPE_CHECKING:
     import tinker
@@ -90,17 +90,6 @@ def kl_parts(teacher: Any, student: Any, valid: Any | None = None) -> dict[str, 
     }
 
 
-def _tensor(datum: tinker.Datum, key: str) -> Any:
-    return _tensor_of(datum.loss_fn_inputs[key])
-
-
-def _tensor_of(value: Any) -> Any:
-    """A TensorData (or a list, array or tensor) as a torch tensor of its shape."""
-    import torch
-
-    return value.to_torch() if hasattr(value, "to_torch") else torch.as_tensor(value)
-
-
 def topk_distill(data: list[tinker.Datum], logprobs: list[Any]) -> tuple[Any, dict[str, float]]:
     """The weighted top-k KL of every datum's positions, plus the reward's importance-sampling term; summed.
 
@@ -111,14 +100,14 @@ def topk_distill(data: list[tinker.Datum], logprobs: list[Any]) -> tuple[Any, di
     total = logprobs[0].new_zeros((), dtype=torch.float64)
     for datum, lp in zip(data, logprobs, strict=True):
         lp = lp.to(torch.float64)
-        teacher = _tensor(datum, "teacher_logprobs").to(torch.float64)
-        weights = _tensor(datum, "distill_weights").to(torch.float64)
+        teacher = datum_column(datum, "teacher_logprobs").to(torch.float64)
+        weights = datum_column(datum, "distill_weights").to(torch.float64)
         parts = kl_parts(teacher, lp[:, 1:], teacher > PADDING_LOGPROB)
         forward = parts["forward_topk"] + parts["forward_tail"]
         reverse = parts["reverse_topk"] + parts["reverse_tail"]
         total = total + (weights[:, 0] * forward + weights[:, 1] * reverse).sum()
-        advantages = _tensor(datum, "advantages").to(torch.float64)
-        sampler = _tensor(datum, "logprobs").to(torch.float64)
+        advantages = datum_column(datum, "advantages").to(torch.float64)
+        sampler = datum_column(datum, "logprobs").to(torch.float64)
         trained = advantages != 0
         ratio = torch.where(trained, (lp[:, 0] - sampler).exp(), torch.zeros_like(sampler))
         total = total - (advantages * ratio).sum()
@@ -221,15 +210,15 @@ def distill_metrics(datums: Sequence[tinker.Datum], outputs: Sequence[dict[str, 
     for datum, output in zip(datums, outputs):
         if "teacher_logprobs" not in datum.loss_fn_inputs or "logprobs" not in output:
             continue
-        weights = _tensor(datum, "distill_weights").to(torch.float64)
+        weights = datum_column(datum, "distill_weights").to(torch.float64)
         kept = weights.sum(-1) > 0
         if not bool(kept.any()):
             continue
-        student = _tensor_of(output["logprobs"]).to(torch.float64)
-        teacher = _tensor(datum, "teacher_logprobs").to(torch.float64)
+        student = tensor_of(output["logprobs"]).to(torch.float64)
+        teacher = datum_column(datum, "teacher_logprobs").to(torch.float64)
         parts = kl_parts(teacher, student[:, 1:], teacher > PADDING_LOGPROB)
         share = weights / weights.sum(-1, keepdim=True).clamp(min=1e-300)
-        targets = _tensor(datum, "target_tokens")
+        targets = datum_column(datum, "target_tokens")
         for name in ("topk", "tail"):
             rows[f"kl_{name}"].append((share[:, 0] * parts[f"forward_{name}"] + share[:, 1] * parts[f"reverse_{name}"])[kept])
         top1 = targets[:, 1:].gather(1, teacher.argmax(-1, keepdim=True))[:, 0]  # whatever order the top-k came in
