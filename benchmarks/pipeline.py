@@ -24,7 +24,7 @@ import tinker
 from transformers import AutoTokenizer
 
 from minds_core import Rubric, SingleTurnEnvironment, Task, hookimpl, logs, training
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 from minds_core.config import load_config
 from minds_core.plugins import load_plugins
 

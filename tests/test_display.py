@@ -18,7 +18,7 @@ from minds_core.render import Renderer
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 
 #: A reply that clears the screen, rings the bell and moves the cursor home when printed raw.
 HOSTILE = "ok\x1b[2J\x07\x1b[H!"

@@ -31,7 +31,7 @@ from transformers import AutoModelForCausalLM
 
 from minds_core.backends import LocalBackend
 from minds_core.backends.local import ServiceClient
-from minds_core.backends.local.tiny_model import TINY_MODEL, tiny_model_path
+from minds_core.backends.local.model.tiny_model import TINY_MODEL, tiny_model_path
 from minds_core.backends.tinker import TinkerBackend
 from minds_core.checkpoints.export import export_checkpoint
 from minds_core.checkpoints.reference import resolve_checkpoint

@@ -11,7 +11,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from minds_core import Context, Rubric, SingleTurnEnvironment, Task, hookimpl, logs
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 from minds_core.config import load_config
 from minds_core.envs.rewards import length_penalty
 from minds_core.envs.rubric import is_group_reward

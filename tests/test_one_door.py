@@ -183,7 +183,7 @@ def test_every_command_opens_and_closes_a_plugin_backend_through_the_door_and_it
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from minds_core.backends.local.tiny_model import tiny_model_path
+    from minds_core.backends.local.model.tiny_model import tiny_model_path
 
     plugins = ["toy_plugin", "wrapped_backend"]
     log = ["--log-format", "json"]

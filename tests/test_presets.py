@@ -9,7 +9,7 @@ import statistics
 import pytest
 import torch
 
-from minds_core.backends.local.losses import token_losses
+from minds_core.backends.local.training.losses import token_losses
 from minds_core.cli import command as cli
 from minds_core.config import load_config
 from minds_core.config.presets import PRESETS

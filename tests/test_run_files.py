@@ -23,7 +23,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-import minds_core.backends.local.checkpoints as checkpoint_files
+import minds_core.backends.local.training.checkpoints as checkpoint_files
 from minds_core import hookimpl
 from minds_core.cli.command import main
 from minds_core.config import load_config

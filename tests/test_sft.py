@@ -13,7 +13,7 @@ import yaml
 from transformers import AutoTokenizer
 
 from minds_core import Rubric, SingleTurnEnvironment, Task, hookimpl, logs
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 from minds_core.cli import command as cli
 from minds_core.config import load_config
 from minds_core.errors import ConfigError

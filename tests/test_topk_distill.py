@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from minds_core.backends import create_local_service
-from minds_core.backends.local.builtin_models import builtin_model_path
+from minds_core.backends.local.model.builtin_models import builtin_model_path
 from minds_core.backends.retry import Backoff
 from minds_core.config import load_config
 from minds_core.envs.types import Task

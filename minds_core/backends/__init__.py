@@ -43,7 +43,7 @@ def sampler_tokenizer(sampler: Any, base_model: str) -> Any:
             raise UsageError(f"cannot load the tokenizer of {base_model!r}: {exc}") from None
     from transformers import AutoTokenizer
 
-    from minds_core.backends.local.builtin_models import builtin_model_path
+    from minds_core.backends.local.model.builtin_models import builtin_model_path
 
     return AutoTokenizer.from_pretrained(str(builtin_model_path(base_model)))
 
@@ -53,7 +53,7 @@ def model_tokenizer(base_model: str) -> Any:
     (an embedded default's folder, a model directory, the Hugging Face cache, then the hub)."""
     from transformers import AutoTokenizer
 
-    from minds_core.backends.local.models import locate
+    from minds_core.backends.local.model.models import locate
 
     source = locate(base_model)
     try:
@@ -139,7 +139,7 @@ def create_local_service(config: RunConfig, run_dir: Path) -> Any:
 def run_shape(config: RunConfig) -> Any:
     """What a run declares to the local backend's memory plan (``memory_plan.RunShape``): the rows it samples at
     once (its rollouts per step, within ``rollout.concurrency``; one for SFT), the tokens of a sequence, the rank."""
-    from minds_core.backends.local.memory_plan import RunShape
+    from minds_core.backends.local.model.memory_plan import RunShape
 
     trainer, sampling = config.trainer, config.sampling
     rows = 1 if trainer.mode == "sft" else min(trainer.group_size * trainer.groups_per_batch, config.rollout.concurrency)

@@ -111,11 +111,11 @@ def model_card(ref: CheckpointRef, adapter_dir: Path, source: str) -> str:
 def export_local(config: RunConfig, path: str, out: Path) -> str:
     """The local store's adapter, put on its base model and saved by peft itself; the base model's name."""
     from minds_core.backends import local_checkpoint_root
-    from minds_core.backends.local.checkpoints import CheckpointStore
-    from minds_core.backends.local.errors import LocalBadRequestError, LocalNotFoundError
-    from minds_core.backends.local.lora import attach_lora, load_adapter_state
-    from minds_core.backends.local.models import BaseModelRegistry
-    from minds_core.backends.local.placement import resolve_placement
+    from minds_core.backends.local.model.errors import LocalBadRequestError, LocalNotFoundError
+    from minds_core.backends.local.model.lora import attach_lora, load_adapter_state
+    from minds_core.backends.local.model.models import BaseModelRegistry
+    from minds_core.backends.local.model.placement import resolve_placement
+    from minds_core.backends.local.training.checkpoints import CheckpointStore
 
     try:
         checkpoint = CheckpointStore(local_checkpoint_root(config)).load(path, with_optimizer=False)

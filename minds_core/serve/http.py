@@ -42,8 +42,8 @@ import tinker
 from tinker import types
 
 from minds_core.backends.local.catalog import Catalog
-from minds_core.backends.local.checkpoints import CheckpointStore
 from minds_core.backends.local.refusals import refusal
+from minds_core.backends.local.training.checkpoints import CheckpointStore
 from minds_core.inference import routes as inference
 from minds_core.inference.errors import ApiError
 from minds_core.inference.surface import Surface

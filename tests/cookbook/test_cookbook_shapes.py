@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 from minds_core import Context, EpisodeSettings, hookimpl
 from minds_core.backends import model_tokenizer
 from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 from minds_core.config import EnvConfig, RolloutConfig
 from minds_core.envs.conflicts import known_conflict
 from minds_core.envs.cookbook.environment import CookbookEnvironment

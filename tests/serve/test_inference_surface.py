@@ -65,7 +65,7 @@ class OneModel:
 def renderer() -> Renderer:
     from transformers import AutoTokenizer
 
-    from minds_core.backends.local.tiny_model import tiny_model_path
+    from minds_core.backends.local.model.tiny_model import tiny_model_path
 
     return Renderer(AutoTokenizer.from_pretrained(tiny_model_path()))
 

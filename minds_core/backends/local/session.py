@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from tinker import types
 
-from .errors import LocalNotFoundError
+from .model.errors import LocalNotFoundError
 
 if TYPE_CHECKING:
     from .sampling_client import SamplingClient

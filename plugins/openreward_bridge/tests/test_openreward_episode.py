@@ -134,7 +134,7 @@ async def test_without_a_terminal_tool_plain_text_gets_feedback(ors_server) -> N
 async def test_tool_aware_templates_get_the_tools_and_tool_messages(ors_server) -> None:
     from transformers import AutoTokenizer
 
-    from minds_core.backends.local.tiny_model import tiny_model_path
+    from minds_core.backends.local.model.tiny_model import tiny_model_path
     from minds_core.render import Renderer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())

@@ -33,12 +33,12 @@ from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 from torch import nn
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
-from .accelerator import is_out_of_memory, out_of_memory_error
-from .cache_argument import cache_argument, returned_cache
+from ..model.accelerator import is_out_of_memory, out_of_memory_error
+from ..model.cache_argument import cache_argument, returned_cache
+from ..model.memory_plan import LOWER_ROWS
+from ..model.models import target_logprobs
 from .decode_slots import DecodeSlots, Kinds, SlotSettings
 from .device_sampling import RowSettings, row_key
-from .memory_plan import LOWER_ROWS
-from .models import target_logprobs
 from .prompt_targets import PromptTargets
 
 __all__ = ["DecodeBatch", "PromptScores", "SampleRequest", "StopRule", "prompt_scores"]

@@ -47,15 +47,12 @@ from torch import nn
 
 from minds_core.logs import get_logger
 
-from .accelerator import EVENTS
+from ..model.accelerator import EVENTS
+from ..model.placement import COMPILE_MODES
+from ..model.sibling_weights import joined
 from .kv_slots import KVSlots
-from .sibling_weights import joined
 
-__all__ = ["COMPILE_MODES", "FastDecoder", "StepMath"]
-
-COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
-"""The ``torch.compile`` modes ``StepMath`` takes: those that leave CUDA graphs to ``cuda_graphs`` (the modes that
-capture graphs of their own would capture inside ours)."""
+__all__ = ["FastDecoder", "StepMath"]
 
 log = get_logger("sampler")
 

@@ -20,15 +20,15 @@ from torch import nn
 
 from minds_core.tracing import active, current, record
 
-from .accelerator import is_out_of_memory, out_of_memory_error
+from ..model.accelerator import is_out_of_memory, out_of_memory_error
+from ..model.errors import LocalBadRequestError
+from ..model.lora import AdapterState, LoraSpec
+from ..model.memory_plan import LOWER_ROWS, sampler_kv_budget
+from ..model.models import BaseModel
+from ..model.tokens import check_length, check_tokens
 from .decode_slots import DecodeSlots, Kinds, SlotSettings
 from .decoding import DecodeBatch, SampleRequest, StopRule, prompt_scores
-from .errors import LocalBadRequestError
 from .held_bytes import storage_bytes
-from .inputs import check_length, check_tokens
-from .lora import AdapterState, LoraSpec
-from .memory_plan import LOWER_ROWS, sampler_kv_budget
-from .models import BaseModel
 from .prompt_targets import PromptTargets
 
 __all__ = ["SamplingEngine"]

@@ -1,4 +1,4 @@
-"""Checking request inputs (prompts, datums) and turning them into tensors."""
+"""Submitted datums: their loss inputs turned into tensors of their own, and checked against a base model and a loss."""
 
 from __future__ import annotations
 
@@ -10,19 +10,12 @@ import numpy as np
 import torch
 from tinker import types
 
-from .errors import LocalBadRequestError
+from ..model.errors import LocalBadRequestError
+from ..model.models import BaseModel
+from ..model.tokens import check_length, check_tokens, model_input_tokens
 from .losses import LOSS_INPUTS, PROVENANCE_SAMPLED
-from .models import BaseModel
 
-__all__ = [
-    "DatumTensors",
-    "as_tensor",
-    "check_datum",
-    "check_length",
-    "check_tokens",
-    "model_input_tokens",
-    "submitted_datum",
-]
+__all__ = ["DatumTensors", "as_tensor", "check_datum", "submitted_datum"]
 
 
 @dataclass(frozen=True)
@@ -54,38 +47,6 @@ def as_tensor(value: Any, key: str) -> torch.Tensor:
             f"got {type(value).__name__}"
         )
     return tensor.to(torch.int64 if key == "target_tokens" else torch.float32, copy=True)
-
-
-def model_input_tokens(model_input: types.ModelInput, what: str) -> list[int]:
-    """The tokens of a ModelInput made of token chunks (images are not supported locally)."""
-    try:
-        tokens = model_input.to_ints()
-    except ValueError as exc:
-        raise LocalBadRequestError(f"{what}: the local backend takes token chunks only ({exc})") from None
-    if not tokens:
-        raise LocalBadRequestError(f"{what} is empty: give at least one token")
-    return tokens
-
-
-def check_tokens(tokens: torch.Tensor | Sequence[int], base: BaseModel, what: str) -> None:
-    """Reject token ids outside ``0 .. vocab_size - 1`` (ids as given, before a tensor of them could overflow)."""
-    if isinstance(tokens, torch.Tensor):
-        bad = (tokens < 0) | (tokens >= base.vocab_size)
-        first = int(tokens[bad][0]) if bad.any() else None
-    else:
-        first = next((token for token in tokens if not 0 <= token < base.vocab_size), None)
-    if first is not None:
-        raise LocalBadRequestError(
-            f"{what} has token {first} outside the vocabulary of {base.name!r} (0..{base.vocab_size - 1})"
-        )
-
-
-def check_length(length: int, base: BaseModel, what: str) -> None:
-    """Reject a sequence longer than the model's context."""
-    if length > base.max_length:
-        raise LocalBadRequestError(
-            f"{what} has {length} tokens, more than the {base.max_length}-token context of {base.name!r}"
-        )
 
 
 def submitted_datum(datum: types.Datum, index: int) -> DatumTensors:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable
 
 from minds_core.logs import get_logger
 
-from .accelerator import EVENTS, Accelerator, Replay
+from ..model.accelerator import EVENTS, Accelerator, Replay
 
 __all__ = ["OFF_SETTING", "StepGraphs"]
 

@@ -12,14 +12,14 @@ from typing import Any, TypeVar
 import torch
 from tinker import types
 
-from .accelerator import EVENTS, is_out_of_memory, out_of_memory_error
-from .errors import LocalBadRequestError
-from .inputs import DatumTensors, check_datum
+from ..model.accelerator import EVENTS, is_out_of_memory, out_of_memory_error
+from ..model.errors import LocalBadRequestError
+from ..model.lora import AdapterState, LoraSpec, adapter_state, attach_lora, load_adapter_state
+from ..model.memory_plan import LOWER_ROWS
+from ..model.models import BaseModel
+from .datums import DatumTensors, check_datum
 from .joined_lora import join_lora
-from .lora import AdapterState, LoraSpec, adapter_state, attach_lora, load_adapter_state
 from .losses import get_loss, resolve_config
-from .memory_plan import LOWER_ROWS
-from .models import BaseModel
 from .passes import CallerError, LossPasses
 
 __all__ = ["CustomLossFn", "TrainingEngine", "OptimizerState"]

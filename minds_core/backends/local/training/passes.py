@@ -31,11 +31,11 @@ from torch import nn
 from torch.nn.attention.flex_attention import BlockMask
 from transformers import DynamicCache
 
-from .cache_argument import cache_argument, returned_cache
-from .head_logprobs import OutputHead
-from .inputs import DatumTensors
+from ..model.cache_argument import cache_argument, returned_cache
+from ..model.head_logprobs import OutputHead
+from ..model.packed_attention import ATTENTION, block_mask, disable_flex, flex_usable
+from .datums import DatumTensors
 from .losses import DATUM_INDEX
-from .packed_attention import ATTENTION, block_mask, disable_flex, flex_usable
 from .packing import Group, MicroBatch, PrefixPass, Wave, plan_waves
 from .pass_cost import PlanTimes
 

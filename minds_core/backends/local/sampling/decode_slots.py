@@ -36,14 +36,14 @@ from torch import nn
 
 from minds_core.logs import get_logger
 
-from .accelerator import Accelerator
-from .cache_argument import cache_argument
+from ..model.accelerator import Accelerator
+from ..model.cache_argument import cache_argument
+from ..model.errors import LocalBadRequestError
+from ..model.memory_plan import POSITION_GRANULE, size_text
 from .cuda_graphs import OFF_SETTING, StepGraphs
 from .device_sampling import Draws, RowSettings
-from .errors import LocalBadRequestError
 from .fast_decode import FastDecoder
 from .kv_slots import KVSlots
-from .memory_plan import POSITION_GRANULE, size_text
 
 __all__ = ["DecodeSlots", "Kinds", "SlotSettings"]
 

@@ -1,6 +1,6 @@
 """How ``minds-small``'s shipped weights are made: full-weight training from scratch on the primer corpus.
 
-``python -m minds_core.backends.local.primer_training [--steps N] [--out FILE]`` rewrites
+``python -m minds_core.backends.local.training.primer_training [--steps N] [--out FILE]`` rewrites
 ``minds-small.safetensors`` (bfloat16) and prints the loss as it goes and the held-out loss at the end.
 """
 
@@ -17,9 +17,9 @@ import torch
 from safetensors.torch import save_file
 from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
+from ..model.small_model import SMALL_SIZE, WEIGHTS_FILE
+from ..model.tiny_model import byte_tokenizer, qwen3_config
 from .primer_corpus import corpus
-from .small_model import SMALL_SIZE, WEIGHTS_FILE
-from .tiny_model import byte_tokenizer, qwen3_config
 
 __all__ = ["held_out_loss", "train_small_model"]
 
@@ -90,7 +90,7 @@ def held_out_loss(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerFast, d
 
 def rebuild(argv: list[str] | None = None) -> int:
     """Rebuild the shipped weights of ``minds-small``."""
-    parser = argparse.ArgumentParser(prog="python -m minds_core.backends.local.primer_training", description=rebuild.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m minds_core.backends.local.training.primer_training", description=rebuild.__doc__)
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--out", type=Path, default=WEIGHTS_FILE, help="where to write the weights (safetensors)")

@@ -50,11 +50,11 @@ from safetensors.torch import load_file, save_file
 
 from minds_core.backends import ACCEPT_CHANGED_CHECKPOINTS as ACCEPT_CHANGED
 
+from ..model.errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
+from ..model.lora import AdapterState, LoraSpec
 from .age import SUFFIX as AGE_SUFFIX
 from .age import encrypt_files
-from .errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
-from .lora import AdapterState, LoraSpec
-from .training_engine import OptimizerState
+from .engine import OptimizerState
 
 __all__ = ["METADATA_FILE", "CheckpointContents", "CheckpointKind", "CheckpointStore", "parse_path"]
 

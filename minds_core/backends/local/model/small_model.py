@@ -6,8 +6,8 @@ run trains nothing. ``minds-small`` has the same tokenizer and chat template, a 
 follow a stated format). It writes whole words and numbers and usually, not always, the shape a prompt asks
 for: rewards differ between rollouts from the first step, and RL has something to sharpen.
 
-The weights ship with minds (``minds-small.safetensors``, next to this module, under 2 MB) and are made by
-``python -m minds_core.backends.local.primer_training`` (deterministic given ``--seed`` on one machine). At
+The weights ship with minds (``minds-small.safetensors`` in the local backend's folder, under 2 MB) and are made by
+``python -m minds_core.backends.local.training.primer_training`` (deterministic given ``--seed`` on one machine). At
 first use the model directory (config, tokenizer, weights) is written to the cache beside ``minds-tiny``'s,
 under a name that carries the weights' digest, so new weights never meet an old cache.
 """
@@ -28,7 +28,7 @@ __all__ = ["SMALL_MODEL", "SMALL_SIZE", "WEIGHTS_FILE", "small_model_path"]
 SMALL_MODEL = "minds-small"
 #: About 0.8M parameters: wide enough to learn words and formats in minutes on a CPU, fast to sample.
 SMALL_SIZE = ModelSize(hidden=128, intermediate=384, layers=4, heads=4, kv_heads=2, head_dim=32)
-WEIGHTS_FILE = Path(__file__).with_name("minds-small.safetensors")
+WEIGHTS_FILE = Path(__file__).parents[1] / "minds-small.safetensors"
 
 
 def small_model_path() -> Path:
@@ -36,7 +36,7 @@ def small_model_path() -> Path:
     if not WEIGHTS_FILE.is_file():
         raise FileNotFoundError(
             f"{WEIGHTS_FILE} is missing (it ships with minds-core); rebuild it with "
-            "`python -m minds_core.backends.local.primer_training`, or reinstall minds-core"
+            "`python -m minds_core.backends.local.training.primer_training`, or reinstall minds-core"
         )
     return cached_model(f"{SMALL_MODEL}-{_weights_digest()}", _write_from_weights)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from tinker import types
 
-from .errors import LocalBadRequestError
+from ..model.errors import LocalBadRequestError
 
 __all__ = ["PromptTargets", "check_target_tensor"]
 

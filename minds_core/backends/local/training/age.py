@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import LocalBadRequestError
+from ..model.errors import LocalBadRequestError
 
 __all__ = ["SUFFIX", "encrypt_files", "parse_recipients"]
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import LocalBadRequestError
+from ..model.errors import LocalBadRequestError
 
 __all__ = ["DATUM_INDEX", "LOSSES", "LOSS_INPUTS", "PROVENANCE_SAMPLED", "LossSpec", "get_loss", "resolve_config", "token_losses"]
 

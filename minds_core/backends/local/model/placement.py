@@ -25,16 +25,19 @@ import torch
 
 from .accelerator import Accelerator, accelerator_for
 from .errors import LocalBadRequestError
-from .fast_decode import COMPILE_MODES
 from .packed_attention import packed_attention_mode
 
-__all__ = ["DEVICES", "SWITCHES", "Placement", "resolve_placement"]
+__all__ = ["COMPILE_MODES", "DEVICES", "SWITCHES", "Placement", "resolve_placement"]
 
 DEVICES = ("auto", "cpu", "cuda")
 """The accepted values of ``local.device``."""
 
 SWITCHES = ("auto", "off")
 """The accepted values of ``local.cuda_graphs`` and ``local.compile``."""
+
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+"""The ``torch.compile`` modes the sampler's decode math (``sampling.fast_decode.StepMath``) takes: those that leave
+CUDA graphs to ``sampling.cuda_graphs`` (the modes that capture graphs of their own would capture inside ours)."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class Placement:
     """How training passes mask packed rows (``packed_attention.MODES``): FlexAttention on CUDA where it compiles,
     else a dense mask."""
     decode_compile: str | None = None
-    """The ``torch.compile`` mode (``fast_decode.COMPILE_MODES``: ``default`` or ``max-autotune-no-cudagraphs``) in
+    """The ``torch.compile`` mode (``COMPILE_MODES``: ``default`` or ``max-autotune-no-cudagraphs``) in
     which samplers compile the elementwise math of their decode step (RMSNorms, rotary, residual adds, softmax,
     SiLU gate: fused into a few kernels, which CUDA graphs then capture), or None to run it eagerly. Compiling
     costs seconds (~20 s on a loaded 2-core CPU) at the first steps of the process's first such sampler, and a

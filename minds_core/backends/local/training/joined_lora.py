@@ -43,7 +43,7 @@ import torch
 from peft.tuners.lora.layer import Linear as LoraLinear
 from torch import nn
 
-from .sibling_weights import joined, lay_out, sibling_groups
+from ..model.sibling_weights import joined, lay_out, sibling_groups
 
 __all__ = ["JoinedLoRA", "join_lora", "use_joined"]
 
