@@ -111,9 +111,9 @@ class LocalBackend:
 
     def export_adapter(self, config: RunConfig, service: Any, checkpoint: str, out_dir: Path) -> str:
         """The adapter of ``checkpoint``, read from the local store (the service is not needed)."""
-        from minds_core.checkpoints.export import export_local
+        from minds_core.backends.local.export import export_local
 
-        return export_local(config, checkpoint, out_dir)
+        return export_local(local_checkpoint_root(config), checkpoint, out_dir)
 
 
 def create_local_service(config: RunConfig, run_dir: Path) -> Any:

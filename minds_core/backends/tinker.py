@@ -58,7 +58,7 @@ class TinkerBackend:
     def export_adapter(self, config: RunConfig, service: Any, checkpoint: str, out_dir: Path) -> str:
         """The adapter of ``checkpoint`` (a saved state), downloaded as the SDK downloads external weights."""
         from minds_core.backends import rest_client
-        from minds_core.checkpoints.export import export_hosted
+        from minds_core.backends.tinker_export import export_hosted
 
         return export_hosted(checkpoint, out_dir, service, rest_client(service))
 
