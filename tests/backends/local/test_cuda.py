@@ -187,8 +187,7 @@ def test_packed_gradients_match_each_datum_alone_within_bf16_tolerance(gpu_servi
 
 
 def test_chunked_logprobs_equal_full_logprobs_and_hold_one_chunk_of_a_large_vocabulary() -> None:
-    from minds_core.backends.local.model.head_logprobs import OutputHead
-    from minds_core.backends.local.model.models import target_logprobs
+    from minds_core.backends.local.model.head_logprobs import OutputHead, target_logprobs
 
     vocab, width = 151936, 256
     layer = torch.nn.Linear(width, vocab, bias=False, device="cuda", dtype=torch.bfloat16).requires_grad_(False)

@@ -12,8 +12,7 @@ from tinker import types
 
 from minds_core.backends.local import TrainingClient
 from minds_core.backends.local.model import head_logprobs, packed_attention
-from minds_core.backends.local.model.head_logprobs import OutputHead
-from minds_core.backends.local.model.models import target_logprobs
+from minds_core.backends.local.model.head_logprobs import OutputHead, target_logprobs
 from minds_core.backends.local.model.packed_attention import block_mask
 from minds_core.backends.local.training import pass_cost, passes
 from minds_core.backends.local.training.datums import submitted_datum

@@ -14,9 +14,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .models import target_logprobs
-
-__all__ = ["LOGITS_PER_CHUNK", "OutputHead", "chunk_tokens"]
+__all__ = ["LOGITS_PER_CHUNK", "OutputHead", "chunk_tokens", "target_logprobs"]
 
 LOGITS_PER_CHUNK = 1 << 26
 """Logits computed at once (256 MiB in float32): the chunk is this many over the vocabulary size, in tokens
@@ -54,3 +52,10 @@ class OutputHead:
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return target_logprobs(logits, targets)  # normalised in float32: one chunk's copy
+
+
+def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``log p(target)`` at each position: logits ``[T, V]``, targets ``[T]`` or ``[T, K]``."""
+    logits = logits.float()
+    picked = logits.gather(-1, targets.unsqueeze(-1) if targets.dim() == 1 else targets)  # [T, 1] or [T, K], T may be 0
+    return (picked - torch.logsumexp(logits, dim=-1, keepdim=True)).reshape(targets.shape)

@@ -34,6 +34,7 @@ from minds_core.logs import get_logger
 
 from .accelerator import Accelerator
 from .errors import LocalBadRequestError
+from .head_logprobs import chunk_tokens
 
 __all__ = [
     "LOWER_ROWS",
@@ -124,8 +125,6 @@ class ModelSizes:
         """Bytes a training micro-batch of ``tokens`` holds for its backward pass (what a LoRA layer saves: each
         layer's inputs of its products, norms and attention; the output layer a chunk of float32 logits and its
         gradient at a time)."""
-        from .head_logprobs import chunk_tokens  # (head_logprobs imports models, which imports this module)
-
         per_token = self.layers * (14 * self.hidden + 4 * self.intermediate) * self.element
         return tokens * per_token + 2 * 4 * min(tokens, chunk_tokens(self.vocab)) * self.vocab
 

@@ -15,7 +15,6 @@ import threading
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -30,7 +29,7 @@ from .packed_attention import ATTENTION
 from .placement import Placement
 from .sibling_weights import lay_out, sibling_groups
 
-__all__ = ["BaseModel", "BaseModelRegistry", "target_logprobs"]
+__all__ = ["BaseModel", "BaseModelRegistry"]
 
 
 @dataclass(frozen=True)
@@ -168,10 +167,3 @@ def _locate(name: str) -> str:
             "a directory holding a transformers model, or a Hugging Face hub id"
         )
     return name
-
-
-def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``log p(target)`` at each position: logits ``[T, V]``, targets ``[T]`` or ``[T, K]``."""
-    logits = logits.float()
-    picked = logits.gather(-1, targets.unsqueeze(-1) if targets.dim() == 1 else targets)  # [T, 1] or [T, K], T may be 0
-    return (picked - torch.logsumexp(logits, dim=-1, keepdim=True)).reshape(targets.shape)

@@ -35,8 +35,8 @@ from transformers import DynamicCache, PreTrainedTokenizerBase
 
 from ..model.accelerator import is_out_of_memory, out_of_memory_error
 from ..model.cache_argument import cache_argument, returned_cache
+from ..model.head_logprobs import target_logprobs
 from ..model.memory_plan import LOWER_ROWS
-from ..model.models import target_logprobs
 from .decode_slots import DecodeSlots, Kinds, SlotSettings
 from .device_sampling import RowSettings, row_key
 from .prompt_targets import PromptTargets
