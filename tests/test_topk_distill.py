@@ -11,11 +11,11 @@ from minds_core.backends import create_local_service
 from minds_core.backends.local.builtin_models import builtin_model_path
 from minds_core.backends.retry import Backoff
 from minds_core.config import load_config
-from minds_core.envs.types import Task
-from minds_core.rl.conversation import Conversation
+from minds_core.contract.environment import Task
+from minds_core.episodes.conversation import Conversation
+from minds_core.episodes.groups import Group, Rollout
 from minds_core.rl.data_processing import ProcessingSettings, process_batch
 from minds_core.rl.distill_teacher import TeacherScorer
-from minds_core.rl.rollout import Group, Rollout
 from minds_core.rl.topk_distill import DistillSettings, distill_datum, distill_metrics, kl_parts, topk_distill
 
 VOCAB, POSITIONS = 40, 6
@@ -185,7 +185,7 @@ def test_on_minds_tiny_the_sampled_top_k_and_the_training_pass_give_the_full_kl(
     ],
 )
 def test_a_teacher_that_cannot_teach_is_a_usage_error(tmp_path, overrides, message):
-    from minds_core.errors import UsageError
+    from minds_core.base.errors import UsageError
 
     config = load_config(
         None, ["model.base_model=minds-tiny", "trainer.loss_fn=topk_distill", f"runs_dir={tmp_path}", *overrides]

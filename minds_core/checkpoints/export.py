@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minds_core.backends.model_source import MERGED_DIR
+from minds_core.base.errors import MindsError, UsageError
+from minds_core.base.logs import get_logger
 from minds_core.checkpoints.reference import CheckpointRef
 from minds_core.config import RunConfig
-from minds_core.errors import MindsError, UsageError
-from minds_core.logs import get_logger
 
 if TYPE_CHECKING:
-    from minds_core.service import ServiceLifetime
+    from minds_core.session.service import ServiceLifetime
 
 log = get_logger("export")
 

@@ -19,13 +19,14 @@ import attrs
 import tinker
 
 from minds_core.config import RunConfig
+from minds_core.contract.parts import CustomLoss
+from minds_core.episodes.groups import Group, Rollout
 from minds_core.rl.advantages import kl_penalized, kl_terms
-from minds_core.rl.datums import rl_datum
-from minds_core.rl.loss_aggregation import token_scales
-from minds_core.rl.losses import CustomLoss, loss_inputs
+from minds_core.rl.losses import loss_inputs
 from minds_core.rl.overlong import is_truncated, overlong_penalty, window_tokens
-from minds_core.rl.rollout import Group, Rollout
 from minds_core.rl.topk_distill import TEACHER_INPUTS, DistillSettings, rollout_distill_datums
+from minds_core.training.datums import rl_datum
+from minds_core.training.loss_aggregation import token_scales
 
 #: A group's rewards -> one advantage per rollout (a registered ``advantage_estimators`` entry).
 Estimator = Callable[[Sequence[float]], Sequence[float]]

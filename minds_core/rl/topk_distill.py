@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from minds_core.rl.losses import CustomLoss, datum_column, tensor_of
+from minds_core.contract.parts import CustomLoss
+from minds_core.training.columns import datum_column, tensor_of
 
 if TYPE_CHECKING:
     import tinker
 
-    from minds_core.rl.rollout import Rollout
+    from minds_core.episodes.groups import Rollout
 
 #: The datum inputs the top-k loss reads beyond the base ones; a loss that declares them gets the teacher's top-k.
 TEACHER_INPUTS = ("teacher_logprobs", "distill_weights")

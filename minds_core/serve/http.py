@@ -44,15 +44,7 @@ from tinker import types
 from minds_core.backends.local.catalog import Catalog
 from minds_core.backends.local.checkpoints import CheckpointStore
 from minds_core.backends.local.refusals import refusal
-from minds_core.inference import routes as inference
-from minds_core.inference.errors import ApiError
-from minds_core.inference.surface import Surface
-
-from .downloads import DOWNLOADS_PREFIX as DOWNLOADS
-from .downloads import Downloads
-from .encodings import decode_body
-from .engine import Engine
-from .errors import (
+from minds_core.http.errors import (
     BadRequest,
     HttpError,
     MethodNotAllowed,
@@ -61,7 +53,15 @@ from .errors import (
     PayloadTooLarge,
     Unauthorized,
 )
-from .limits import ServeLimits
+from minds_core.http.limits import ServeLimits
+from minds_core.inference import routes as inference
+from minds_core.inference.errors import ApiError
+from minds_core.inference.surface import Surface
+
+from .downloads import DOWNLOADS_PREFIX as DOWNLOADS
+from .downloads import Downloads
+from .encodings import decode_body
+from .engine import Engine
 from .listener import connection_room
 from .metrics import ServeMetrics
 from .served_models import ServedModels

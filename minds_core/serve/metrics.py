@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from minds_core.tracing import TRACE_CAP_BYTES, TraceFile, Tracer, memory_bytes, record
+from minds_core.base.tracing import TRACE_CAP_BYTES, TraceFile, Tracer, memory_bytes, record
 
 #: the path a scraper reads
 METRICS_PATH = "/metrics"

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minds_core.logs import get_logger
+from minds_core.base.logs import get_logger
 
 from .accelerator import EVENTS
 from .kv_slots import KVSlots
