@@ -11,10 +11,10 @@ import pytest
 import tinker
 from transformers import AutoTokenizer
 
-from minds_core.checkpoints import commands as checkpoint_commands
-from minds_core.checkpoints.chat import ChatModel, chat_loop
+from minds_core.cli import checkpoint_commands
 from minds_core.cli.command import main
-from minds_core.render import Renderer
+from minds_core.envs.render import Renderer
+from minds_core.evaluation.chat import ChatModel, chat_loop
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 

@@ -13,7 +13,7 @@ import pytest
 from huggingface_hub import constants
 
 from minds_core.backends.model_source import check_model_source
-from minds_core.errors import ConfigError
+from minds_core.base.errors import ConfigError
 
 #: A hub id that is in no cache a test makes.
 HUB_ID = "Qwen/Qwen3-0.6B"

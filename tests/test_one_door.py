@@ -23,15 +23,15 @@ import httpx
 import pytest
 import tinker
 
-from minds_core import logs
 from minds_core.backends.retry import ServiceCallError
+from minds_core.base import logs
+from minds_core.base.errors import UsageError
+from minds_core.base.interrupt import RunInterrupted
 from minds_core.config import load_config
-from minds_core.errors import UsageError
-from minds_core.interrupt import RunInterrupted
-from minds_core.plugins import load_plugins
-from minds_core.run_directory import run_config_path
-from minds_core.service import ServiceLifetime, exit_status
-from minds_core.training import train
+from minds_core.contract.plugins import load_plugins
+from minds_core.session.service import ServiceLifetime, exit_status
+from minds_core.train import train
+from minds_core.training.run_directory import run_config_path
 
 CHATS = [
     {"messages": [{"role": "user", "content": f"Say {word} twice."}, {"role": "assistant", "content": f"{word} {word}"}]}

@@ -8,18 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from minds_core.base.errors import UsageError
 from minds_core.config import BUILTIN_MODELS, RunConfig
 from minds_core.config.schema import LOCAL_CHECKPOINTS
-from minds_core.contracts import BackendFit
-from minds_core.errors import UsageError
+from minds_core.contract.parts import BackendFit
 
 if TYPE_CHECKING:
-    from minds_core.plugins import Registry
-
-#: Set (to 1) to load a local checkpoint whose files changed after it was saved, knowingly (a warning says so);
-#: ``minds run --accept-changed-checkpoints`` sets it.
-ACCEPT_CHANGED_CHECKPOINTS = "MINDS_ACCEPT_CHANGED_CHECKPOINTS"
-
+    from minds_core.contract.plugins import Registry
 
 @attrs.frozen
 class BackendChoice:
@@ -121,7 +116,7 @@ def create_local_service(config: RunConfig, run_dir: Path) -> Any:
     try:
         from minds_core.backends.local import LocalBadRequestError, create_service_client
     except ImportError as exc:
-        from minds_core.cli.installing import pip_install
+        from minds_core.base.installing import pip_install
 
         raise UsageError(f"the local backend needs torch and peft: {pip_install(extras='local')} ({exc})") from None
     try:

@@ -7,9 +7,9 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from minds_core.base.errors import UsageError
 from minds_core.config import BUILTIN_MODELS, RunConfig, TinkerConfig
-from minds_core.contracts import BackendFit
-from minds_core.errors import UsageError
+from minds_core.contract.parts import BackendFit
 
 
 def resolve_api_key(settings: TinkerConfig) -> str | None:

@@ -15,8 +15,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from minds_core.errors import MindsError, UsageError
-from minds_core.logs import get_logger
+from minds_core.base.errors import MindsError, UsageError
+from minds_core.base.logs import get_logger
 
 __all__ = ["download_external_weights", "export_hosted"]
 

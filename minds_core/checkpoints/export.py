@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minds_core.backends.model_source import MERGED_DIR
+from minds_core.base.errors import MindsError, UsageError
 from minds_core.checkpoints.reference import CheckpointRef
-from minds_core.errors import MindsError, UsageError
 
 if TYPE_CHECKING:
-    from minds_core.service import ServiceLifetime
+    from minds_core.session.service import ServiceLifetime
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"

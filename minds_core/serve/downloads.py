@@ -22,8 +22,7 @@ from tinker import types
 
 from minds_core.backends.local.catalog import Catalog
 from minds_core.backends.local.training.checkpoints import parse_path
-
-from .errors import BadRequest, NotFound, Unauthorized
+from minds_core.http.errors import BadRequest, NotFound, Unauthorized
 
 __all__ = ["DOWNLOADS_PREFIX", "Downloads"]
 

@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from minds_core.base.errors import UsageError
+from minds_core.base.masking import mask, mask_data
+from minds_core.base.secrets import REDACTED, is_secret_key, redact
 from minds_core.config import RunConfig, to_dict
-from minds_core.config.masking import mask, mask_data
-from minds_core.config.secrets import REDACTED, is_secret_key, redact
-from minds_core.errors import UsageError
 
 ID_FILE = "wandb.json"
 

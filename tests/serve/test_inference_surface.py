@@ -14,11 +14,11 @@ import attrs
 import pytest
 from tinker import types
 
+from minds_core.envs.render import Renderer
 from minds_core.inference import routes
 from minds_core.inference.errors import unknown_model
 from minds_core.inference.sampling import Policy
 from minds_core.inference.surface import Stream, Surface
-from minds_core.render import Renderer
 
 
 class _Done:

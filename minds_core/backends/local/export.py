@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minds_core.errors import UsageError
+from minds_core.base.errors import UsageError
 
 from .model.errors import LocalBadRequestError, LocalNotFoundError
 from .model.lora import attach_lora, load_adapter_state

@@ -16,7 +16,6 @@ import torch
 from structlog.testing import capture_logs
 from tinker import types
 
-from minds_core import logs as minds_logs
 from minds_core.backends import backend_settings, run_shape
 from minds_core.backends.local import TINY_MODEL, LocalBadRequestError
 from minds_core.backends.local.model.accelerator import EVENTS
@@ -27,8 +26,9 @@ from minds_core.backends.local.model.placement import Placement, resolve_placeme
 from minds_core.backends.local.sampling.engine import SamplingEngine
 from minds_core.backends.local.training.datums import submitted_datum
 from minds_core.backends.local.training.engine import TrainingEngine
+from minds_core.base import logs as minds_logs
+from minds_core.base.errors import ConfigError
 from minds_core.config import load_config
-from minds_core.errors import ConfigError
 
 from .fake_accelerator import GIB, FakeAccelerator
 

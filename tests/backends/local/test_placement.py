@@ -22,8 +22,8 @@ from minds_core.backends.local.sampling.engine import SamplingEngine
 from minds_core.backends.local.training.datums import submitted_datum
 from minds_core.backends.local.training.engine import TrainingEngine
 from minds_core.backends.local.training.passes import LossPasses
+from minds_core.base.errors import ConfigError, UsageError
 from minds_core.config import load_config
-from minds_core.errors import ConfigError, UsageError
 
 BF16_ON_CPU = Placement(torch.device("cpu"), torch.bfloat16)
 BF16_LOGPROB_MAX_ERROR, BF16_LOGPROB_MEAN_ERROR = 0.2, 0.03

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from minds_core.logs import get_logger
+from minds_core.base.logs import get_logger
 
 from .accelerator import Accelerator
 from .errors import LocalBadRequestError

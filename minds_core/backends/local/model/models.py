@@ -19,7 +19,7 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from minds_core.backends.model_source import check_model_source
-from minds_core.errors import ConfigError
+from minds_core.base.errors import ConfigError
 
 from .adapted_models import AdaptedModels
 from .builtin_models import BUILTIN_MODELS, builtin_model_path

@@ -36,7 +36,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from minds_core.logs import get_logger
+from minds_core.base.logs import get_logger
 
 from .accelerator import EVENTS
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 
-from minds_core.logs import get_logger
+from minds_core.base.logs import get_logger
 
 from ..model.accelerator import EVENTS, Accelerator, Replay
 

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from minds_core.logs import get_logger
+from minds_core.base.logs import get_logger
 
 from ..model.accelerator import Accelerator
 from ..model.cache_argument import cache_argument

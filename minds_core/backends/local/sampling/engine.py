@@ -18,7 +18,7 @@ import torch
 from tinker import types
 from torch import nn
 
-from minds_core.tracing import active, current, record
+from minds_core.base.tracing import active, current, record
 
 from ..model.accelerator import is_out_of_memory, out_of_memory_error
 from ..model.errors import LocalBadRequestError

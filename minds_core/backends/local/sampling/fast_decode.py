@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minds_core.logs import get_logger
+from minds_core.base.logs import get_logger
 
 from ..model.accelerator import EVENTS
 from ..model.placement import COMPILE_MODES

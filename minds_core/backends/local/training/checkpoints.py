@@ -48,7 +48,7 @@ from peft import PeftConfig
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from minds_core.backends import ACCEPT_CHANGED_CHECKPOINTS as ACCEPT_CHANGED
+from minds_core.config.schema import ACCEPT_CHANGED_CHECKPOINTS as ACCEPT_CHANGED
 
 from ..model.errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
 from ..model.lora import AdapterState, LoraSpec
