@@ -29,18 +29,22 @@ def sampler_tokenizer(sampler: Any, base_model: str) -> Any:
 
     The hosted SDK loads it by the model's name from the Hugging Face hub; a model
     only this machine has (``minds-small`` or ``minds-tiny`` behind ``minds serve``) is read
-    from the directory the local backend makes it in. Any other failure is a UsageError.
+    from the directory the local backend makes it in, without asking the hub (which has no such
+    model: offline, the SDK's lookup retried for about a minute before failing). The local
+    backend's own samplers give theirs. Any other failure is a UsageError.
     """
+    import tinker
+
+    if base_model in BUILTIN_MODELS and isinstance(sampler, tinker.SamplingClient):
+        from transformers import AutoTokenizer
+
+        from minds_core.backends.local.model.builtin_models import builtin_model_path
+
+        return AutoTokenizer.from_pretrained(str(builtin_model_path(base_model)))
     try:
         return sampler.get_tokenizer()
     except OSError as exc:
-        if base_model not in BUILTIN_MODELS:
-            raise UsageError(f"cannot load the tokenizer of {base_model!r}: {exc}") from None
-    from transformers import AutoTokenizer
-
-    from minds_core.backends.local.model.builtin_models import builtin_model_path
-
-    return AutoTokenizer.from_pretrained(str(builtin_model_path(base_model)))
+        raise UsageError(f"cannot load the tokenizer of {base_model!r}: {exc}") from None
 
 
 def model_tokenizer(base_model: str) -> Any:

@@ -127,9 +127,9 @@ class KeptSamplers:
         """Keep a new sampling session as the most recently used; drop the least recently used past the limits."""
         self._kept[sampler_id] = kept
         self._kept.move_to_end(sampler_id)
-        held = {key: entry.sampler.held_bytes for key, entry in self._kept.items()}
-        total = sum(held.values())
+        held = {id(entry.sampler.engine): entry.sampler.held_bytes for entry in self._kept.values()}  # per engine: shared once
         while len(self._kept) > 1:
+            total = sum(held[engine] for engine in {id(entry.sampler.engine) for entry in self._kept.values()})
             if len(self._kept) > self.max_samplers:
                 why = f"minds serve keeps the {self.max_samplers} most recently used sampling clients (--max-samplers)"
             elif total > self.memory_bytes:
@@ -140,7 +140,6 @@ class KeptSamplers:
             else:
                 return
             dropped, _ = self._kept.popitem(last=False)
-            total -= held[dropped]
             self._dropped[dropped] = why
             while len(self._dropped) > _DROPPED_NAMED:
                 self._dropped.popitem(last=False)
@@ -167,5 +166,6 @@ class KeptSamplers:
             del self._kept[key]
 
     def held_bytes(self) -> int:
-        """Bytes the kept sampling clients hold of their own, as allocated now."""
-        return sum(entry.sampler.held_bytes for entry in self._kept.values())
+        """Bytes the kept sampling clients hold of their own, as allocated now (clients sharing an engine: once)."""
+        engines = {id(entry.sampler.engine): entry.sampler for entry in self._kept.values()}
+        return sum(sampler.held_bytes for sampler in engines.values())

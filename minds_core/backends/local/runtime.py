@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import weakref
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 from .futures import RequestQueue
@@ -27,6 +29,9 @@ class Runtime:
         self.models = BaseModelRegistry(placement, run_shape)
         self.store = CheckpointStore(checkpoint_root)
         self._queues: weakref.WeakSet[RequestQueue] = weakref.WeakSet()
+        # the engine of each base model and each save of a checkpoint, while a client of it lives (see ``_shared``)
+        self._engines: weakref.WeakValueDictionary[Hashable, SamplingEngine] = weakref.WeakValueDictionary()
+        self._engines_lock = threading.Lock()
 
     def queue(self, name: str) -> RequestQueue:
         """A new worker thread for one client, closed with the service."""
@@ -41,10 +46,29 @@ class Runtime:
         return client
 
     def sampling_client_from_path(self, path: str, queue: RequestQueue) -> SamplingClient:
-        """A client sampling the adapter saved at tinker ``path``."""
-        checkpoint = self.store.load(path, with_optimizer=False)
-        base = self.models.get(checkpoint.base_model)
-        return self.sampling_client(SamplingEngine.for_adapter(base, checkpoint.lora, checkpoint.adapter), queue, path)
+        """A client sampling the adapter saved at tinker ``path``: the engine of that save, shared with every other
+        client of it alive (loaded once, not once per client; a checkpoint saved again at ``path`` gets its own)."""
+        saved = self.store.version(path)  # None: nothing loadable there, and the load says why
+
+        def load() -> SamplingEngine:
+            checkpoint = self.store.load(path, with_optimizer=False)
+            base = self.models.get(checkpoint.base_model)
+            return SamplingEngine.for_adapter(base, checkpoint.lora, checkpoint.adapter)
+
+        return self.sampling_client(self._shared(("path", path, saved), load) if saved else load(), queue, path)
+
+    def base_sampling_client(self, base_model: str, queue: RequestQueue) -> SamplingClient:
+        """A client sampling the bare ``base_model``, on the engine every other such client alive shares."""
+        return self.sampling_client(self._shared(("base", base_model), lambda: SamplingEngine.for_base(self.models.get(base_model))), queue)
+
+    def _shared(self, key: Hashable, make: Callable[[], SamplingEngine]) -> SamplingEngine:
+        """The engine kept under ``key`` while a client uses it, else a new one from ``make``: clients of the same
+        weights (a run's Ray workers each make one per step) decode in one batch, as requests of one client do."""
+        with self._engines_lock:
+            engine = self._engines.get(key)
+            if engine is None:
+                engine = self._engines[key] = make()
+            return engine
 
     def close(self) -> None:
         """Stop accepting requests on every client's worker (queued ones still run); the session lists none."""

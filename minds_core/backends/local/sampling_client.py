@@ -92,8 +92,15 @@ class SamplingClient:
         """Bytes of memory this client holds of its own, as allocated now: the adapted weights it samples
         with and its decode buffers (they grow with the batches it decodes). Dropping the client releases them
         (its weights go back to a small pool that the next snapshot reuses). A client of the bare base model
-        holds 0: it shares the base's. minds' own; the SDK's ``SamplingClient`` has no such property."""
+        holds 0: it shares the base's. Clients made from the same weights share them (``engine``): count each
+        engine once. minds' own; the SDK's ``SamplingClient`` has no such property."""
         return self._sampler.held_bytes
+
+    @property
+    def engine(self) -> SamplingEngine:
+        """The engine this client decodes on: one per base model and per save of a checkpoint, shared by every
+        client of those weights alive (their requests decode in one batch). minds' own."""
+        return self._sampler
 
     def get_tokenizer(self) -> PreTrainedTokenizerBase:
         """The base model's tokenizer."""

@@ -35,7 +35,6 @@ from .model.placement import resolve_placement
 from .refusals import refused
 from .rest import RestClient
 from .runtime import Runtime
-from .sampling.engine import SamplingEngine
 from .session import Session
 from .training.engine import TrainingEngine
 from .training_client import TrainingClient
@@ -195,9 +194,7 @@ class ServiceClient:
                 queue.submit(lambda: self._runtime.sampling_client_from_path(model_path, queue))
             )
         return BackcompatSamplingClientFuture(
-            queue.submit(
-                lambda: self._runtime.sampling_client(SamplingEngine.for_base(self._runtime.models.get(base_model)), queue)
-            )
+            queue.submit(lambda: self._runtime.base_sampling_client(base_model, queue))
         )
 
     def create_custom_loss(

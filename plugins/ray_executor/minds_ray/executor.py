@@ -32,7 +32,7 @@ from minds_core import (
     secret_values,
     serve_in_background,
 )
-from minds_ray.order import Endpoint, EpisodeOrder, WorkerRefused, installed_versions
+from minds_ray.order import Endpoint, EpisodeOrder, WorkerRefused, WorkerSetup, installed_versions
 
 log = get_logger("ray")
 
@@ -150,7 +150,7 @@ class RayExecutor:
         )
         self._actors.add(actor)
         try:
-            await asyncio.wrap_future(actor.ready.remote(self.versions).future())
+            await asyncio.wrap_future(actor.ready.remote(self._setup()).future())
         except ray.exceptions.RayTaskError as exc:
             self._kill(actor)
             if isinstance(exc.cause, WorkerRefused):
@@ -160,6 +160,11 @@ class RayExecutor:
             self._kill(actor)
             raise
         self._idle.put_nowait(actor)
+
+    def _setup(self) -> WorkerSetup:
+        cfg = self.session.config
+        envs = [handle.cfg for handle in self.session.envs]
+        return WorkerSetup(self.versions, self.endpoint, cfg.model.base_model, dict(cfg.model.chat_template_args), envs)
 
     def _replace(self, actor: Any) -> None:
         """Kill a worker that was lost or overran, and start another in the background (joins when ready)."""

@@ -42,6 +42,17 @@ class EpisodeOrder:
     versions: dict[str, str]  #: the driver's minds distributions and their versions
 
 
+@attrs.frozen
+class WorkerSetup:
+    """What a worker loads when it starts (``Player.ready``), before step 0: what every episode of the run shares."""
+
+    versions: dict[str, str]  #: the driver's minds distributions and their versions
+    endpoint: Endpoint  #: where to sample
+    base_model: str  #: the model sampled (its tokenizer renders the chat)
+    chat_template_args: dict[str, Any]  #: ``model.chat_template_args``
+    envs: list[Any]  #: every environment's ``EnvConfig`` (id and args), built on the worker
+
+
 def installed_versions(distributions: list[str]) -> dict[str, str]:
     """Each distribution's installed version ('not installed' when it is not)."""
     found = {}

@@ -1,9 +1,10 @@
 """The Ray side: a ``Player`` actor, started with the run and kept for it, plays one rollout at a time (from its
 ``attempt``, retrying as in process) and sends back the finished, token-level rollout.
 
-Per worker process, kept between episodes: the plugins, each environment (built from its entry point
-and args, never unpickled), the Tinker clients, the renderer and the version check passed; one event loop on a thread of its
-own runs every episode of the process.
+Per worker process, made in ``Player.ready`` (before step 0) and kept between episodes: the plugins, the Tinker
+client, the base model's sampler, tokenizer and renderer, each environment (built from its entry point and args,
+never unpickled) and the version check passed; then one sampler per policy path (each step's, made by the step's
+first episode on this worker). One event loop on a thread of its own runs every episode of the process.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import attrs
 
 from minds_core import background_loop
-from minds_ray.order import EpisodeOrder, WorkerRefused, check_versions
+from minds_ray.order import Endpoint, EpisodeOrder, WorkerRefused, WorkerSetup, check_versions
 
 #: Samplers kept per worker process, the most recently used: one policy version per step, older ones unused.
 SAMPLERS_KEPT = 4
@@ -31,15 +32,28 @@ _samplers: collections.OrderedDict[Any, Any] = collections.OrderedDict()
 class Player:
     """One warm worker of the run (a Ray actor): ``ready`` loads what every episode needs, before step 0."""
 
-    def ready(self, versions: dict[str, str]) -> str:
-        """The id of this worker's node, once the plugins are loaded and the versions checked (WorkerRefused if not)."""
+    def ready(self, setup: WorkerSetup) -> str:
+        """The id of this worker's node, once the versions are checked and everything its episodes share is loaded
+        (WorkerRefused if the versions differ, the key is missing or an environment cannot be built here)."""
         import ray
 
         from minds_core import load_plugins
 
         node = ray.get_runtime_context().get_node_id()
-        _check_versions_once(versions, node)
-        _cached("plugins", load_plugins)
+        _check_versions_once(setup.versions, node)
+        plugins = _cached("plugins", load_plugins)
+        service = _cached(("service", setup.endpoint), lambda: _service(setup.endpoint))
+        sampler = _sampler(service, setup.endpoint, None, setup.base_model)  # the tokenizer's source
+        _run_model(sampler, setup.base_model, setup.chat_template_args)
+        for env in setup.envs:
+            try:
+                _environment(env, plugins)
+            except Exception as exc:  # noqa: BLE001 - whatever stops the build here stops this worker, named
+                detail = " ".join(str(exc).split())[:300]
+                raise WorkerRefused(
+                    f"the Ray worker on node {node} cannot build environment {env.id!r}: {type(exc).__name__}: {detail}; "
+                    "install what it needs on every node of the cluster"
+                ) from None
         return node
 
     def play(self, order: EpisodeOrder) -> tuple[Any, str]:
@@ -69,23 +83,13 @@ def _check_versions_once(driver: dict[str, str], node: str) -> None:
 
 
 async def _play(order: EpisodeOrder) -> Any:
-    from minds_core import (
-        Context,
-        EpisodeSettings,
-        build_environment,
-        load_plugins,
-        run_rollout,
-        sampler_tokenizer,
-        use_run_model,
-    )
+    from minds_core import Context, EpisodeSettings, load_plugins, run_rollout
 
     plugins = _cached("plugins", load_plugins)
-    service = _cached(("service", order.endpoint), lambda: _service(order))
-    sampler = _sampler(service, order)
-    # what tinker-cookbook environments render for: the run's model, its tokenizer the sampler's
-    use_run_model(order.base_model, lambda: sampler_tokenizer(sampler, order.base_model))
-    env = _cached(("env", order.env.id, json.dumps(order.env.args, sort_keys=True, default=str)), lambda: build_environment(order.env, plugins.registry))
-    renderer = _cached(("renderer", order.base_model, json.dumps(order.chat_template_args, sort_keys=True)), lambda: _renderer(sampler, order))
+    service = _cached(("service", order.endpoint), lambda: _service(order.endpoint))
+    sampler = _sampler(service, order.endpoint, order.sampler_path, order.base_model)
+    renderer = _run_model(sampler, order.base_model, order.chat_template_args)
+    env = _environment(order.env, plugins)
     ctx = Context(
         sampler=sampler,
         tokenizer=renderer.tokenizer,
@@ -103,29 +107,29 @@ async def _play(order: EpisodeOrder) -> Any:
     return rollout
 
 
-def _service(order: EpisodeOrder) -> Any:
+def _service(endpoint: Endpoint) -> Any:
     import tinker
 
-    key = os.environ.get(order.endpoint.key_env)
+    key = os.environ.get(endpoint.key_env)
     if not key:
         raise WorkerRefused(
-            f"${order.endpoint.key_env} is not set on the Ray worker: the workers sample with the key from their own "
+            f"${endpoint.key_env} is not set on the Ray worker: the workers sample with the key from their own "
             "environment; set it on every node (or in the cluster's runtime_env)"
         )
-    return tinker.ServiceClient(api_key=key, base_url=order.endpoint.url or None)
+    return tinker.ServiceClient(api_key=key, base_url=endpoint.url or None)
 
 
-def _sampler(service: Any, order: EpisodeOrder) -> Any:
-    """The sampling client of the order's policy (its path, else the base model), made once per worker process."""
-    key = (order.endpoint, order.sampler_path, order.base_model)
+def _sampler(service: Any, endpoint: Endpoint, sampler_path: str | None, base_model: str) -> Any:
+    """The sampling client of a policy (its path, else the base model), made once per worker process."""
+    key = (endpoint, sampler_path, base_model)
     with _lock:
         if key in _samplers:
             _samplers.move_to_end(key)
             return _samplers[key]
-    if order.sampler_path:
-        sampler = service.create_sampling_client(model_path=order.sampler_path)
+    if sampler_path:
+        sampler = service.create_sampling_client(model_path=sampler_path)
     else:
-        sampler = service.create_sampling_client(base_model=order.base_model)
+        sampler = service.create_sampling_client(base_model=base_model)
     with _lock:
         _samplers[key] = sampler
         while len(_samplers) > SAMPLERS_KEPT:
@@ -133,7 +137,20 @@ def _sampler(service: Any, order: EpisodeOrder) -> Any:
     return sampler
 
 
-def _renderer(sampler: Any, order: EpisodeOrder) -> Any:
-    from minds_core import Renderer, sampler_tokenizer
+def _run_model(sampler: Any, base_model: str, chat_template_args: dict[str, Any]) -> Any:
+    """The renderer of the run's model (its tokenizer the sampler's, loaded once), named as the run's model for
+    tinker-cookbook environments, which render for it."""
+    from minds_core import Renderer, sampler_tokenizer, use_run_model
 
-    return Renderer(sampler_tokenizer(sampler, order.base_model), order.chat_template_args)
+    key = ("renderer", base_model, json.dumps(chat_template_args, sort_keys=True))
+    renderer = _cached(key, lambda: Renderer(sampler_tokenizer(sampler, base_model), chat_template_args))
+    use_run_model(base_model, lambda: renderer.tokenizer)
+    return renderer
+
+
+def _environment(env: Any, plugins: Any) -> Any:
+    """The environment of an ``EnvConfig``, built once per worker process from its entry point and args."""
+    from minds_core import build_environment
+
+    key = ("env", env.id, json.dumps(env.args, sort_keys=True, default=str))
+    return _cached(key, lambda: build_environment(env, plugins.registry))

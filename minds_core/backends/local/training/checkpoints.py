@@ -183,6 +183,13 @@ class CheckpointStore:
         _check_unchanged(path, directory, meta, with_optimizer)  # after the reads: a damaged file is named as such
         return contents
 
+    def version(self, path: str) -> str | None:
+        """What tells this save of the checkpoint at tinker ``path`` from any other saved there (its metadata as
+        written: time, files and their digests), or None when there is none to load (``load`` says why)."""
+        run_id, kind, name = parse_path(path)
+        meta = _read_meta(self.root / run_id / kind / name)
+        return None if meta is None or _is_expired(meta) else json.dumps(meta, sort_keys=True)
+
     def metadata(self, run_id: str | None = None) -> Iterator[tuple[Path, dict[str, Any]]]:
         """``(folder, metadata)`` of every unexpired checkpoint (of ``run_id``, or of every run)."""
         if run_id is not None:
