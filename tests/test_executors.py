@@ -16,7 +16,10 @@ from minds_core.rl.local_executor import LocalExecutor
 
 
 class RecordingExecutor(LocalExecutor):
-    """The local executor, noting every order it is handed and whether it was closed."""
+    """The local executor, noting every order it is handed and whether it was closed; it reports the start-up
+    seconds an executor with workers would (``startup_seconds``), though it starts none."""
+
+    startup_seconds = 1.25
 
     made: ClassVar[list[RecordingExecutor]] = []
 
@@ -56,6 +59,7 @@ def test_a_registered_executor_runs_every_group_of_a_run(minds_plugin, tmp_path)
     assert len({o.seed for o in executor.orders}) == 6  # a seed per group
     assert executor.closed == 1
     assert [row["rollouts/total"] for row in result.metrics] == [6, 6]
+    assert [row.get("executor/startup_seconds") for row in result.metrics] == [1.25, None]  # the first line only
 
 
 def test_an_unknown_executor_exits_2_naming_the_key_and_the_registered_ones(tmp_path, capsys) -> None:

@@ -21,7 +21,7 @@ from minds_core.cli.command import main
 from minds_core.http.errors import NotFound
 from minds_core.http.limits import ServeLimits
 from minds_core.serve.engine import Engine
-from minds_core.serve.samplers import SamplerBudget
+from minds_core.serve.samplers import Kept, KeptSamplers, SamplerBudget
 
 from .conftest import KEY, start_server
 
@@ -163,6 +163,22 @@ def test_a_sampler_dropped_while_it_decodes_answers_its_running_request(local: S
     assert [len(sequence.tokens) for sequence in response.sequences] == [6, 6]  # answered in full, though dropped
     with pytest.raises(NotFound, match="was dropped"):
         loop.sample(old)
+
+
+def test_sessions_of_one_saved_path_share_its_engine_and_its_memory_counts_once(local: ServiceClient) -> None:
+    """A run's Ray workers each make a sampling session of the step's saved weights: one engine, counted once."""
+    trainer = local.create_lora_training_client(base_model=TINY_MODEL, rank=4).result()
+    path = trainer.save_weights_for_sampler("policy").result().path
+    clients = [local.create_sampling_client(model_path=path).result() for _ in range(8)]
+    for client in clients:
+        client.sample(types.ModelInput.from_ints([5, 70, 71, 72]), 2, PARAMS).result()
+    one = clients[0].held_bytes
+    assert one > 0 and len({id(client.engine) for client in clients}) == 1
+    kept = KeptSamplers(memory_bytes=int(1.5 * one), max_samplers=16)
+    for number, client in enumerate(clients):
+        kept.keep(f"s:sample:{number}", Kept(client, path, CLIENT))
+    assert len(kept) == 8  # none dropped: together they hold one engine's bytes, within the budget
+    assert kept.held_bytes() == one
 
 
 def test_a_base_model_sampler_holds_nothing_of_its_own(local: ServiceClient) -> None:

@@ -86,6 +86,8 @@ def test_workers_start_before_step_0_and_play_every_step_under_fractional_cpus(c
     result.assert_trained_unless_said_why()
     (started,) = [json.loads(line) for line in capsys.readouterr().err.splitlines() if '"ray workers started"' in line]
     assert started["workers"] == 4 and started["seconds"] > 0
+    first, second = (row.get("executor/startup_seconds") for row in result.metrics)
+    assert second is None and abs(first - started["seconds"]) <= 0.01  # the first metrics line's, as logged
     episodes = _records(records, "start")
     assert len(episodes) == 16 and len({r["pid"] for r in episodes}) <= 4  # the same 4 processes for both steps
     ready = datetime.fromisoformat(started["timestamp"]).timestamp()
