@@ -79,6 +79,7 @@ def test_sys_exit_while_loading_the_environment_is_a_load_failure_naming_it(host
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_a_huge_error_is_stored_cut(hostile_plugins, tmp_path):
     _, rollouts, row = _train(hostile_plugins, tmp_path, "env.args.escape=huge_error")
     assert row["rollouts/failed"] == 4

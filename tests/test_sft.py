@@ -174,6 +174,7 @@ def test_bad_tool_calls_and_weights_name_the_line_and_message(tmp_path, change, 
         read_conversations(_write(tmp_path / "tools.jsonl", [record]))
 
 
+@pytest.mark.slow
 def test_minds_sft_trains_on_tool_calling_chats_with_a_model_whose_template_shows_tools(tmp_path):
     model = Path(shutil.copytree(tiny_model_path(), tmp_path / "tool-model"))  # a local model directory, as a user's
     (model / "chat_template.jinja").write_text(QWEN_STYLE_TOOLS_TEMPLATE)

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("tinker_cookbook", reason="needs tinker-cookbook, which make setup installs (the Makefile says how)")
 import tinker
 from tinker_cookbook.completers import TinkerTokenCompleter
 from tinker_cookbook.rl.data_processing import compute_advantages, trajectory_to_data

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("verifiers", reason="these tests run verifiers environments: pip install -c constraints.txt -e plugins/verifiers_bridge (make setup does)")
 import tinker
 import verifiers as vf
 from transformers import AutoTokenizer
