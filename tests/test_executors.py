@@ -40,6 +40,7 @@ class RecordingPlugin:
         register("recording", RecordingExecutor, "the local executor, recording its orders")
 
 
+@pytest.mark.slow
 def test_a_registered_executor_runs_every_group_of_a_run(minds_plugin, tmp_path) -> None:
     from minds_core.testing import run_minds
 

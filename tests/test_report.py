@@ -80,6 +80,7 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_the_report_is_written_at_the_end_and_self_contained(run_dir: Path) -> None:
     text = (run_dir / REPORT_FILE).read_text()
     assert "status: finished" in text

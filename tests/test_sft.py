@@ -218,6 +218,7 @@ class CapitalsPlugin:
         register("shout", lambda: SingleTurnEnvironment({"train": tasks}, Rubric([lambda completion, answer: float(completion == answer)])))
 
 
+@pytest.mark.slow
 def test_sft_on_an_environments_tasks_with_answers(tmp_path):
     plugins = load_plugins(extra=[("shout", CapitalsPlugin())])
     config = load_config(None, ["trainer.mode=sft", "env.id=shout", "sft.eval_fraction=0.25", "trainer.steps=6",
@@ -226,6 +227,7 @@ def test_sft_on_an_environments_tasks_with_answers(tmp_path):
     assert summary["eval/loss_after"] < 0.7 * summary["eval/loss_before"], summary
 
 
+@pytest.mark.slow
 def test_sft_shows_its_loss_and_its_config_and_report_name_what_ran(tmp_path, capsys):
     from minds_core.report import write_report
 

@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("tinker_cookbook", reason="needs tinker-cookbook, which make setup installs (the Makefile says how)")
 import tinker
 from tinker_cookbook.completers import TinkerTokenCompleter
 from tinker_cookbook.rl.data_processing import compute_advantages, trajectory_to_data
@@ -128,6 +126,7 @@ def test_the_multi_turn_guess_number_env_matches_the_cookbooks_loop(backend: tup
     ],
     ids=["math", "guess_number"],
 )
+@pytest.mark.slow
 def test_a_cookbook_recipe_trains_through_minds_run(tmp_path: Path, env_id: str, args: dict[str, Any], metric: str) -> None:
     """``minds run`` with the recipe's builder named in [env] id: two steps, no failed rollout, the env's metrics per step."""
     from minds_core.cli.command import main

@@ -331,6 +331,7 @@ def test_the_plan_follows_the_times_measured_on_the_real_model(trainer: Training
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")  # unfused on the CPU: slow, right
+@pytest.mark.slow
 def test_flex_attention_block_masks_give_the_dense_masks_log_probs_and_gradients(trainer: TrainingClient) -> None:
     data = shared_prompt_data(30, (5, 12, 7, 3), seed=4) + shared_prompt_data(0, (9, 23, 40, 2, 17), seed=5)
     items = [submitted_datum(datum, i) for i, datum in enumerate(data)]
