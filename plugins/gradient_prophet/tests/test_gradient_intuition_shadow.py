@@ -95,6 +95,7 @@ def counting(ctx) -> tuple[Any, CountingService]:
     return evolve(ctx, service=service), service
 
 
+@pytest.mark.slow
 async def test_delta_is_one_step_from_the_policy_weights(policy):
     # Move the policy away from its initialisation first, so "from the policy" differs from "from the base".
     await policy.train_on([("Say something.", " Rome is far away.")], 5e-2, steps=2)

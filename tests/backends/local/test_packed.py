@@ -320,6 +320,7 @@ def test_requests_share_their_prompts_when_the_measured_passes_say_it_is_faster(
     assert metrics[-1]["ms_per_ktoken_whole:mean"] == pytest.approx(1e6 * whole)
 
 
+@pytest.mark.slow
 def test_the_plan_follows_the_times_measured_on_the_real_model(trainer: TrainingClient) -> None:
     data = shared_prompt_data(200, (30, 50, 20, 40), seed=9)
     outputs = [trainer.forward_backward(data, "cross_entropy").result().metrics for _ in range(2 * pass_cost.TRIALS + 1)]
