@@ -29,7 +29,7 @@ from typing import Any
 import openai
 from tinker import types
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local import TINY_MODEL, ServiceClient
 from minds_core.inference.capture import Capture, trajectory
 from minds_core.inference.sampling import Policy
 from minds_core.inference.surface import Surface
@@ -85,11 +85,11 @@ def main() -> None:
     tokens = 8 if args.smoke else args.tokens
 
     service = ServiceClient(device="cpu")
-    sampler = service.create_sampling_client(base_model=DEFAULT_BASE_MODEL).result()
+    sampler = service.create_sampling_client(base_model=TINY_MODEL).result()
     renderer = Renderer(sampler.get_tokenizer())
     prompt = renderer.prompt_tokens(MESSAGES)
     params = types.SamplingParams(max_tokens=tokens, temperature=1.0, seed=5)
-    ask = {"model": DEFAULT_BASE_MODEL, "messages": MESSAGES, "max_tokens": tokens, "seed": 5}
+    ask = {"model": TINY_MODEL, "messages": MESSAGES, "max_tokens": tokens, "seed": 5}
 
     with tempfile.TemporaryDirectory() as root:
         server = subprocess.Popen(
@@ -102,6 +102,8 @@ def main() -> None:
                 "0",
                 "--device",
                 "cpu",
+                "--model",
+                TINY_MODEL,
                 "--checkpoint-root",
                 root,
             ],
