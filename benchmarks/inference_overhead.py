@@ -31,12 +31,12 @@ import openai
 from tinker import types
 
 from minds_core.backends.local import TINY_MODEL, ServiceClient
+from minds_core.envs.render import Renderer
+from minds_core.http.limits import ServeLimits
 from minds_core.inference.capture import Capture, trajectory
 from minds_core.inference.sampling import Policy
 from minds_core.inference.surface import Surface
-from minds_core.render import Renderer
 from minds_core.serve.http import HttpServer
-from minds_core.serve.limits import ServeLimits
 from minds_core.serve.listener import listen
 from minds_core.serve.policy_endpoint import PolicyEndpoint
 

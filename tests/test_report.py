@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import logs
+from minds_core.base import logs
 from minds_core.config import load_config
 from minds_core.report import REPORT_FILE, write_report
 from minds_core.report.charts import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, STACKED, TOP, WIDTH
 from minds_core.report.timing import slowest
-from minds_core.run_directory import read_jsonl
 from minds_core.sinks.report import ReportSink
 from minds_core.testing import chromium, view_in_chromium
-from minds_core.training import train
+from minds_core.train import train
+from minds_core.training.run_directory import read_jsonl
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from minds_core.report.charts import Series, line_chart, stacked_chart
-from minds_core.rl.pacing import PARTS
+from minds_core.training.pacing import PARTS
 
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#212529;background:#f8f9fa}

@@ -26,13 +26,14 @@ from minds_core import EpisodeSettings
 from minds_core.backends import model_tokenizer
 from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
 from minds_core.config import EnvConfig, RolloutConfig
+from minds_core.contract.plugins import load_plugins
 from minds_core.envs.cookbook.models import use_run_model
 from minds_core.envs.loading import build_environment
-from minds_core.plugins import load_plugins
-from minds_core.render import Renderer
+from minds_core.envs.render import Renderer
+from minds_core.episodes.groups import Group
+from minds_core.episodes.rollout import run_group
 from minds_core.rl.advantages import direct, group_mean
 from minds_core.rl.data_processing import ProcessingSettings, process_batch
-from minds_core.rl.rollout import Group, run_group
 
 ARITHMETIC = "tinker_cookbook.recipes.math_rl.arithmetic_env:ArithmeticDatasetBuilder"
 GUESS_NUMBER = "tinker_cookbook.recipes.multiplayer_rl.guess_number.env:GuessNumberDatasetBuilder"

@@ -17,18 +17,18 @@ from transformers import AutoTokenizer
 from minds_core import Context, EpisodeSettings, hookimpl
 from minds_core.backends import model_tokenizer
 from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import tiny_model_path
+from minds_core.base.errors import ConfigError
 from minds_core.config import EnvConfig, RolloutConfig
+from minds_core.contract.locate import import_environment
+from minds_core.contract.plugins import load_plugins
 from minds_core.envs.conflicts import known_conflict
 from minds_core.envs.cookbook.environment import CookbookEnvironment
 from minds_core.envs.cookbook.episode import observation_tokens
 from minds_core.envs.cookbook.models import filled_args, run_model, use_run_model
 from minds_core.envs.loading import build_environment
-from minds_core.envs.locate import import_environment
-from minds_core.errors import ConfigError
-from minds_core.plugins import load_plugins
-from minds_core.render import Renderer
-from minds_core.rl.rollout import run_group
+from minds_core.envs.render import Renderer
+from minds_core.episodes.rollout import run_group
 
 SHAPES = Path(__file__).resolve().parent / "cookbook_shapes.py"
 

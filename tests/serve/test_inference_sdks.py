@@ -46,7 +46,7 @@ def claude(served: Served) -> anthropic.Anthropic:
 def _tokenizer():
     from transformers import AutoTokenizer
 
-    from minds_core.backends.local.tiny_model import tiny_model_path
+    from minds_core.backends.local.model.tiny_model import tiny_model_path
 
     return AutoTokenizer.from_pretrained(tiny_model_path())
 

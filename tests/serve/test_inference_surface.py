@@ -14,11 +14,11 @@ import attrs
 import pytest
 from tinker import types
 
+from minds_core.envs.render import Renderer
 from minds_core.inference import routes
 from minds_core.inference.errors import unknown_model
 from minds_core.inference.sampling import Policy
 from minds_core.inference.surface import Stream, Surface
-from minds_core.render import Renderer
 
 
 class _Done:
@@ -63,7 +63,7 @@ class OneModel:
 def renderer() -> Renderer:
     from transformers import AutoTokenizer
 
-    from minds_core.backends.local.tiny_model import tiny_model_path
+    from minds_core.backends.local.model.tiny_model import tiny_model_path
 
     return Renderer(AutoTokenizer.from_pretrained(tiny_model_path()))
 

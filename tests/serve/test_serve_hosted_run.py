@@ -15,7 +15,7 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 
 from .conftest import Served
 
