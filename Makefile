@@ -42,8 +42,9 @@ verifiers-v1: $(VF_STAMP)  ## create .venv-verifiers with verifiers 0.4 and uv, 
 demo: setup  ## train ghost_trace on the local backend
 	$(VENV)/bin/minds run --env ghost_trace
 
-lint: setup  ## ruff, with the rules pyproject.toml selects
+lint: setup  ## ruff, with the rules pyproject.toml selects, and import-linter's contracts (docs/architecture.md)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 test: setup verifiers-v1  ## the whole test suite (core and plugins), with a progress line per test file
 	@echo "make test: the whole suite, slow tests included: about 30 minutes on 2 cores (the fast subset, 'make test-fast': one process, 78 CPU-seconds, 2.5 minutes under load)"

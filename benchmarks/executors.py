@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from minds_core import logs
-from minds_core.checkpoints.evaluation import EvalPlan, evaluate_policy
+from minds_core.base import logs
 from minds_core.config import load_config
-from minds_core.session import Session
+from minds_core.evaluation.evaluation import EvalPlan, evaluate_policy
+from minds_core.session.session import Session
 
 ENV = Path(__file__).resolve().parent.parent / "plugins" / "ray_executor" / "tests" / "envs" / "burn_env.py"
 

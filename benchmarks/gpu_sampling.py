@@ -41,9 +41,9 @@ from transformers import (
 )
 
 from minds_core.backends.local import ServiceClient
-from minds_core.backends.local.fast_decode import COMPILE_MODES
-from minds_core.backends.local.models import BaseModelRegistry
-from minds_core.backends.local.tiny_model import byte_tokenizer
+from minds_core.backends.local.model.models import BaseModelRegistry
+from minds_core.backends.local.model.placement import COMPILE_MODES
+from minds_core.backends.local.model.tiny_model import byte_tokenizer
 
 __all__ = ["FULL", "SIZES", "SMOKE", "Shape", "build_model", "sampling_figures"]
 

@@ -39,11 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from local_backend import Shape, alternating_medians, build_model, matmul_params, synced
 
 from minds_core.backends.local import ServiceClient
-from minds_core.backends.local.lora import LoraSpec, target_modules
-from minds_core.backends.local.packed_attention import MODES, flex_failure
-from minds_core.backends.local.pass_cost import TRIALS
-from minds_core.backends.local.placement import resolve_placement
-from minds_core.backends.local.tiny_model import byte_tokenizer
+from minds_core.backends.local.model.lora import LoraSpec, target_modules
+from minds_core.backends.local.model.packed_attention import MODES, flex_failure
+from minds_core.backends.local.model.placement import resolve_placement
+from minds_core.backends.local.model.tiny_model import byte_tokenizer
+from minds_core.backends.local.training.pass_cost import TRIALS
 
 RANK = 32
 ADAM = types.AdamParams(learning_rate=1e-5)

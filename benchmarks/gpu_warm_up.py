@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_sampling import FULL, SMOKE, Shape, _prompts, build_model
 
 from minds_core.backends.local import ServiceClient
-from minds_core.backends.local.memory_plan import RunShape
+from minds_core.backends.local.model.memory_plan import RunShape
 
 
 def figures(model_dir: Path, shape: Shape, device: str, cuda_graphs: str) -> dict[str, float | int | str]:

@@ -61,18 +61,18 @@ from transformers import (
 )
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
-from minds_core.backends.local.accelerator import accelerator_for
-from minds_core.backends.local.cuda_graphs import StepGraphs
-from minds_core.backends.local.device_sampling import Draws, Rows, RowSettings, row_key, uniforms
-from minds_core.backends.local.fast_decode import FastDecoder
-from minds_core.backends.local.inputs import DatumTensors, submitted_datum
-from minds_core.backends.local.joined_lora import use_joined
-from minds_core.backends.local.kv_slots import KVSlots
-from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
-from minds_core.backends.local.models import BaseModelRegistry
-from minds_core.backends.local.pass_cost import TRIALS
-from minds_core.backends.local.placement import resolve_placement
-from minds_core.backends.local.tiny_model import byte_tokenizer, tiny_model_path
+from minds_core.backends.local.model.accelerator import accelerator_for
+from minds_core.backends.local.model.lora import LoraSpec, adapter_state, attach_lora
+from minds_core.backends.local.model.models import BaseModelRegistry
+from minds_core.backends.local.model.placement import resolve_placement
+from minds_core.backends.local.model.tiny_model import byte_tokenizer, tiny_model_path
+from minds_core.backends.local.sampling.cuda_graphs import StepGraphs
+from minds_core.backends.local.sampling.device_sampling import Draws, Rows, RowSettings, row_key, uniforms
+from minds_core.backends.local.sampling.fast_decode import FastDecoder
+from minds_core.backends.local.sampling.kv_slots import KVSlots
+from minds_core.backends.local.training.datums import DatumTensors, submitted_datum
+from minds_core.backends.local.training.joined_lora import use_joined
+from minds_core.backends.local.training.pass_cost import TRIALS
 
 
 @dataclass(frozen=True)

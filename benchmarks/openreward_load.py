@@ -38,7 +38,7 @@ import attrs
 from openreward.environments import Environment, TextBlock, ToolOutput, terminal, tool
 from pydantic import BaseModel
 
-from minds_core.envs.types import Context, Task
+from minds_core.contract.environment import Context, Task
 from minds_openreward.environment import OpenRewardEnvironment, load_environment
 from minds_openreward.local_server import serve
 
@@ -195,8 +195,9 @@ async def rollout_phase(env: OpenRewardEnvironment, tasks: list[Task], episodes:
 
     from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
     from minds_core.config import RolloutConfig
-    from minds_core.render import Renderer
-    from minds_core.rl.rollout import EpisodeSettings, run_group
+    from minds_core.envs.render import Renderer
+    from minds_core.episodes.groups import EpisodeSettings
+    from minds_core.episodes.rollout import run_group
 
     chosen, expected = _expected(tasks, episodes, group_size)
     with TemporaryDirectory() as checkpoints:

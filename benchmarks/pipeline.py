@@ -23,10 +23,12 @@ import numpy as np
 import tinker
 from transformers import AutoTokenizer
 
-from minds_core import Rubric, SingleTurnEnvironment, Task, hookimpl, logs, training
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core import Rubric, SingleTurnEnvironment, Task, hookimpl
+from minds_core.backends.local.model.tiny_model import tiny_model_path
+from minds_core.base import logs
 from minds_core.config import load_config
-from minds_core.plugins import load_plugins
+from minds_core.contract.plugins import load_plugins
+from minds_core.train import train as train_run
 
 
 class FakeFuture:
@@ -135,7 +137,7 @@ def seconds_per_step(sample: float, train: float, steps: int, off_policy: int) -
             f"trainer.max_steps_off_policy={off_policy}", "trainer.group_size=4", "trainer.groups_per_batch=8",
             "metrics.sinks=[]", "metrics.rollouts_per_step=0",
         ])
-        training.train(config, plugins=plugins)
+        train_run(config, plugins=plugins)
         rows = [json.loads(line) for line in (Path(runs) / "bench" / "metrics.jsonl").read_text().splitlines()]
     return statistics.fmean(r["time/step"] for r in rows[1:])  # step 0 has nothing to overlap with
 

@@ -29,8 +29,8 @@ from tinker import types
 from transformers import AutoConfig
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
-from minds_core.backends.local.placement import resolve_placement
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.placement import resolve_placement
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 
 ROWS = 32
 SHAPES = ("ragged", "uniform")

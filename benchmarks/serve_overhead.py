@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_step import qwen3_config, save_model, smoke_config
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
-from minds_core.backends.local.pass_cost import TRIALS
+from minds_core.backends.local.training.pass_cost import TRIALS
 from minds_core.serve.samplers import SamplerBudget
 
 

@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve_overhead import Shape, rl_step
 
 from minds_core.backends.local import DEFAULT_BASE_MODEL, SamplingClient, ServiceClient
-from minds_core.backends.local.held_bytes import storage_bytes
+from minds_core.backends.local.sampling.held_bytes import storage_bytes
+from minds_core.http.limits import ServeLimits
 from minds_core.serve.engine import Engine
 from minds_core.serve.http import TinkerServer
-from minds_core.serve.limits import ServeLimits
 from minds_core.serve.listener import listen
 from minds_core.serve.samplers import SamplerBudget
 

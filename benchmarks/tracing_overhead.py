@@ -38,12 +38,12 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve_overhead import serving
 
-from minds_core import logs
+from minds_core.base import logs
+from minds_core.base.tracing import SelfTimes, TraceFile, Tracer, read_trace, span, tracing
 from minds_core.config import load_config
 from minds_core.rl import loop
 from minds_core.serve.metrics import ServeMetrics
-from minds_core.tracing import SelfTimes, TraceFile, Tracer, read_trace, span, tracing
-from minds_core.training import train
+from minds_core.train import train
 
 MODES = ("off", "phases only", "trace.json")
 

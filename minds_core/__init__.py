@@ -29,24 +29,24 @@ _PUBLIC: dict[str, str] = {
     "RunConfig": "minds_core.config",
     "build_config": "minds_core.config",
     "read_config_file": "minds_core.config",
-    "secret_values": "minds_core.config.secrets",
-    "NAME_RULE": "minds_core.contracts",
-    "REWARD_NAME_RULE": "minds_core.contracts",
-    "AdvantageEstimator": "minds_core.contracts",
-    "BackendExport": "minds_core.contracts",
-    "BackendFactory": "minds_core.contracts",
-    "BackendFit": "minds_core.contracts",
-    "EnvironmentAdapter": "minds_core.contracts",
-    "EnvironmentLoader": "minds_core.contracts",
-    "ExecutorFactory": "minds_core.contracts",
-    "GroupOrder": "minds_core.contracts",
-    "LossFunction": "minds_core.contracts",
-    "MetricSink": "minds_core.contracts",
-    "OpenEnvironment": "minds_core.contracts",
-    "Register": "minds_core.contracts",
-    "RewardFunction": "minds_core.contracts",
-    "RolloutExecutor": "minds_core.contracts",
-    "SinkFactory": "minds_core.contracts",
+    "secret_values": "minds_core.base.secrets",
+    "NAME_RULE": "minds_core.contract.parts",
+    "REWARD_NAME_RULE": "minds_core.contract.parts",
+    "AdvantageEstimator": "minds_core.contract.parts",
+    "BackendExport": "minds_core.contract.parts",
+    "BackendFactory": "minds_core.contract.parts",
+    "BackendFit": "minds_core.contract.parts",
+    "EnvironmentAdapter": "minds_core.contract.parts",
+    "EnvironmentLoader": "minds_core.contract.parts",
+    "ExecutorFactory": "minds_core.contract.parts",
+    "GroupOrder": "minds_core.contract.parts",
+    "LossFunction": "minds_core.contract.parts",
+    "MetricSink": "minds_core.contract.parts",
+    "OpenEnvironment": "minds_core.contract.parts",
+    "Register": "minds_core.contract.parts",
+    "RewardFunction": "minds_core.contract.parts",
+    "RolloutExecutor": "minds_core.contract.parts",
+    "SinkFactory": "minds_core.contract.parts",
     "Rule": "minds_core.config.rules",
     "above": "minds_core.config.rules",
     "arg": "minds_core.config.rules",
@@ -57,49 +57,49 @@ _PUBLIC: dict[str, str] = {
     "within": "minds_core.config.rules",
     "lenient": "minds_core.envs.calling",
     "background_loop": "minds_core.envs.loops",
-    "GROUP_REWARD_INPUTS": "minds_core.envs.rubric",
-    "REWARD_INPUTS": "minds_core.envs.rubric",
-    "Rubric": "minds_core.envs.rubric",
-    "RubricScore": "minds_core.envs.rubric",
-    "as_reward": "minds_core.envs.rubric",
-    "call_with_available": "minds_core.envs.rubric",
-    "maybe_await": "minds_core.envs.rubric",
+    "GROUP_REWARD_INPUTS": "minds_core.contract.rubric",
+    "REWARD_INPUTS": "minds_core.contract.rubric",
+    "Rubric": "minds_core.contract.rubric",
+    "RubricScore": "minds_core.contract.rubric",
+    "as_reward": "minds_core.contract.rubric",
+    "call_with_available": "minds_core.contract.rubric",
+    "maybe_await": "minds_core.contract.rubric",
     "PolicySampler": "minds_core.envs.sampler",
-    "HarnessArgs": "minds_core.envs.harness",
-    "HarnessEnvironment": "minds_core.envs.harness",
+    "HarnessArgs": "minds_core.agents.harness",
+    "HarnessEnvironment": "minds_core.agents.harness",
     "SingleTurnEnvironment": "minds_core.envs.single_turn",
     "prompt_messages": "minds_core.envs.single_turn",
     "report_metric": "minds_core.envs.single_turn",
     "score_completion": "minds_core.envs.single_turn",
     "take_turns": "minds_core.envs.turns",
-    "Context": "minds_core.envs.types",
-    "Environment": "minds_core.envs.types",
-    "Episode": "minds_core.envs.types",
-    "EpisodeConversation": "minds_core.envs.types",
-    "GroupRewards": "minds_core.envs.types",
-    "SampledTurn": "minds_core.envs.types",
-    "StopCondition": "minds_core.envs.types",
+    "Context": "minds_core.contract.environment",
+    "Environment": "minds_core.contract.environment",
+    "Episode": "minds_core.contract.environment",
+    "EpisodeConversation": "minds_core.contract.environment",
+    "GroupRewards": "minds_core.contract.environment",
+    "SampledTurn": "minds_core.contract.environment",
+    "StopCondition": "minds_core.contract.environment",
     "use_run_model": "minds_core.envs.cookbook.models",
-    "Message": "minds_core.envs.types",
-    "SelfDrivingEpisode": "minds_core.envs.types",
-    "StepResult": "minds_core.envs.types",
-    "Task": "minds_core.envs.types",
-    "TokenBudgetExhausted": "minds_core.envs.types",
+    "Message": "minds_core.contract.environment",
+    "SelfDrivingEpisode": "minds_core.contract.environment",
+    "StepResult": "minds_core.contract.environment",
+    "Task": "minds_core.contract.environment",
+    "TokenBudgetExhausted": "minds_core.contract.environment",
     "sampler_tokenizer": "minds_core.backends",
     "build_environment": "minds_core.envs.loading",
-    "ConfigError": "minds_core.errors",
-    "MindsError": "minds_core.errors",
-    "UsageError": "minds_core.errors",
-    "did_you_mean": "minds_core.errors",
-    "get_logger": "minds_core.logs",
-    "CustomLoss": "minds_core.rl.losses",
-    "load_plugins": "minds_core.plugins",
-    "Renderer": "minds_core.render",
-    "EpisodeSettings": "minds_core.rl.rollout",
-    "Group": "minds_core.rl.rollout",
-    "Rollout": "minds_core.rl.rollout",
-    "finish_group": "minds_core.rl.rollout",
-    "run_rollout": "minds_core.rl.rollout",
+    "ConfigError": "minds_core.base.errors",
+    "MindsError": "minds_core.base.errors",
+    "UsageError": "minds_core.base.errors",
+    "did_you_mean": "minds_core.base.errors",
+    "get_logger": "minds_core.base.logs",
+    "CustomLoss": "minds_core.contract.parts",
+    "load_plugins": "minds_core.contract.plugins",
+    "Renderer": "minds_core.envs.render",
+    "EpisodeSettings": "minds_core.episodes.groups",
+    "Group": "minds_core.episodes.groups",
+    "Rollout": "minds_core.episodes.groups",
+    "finish_group": "minds_core.episodes.rollout",
+    "run_rollout": "minds_core.episodes.rollout",
     "serve_in_background": "minds_core.serve.background",
     "TOOL_CALL_CLOSE": "minds_core.envs.text",
     "TOOL_CALL_OPEN": "minds_core.envs.text",
@@ -111,11 +111,16 @@ _PUBLIC: dict[str, str] = {
     "strip_think": "minds_core.envs.text",
     "strip_tool_calls": "minds_core.envs.text",
     "think_text": "minds_core.envs.text",
-    "span": "minds_core.tracing",
+    "span": "minds_core.base.tracing",
 }
 
 if TYPE_CHECKING:  # what type checkers see of the names imported on first use (a test holds it to _PUBLIC)
+    from minds_core.agents.harness import HarnessArgs, HarnessEnvironment  # noqa: F401
     from minds_core.backends import sampler_tokenizer  # noqa: F401
+    from minds_core.base.errors import ConfigError, MindsError, UsageError, did_you_mean  # noqa: F401
+    from minds_core.base.logs import get_logger  # noqa: F401
+    from minds_core.base.secrets import secret_values  # noqa: F401
+    from minds_core.base.tracing import span  # noqa: F401
     from minds_core.config import RunConfig, build_config, read_config_file  # noqa: F401
     from minds_core.config.rules import (  # noqa: F401
         Rule,
@@ -126,14 +131,28 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
         one_of,
         within,
     )
-    from minds_core.config.secrets import secret_values  # noqa: F401
-    from minds_core.contracts import (  # noqa: F401
+    from minds_core.contract.environment import (  # noqa: F401
+        Context,
+        Environment,
+        Episode,
+        EpisodeConversation,
+        GroupRewards,
+        Message,
+        SampledTurn,
+        SelfDrivingEpisode,
+        StepResult,
+        StopCondition,
+        Task,
+        TokenBudgetExhausted,
+    )
+    from minds_core.contract.parts import (  # noqa: F401
         NAME_RULE,
         REWARD_NAME_RULE,
         AdvantageEstimator,
         BackendExport,
         BackendFactory,
         BackendFit,
+        CustomLoss,
         EnvironmentAdapter,
         EnvironmentLoader,
         ExecutorFactory,
@@ -146,13 +165,8 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
         RolloutExecutor,
         SinkFactory,
     )
-    from minds_core.envs.args import env_args  # noqa: F401
-    from minds_core.envs.calling import lenient  # noqa: F401
-    from minds_core.envs.cookbook.models import use_run_model  # noqa: F401
-    from minds_core.envs.harness import HarnessArgs, HarnessEnvironment  # noqa: F401
-    from minds_core.envs.loading import build_environment  # noqa: F401
-    from minds_core.envs.loops import background_loop  # noqa: F401
-    from minds_core.envs.rubric import (  # noqa: F401
+    from minds_core.contract.plugins import load_plugins  # noqa: F401
+    from minds_core.contract.rubric import (  # noqa: F401
         GROUP_REWARD_INPUTS,
         REWARD_INPUTS,
         Rubric,
@@ -161,6 +175,12 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
         call_with_available,
         maybe_await,
     )
+    from minds_core.envs.args import env_args  # noqa: F401
+    from minds_core.envs.calling import lenient  # noqa: F401
+    from minds_core.envs.cookbook.models import use_run_model  # noqa: F401
+    from minds_core.envs.loading import build_environment  # noqa: F401
+    from minds_core.envs.loops import background_loop  # noqa: F401
+    from minds_core.envs.render import Renderer  # noqa: F401
     from minds_core.envs.sampler import PolicySampler  # noqa: F401
     from minds_core.envs.single_turn import (  # noqa: F401
         SingleTurnEnvironment,
@@ -181,28 +201,9 @@ if TYPE_CHECKING:  # what type checkers see of the names imported on first use (
         think_text,
     )
     from minds_core.envs.turns import take_turns  # noqa: F401
-    from minds_core.envs.types import (  # noqa: F401
-        Context,
-        Environment,
-        Episode,
-        EpisodeConversation,
-        GroupRewards,
-        Message,
-        SampledTurn,
-        SelfDrivingEpisode,
-        StepResult,
-        StopCondition,
-        Task,
-        TokenBudgetExhausted,
-    )
-    from minds_core.errors import ConfigError, MindsError, UsageError, did_you_mean  # noqa: F401
-    from minds_core.logs import get_logger  # noqa: F401
-    from minds_core.plugins import load_plugins  # noqa: F401
-    from minds_core.render import Renderer  # noqa: F401
-    from minds_core.rl.losses import CustomLoss  # noqa: F401
-    from minds_core.rl.rollout import EpisodeSettings, Group, Rollout, finish_group, run_rollout  # noqa: F401
+    from minds_core.episodes.groups import EpisodeSettings, Group, Rollout  # noqa: F401
+    from minds_core.episodes.rollout import finish_group, run_rollout  # noqa: F401
     from minds_core.serve.background import serve_in_background  # noqa: F401
-    from minds_core.tracing import span  # noqa: F401
 
 __all__ = ["__version__", "hookimpl"]
 __all__ += list(_PUBLIC)

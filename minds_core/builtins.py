@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 from minds_core import hookimpl
+from minds_core.agents.harness import load_harness
 from minds_core.backends import LocalBackend
 from minds_core.backends.tinker import TinkerBackend
-from minds_core.contracts import (
+from minds_core.contract.parts import (
     AdvantageEstimator,
     BackendFactory,
+    CustomLoss,
     EnvironmentLoader,
     ExecutorFactory,
     Register,
     RewardFunction,
     SinkFactory,
 )
-from minds_core.envs.harness import load_harness
 from minds_core.envs.rewards import REWARD_FUNCTIONS
 from minds_core.rl.advantages import ESTIMATORS
 from minds_core.rl.local_executor import LocalExecutor
-from minds_core.rl.losses import BUILTIN_LOSSES, CUSTOM_LOSSES, CustomLoss
+from minds_core.rl.losses import BUILTIN_LOSSES, CUSTOM_LOSSES
 from minds_core.rl.topk_distill import TOPK_DISTILL
 from minds_core.sinks.console import ConsoleSink
 from minds_core.sinks.report import ReportSink

@@ -120,7 +120,7 @@ def run_minds(
     ``quiet`` selects no metric sink (metrics.jsonl only, no progress bar) unless an override says otherwise.
     """
     from minds_core.cli.command import main
-    from minds_core.run_directory import (
+    from minds_core.training.run_directory import (
         CHECKPOINTS_FILE,
         METRICS_FILE,
         ROLLOUTS_FILE,
@@ -310,7 +310,7 @@ def minds_plugin(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None
     (``load_plugins()``, ``minds run``, ``minds envs``) finds it as if a distribution
     installed it; nothing is installed and nothing remains after the test.
     """
-    from minds_core.plugins import ENTRY_POINT_GROUP
+    from minds_core.contract.plugins import ENTRY_POINT_GROUP
 
     added: list[importlib.metadata.EntryPoint] = []
     discover = importlib.metadata.entry_points

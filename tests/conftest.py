@@ -102,8 +102,8 @@ def run_minds(installed_plugin: Callable[[str], Path], tmp_path: Path) -> Callab
 def plugins():
     """The installed plugins plus the toy fixture plugin (tests/plugins/toy_plugin), registered in-process."""
     import minds_toy_plugin
-    from minds_core import logs
-    from minds_core.plugins import load_plugins
+    from minds_core.base import logs
+    from minds_core.contract.plugins import load_plugins
 
     logs.configure("json", "warning")
     return load_plugins(extra=[("toy", minds_toy_plugin)])

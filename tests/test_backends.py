@@ -11,9 +11,9 @@ import pytest
 from minds_core import BackendFit
 from minds_core.backends import BackendChoice, LocalBackend, choose_backend
 from minds_core.backends.tinker import create_tinker_service, resolve_api_key
+from minds_core.base.errors import UsageError
 from minds_core.config import load_config
-from minds_core.errors import UsageError
-from minds_core.plugins import Registry, load_plugins
+from minds_core.contract.plugins import Registry, load_plugins
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_missing_tinker_package_is_a_clear_error(tmp_path):
         "import sys; sys.modules['tinker'] = None\n"
         "from minds_core.backends.tinker import create_tinker_service\n"
         "from minds_core.config import load_config\n"
-        "from minds_core.errors import UsageError\n"
+        "from minds_core.base.errors import UsageError\n"
         "try:\n    create_tinker_service(load_config(None, ['tinker.api_key=tml-secret-value']), None)\n"
         "except UsageError as e:\n    print(e)\n"
     )
@@ -145,8 +145,8 @@ def test_bad_model_fails_before_any_run_directory(run_minds, tmp_path):
 def test_the_backend_chosen_line_shows_the_local_backends_switches(registry):
     from structlog.testing import capture_logs
 
-    from minds_core import logs as minds_logs
-    from minds_core.service import ServiceLifetime
+    from minds_core.base import logs as minds_logs
+    from minds_core.session.service import ServiceLifetime
 
     minds_logs.configure("json", "info")  # a test run before in this process may have raised the level
     config = load_config(None, ["env.id=x", "backend=local", "local.cuda_graphs=off"])

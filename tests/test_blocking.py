@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from minds_core.envs.blocking import blocking_now, plugin_call, within_timeout
+from minds_core.base.blocking import blocking_now, plugin_call, within_timeout
 
 
 def test_a_sync_call_that_holds_the_loop_times_out_its_own_rollout_not_the_others():

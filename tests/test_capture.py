@@ -75,10 +75,10 @@ def test_calls_past_max_calls_are_refused_and_flag_the_episode() -> None:
 
 
 def test_a_captured_rollout_trains_every_sequence_with_its_advantage() -> None:
-    from minds_core.envs.types import Task
-    from minds_core.rl.conversation import Conversation
+    from minds_core.contract.environment import Task
+    from minds_core.episodes.conversation import Conversation
+    from minds_core.episodes.groups import Group, Rollout
     from minds_core.rl.data_processing import ProcessingSettings, process_batch
-    from minds_core.rl.rollout import Group, Rollout
 
     def rollout(sequences: list[TokenSequence], reward: float) -> Rollout:
         conversation = Conversation(renderer=None, sampler=None, params=None, max_total_tokens=100)  # type: ignore[arg-type]

@@ -7,8 +7,8 @@ import io
 import pytest
 import tinker
 
-from minds_core.checkpoints.chat import ChatModel, chat_loop
-from minds_core.rl.conversation import TURN_SEED_STRIDE
+from minds_core.evaluation.chat import ChatModel, chat_loop
+from minds_core.inference.sampling import TURN_SEED_STRIDE
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 

@@ -13,17 +13,11 @@ from typing import Any
 
 import pytest
 
-from minds_core import (
-    CustomLoss,
-    Register,
-    Rubric,
-    SingleTurnEnvironment,
-    hookimpl,
-    hookspecs,
-)
-from minds_core.contracts import CONTRACTS
-from minds_core.errors import PluginError
-from minds_core.plugins import HOOK_KINDS, load_plugins, singular
+from minds_core import CustomLoss, Register, Rubric, SingleTurnEnvironment, hookimpl
+from minds_core.base.errors import PluginError
+from minds_core.contract import hookspecs
+from minds_core.contract.parts import CONTRACTS
+from minds_core.contract.plugins import HOOK_KINDS, load_plugins, singular
 
 
 def _loader(**args: Any) -> SingleTurnEnvironment:

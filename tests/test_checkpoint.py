@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from minds_core.config import load_config
-from minds_core.run_directory import CheckpointRecord, RunDirectory, append_line, read_jsonl
+from minds_core.training.run_directory import CheckpointRecord, RunDirectory, append_line, read_jsonl
 
 
 def test_a_torn_last_line_does_not_swallow_the_next_record(tmp_path):

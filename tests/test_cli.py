@@ -50,7 +50,7 @@ def test_unknown_environment_is_a_usage_error_without_traceback(tmp_path):
 
 
 def test_json_renderer_writes_json_lines(capsys):
-    from minds_core import logs
+    from minds_core.base import logs
 
     logs.configure("json")
     logs.get_logger("test").info("hello", answer=42)

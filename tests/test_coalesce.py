@@ -7,7 +7,7 @@ import asyncio
 import tinker
 
 from minds_core.backends.local import TINY_MODEL, ServiceClient
-from minds_core.rl.coalesce import GroupSampler
+from minds_core.episodes.coalesce import GroupSampler
 
 
 class CountingSampler:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from minds_core.base.errors import ConfigError
+from minds_core.base.secrets import REDACTED
 from minds_core.cli.command import main
 from minds_core.config import DEFAULT_BASE_MODEL, dump_yaml, load_config
-from minds_core.config.secrets import REDACTED
-from minds_core.errors import ConfigError
 
 BAD = Path(__file__).parent / "configs" / "bad"
 
@@ -134,7 +134,7 @@ def test_redacted_values_are_dropped_when_a_saved_config_is_reloaded(tmp_path):
 
 
 def test_redaction_hides_secrets_and_keeps_ordinary_settings():
-    from minds_core.config.secrets import redact
+    from minds_core.base.secrets import redact
 
     shown = redact({"env": {"args": {
         "stop_token": "</answer>", "use_token": True, "max_tokens": 5, "api_key_env": "MY_KEY",

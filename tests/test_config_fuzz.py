@@ -16,11 +16,11 @@ import attrs
 import pytest
 import yaml
 
+from minds_core.base.errors import ConfigError
 from minds_core.cli.command import main
 from minds_core.config import RunConfig, build_config, load_config
 from minds_core.config.files import MAX_YAML_ALIASES, read_config_file
 from minds_core.config.schema import schema_fields, unwrap_optional
-from minds_core.errors import ConfigError
 
 #: Values no field of each type accepts: other types, and numbers past any bound a run can use.
 BAD_BY_TYPE: dict[Any, list[Any]] = {

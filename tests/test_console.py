@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import logs
+from minds_core.base import logs
 from minds_core.config import load_config
 from minds_core.sinks.console import FIGURES, sample_rows
-from minds_core.training import train
+from minds_core.train import train
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 

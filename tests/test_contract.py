@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 import minds_core
-from minds_core import ConfigError, Rubric, hookspecs
-from minds_core.plugins import HOOK_KINDS, load_plugins
+from minds_core import ConfigError, Rubric
+from minds_core.contract import hookspecs
+from minds_core.contract.plugins import HOOK_KINDS, load_plugins
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The project's own plugins, as pyproject.toml's testpaths name them: a folder a user adds under plugins/ is not one.
@@ -89,8 +90,8 @@ def test_plugin_packages_import_only_the_public_face(package: Path) -> None:
 def test_the_import_check_sees_a_private_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("import minds_core\nfrom minds_core import Task\nfrom minds_core.config import RunConfig\n"
-                      "def f():\n    import minds_core.envs.types\n")
-    assert [m for _, m in _core_imports(module) if m != "minds_core"] == ["minds_core.config", "minds_core.envs.types"]
+                      "def f():\n    import minds_core.contract.environment\n")
+    assert [m for _, m in _core_imports(module) if m != "minds_core"] == ["minds_core.config", "minds_core.contract.environment"]
 
 
 def test_the_public_face_exports_what_it_lists() -> None:
@@ -114,7 +115,7 @@ def test_importing_the_public_face_loads_a_name_s_module_only_when_it_is_used() 
         "import sys, minds_core\n"
         "before = sorted(m for m in sys.modules if m.startswith('minds_core.'))\n"
         "from minds_core import Task\n"
-        "print(before, 'minds_core.envs.types' in sys.modules, 'minds_core.config' in sys.modules)\n"
+        "print(before, 'minds_core.contract.environment' in sys.modules, 'minds_core.config' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["[]", "True", "False"], done.stdout + done.stderr
@@ -161,7 +162,7 @@ def test_the_test_named_for_each_hook_exists(hook: str, test: str) -> None:
 
 
 def test_hook_object_protocols_document_every_field_and_parameter() -> None:
-    from minds_core import contracts
+    from minds_core.contract import parts as contracts
 
     for name in ("Register", "OpenEnvironment", "EnvironmentLoader", "RewardFunction", "AdvantageEstimator",
                  "LossFunction", "MetricSink", "SinkFactory", "BackendFactory", "EnvironmentAdapter",
@@ -206,8 +207,8 @@ def test_a_reward_function_asking_for_an_unknown_input_fails_when_the_rubric_is_
 
 def test_an_unknown_reward_input_in_a_config_fails_at_load() -> None:
     from minds_core.config import EnvConfig, RewardRef
+    from minds_core.contract.plugins import Registry
     from minds_core.envs.loading import build_environment
-    from minds_core.plugins import Registry
 
     registry = Registry()
     registry.add("environments", "echo", lambda: minds_core.SingleTurnEnvironment({"train": []}, Rubric()), "", "t")
@@ -218,8 +219,8 @@ def test_an_unknown_reward_input_in_a_config_fails_at_load() -> None:
 
 def test_a_loader_gets_open_environment_only_when_it_asks_and_configs_cannot_set_it() -> None:
     from minds_core.config import EnvConfig
+    from minds_core.contract.plugins import Registry
     from minds_core.envs.loading import build_environment
-    from minds_core.plugins import Registry
 
     inner = minds_core.SingleTurnEnvironment({"train": []}, Rubric())
     registry = Registry()

@@ -12,14 +12,15 @@ from transformers import AutoTokenizer
 
 from minds_core import Context
 from minds_core.backends.local import TINY_MODEL, ServiceClient
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 from minds_core.config import RolloutConfig
-from minds_core.envs.types import StepResult, Task
-from minds_core.render import Renderer
-from minds_core.rl.conversation import Conversation, StopReason
-from minds_core.rl.datums import rl_datum
-from minds_core.rl.rollout import Dropped, EpisodeSettings, Group, run_group
-from minds_core.rl.rollout_records import group_record
+from minds_core.contract.environment import StepResult, Task
+from minds_core.envs.render import Renderer
+from minds_core.episodes.conversation import Conversation, StopReason
+from minds_core.episodes.groups import Dropped, EpisodeSettings, Group
+from minds_core.episodes.rollout import run_group
+from minds_core.episodes.rollout_records import group_record
+from minds_core.training.datums import rl_datum
 from minds_toy_plugin import TwoTurnEnvironment
 
 
@@ -111,7 +112,7 @@ def test_two_turn_rollouts_mask_the_tool_reply_token_by_token(tmp_path):
 def test_chat_template_args_reach_the_template():
     from transformers import AutoTokenizer
 
-    from minds_core.backends.local.tiny_model import tiny_model_path
+    from minds_core.backends.local.model.tiny_model import tiny_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
     tokenizer.chat_template = (
@@ -128,7 +129,7 @@ def test_continuations_work_when_the_template_renders_the_latest_turn_differentl
     """Like Qwen3: only the LAST assistant turn gets an (empty) reasoning block."""
     from transformers import AutoTokenizer
 
-    from minds_core.backends.local.tiny_model import tiny_model_path
+    from minds_core.backends.local.model.tiny_model import tiny_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
     tokenizer.chat_template = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from minds_core.rl.datums import rl_datum
+from minds_core.training.datums import rl_datum
 
 
 def _columns(datum):

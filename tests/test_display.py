@@ -11,14 +11,14 @@ import pytest
 import tinker
 from transformers import AutoTokenizer
 
-from minds_core.checkpoints import commands as checkpoint_commands
-from minds_core.checkpoints.chat import ChatModel, chat_loop
+from minds_core.cli import checkpoint_commands
 from minds_core.cli.command import main
-from minds_core.render import Renderer
+from minds_core.envs.render import Renderer
+from minds_core.evaluation.chat import ChatModel, chat_loop
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 
 #: A reply that clears the screen, rings the bell and moves the cursor home when printed raw.
 HOSTILE = "ok\x1b[2J\x07\x1b[H!"

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import logs
+from minds_core.base import logs
 from minds_core.config import load_config
 from minds_core.report import write_report
 from minds_core.testing import run_minds
-from minds_core.training import train
+from minds_core.train import train
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -80,8 +80,8 @@ def _teach_the_answer_in_context(config, tmp_path: Path, steps: int = 60) -> str
     import tinker
 
     from minds_core.backends import create_local_service
-    from minds_core.envs.types import privileged_context
-    from minds_core.render import Renderer
+    from minds_core.contract.environment import privileged_context
+    from minds_core.envs.render import Renderer
     from minds_core.rl.distill_teacher import CONTEXT_TEMPLATE
     from minds_toy_plugin import SECRET, load_secret
 

@@ -11,12 +11,12 @@ import pytest
 from minds_core.backends import create_local_service
 from minds_core.backends.retry import Backoff
 from minds_core.config import load_config
-from minds_core.envs.types import Task
-from minds_core.rl.conversation import Conversation
+from minds_core.contract.environment import Task
+from minds_core.episodes.conversation import Conversation
+from minds_core.episodes.groups import Group, Rollout
 from minds_core.rl.data_processing import ProcessingSettings, process_batch
 from minds_core.rl.kl_reference import ReferenceScorer
-from minds_core.rl.rollout import Group, Rollout
-from minds_core.training import train
+from minds_core.train import train
 
 FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[]"]
 

@@ -10,8 +10,8 @@ import attrs
 import pytest
 
 from minds_core import Rule, above, arg, at_least, env_args, non_empty_subset_of, one_of, within
+from minds_core.base.errors import ConfigError
 from minds_core.cli.command import main
-from minds_core.errors import ConfigError
 
 
 @attrs.frozen

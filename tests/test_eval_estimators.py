@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from minds_core.checkpoints.eval_estimators import mean_interval, pass_at_k, pass_at_ks, t_quantile_975
+from minds_core.evaluation.estimators import mean_interval, pass_at_k, pass_at_ks, t_quantile_975
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 6])

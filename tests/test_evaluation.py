@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from minds_core import hookimpl
-from minds_core.checkpoints.evaluation import EvalPlan, evaluate
+from minds_core.base.errors import ConfigError
 from minds_core.config import load_config
-from minds_core.errors import ConfigError
-from minds_core.training import train
+from minds_core.evaluation.evaluation import EvalPlan, evaluate
+from minds_core.train import train
 
 FAST = ["sampling.max_tokens=6", "trainer.group_size=4", "trainer.groups_per_batch=2", "metrics.sinks=[]"]
 

@@ -8,10 +8,10 @@ from typing import ClassVar
 import pytest
 
 from minds_core import GroupOrder, hookimpl
+from minds_core.base.errors import ConfigError
 from minds_core.config import load_config
-from minds_core.config.names import check_names
-from minds_core.errors import ConfigError
-from minds_core.plugins import load_plugins
+from minds_core.contract.names import check_names
+from minds_core.contract.plugins import load_plugins
 from minds_core.rl.local_executor import LocalExecutor
 
 

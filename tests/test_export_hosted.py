@@ -31,13 +31,13 @@ from transformers import AutoModelForCausalLM
 
 from minds_core.backends import LocalBackend
 from minds_core.backends.local import ServiceClient
-from minds_core.backends.local.tiny_model import TINY_MODEL, tiny_model_path
+from minds_core.backends.local.model.tiny_model import TINY_MODEL, tiny_model_path
 from minds_core.backends.tinker import TinkerBackend
+from minds_core.base.errors import MindsError, UsageError
 from minds_core.checkpoints.export import export_checkpoint
 from minds_core.checkpoints.reference import resolve_checkpoint
-from minds_core.errors import MindsError, UsageError
-from minds_core.rl.datums import rl_datum
-from minds_core.service import ServiceLifetime
+from minds_core.session.service import ServiceLifetime
+from minds_core.training.datums import rl_datum
 
 TOKENS = [5, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100]
 STATE = "tinker://run-hosted/weights/step-000003"

@@ -8,7 +8,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from minds_core.plugins import ENTRY_POINT_GROUP
+from minds_core.contract.plugins import ENTRY_POINT_GROUP
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_PLUGINS = ROOT / "tests" / "plugins"

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from minds_core import Context, Rubric, SingleTurnEnvironment, Task, hookimpl, logs
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core import Context, Rubric, SingleTurnEnvironment, Task, hookimpl
+from minds_core.backends.local.model.tiny_model import tiny_model_path
+from minds_core.base import logs
 from minds_core.config import load_config
+from minds_core.contract.plugins import load_plugins
+from minds_core.contract.rubric import is_group_reward
 from minds_core.envs.rewards import length_penalty
-from minds_core.envs.rubric import is_group_reward
-from minds_core.plugins import load_plugins
-from minds_core.training import train
+from minds_core.train import train
 
 CALLS: list[int] = []
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from minds_core import logs
+from minds_core.base import logs
+from minds_core.base.errors import ConfigError
 from minds_core.cli.command import main
 from minds_core.config import load_config
 from minds_core.config.harness import NO_EFFECT, RENAMED
-from minds_core.errors import ConfigError
 from minds_core.testing import run_minds
 
 #: A harness config as the seed's configs/ folder holds them: [model], [trainer] + [trainer.args], [[envs]], [tinker].
@@ -161,7 +161,7 @@ def test_the_tables_do_not_overlap() -> None:
 
 def test_a_harness_reward_line_may_carry_metrics() -> None:
     """The harness environment's reward line: `{"reward": x}`, optionally with `"metrics"`; anything else is no line."""
-    from minds_core.envs.harness import reward_line
+    from minds_core.agents.harness import reward_line
 
     assert reward_line('log\n{"reward": 1.5}\n') == (1.5, {})
     assert reward_line('{"reward": 1, "metrics": {"reward/vf.correct": 1, "vf/turns": 3.0}}') == (

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from minds_core.errors import ConfigError
+from minds_core.base.errors import ConfigError
 
 pytestmark = pytest.mark.slow
 
@@ -158,7 +158,7 @@ def test_each_failing_program_fails_only_its_rollout_with_its_reason(
 
 
 def test_bad_arguments_are_config_errors(tmp_path: Path) -> None:
-    from minds_core.envs.harness import load_harness
+    from minds_core.agents.harness import load_harness
 
     tasks = write(tmp_path, "tasks.jsonl", '{"prompt": "x"}\n')
     with pytest.raises(ConfigError, match="is empty"):

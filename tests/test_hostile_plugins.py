@@ -21,17 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import logs
+from minds_core.base import logs
+from minds_core.base.errors import MindsError
 from minds_core.config import load_config
-from minds_core.errors import MindsError
-from minds_core.plugin_errors import (
+from minds_core.contract.plugin_errors import (
     MAX_ERROR_CHARS,
     PluginExit,
     contained,
     raised_by_plugin,
 )
-from minds_core.plugins import load_plugins
-from minds_core.training import train
+from minds_core.contract.plugins import load_plugins
+from minds_core.train import train
 
 FAST = ["env.id=hostile", "sampling.max_tokens=4", "trainer.group_size=2", "trainer.groups_per_batch=2", "trainer.steps=1",
         "metrics.sinks=[]", "name=run"]  # fmt: skip

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from minds_core.backends import create_local_service
-from minds_core.cli.installing import pip_install
+from minds_core.base.errors import UsageError
+from minds_core.base.installing import pip_install
 from minds_core.config import load_config
-from minds_core.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 

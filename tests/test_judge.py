@@ -11,15 +11,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from minds_core import logs
 from minds_core.backends import create_local_service
+from minds_core.base import logs
+from minds_core.base.errors import ConfigError
 from minds_core.config import load_config
+from minds_core.contract.environment import Context
+from minds_core.contract.plugins import load_plugins
 from minds_core.envs.judge import JudgeError, LLMJudge, parse_score
-from minds_core.envs.types import Context
-from minds_core.errors import ConfigError
-from minds_core.plugins import load_plugins
-from minds_core.render import Renderer
-from minds_core.training import train
+from minds_core.envs.render import Renderer
+from minds_core.train import train
 
 QUESTION = "Does the reply contain the letter a?"
 KEY = "judge-key-do-not-leak"

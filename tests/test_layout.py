@@ -1,4 +1,4 @@
-"""minds_core reads as its pipeline: a short root, folders for the stages, and one meaning per public function name."""
+"""minds_core reads as its floors: a root of four modules, a folder per floor, and one meaning per public function name."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-import minds_core.hookspecs
+import minds_core
+import minds_core.contract.hookspecs
 
-CORE = Path(minds_core.hookspecs.__file__).resolve().parent
-MAX_ROOT_MODULES = 15
+CORE = Path(minds_core.__file__).resolve().parent
+#: the public face, the core's plugin (builtins), train and testing: everything else lives on a floor (docs/architecture.md)
+MAX_ROOT_MODULES = 4
 
 
 def root_modules(package: Path) -> list[str]:
@@ -19,7 +21,7 @@ def root_modules(package: Path) -> list[str]:
 
 def hook_names() -> set[str]:
     """The hooks: every plugin (the core's builtins too) implements them under the same names, by design."""
-    tree = ast.parse(Path(minds_core.hookspecs.__file__).read_text(encoding="utf-8"))
+    tree = ast.parse(Path(minds_core.contract.hookspecs.__file__).read_text(encoding="utf-8"))
     return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("minds_")}
 
 
@@ -34,9 +36,9 @@ def shared_function_names(package: Path, allowed: set[str]) -> dict[str, list[st
     return {name: paths for name, paths in where.items() if len(paths) > 1 and name not in allowed}
 
 
-def test_the_root_of_minds_core_holds_at_most_15_modules() -> None:
+def test_the_root_of_minds_core_holds_at_most_4_modules() -> None:
     modules = root_modules(CORE)
-    assert len(modules) <= MAX_ROOT_MODULES, f"{len(modules)} modules at minds_core/'s root (put new ones in a folder): {modules}"
+    assert len(modules) <= MAX_ROOT_MODULES, f"{len(modules)} modules at minds_core/'s root (put new ones in a floor's folder: docs/architecture.md): {modules}"
 
 
 def test_no_two_core_modules_define_the_same_public_function_name() -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from minds_core import CustomLoss
+from minds_core.base.errors import ConfigError
 from minds_core.config import load_config
-from minds_core.envs.types import Task
-from minds_core.errors import ConfigError
-from minds_core.rl.conversation import Conversation
+from minds_core.contract.environment import Task
+from minds_core.episodes.conversation import Conversation
+from minds_core.episodes.groups import Group, Rollout
 from minds_core.rl.data_processing import ProcessingSettings, process_batch
-from minds_core.rl.datums import BASE_INPUTS
 from minds_core.rl.losses import loss_inputs, sequence_mean_reinforce
-from minds_core.rl.rollout import Group, Rollout
+from minds_core.training.datums import BASE_INPUTS
 
 
 def _groups() -> list[Group]:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import logs
+from minds_core.base import logs
+from minds_core.base.errors import ConfigError
 from minds_core.config import load_config
-from minds_core.errors import ConfigError
-from minds_core.rl.lr_schedules import learning_rate
-from minds_core.training import train
+from minds_core.train import train
+from minds_core.training.lr_schedules import learning_rate
 
 
 def test_warmup_rises_linearly_to_the_base_rate():

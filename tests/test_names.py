@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from minds_core.cli.command import main
-from minds_core.plugins import load_plugins
+from minds_core.contract.plugins import load_plugins
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from minds_core.cli.command import main
-from minds_core.plugins import load_plugins
+from minds_core.contract.plugins import load_plugins
 
 FILES = [
     "README.md", "minds_demo/__init__.py", "minds_demo/environment.py", "minds_demo/rewards.py", "pyproject.toml",

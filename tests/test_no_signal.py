@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from minds_core.envs.types import Task
-from minds_core.rl.conversation import Conversation
+from minds_core.contract.environment import Task
+from minds_core.episodes.conversation import Conversation
+from minds_core.episodes.groups import Group, Rollout
 from minds_core.rl.outcome import TrainingOutcome, no_datum_reason
-from minds_core.rl.rollout import Group, Rollout
 from minds_core.testing import run_minds
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")

@@ -23,15 +23,15 @@ import httpx
 import pytest
 import tinker
 
-from minds_core import logs
 from minds_core.backends.retry import ServiceCallError
+from minds_core.base import logs
+from minds_core.base.errors import UsageError
+from minds_core.base.interrupt import RunInterrupted
 from minds_core.config import load_config
-from minds_core.errors import UsageError
-from minds_core.interrupt import RunInterrupted
-from minds_core.plugins import load_plugins
-from minds_core.run_directory import run_config_path
-from minds_core.service import ServiceLifetime, exit_status
-from minds_core.training import train
+from minds_core.contract.plugins import load_plugins
+from minds_core.session.service import ServiceLifetime, exit_status
+from minds_core.train import train
+from minds_core.training.run_directory import run_config_path
 
 CHATS = [
     {"messages": [{"role": "user", "content": f"Say {word} twice."}, {"role": "assistant", "content": f"{word} {word}"}]}
@@ -183,7 +183,7 @@ def test_every_command_opens_and_closes_a_plugin_backend_through_the_door_and_it
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from minds_core.backends.local.tiny_model import tiny_model_path
+    from minds_core.backends.local.model.tiny_model import tiny_model_path
 
     plugins = ["toy_plugin", "wrapped_backend"]
     log = ["--log-format", "json"]

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from minds_core.errors import PluginError, UnknownNameError
-from minds_core.plugins import Registry
+from minds_core.base.errors import PluginError, UnknownNameError
+from minds_core.contract.plugins import Registry
 
 
 def _plugins(result) -> dict[str, dict]:
@@ -114,7 +114,7 @@ def test_registry_lookup_errors():
 def test_a_plugin_whose_requirement_is_installed_in_another_version_is_reported():
     import importlib.metadata
 
-    from minds_core.plugins import unmet_requirements
+    from minds_core.contract.plugins import unmet_requirements
 
     pytest.importorskip("minds_verifiers", reason="reads the verifiers_bridge plugin's needs: pip install -c constraints.txt -e plugins/verifiers_bridge")
     requires = importlib.metadata.requires("minds-plugin-verifiers")  # verifiers>=0.3,<0.4, as the plugin declares

@@ -9,18 +9,18 @@ import statistics
 import pytest
 import torch
 
-from minds_core.backends.local.losses import token_losses
+from minds_core.backends.local.training.losses import token_losses
+from minds_core.base.errors import ConfigError
 from minds_core.cli import command as cli
 from minds_core.config import load_config
 from minds_core.config.presets import PRESETS
-from minds_core.envs.types import Task
-from minds_core.errors import ConfigError
-from minds_core.plugins import load_plugins
-from minds_core.rl.conversation import Conversation, StopReason
+from minds_core.contract.environment import Task
+from minds_core.contract.plugins import load_plugins
+from minds_core.episodes.conversation import Conversation, StopReason
+from minds_core.episodes.groups import Group, Rollout
 from minds_core.rl.data_processing import ProcessingSettings, process_batch
-from minds_core.rl.loss_aggregation import token_scales
 from minds_core.rl.overlong import is_truncated, overlong_penalty, window_tokens
-from minds_core.rl.rollout import Group, Rollout
+from minds_core.training.loss_aggregation import token_scales
 
 MAX_TOKENS = 7
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from minds_core.config import load_config
-from minds_core.plugins import load_plugins
+from minds_core.contract.plugins import load_plugins
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 

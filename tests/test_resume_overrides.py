@@ -9,8 +9,8 @@ import pytest
 
 from minds_core.cli.command import main
 from minds_core.config import load_config
-from minds_core.run_directory import RESUMES_FILE, read_jsonl
-from minds_core.training import train
+from minds_core.train import train
+from minds_core.training.run_directory import RESUMES_FILE, read_jsonl
 
 
 @pytest.fixture(scope="module")

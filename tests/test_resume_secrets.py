@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from minds_core.base.errors import ConfigError
+from minds_core.base.secrets import REDACTED, without_redacted
 from minds_core.cli.command import main
 from minds_core.config import dump_yaml, load_config, to_dict
 from minds_core.config.files import read_config_file
-from minds_core.config.secrets import REDACTED, without_redacted
-from minds_core.errors import ConfigError
-from minds_core.run_directory import config_changes, read_jsonl
+from minds_core.training.run_directory import config_changes, read_jsonl
 
 SECRET, AGAIN = "sk-test-secret-4242", "sk-given-again-7373"
 

@@ -8,9 +8,9 @@ from collections.abc import Coroutine
 
 import pytest
 
+from minds_core.base.interrupt import StopOnSignal
 from minds_core.config import TrainerConfig
-from minds_core.interrupt import StopOnSignal
-from minds_core.rl.pacing import BatchesAhead, Cadence, Save, StepTimer
+from minds_core.training.pacing import BatchesAhead, Cadence, Save, StepTimer
 
 
 def test_cadence_evaluates_every_n_steps_and_at_the_last() -> None:

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from minds_core import Rubric, SingleTurnEnvironment, Task, report_metric
-from minds_core.envs.rubric import INVALID_PARTS_METRIC, as_reward, call_with_available
+from minds_core.contract.rubric import INVALID_PARTS_METRIC, as_reward, call_with_available
 
 
 def test_reward_functions_get_what_they_name():

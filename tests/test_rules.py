@@ -6,10 +6,10 @@ import attrs
 import pytest
 
 from minds_core import arg, env_args, within
+from minds_core.base.errors import ConfigError
 from minds_core.config import RunConfig, TrainerConfig, load_config
 from minds_core.config.rules import each_value, field_rule, problem
 from minds_core.config.schema import MAX_LORA_RANK
-from minds_core.errors import ConfigError
 
 
 @attrs.frozen

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from minds_core.base.errors import UsageError
 from minds_core.cli.command import main
 from minds_core.config import load_config
-from minds_core.errors import UsageError
-from minds_core.run_directory import RunDirectory, default_run_name
-from minds_core.training import train
+from minds_core.train import train
+from minds_core.training.run_directory import RunDirectory, default_run_name
 
 # big enough that rewards differ within a group and steps train (a run that trains nothing exits 1)
 TINY = ["--set", "trainer.group_size=8", "--set", "trainer.groups_per_batch=4", "--set", "sampling.max_tokens=32",

@@ -23,14 +23,15 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-import minds_core.backends.local.checkpoints as checkpoint_files
+import minds_core.backends.local.training.checkpoints as checkpoint_files
 from minds_core import hookimpl
+from minds_core.base.errors import MindsError, UsageError
 from minds_core.cli.command import main
 from minds_core.config import load_config
-from minds_core.errors import MindsError, UsageError
-from minds_core.plugins import load_plugins
-from minds_core.rl.losses import CustomLoss
-from minds_core.run_directory import (
+from minds_core.contract.parts import CustomLoss
+from minds_core.contract.plugins import load_plugins
+from minds_core.train import train
+from minds_core.training.run_directory import (
     CHECKPOINTS_FILE,
     LOCK_FILE,
     METRICS_FILE,
@@ -40,7 +41,6 @@ from minds_core.run_directory import (
     append_line,
     read_jsonl,
 )
-from minds_core.training import train
 
 # big enough that rewards differ within a group and steps train
 SETTINGS = ["env.id=toy_char_share", "trainer.group_size=8", "trainer.groups_per_batch=2", "sampling.max_tokens=16",
@@ -233,7 +233,7 @@ def test_a_run_that_cannot_write_its_config_leaves_no_folder_behind(tmp_path, fu
 
 
 def test_a_log_file_that_cannot_be_written_is_dropped_without_ending_the_run(capsys):
-    from minds_core import logs
+    from minds_core.base import logs
 
     class FullLogFile:
         """A fake for train.log on a full disk."""

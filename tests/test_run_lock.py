@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from minds_core.base.errors import UsageError
 from minds_core.cli.command import main
 from minds_core.config import load_config
-from minds_core.errors import UsageError
-from minds_core.run_directory import LOCK_FILE, RunDirectory, RunLock
+from minds_core.training.run_directory import LOCK_FILE, RunDirectory, RunLock
 
 
 def _config(tmp_path: Path, *overrides: str):
@@ -49,7 +49,7 @@ def test_a_resume_while_the_run_is_held_exits_2_and_changes_nothing(tmp_path, ca
 def _hold(folder: Path) -> subprocess.Popen:
     """Another process holding ``folder``'s lock (it says so on stdout)."""
     code = (
-        "import sys, time; from pathlib import Path; from minds_core.run_directory import RunLock; "
+        "import sys, time; from pathlib import Path; from minds_core.training.run_directory import RunLock; "
         f"RunLock(Path({str(folder)!r})).acquire(); print('held', flush=True); time.sleep(600)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -116,7 +116,7 @@ def test_two_concurrent_resumes_one_trains_the_other_exits_2_naming_it(run_minds
 @pytest.mark.slow
 def test_an_eval_writing_into_a_run_held_by_another_process_exits_2_naming_it(tmp_path, capsys, minds_plugin):
     import minds_toy_plugin
-    from minds_core.training import train
+    from minds_core.train import train
 
     minds_plugin(minds_toy_plugin, name="toy")
     config = _config(tmp_path, "metrics.sinks=[]", "trainer.steps=1", "trainer.group_size=2", "trainer.groups_per_batch=1",

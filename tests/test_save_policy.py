@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from minds_core import logs
+from minds_core.base import logs
 from minds_core.config import RunConfig, load_config
-from minds_core.run_directory import CheckpointRecord, RunDirectory
-from minds_core.training import train
+from minds_core.train import train
+from minds_core.training.run_directory import CheckpointRecord, RunDirectory
 
 
 def test_runs_save_periodically_by_default():

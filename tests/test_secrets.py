@@ -9,13 +9,13 @@ import attrs
 import pytest
 
 from minds_core import arg, at_least, env_args
+from minds_core.base.errors import ConfigError
+from minds_core.base.masking import MaskedStream, mask, mask_data, remember
+from minds_core.base.secrets import REDACTED, is_secret_key, redact, secret_values
 from minds_core.cli.command import main
 from minds_core.config import load_config
-from minds_core.config.masking import MaskedStream, mask, mask_data, remember
-from minds_core.config.secrets import REDACTED, is_secret_key, redact, secret_values
-from minds_core.errors import ConfigError
-from minds_core.run_directory import RunDirectory
 from minds_core.sinks.wandb import redact_arguments
+from minds_core.training.run_directory import RunDirectory
 
 SECRET_NUMBER = "12345678"
 

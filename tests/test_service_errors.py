@@ -18,12 +18,12 @@ import pytest
 import tinker
 
 import minds_toy_plugin  # importable through tests/conftest.py
-from minds_core import logs
 from minds_core.backends.retry import Backoff, ServiceCallError, call_service, is_transient
+from minds_core.base import logs
 from minds_core.config import load_config
-from minds_core.plugins import load_plugins
-from minds_core.run_directory import run_config_path
-from minds_core.training import train
+from minds_core.contract.plugins import load_plugins
+from minds_core.train import train
+from minds_core.training.run_directory import run_config_path
 
 FAST = ["sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[]",
         "env.id=toy_char_share", "backend=scripted", "trainer.save_every=1", "name=run"]  # fmt: skip

@@ -12,15 +12,16 @@ import tinker
 import yaml
 from transformers import AutoTokenizer
 
-from minds_core import Rubric, SingleTurnEnvironment, Task, hookimpl, logs
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core import Rubric, SingleTurnEnvironment, Task, hookimpl
+from minds_core.backends.local.model.tiny_model import tiny_model_path
+from minds_core.base import logs
+from minds_core.base.errors import ConfigError
 from minds_core.cli import command as cli
 from minds_core.config import load_config
-from minds_core.errors import ConfigError
-from minds_core.plugins import load_plugins
-from minds_core.render import Renderer
+from minds_core.contract.plugins import load_plugins
+from minds_core.envs.render import Renderer
 from minds_core.sft.loop import mean_nll, read_conversations, sft_datum, tokenize
-from minds_core.training import train
+from minds_core.train import train
 
 WORDS = ["cat", "dog", "sun", "map", "cup", "pen", "box", "hat", "bus", "egg", "fig", "jar"]
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from minds_core import StepResult
-from minds_core.rl.rollout import play_episode
+from minds_core.episodes.rollout import play_episode
 
 
 class _Driven:

@@ -8,14 +8,14 @@ import pytest
 import torch
 
 from minds_core.backends import create_local_service
-from minds_core.backends.local.builtin_models import builtin_model_path
+from minds_core.backends.local.model.builtin_models import builtin_model_path
 from minds_core.backends.retry import Backoff
 from minds_core.config import load_config
-from minds_core.envs.types import Task
-from minds_core.rl.conversation import Conversation
+from minds_core.contract.environment import Task
+from minds_core.episodes.conversation import Conversation
+from minds_core.episodes.groups import Group, Rollout
 from minds_core.rl.data_processing import ProcessingSettings, process_batch
 from minds_core.rl.distill_teacher import TeacherScorer
-from minds_core.rl.rollout import Group, Rollout
 from minds_core.rl.topk_distill import DistillSettings, distill_datum, distill_metrics, kl_parts, topk_distill
 
 VOCAB, POSITIONS = 40, 6
@@ -47,7 +47,7 @@ def _datum_and_student(teacher_logits, student_logits, k, divergence, mix=0.3, r
     settings = DistillSettings(k=k, forward=forward, reverse=reverse, reward=reward)
     sampled = [False] + [True] * POSITIONS
     sampler = [0.0] + [-1.5] * POSITIONS  # the sampler's log-probs of the sampled tokens
-    advantages = [0.0] + [2.0 * (-1) ** i for i in range(POSITIONS)]
+    advantages = [0.0] + [reward * 2.0 * (-1) ** i for i in range(POSITIONS)]  # weighed, as process_batch hands them
     datum = distill_datum(tokens, sampled, sampler, advantages, teacher, 1.0, settings)
     targets = datum.loss_fn_inputs["target_tokens"].to_torch()
     student = student_logits.log_softmax(-1).gather(1, targets)
@@ -185,10 +185,29 @@ def test_on_minds_tiny_the_sampled_top_k_and_the_training_pass_give_the_full_kl(
     ],
 )
 def test_a_teacher_that_cannot_teach_is_a_usage_error(tmp_path, overrides, message):
-    from minds_core.errors import UsageError
+    from minds_core.base.errors import UsageError
 
     config = load_config(
         None, ["model.base_model=minds-tiny", "trainer.loss_fn=topk_distill", f"runs_dir={tmp_path}", *overrides]
     )
     with pytest.raises(UsageError, match=message):
         asyncio.run(TeacherScorer.start(create_local_service(config, tmp_path), config, Backoff()))
+
+
+@pytest.mark.parametrize("reward_weight", [0.0, 0.5])
+def test_the_reward_weight_weighs_the_reward_term_and_not_the_kl_penalty(reward_weight):
+    """With distill.reward_weight w and trainer.kl_penalty c, a sampled token's advantage is w * A - c * (log q - log p_ref)."""
+    tokens = [72, 105, 33, 10, 97, 98]
+    sampled = [False, False, False, True, True, True]
+    sampler = [0.0, 0.0, 0.0, -1.0, -2.0, -0.5]
+    reference = [None, None, None, -1.5, -1.0, -0.5]
+    rollout = Rollout(_conversation(tokens, sampled, sampler), reward=3.0, reference_logprobs=reference)
+    rollout.teacher_topk = [None, None, None, *[([97, 98], [-0.1, -2.5])] * 3]
+    groups = [Group("env", Task(prompt="p"), [rollout])]
+    distill = DistillSettings(k=2, forward=1.0, reverse=0.0, reward=reward_weight)
+    settings = ProcessingSettings(estimator=lambda rewards: list(rewards), kl_penalty=0.25, distill=distill)
+    (datum,) = process_batch(groups, settings).datums
+    advantages = datum.loss_fn_inputs["advantages"].tolist()
+    expected = [reward_weight * 3.0 - 0.25 * (q - p) if p is not None else 0.0 for q, p in zip(sampler[1:], reference[1:])]
+    assert advantages == pytest.approx(expected)
+    assert advantages[2] == pytest.approx(reward_weight * 3.0 - 0.25 * 0.5)  # the penalty stays when the weight is 0

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 import minds_core
-from minds_core import logs
+from minds_core.base import logs
+from minds_core.base.tracing import OtlpSink, TraceFile, Tracer, read_trace, span, tracing
 from minds_core.config import load_config
-from minds_core.rl.pacing import PARTS
-from minds_core.tracing import OtlpSink, TraceFile, Tracer, read_trace, span, tracing
-from minds_core.training import train
+from minds_core.train import train
+from minds_core.training.pacing import PARTS
 
 FAST = ["model.base_model=minds-tiny", "sampling.max_tokens=8", "metrics.sinks=[]", "rollout.retries=0"]
 

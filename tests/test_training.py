@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import logs
-from minds_core.checkpoints.evaluation import evaluate
+from minds_core.base import logs
+from minds_core.base.errors import UsageError
 from minds_core.config import load_config
-from minds_core.errors import UsageError
-from minds_core.training import train
+from minds_core.evaluation.evaluation import evaluate
+from minds_core.train import train
 
 FAST = ["model.base_model=minds-tiny", "sampling.max_tokens=12", "trainer.group_size=8", "trainer.groups_per_batch=4", "metrics.sinks=[]"]
 
@@ -175,7 +175,7 @@ def test_secrets_stay_out_of_the_run_directory(plugins, tmp_path, capsys):
 
 
 def test_eval_reports_rewards_without_training(plugins, tmp_path):
-    from minds_core.checkpoints.evaluation import EvalPlan
+    from minds_core.evaluation.evaluation import EvalPlan
 
     config = load_config(None, [*FAST, "env.id=toy_char_share", f"runs_dir={tmp_path}"])
     summary = evaluate(config, EvalPlan(tasks=2, samples=8), plugins=plugins).summary()

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from minds_core import logs
+from minds_core.base import logs
 from minds_core.config import load_config
-from minds_core.plugins import load_plugins
-from minds_core.training import train
+from minds_core.contract.plugins import load_plugins
+from minds_core.train import train
 
 wandb = pytest.importorskip("wandb", reason="the wandb sink's test needs wandb (the dev extra installs it)")
 

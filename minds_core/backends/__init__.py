@@ -8,18 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from minds_core.base.errors import UsageError
 from minds_core.config import BUILTIN_MODELS, RunConfig
 from minds_core.config.schema import LOCAL_CHECKPOINTS
-from minds_core.contracts import BackendFit
-from minds_core.errors import UsageError
+from minds_core.contract.parts import BackendFit
 
 if TYPE_CHECKING:
-    from minds_core.plugins import Registry
-
-#: Set (to 1) to load a local checkpoint whose files changed after it was saved, knowingly (a warning says so);
-#: ``minds run --accept-changed-checkpoints`` sets it.
-ACCEPT_CHANGED_CHECKPOINTS = "MINDS_ACCEPT_CHANGED_CHECKPOINTS"
-
+    from minds_core.contract.plugins import Registry
 
 @attrs.frozen
 class BackendChoice:
@@ -43,7 +38,7 @@ def sampler_tokenizer(sampler: Any, base_model: str) -> Any:
             raise UsageError(f"cannot load the tokenizer of {base_model!r}: {exc}") from None
     from transformers import AutoTokenizer
 
-    from minds_core.backends.local.builtin_models import builtin_model_path
+    from minds_core.backends.local.model.builtin_models import builtin_model_path
 
     return AutoTokenizer.from_pretrained(str(builtin_model_path(base_model)))
 
@@ -53,7 +48,7 @@ def model_tokenizer(base_model: str) -> Any:
     (an embedded default's folder, a model directory, the Hugging Face cache, then the hub)."""
     from transformers import AutoTokenizer
 
-    from minds_core.backends.local.models import locate
+    from minds_core.backends.local.model.models import locate
 
     source = locate(base_model)
     try:
@@ -111,9 +106,9 @@ class LocalBackend:
 
     def export_adapter(self, config: RunConfig, service: Any, checkpoint: str, out_dir: Path) -> str:
         """The adapter of ``checkpoint``, read from the local store (the service is not needed)."""
-        from minds_core.checkpoints.export import export_local
+        from minds_core.backends.local.export import export_local
 
-        return export_local(config, checkpoint, out_dir)
+        return export_local(local_checkpoint_root(config), checkpoint, out_dir)
 
 
 def create_local_service(config: RunConfig, run_dir: Path) -> Any:
@@ -121,7 +116,7 @@ def create_local_service(config: RunConfig, run_dir: Path) -> Any:
     try:
         from minds_core.backends.local import LocalBadRequestError, create_service_client
     except ImportError as exc:
-        from minds_core.cli.installing import pip_install
+        from minds_core.base.installing import pip_install
 
         raise UsageError(f"the local backend needs torch and peft: {pip_install(extras='local')} ({exc})") from None
     try:
@@ -139,7 +134,7 @@ def create_local_service(config: RunConfig, run_dir: Path) -> Any:
 def run_shape(config: RunConfig) -> Any:
     """What a run declares to the local backend's memory plan (``memory_plan.RunShape``): the rows it samples at
     once (its rollouts per step, within ``rollout.concurrency``; one for SFT), the tokens of a sequence, the rank."""
-    from minds_core.backends.local.memory_plan import RunShape
+    from minds_core.backends.local.model.memory_plan import RunShape
 
     trainer, sampling = config.trainer, config.sampling
     rows = 1 if trainer.mode == "sft" else min(trainer.group_size * trainer.groups_per_batch, config.rollout.concurrency)

@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 import httpx
 
 from minds_core.backends.retry import RETRY_STATUSES, ServiceLost
-from minds_core.errors import UsageError
-from minds_core.logs import get_logger
+from minds_core.base.errors import UsageError
+from minds_core.base.logs import get_logger
 
 T = TypeVar("T")
 log = get_logger("service")

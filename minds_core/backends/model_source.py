@@ -13,8 +13,8 @@ import socket
 import urllib.parse
 from pathlib import Path
 
+from minds_core.base.errors import ConfigError
 from minds_core.config import BUILTIN_MODELS
-from minds_core.errors import ConfigError
 
 #: The subfolder ``minds export --merge`` writes the merged model to.
 MERGED_DIR = "merged"

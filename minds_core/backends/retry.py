@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 import attrs
 import tinker
 
-from minds_core.errors import MindsError
-from minds_core.logs import get_logger
+from minds_core.base.errors import MindsError
+from minds_core.base.logs import get_logger
 
 T = TypeVar("T")
 log = get_logger("service")

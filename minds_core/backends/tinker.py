@@ -7,9 +7,9 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from minds_core.base.errors import UsageError
 from minds_core.config import BUILTIN_MODELS, RunConfig, TinkerConfig
-from minds_core.contracts import BackendFit
-from minds_core.errors import UsageError
+from minds_core.contract.parts import BackendFit
 
 
 def resolve_api_key(settings: TinkerConfig) -> str | None:
@@ -58,7 +58,7 @@ class TinkerBackend:
     def export_adapter(self, config: RunConfig, service: Any, checkpoint: str, out_dir: Path) -> str:
         """The adapter of ``checkpoint`` (a saved state), downloaded as the SDK downloads external weights."""
         from minds_core.backends import rest_client
-        from minds_core.checkpoints.export import export_hosted
+        from minds_core.backends.tinker_export import export_hosted
 
         return export_hosted(checkpoint, out_dir, service, rest_client(service))
 

@@ -5,16 +5,10 @@ The result loads without minds::
     base = AutoModelForCausalLM.from_pretrained(BASE_DIR_OR_HUB_ID)
     model = PeftModel.from_pretrained(base, OUT_DIR)
 
-The backend holding the checkpoint writes the adapter's files
-(``BackendFactory.export_adapter``, asked through the command's
-``ServiceLifetime``); minds adds the provenance and model card, and merges.
-The local backend reads its own store (``export_local``). The hosted one
-downloads the way the tinker SDK downloads a checkpoint (``export_hosted``): the saved state is
-loaded into a training client, written out as *external weights* (a PEFT
-adapter: ``adapter_config.json`` + ``adapter_model.safetensors``), fetched
-file by file through the signed URLs of ``RestClient.get_external_weights_urls``,
-and the temporary export is deleted. Sampler checkpoints
-(``tinker://.../sampler_weights/...``) cannot be downloaded from the service.
+The backend holding the checkpoint writes the adapter's files (``BackendExport.export_adapter``,
+asked through the command's ``ServiceLifetime``); minds adds the provenance and model card, and merges.
+The local backend reads its own store (``minds_core.backends.local.export``); the hosted one downloads
+the way the tinker SDK downloads a checkpoint (``minds_core.backends.tinker_export``).
 
 Importing this module does not import torch; exporting does.
 """
@@ -25,22 +19,16 @@ import json
 import os
 import shutil
 import tempfile
-import urllib.error
-import urllib.request
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minds_core.backends.model_source import MERGED_DIR
+from minds_core.base.errors import MindsError, UsageError
 from minds_core.checkpoints.reference import CheckpointRef
-from minds_core.config import RunConfig
-from minds_core.errors import MindsError, UsageError
-from minds_core.logs import get_logger
 
 if TYPE_CHECKING:
-    from minds_core.service import ServiceLifetime
-
-log = get_logger("export")
+    from minds_core.session.service import ServiceLifetime
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -48,8 +36,6 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 EXPORT_INFO = "minds_export.json"
 #: The model card: what the adapter is, where it came from, how to load it.
 MODEL_CARD = "README.md"
-#: Lifetime of the temporary hosted export (the service's minimum).
-_EXPORT_TTL_SECONDS = 3600
 
 
 def export_checkpoint(ref: CheckpointRef, out_dir: Path, door: ServiceLifetime, *, merge: bool = False) -> dict[str, Any]:
@@ -106,72 +92,6 @@ def model_card(ref: CheckpointRef, adapter_dir: Path, source: str) -> str:
         "model = PeftModel.from_pretrained(base, \"path/to/this/folder\")\n```\n\n"
         f"`{EXPORT_INFO}` records the checkpoint it came from.\n"
     )
-
-
-def export_local(config: RunConfig, path: str, out: Path) -> str:
-    """The local store's adapter, put on its base model and saved by peft itself; the base model's name."""
-    from minds_core.backends import local_checkpoint_root
-    from minds_core.backends.local.checkpoints import CheckpointStore
-    from minds_core.backends.local.errors import LocalBadRequestError, LocalNotFoundError
-    from minds_core.backends.local.lora import attach_lora, load_adapter_state
-    from minds_core.backends.local.models import BaseModelRegistry
-    from minds_core.backends.local.placement import resolve_placement
-
-    try:
-        checkpoint = CheckpointStore(local_checkpoint_root(config)).load(path, with_optimizer=False)
-        base = BaseModelRegistry(resolve_placement("cpu")).get(checkpoint.base_model)  # float32 on the CPU: exact adapter weights
-    except (LocalNotFoundError, LocalBadRequestError) as exc:
-        raise UsageError(f"cannot export {path}: {exc}") from None
-    model = attach_lora(base.model, checkpoint.lora, seed=0)
-    load_adapter_state(model, checkpoint.adapter)
-    model.save_pretrained(str(out), save_embedding_layers=False)  # the adapter only, as the store keeps it
-    return checkpoint.base_model
-
-
-def export_hosted(path: str, out: Path, service: Any, rest: Any) -> str:
-    """Download a hosted checkpoint's adapter into ``out`` through ``service`` (a ``tinker.ServiceClient``) and
-    ``rest`` (its ``RestClient``); the base model's name."""
-    if "/sampler_weights/" in path:
-        raise UsageError(
-            f"{path} is a sampler checkpoint, which the service does not let anyone download: "
-            "export the run folder or its tinker://.../weights/... state_path (checkpoints.jsonl)"
-        )
-    if "/external_weights/" in path:
-        download_external_weights(rest, path, out)
-    else:
-        training = service.create_training_client_from_state(path, user_metadata={"created_by": "minds export"}).result()
-        export = training.save_weights_external("minds-export", ttl_seconds=_EXPORT_TTL_SECONDS).result().path
-        try:
-            download_external_weights(rest, export, out)
-        finally:
-            try:
-                rest.delete_checkpoint_from_tinker_path(export).result()
-            except Exception as exc:  # noqa: BLE001 - the download stands; the export expires on its own
-                log.warning("could not delete the temporary export; it expires in an hour", path=export, error=str(exc))
-    return rest.get_weights_info_by_tinker_path(path).result().base_model
-
-
-def download_external_weights(rest: Any, path: str, out: Path) -> list[str]:
-    """Fetch every file of an external-weights checkpoint into ``out``; the relative names written."""
-    response = rest.get_external_weights_urls(path).result()
-    if not response.urls:
-        raise MindsError(f"{path}: the service lists no files for this checkpoint")
-    root = out.resolve()
-    written = []
-    for name, url in sorted(response.urls.items()):
-        if name.endswith(".age"):
-            raise UsageError(f"{path} holds age-encrypted files ({name}): decrypt them with age, then load with peft")
-        target = (out / name).resolve()
-        if not target.is_relative_to(root) or target == root:
-            raise MindsError(f"{path}: the service named an unsafe file path {name!r}; nothing was exported")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with urllib.request.urlopen(url, timeout=60) as response_body, open(target, "wb") as sink:
-                shutil.copyfileobj(response_body, sink, 1 << 20)
-        except (urllib.error.URLError, TimeoutError) as exc:
-            raise MindsError(f"{path}: downloading {name} failed: {exc}") from None
-        written.append(name)
-    return written
 
 
 def _check_adapter(out: Path, base_model: str) -> None:

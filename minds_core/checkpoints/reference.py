@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 import attrs
 
 from minds_core.backends import choose_backend, local_checkpoint_root
+from minds_core.base.errors import UsageError
 from minds_core.config import RunConfig, load_config
-from minds_core.errors import UsageError
-from minds_core.run_directory import CHECKPOINTS_FILE, CONFIG_FILE, RunDirectory
+from minds_core.training.run_directory import CHECKPOINTS_FILE, CONFIG_FILE, RunDirectory
 
 if TYPE_CHECKING:
-    from minds_core.plugins import Registry
+    from minds_core.contract.plugins import Registry
 
 SCHEME = "tinker://"
 

@@ -6,15 +6,15 @@ Imports are lazy so that ``minds --help`` and ``minds plugins`` stay fast and ne
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from minds_core.checkpoints import commands as checkpoint_commands
+from minds_core.cli import checkpoint_commands
+from minds_core.cli.streams import plugin_prints_to_stderr
 
 EXAMPLES = """\
 examples:
@@ -29,14 +29,6 @@ examples:
   minds plugins --json
   minds serve --port 8000                     the local backend as a Tinker API server for any SDK program
 """
-
-
-@contextlib.contextmanager
-def plugin_prints_to_stderr() -> Iterator[None]:
-    """While plugin code runs (imports, environments, rollouts), what it prints goes to stderr: stdout holds only
-    what the command prints for its reader (``--json``, a dry run's config), so ``minds eval --json | jq`` works."""
-    with contextlib.redirect_stdout(sys.stderr):
-        yield
 
 
 def _version() -> str:
@@ -143,7 +135,7 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 
 def _plugins_command(args: argparse.Namespace) -> int:
-    from minds_core.plugins import load_plugins
+    from minds_core.contract.plugins import load_plugins
 
     with plugin_prints_to_stderr():
         loaded = load_plugins()
@@ -178,7 +170,7 @@ def _plugins_command(args: argparse.Namespace) -> int:
 
 
 def _envs_command(args: argparse.Namespace) -> int:
-    from minds_core.plugins import load_plugins
+    from minds_core.contract.plugins import load_plugins
 
     with plugin_prints_to_stderr():
         loaded = load_plugins()
@@ -217,15 +209,15 @@ def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
     from minds_core.config import load_config
 
     if resume:
-        from minds_core.run_directory import run_config_path
+        from minds_core.training.run_directory import run_config_path
 
         if args.config or args.name:
-            from minds_core.errors import UsageError
+            from minds_core.base.errors import UsageError
 
             raise UsageError("--resume DIR continues that run with its own config and name: drop the config file and --name")
         return load_config(run_config_path(Path(resume)), _overrides(args), drop_redacted=True)
     if args.config:
-        from minds_core.envs.locate import importable
+        from minds_core.contract.locate import importable
 
         importable(Path(args.config).parent)  # environment code imports through it, as the seeds' runner allowed
     return load_config(args.config, _overrides(args))
@@ -233,23 +225,23 @@ def _resolve_config(args: argparse.Namespace, resume: str | None = None) -> Any:
 
 def _run_command(args: argparse.Namespace) -> int:
     from minds_core.config import dump_yaml
-    from minds_core.config.names import check_names
-    from minds_core.plugins import load_plugins
+    from minds_core.contract.names import check_names
+    from minds_core.contract.plugins import load_plugins
 
     resume = args.resume
     if args.start_over and not resume:
-        from minds_core.errors import UsageError
+        from minds_core.base.errors import UsageError
 
         raise UsageError("--start-over goes with --resume DIR: it trains that run again from step 0")
     if args.accept_changed_checkpoints:
-        from minds_core.backends import ACCEPT_CHANGED_CHECKPOINTS
+        from minds_core.config.schema import ACCEPT_CHANGED_CHECKPOINTS
 
         os.environ[ACCEPT_CHANGED_CHECKPOINTS] = "1"  # read where the local store loads a checkpoint
     config = _resolve_config(args, resume)
     # Before torch is imported, in the order the run checks, the same with --dry-run: what a resumed run is,
     # then the names the config uses (plugin collisions surface in load_plugins).
     if resume:
-        from minds_core.run_directory import check_resume_changes
+        from minds_core.training.run_directory import check_resume_changes
 
         check_resume_changes(Path(resume), config, args.start_over)
     with plugin_prints_to_stderr():
@@ -269,7 +261,7 @@ def _run_command(args: argparse.Namespace) -> int:
 
     if choose_backend(config, plugins.registry).name == "local":
         check_model_source(config.model.base_model)
-    from minds_core.training import train
+    from minds_core.train import train
 
     summary = train(config, resume_dir=Path(resume) if resume else None, plugins=plugins, start_over=args.start_over)
     if summary.get("not_trained"):
@@ -289,7 +281,7 @@ def _new_plugin_command(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``minds`` command; returns the exit code. Its stdout and stderr are masked (no secret value minds knows shows)."""
-    from minds_core.config.masking import masked_streams
+    from minds_core.base.masking import masked_streams
 
     with masked_streams():
         return _main(argv)
@@ -304,9 +296,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    from minds_core import logs
-    from minds_core.errors import MindsError
-    from minds_core.interrupt import RunInterrupted
+    from minds_core.base import logs
+    from minds_core.base.errors import MindsError
+    from minds_core.base.interrupt import RunInterrupted
 
     logs.configure(args.log_format, args.log_level)
     try:
@@ -332,7 +324,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"minds: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # a file minds reads or writes outside a run (a run's own say how to continue it)
-        from minds_core.run_directory import file_error
+        from minds_core.training.run_directory import file_error
 
         print(f"minds: error: {file_error(exc, 'read or write')}", file=sys.stderr)
         return 1
@@ -347,7 +339,7 @@ EXIT_GRACE_SECONDS = 10.0
 
 def entry() -> None:
     """The ``minds`` console script: ``main``, tracebacks masked, and an exit that no plugin thread holds up."""
-    from minds_core.config.masking import excepthook
+    from minds_core.base.masking import excepthook
 
     sys.excepthook = excepthook
     try:

@@ -6,9 +6,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from minds_core.cli.installing import pip_install
-from minds_core.contracts import NAME_RULE
-from minds_core.errors import UsageError
+from minds_core.base.errors import UsageError
+from minds_core.base.installing import pip_install
+from minds_core.contract.parts import NAME_RULE
 
 PYPROJECT = """\
 [build-system]

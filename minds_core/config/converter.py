@@ -15,8 +15,8 @@ from typing import Any
 import cattrs
 from cattrs.errors import IterableValidationError, IterableValidationNote
 
+from minds_core.base.secrets import HIDDEN, is_secret_key
 from minds_core.config.schema import RunConfig
-from minds_core.config.secrets import HIDDEN, is_secret_key
 
 
 def _strict(accept: Callable[[Any], Any], label: str) -> Callable[[Any, Any], Any]:

@@ -14,11 +14,11 @@ from typing import Any
 
 import yaml
 
+from minds_core.base.errors import ConfigError
+from minds_core.base.masking import mask_data
+from minds_core.base.secrets import redact
 from minds_core.config.converter import to_dict
-from minds_core.config.masking import mask_data
 from minds_core.config.schema import RunConfig
-from minds_core.config.secrets import redact
-from minds_core.errors import ConfigError
 
 #: Aliases (``*name``) one YAML text may use.
 MAX_YAML_ALIASES = 64

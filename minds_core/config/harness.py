@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from minds_core.base.errors import ConfigError
 from minds_core.config.paths import get_path, set_path
-from minds_core.errors import ConfigError
 
 #: Harness key (dotted) -> the minds key that means the same.
 RENAMED: dict[str, str] = {
@@ -53,7 +53,7 @@ def pop_no_effect(data: dict[str, Any]) -> list[tuple[str, Any, str]]:
 
 def warn_no_effect(found: Iterable[tuple[str, Any, str]], source: str) -> None:
     """One warning per harness key that minds accepts without using."""
-    from minds_core.logs import get_logger
+    from minds_core.base.logs import get_logger
 
     log = get_logger("config")
     for key, value, why in found:

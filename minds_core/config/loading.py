@@ -9,17 +9,17 @@ from typing import Any
 
 import attrs
 
+from minds_core.base.errors import ConfigError, did_you_mean, utf8_problem
+from minds_core.base.masking import seal
+from minds_core.base.secrets import partly_redacted, shown_value, without_redacted
 from minds_core.config.converter import CONVERTER, structure_errors
 from minds_core.config.files import read_config_file
 from minds_core.config.harness import apply_harness_keys
-from minds_core.config.masking import seal
 from minds_core.config.overrides import apply_override
 from minds_core.config.paths import get_path, split_key
 from minds_core.config.presets import apply_preset
 from minds_core.config.rules import field_rule, problem
 from minds_core.config.schema import MAX_ROLLOUTS_PER_STEP, RunConfig, schema_fields, unwrap_optional
-from minds_core.config.secrets import partly_redacted, shown_value, without_redacted
-from minds_core.errors import ConfigError, did_you_mean, utf8_problem
 
 
 def build_config(data: Mapping[str, Any], source: str = "config") -> RunConfig:
@@ -86,7 +86,7 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), d
                 "pass the whole value again: --set KEY=VALUE"
             )
         if missing:
-            from minds_core.logs import get_logger
+            from minds_core.base.logs import get_logger
 
             get_logger("config").warning(
                 "secrets are not saved with a run; pass them again (--set KEY=...) or through the environment",

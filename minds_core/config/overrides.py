@@ -8,12 +8,12 @@ from typing import Any
 import attrs
 import yaml
 
+from minds_core.base.errors import ConfigError, did_you_mean
+from minds_core.base.secrets import shown_value
 from minds_core.config.files import check_size, parse_yaml
 from minds_core.config.harness import NO_EFFECT, RENAMED, warn_no_effect
 from minds_core.config.paths import set_path, shown_key, split_key
 from minds_core.config.schema import RunConfig, schema_fields, unwrap_optional
-from minds_core.config.secrets import shown_value
-from minds_core.errors import ConfigError, did_you_mean
 
 
 def _parse_bool(text: str) -> bool:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from minds_core.errors import ConfigError, did_you_mean
+from minds_core.base.errors import ConfigError, did_you_mean
 
 PRESETS: dict[str, dict[str, Any]] = {
     "grpo": {

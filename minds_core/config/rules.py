@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from minds_core.config.secrets import shown_value
+from minds_core.base.secrets import shown_value
 
 #: How a value of each plain type is named in "must be ..." messages.
 TYPE_NAMES: dict[Any, str] = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}

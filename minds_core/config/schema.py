@@ -12,10 +12,13 @@ from typing import Any
 
 import attrs
 
+from minds_core.config.choices import AGGREGATIONS, LR_SCHEDULES
 from minds_core.config.presets import PRESETS
 from minds_core.config.rules import Rule, arg, each_value, one_of, optional_of, within
-from minds_core.rl.loss_aggregation import AGGREGATIONS
-from minds_core.rl.lr_schedules import LR_SCHEDULES
+
+#: An environment variable: set (to 1) to load a local checkpoint whose files changed after it was saved, knowingly (a warning says so);
+#: ``minds run --accept-changed-checkpoints`` sets it.
+ACCEPT_CHANGED_CHECKPOINTS = "MINDS_ACCEPT_CHANGED_CHECKPOINTS"
 
 #: The embedded default: a small model that has learned a little (words, numbers, formats), built from a file minds ships.
 DEFAULT_BASE_MODEL = "minds-small"

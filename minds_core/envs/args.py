@@ -27,10 +27,10 @@ from typing import Any, TypeVar
 
 import attrs
 
+from minds_core.base.errors import ConfigError, did_you_mean
+from minds_core.base.secrets import is_secret_key, shown_value
 from minds_core.config.converter import CONVERTER
 from minds_core.config.rules import Rule, field_rule, optional_of, problem, type_name
-from minds_core.config.secrets import is_secret_key, shown_value
-from minds_core.errors import ConfigError, did_you_mean
 
 ArgsT = TypeVar("ArgsT")
 

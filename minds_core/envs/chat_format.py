@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from minds_core.contract.environment import Message
 from minds_core.envs.text import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, call_arguments
-from minds_core.envs.types import Message
 
 __all__ = ["call_problem", "hermes_block", "template_message"]
 

@@ -36,11 +36,11 @@ import re
 import weakref
 from typing import Any
 
+from minds_core.base.logs import get_logger
+from minds_core.base.tracing import span
+from minds_core.contract.environment import Context, Message
+from minds_core.envs.render import Renderer
 from minds_core.envs.single_turn import report_metric
-from minds_core.envs.types import Context, Message
-from minds_core.logs import get_logger
-from minds_core.render import Renderer
-from minds_core.tracing import span
 
 log = get_logger("judge")
 

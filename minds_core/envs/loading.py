@@ -11,55 +11,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from minds_core.base.errors import ConfigError
+from minds_core.base.logs import get_logger
 from minds_core.config import EnvConfig, RewardRef
-from minds_core.config.secrets import is_secret_key
-from minds_core.contracts import OpenEnvironment
+from minds_core.contract.environment import environment_rubric
+from minds_core.contract.locate import MODULE_PREFIX, findable, is_path_like, normalized
+from minds_core.contract.plugins import Entry, Registry
 from minds_core.envs.args import ArgsChecked, checking_args
-from minds_core.envs.locate import MODULE_PREFIX, findable, is_path, normalized
-from minds_core.envs.types import environment_rubric
-from minds_core.errors import ConfigError
-from minds_core.logs import get_logger
-from minds_core.plugins import Entry, Registry
+from minds_core.envs.loader_calls import bound_args, call_loader
 
 log = get_logger("envs")
-
-
-def is_path_like(env_id: str) -> bool:
-    """Folders (``./envs/x``), module paths (``pkg.mod``) and ``module:NAME`` go through the loose adapter.
-
-    So does a plain name that is no registered environment but an importable module or installed distribution.
-    """
-    return env_id.startswith(MODULE_PREFIX) or is_path(env_id) or "." in env_id
-
-
-#: The loader parameter through which an environment receives a way to build another (``OpenEnvironment``).
-OPEN_ENVIRONMENT = "open_environment"
-
-
-def call_loader(label: str, loader: Any, args: dict[str, Any], open_environment: OpenEnvironment | None = None) -> Any:
-    """Call an environment loader with [env.args]; a signature mismatch is a ConfigError listing the accepted arguments.
-
-    A loader declaring an ``open_environment`` parameter receives ``open_environment`` through it.
-    """
-    return loader(**_bound(label, loader, args, open_environment))
-
-
-def _bound(label: str, loader: Any, args: dict[str, Any], open_environment: OpenEnvironment | None) -> dict[str, Any]:
-    """The keyword arguments to call ``loader`` with, checked against its signature (when it has one)."""
-    if OPEN_ENVIRONMENT in args:
-        raise ConfigError(f"environment {label}: env.args.{OPEN_ENVIRONMENT} is reserved (minds passes it to the loader)")
-    try:
-        signature = inspect.signature(loader)
-    except (TypeError, ValueError):  # no signature (builtins): let the call decide
-        return args
-    given = args
-    if open_environment is not None and OPEN_ENVIRONMENT in signature.parameters:
-        args = {**args, OPEN_ENVIRONMENT: open_environment}
-    try:
-        signature.bind(**args)
-    except TypeError as exc:
-        raise ConfigError(f"environment {label}: bad [env.args] {sorted(given)}: {exc}; {_accepted(signature)}") from None
-    return args
 
 
 def check_args(cfg: EnvConfig, registry: Registry) -> None:
@@ -71,7 +32,7 @@ def check_args(cfg: EnvConfig, registry: Registry) -> None:
     """
     if cfg.id in registry.names("environments") or not (is_path_like(cfg.id) or findable(cfg.id)):
         loader = registry.lookup("environments", cfg.id, "env.id").obj
-        args = _bound(repr(cfg.id), loader, cfg.args, functools.partial(_open_environment, registry))
+        args = bound_args(repr(cfg.id), loader, cfg.args, functools.partial(_open_environment, registry))
         takes_any = any(p.kind is p.VAR_KEYWORD for p in _parameters(loader))
         if takes_any:
             try:
@@ -84,7 +45,7 @@ def check_args(cfg: EnvConfig, registry: Registry) -> None:
     from minds_core.envs.loose import environment_loader
 
     loader = environment_loader(cfg.id)
-    _bound(repr(cfg.id), loader, {**dict.fromkeys(left_to_the_run(loader, cfg.args)), **cfg.args}, None)
+    bound_args(repr(cfg.id), loader, {**dict.fromkeys(left_to_the_run(loader, cfg.args)), **cfg.args}, None)
 
 
 def _parameters(loader: Any) -> list[inspect.Parameter]:
@@ -92,23 +53,6 @@ def _parameters(loader: Any) -> list[inspect.Parameter]:
         return list(inspect.signature(loader).parameters.values())
     except (TypeError, ValueError):
         return []
-
-
-def _accepted(signature: inspect.Signature) -> str:
-    """The keyword arguments a loader takes, with defaults, as a message fragment."""
-    params = [
-        p
-        for p in signature.parameters.values()
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != OPEN_ENVIRONMENT
-    ]
-    shown = [p.name if p.default is p.empty or is_secret_key(p.name) else f"{p.name} (default {p.default!r})" for p in params]
-    required = [p.name for p in params if p.default is p.empty]
-    text = f"accepted arguments: {', '.join(shown) or 'none'}"
-    if required:
-        text += f"; required: {', '.join(required)}"
-    if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
-        text += "; any other keyword is passed on"
-    return text
 
 
 def _reward_function(ref: RewardRef, registry: Registry, where: str) -> Any:

@@ -3,7 +3,7 @@
 ``[env] id`` names a package folder (``./environments/my_task``, also a
 distribution project with the package one level down), a ``.py`` file, a
 module path (``pkg.module``), ``module:NAME`` or an installed distribution
-(see ``minds_core.envs.locate``); ``[env.args]`` go to its
+(see ``minds_core.contract.locate``); ``[env.args]`` go to its
 ``load_environment``. The result is first offered to the registered
 environment adapters (the verifiers bridge takes ``verifiers.Environment``
 objects). A minds ``Environment`` (``tasks`` + ``episode``, as a registered
@@ -66,20 +66,20 @@ from typing import Any
 
 import attrs
 
-from minds_core.envs.blocking import plugin_call
+from minds_core.base.blocking import plugin_call
+from minds_core.base.errors import ConfigError
+from minds_core.base.logs import get_logger
+from minds_core.contract.environment import Context, Environment, StepResult, Task, as_step_result
+from minds_core.contract.locate import MODULE_PREFIX, import_environment
+from minds_core.contract.rubric import INVALID_PARTS_METRIC, Rubric, as_reward
 from minds_core.envs.calling import lenient
 from minds_core.envs.cookbook.environment import CookbookEnvironment
 from minds_core.envs.cookbook.models import filled_args, register_tokenizer
 from minds_core.envs.cookbook.sources import cookbook_kind, is_cookbook, loaded_splits, seed_build_sources
-from minds_core.envs.loading import call_loader
-from minds_core.envs.locate import MODULE_PREFIX, import_environment
+from minds_core.envs.loader_calls import call_loader
 from minds_core.envs.loops import run_to_completion
-from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric, as_reward
 from minds_core.envs.sampler import PolicySampler
 from minds_core.envs.single_turn import prompt_messages, score_completion
-from minds_core.envs.types import Context, Environment, StepResult, Task, as_step_result
-from minds_core.errors import ConfigError
-from minds_core.logs import get_logger
 
 log = get_logger("loose")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from minds_core.contract.environment import Context
 from minds_core.envs.judge import LLMJudge
-from minds_core.envs.types import Context
 
 
 def length_penalty(completions: Sequence[str], ctx: Context) -> list[float]:

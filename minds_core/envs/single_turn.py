@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from minds_core.envs.rubric import INVALID_PARTS_METRIC, Rubric
-from minds_core.envs.types import Context, Message, StepResult, Task
+from minds_core.contract.environment import Context, Message, StepResult, Task
+from minds_core.contract.rubric import INVALID_PARTS_METRIC, Rubric
 
 #: Key of ``state`` under which reward functions report metrics (see report_metric).
 METRICS_KEY = "metrics"

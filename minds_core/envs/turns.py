@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from minds_core.envs.blocking import plugin_call
-from minds_core.envs.single_turn import prompt_messages
-from minds_core.envs.types import (
+from minds_core.base.blocking import plugin_call
+from minds_core.contract.environment import (
     Episode,
     EpisodeConversation,
     Message,
@@ -15,6 +14,7 @@ from minds_core.envs.types import (
     as_step_result,
     episode_tools,
 )
+from minds_core.envs.single_turn import prompt_messages
 
 
 def _observation_messages(observation: Any) -> list[Message]:

@@ -18,7 +18,7 @@ import json
 import uuid
 from typing import Any
 
-from minds_core.envs.types import Message
+from minds_core.contract.environment import Message
 
 from .chat import ToolChoice, call_id, openai_tools, read_reply, render_prompt
 from .errors import bad_request

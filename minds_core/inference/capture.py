@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from minds_core.logs import get_logger
+from minds_core.base.logs import get_logger
 
 from .errors import ApiError
 from .sampling import Policy, SampledCall

@@ -13,10 +13,10 @@ from typing import Any
 
 import attrs
 
+from minds_core.contract.environment import Message
 from minds_core.envs.chat_format import call_problem, template_message
+from minds_core.envs.render import Renderer, TemplateError
 from minds_core.envs.text import ToolCall, parse_tool_calls, strip_think, strip_tool_calls, think_text
-from minds_core.envs.types import Message
-from minds_core.render import Renderer, TemplateError
 
 from .errors import bad_request
 from .fields import Fields

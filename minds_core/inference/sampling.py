@@ -17,9 +17,9 @@ import attrs
 import tinker
 from tinker import types
 
-from minds_core.render import Renderer
-from minds_core.serve.errors import HttpError
-from minds_core.serve.limits import ServeLimits
+from minds_core.envs.render import Renderer
+from minds_core.http.errors import HttpError
+from minds_core.http.limits import ServeLimits
 
 from .errors import ApiError, bad_request
 from .fields import Fields
@@ -181,3 +181,16 @@ def _completion(renderer: Renderer, sequence: Any, stops: Sequence[str]) -> Comp
         finish,
         None if hit is None else hit[1],
     )
+
+
+#: What each further turn of a seeded conversation adds to its seed (a prime far from the offsets of a
+#: group's rollouts and their retries), so that every turn samples its own draws and the first keeps the seed.
+TURN_SEED_STRIDE = 1_000_003
+
+
+def turn_seed(seed: int | None, turn: int) -> int | None:
+    """The seed of a seeded conversation's ``turn``-th sampled reply (0 first, which keeps ``seed``).
+
+    A seed draws the same noise for any prompt: replies to prompts that end alike would come out
+    alike, so each turn samples with its own seed (None stays None: unseeded)."""
+    return None if seed is None else seed + TURN_SEED_STRIDE * turn

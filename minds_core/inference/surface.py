@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from minds_core.serve.limits import ServeLimits
+from minds_core.http.limits import ServeLimits
 
 from .sampling import Policy, SampledCall, SamplingRequest, sample
 

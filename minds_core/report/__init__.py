@@ -13,12 +13,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from minds_core.base.errors import UsageError
+from minds_core.base.tracing import TRACE_FILE
 from minds_core.config import read_config_file
-from minds_core.errors import UsageError
 from minds_core.report.page import RunData, render, table
 from minds_core.report.timing import slowest
-from minds_core.run_directory import METRICS_FILE, ROLLOUTS_FILE, read_jsonl, run_config_path
-from minds_core.tracing import TRACE_FILE
+from minds_core.training.run_directory import METRICS_FILE, ROLLOUTS_FILE, read_jsonl, run_config_path
 
 REPORT_FILE = "report.html"
 

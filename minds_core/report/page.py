@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from minds_core.report.charts import Series, line_chart, stacked_chart
-from minds_core.rl.pacing import PARTS
+from minds_core.training.pacing import PARTS
 
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#212529;background:#f8f9fa}
@@ -249,6 +249,10 @@ def _chart_sections(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]
                     "component",
                 )
             )
+        own = _keys(rows, rf"env/{re.escape(env)}/(?!reward[_/]|groups$|failed$).+")  # the episodes' own metrics
+        reward.append(line_chart(f"Episode metrics (mean) · {env}", [_series(rows, k, k.split("/", 2)[2]) for k in own]))
+    tags = [m.group(1) for k in _keys(rows, r"tag/.+/reward_mean") if (m := re.fullmatch(r"tag/(.+)/reward_mean", k))]
+    reward.append(line_chart("Reward per task tag (mean)", [_series(rows, f"tag/{t}/reward_mean", t) for t in tags], "reward"))
     training = [
         line_chart("Loss", [_series(rows, k) for k in _keys(rows, r"train/loss.*")]),
         line_chart("KL", [_series(rows, k) for k in _keys(rows, r"kl/.+")], "nats/token"),

@@ -19,13 +19,14 @@ import attrs
 import tinker
 
 from minds_core.config import RunConfig
+from minds_core.contract.parts import CustomLoss
+from minds_core.episodes.groups import Group, Rollout
 from minds_core.rl.advantages import kl_penalized, kl_terms
-from minds_core.rl.datums import rl_datum
-from minds_core.rl.loss_aggregation import token_scales
-from minds_core.rl.losses import CustomLoss, loss_inputs
+from minds_core.rl.losses import loss_inputs
 from minds_core.rl.overlong import is_truncated, overlong_penalty, window_tokens
-from minds_core.rl.rollout import Group, Rollout
 from minds_core.rl.topk_distill import TEACHER_INPUTS, DistillSettings, rollout_distill_datums
+from minds_core.training.datums import rl_datum
+from minds_core.training.loss_aggregation import token_scales
 
 #: A group's rewards -> one advantage per rollout (a registered ``advantage_estimators`` entry).
 Estimator = Callable[[Sequence[float]], Sequence[float]]
@@ -114,11 +115,12 @@ def is_filtered(rollout: Rollout, settings: ProcessingSettings) -> bool:
     return settings.overlong_filter and is_truncated(rollout.conversation)
 
 
-def token_advantages(rollout: Rollout, kl_penalty: float) -> tuple[list[float], list[float]]:
-    """Per token: the advantage, less ``kl_penalty`` times the KL term when the rollout has reference log-probs;
-    and the KL terms of its sampled tokens ([] without reference log-probs)."""
+def token_advantages(rollout: Rollout, kl_penalty: float, reward_weight: float = 1.0) -> tuple[list[float], list[float]]:
+    """Per token: the advantage times ``reward_weight``, less ``kl_penalty`` times the KL term when the rollout has
+    reference log-probs (the penalty is not weighed by the reward's weight); and the KL terms of its sampled tokens
+    ([] without reference log-probs)."""
     conv = rollout.conversation
-    advantage = float(rollout.advantage or 0.0)
+    advantage = reward_weight * float(rollout.advantage or 0.0)
     if rollout.reference_logprobs is None:
         return [advantage] * len(conv.tokens), []
     terms = kl_terms(conv.logprobs, rollout.reference_logprobs, conv.sampled)
@@ -147,7 +149,8 @@ def process_batch(groups: Sequence[Group], settings: ProcessingSettings) -> Proc
     datums: list[tinker.Datum] = []
     kl_values: list[float] = []
     for rollout, scale in zip(trained, scales):
-        per_token, kl = token_advantages(rollout, settings.kl_penalty)
+        # distillation weighs the environment's reward term by distill.reward_weight; the KL penalty keeps its own
+        per_token, kl = token_advantages(rollout, settings.kl_penalty, settings.distill.reward if settings.distill else 1.0)
         kl_values.extend(kl)
         if settings.distill is not None:
             datums.extend(rollout_distill_datums(rollout, per_token, scale, settings.distill))

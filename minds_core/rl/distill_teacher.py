@@ -2,7 +2,7 @@
 
 The teacher is ``distill.teacher``: a base model name or ``tinker://`` sampler weights, the run's base
 model (empty), or ``policy``, the policy that is training (self-distillation). With
-``distill.privileged_context`` it reads each task's privileged context first (``envs.types.privileged_context``):
+``distill.privileged_context`` it reads each task's privileged context first (``environment.privileged_context``):
 its sequence is the context's text, then the rollout's tokens unchanged, so any environment's prompts,
 single- or multi-turn, work. Its top-k comes from one sampling request per sequence, with
 ``topk_prompt_logprobs = distill.topk`` (``max_tokens = 1``: the sampled token is not read), which the local
@@ -18,11 +18,11 @@ from typing import Any
 import tinker
 
 from minds_core.backends.retry import REJECTIONS, Backoff, call_service
+from minds_core.base.errors import UsageError
 from minds_core.config import RunConfig
-from minds_core.envs.types import privileged_context
-from minds_core.errors import UsageError
+from minds_core.contract.environment import privileged_context
+from minds_core.episodes.groups import Group
 from minds_core.rl.data_processing import kept_rollouts
-from minds_core.rl.rollout import Group
 
 #: ``distill.teacher`` naming the training policy itself.
 POLICY_TEACHER = "policy"

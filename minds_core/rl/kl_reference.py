@@ -17,10 +17,10 @@ from typing import Any
 import tinker
 
 from minds_core.backends.retry import REJECTIONS, Backoff, call_service
+from minds_core.base.errors import UsageError
 from minds_core.config import RunConfig
-from minds_core.errors import UsageError
+from minds_core.episodes.groups import Group
 from minds_core.rl.data_processing import kept_rollouts
-from minds_core.rl.rollout import Group
 
 
 class ReferenceScorer:

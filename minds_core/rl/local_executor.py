@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from minds_core.contracts import GroupOrder
-    from minds_core.rl.rollout import Group
-    from minds_core.session import Policy, Session
+    from minds_core.contract.parts import GroupOrder
+    from minds_core.episodes.groups import Group
+    from minds_core.session.session import Policy, Session
 
 
 class LocalExecutor:
@@ -25,7 +25,7 @@ class LocalExecutor:
         self.session = session
 
     async def run_groups(self, orders: Sequence[GroupOrder], policy: Policy) -> list[Group]:
-        from minds_core.rl.rollout import run_group  # at first use: registering the executor imports no torch
+        from minds_core.episodes.rollout import run_group  # at first use: registering the executor imports no torch
 
         session = self.session
         jobs = [

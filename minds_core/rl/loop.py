@@ -29,22 +29,26 @@ import attrs
 import tinker
 
 from minds_core.backends.retry import ServiceCallError, ServiceLost, guarded
-from minds_core.checkpoints.evaluation import EVAL_DIR, EvalPlan, check_splits, evaluate_policy, save_evaluation
+from minds_core.base.logs import get_logger
+from minds_core.base.tracing import SelfTimes, active, memory_bytes, run_tracer, span
 from minds_core.config import RunConfig
-from minds_core.contracts import GroupOrder
-from minds_core.logs import get_logger
-from minds_core.plugins import Plugins
-from minds_core.rl.data_order import DataOrder
+from minds_core.contract.parts import GroupOrder
+from minds_core.contract.plugins import Plugins
+from minds_core.episodes.groups import Group
+from minds_core.episodes.rollout_records import group_record
+from minds_core.evaluation.evaluation import EVAL_DIR, EvalPlan, check_splits, evaluate_policy, save_evaluation
 from minds_core.rl.data_processing import ProcessedBatch, ProcessingSettings, process_batch
 from minds_core.rl.distill_teacher import TeacherScorer
 from minds_core.rl.kl_reference import ReferenceScorer
 from minds_core.rl.outcome import TrainingOutcome
-from minds_core.rl.pacing import BatchesAhead, Cadence, Save, StepTimer
-from minds_core.rl.rollout import Group
-from minds_core.rl.rollout_records import group_record
 from minds_core.rl.step_metrics import batch_metrics
-from minds_core.rl.training_requests import check_losses, save_after_failure, save_checkpoint, step_checkpoint_name, train_step
-from minds_core.run_directory import (
+from minds_core.rl.updates import train_step
+from minds_core.session.session import Policy, Session
+from minds_core.sinks import SinkSet
+from minds_core.training.data_order import DataOrder
+from minds_core.training.pacing import BatchesAhead, Cadence, Save, StepTimer
+from minds_core.training.requests import check_losses, save_after_failure, save_checkpoint, step_checkpoint_name
+from minds_core.training.run_directory import (
     ROLLING_KEPT,
     ROLLING_PREFIX,
     CheckpointRecord,
@@ -54,9 +58,6 @@ from minds_core.run_directory import (
     file_error,
     start_point,
 )
-from minds_core.session import Policy, Session
-from minds_core.sinks import SinkSet
-from minds_core.tracing import SelfTimes, active, memory_bytes, run_tracer, span
 
 T = TypeVar("T")
 log = get_logger("rl")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import attrs
 
-from minds_core.errors import ConfigError
+from minds_core.base.errors import ConfigError
+from minds_core.contract.parts import CustomLoss
+from minds_core.training.columns import datum_column
 
 
 @attrs.frozen
@@ -33,28 +34,14 @@ BUILTIN_LOSSES = {
 }
 
 
-@attrs.frozen
-class CustomLoss:
-    """A loss computed on the client: ``fn(data, logprobs) -> (loss, metrics)``.
-
-    ``logprobs[i]`` is a torch tensor (requires grad) of the target-token
-    log-probabilities of ``data[i]``; the loss is a scalar tensor. ``inputs``
-    names the datum inputs ``fn`` reads beyond ``target_tokens``, ``logprobs``
-    and ``advantages`` (e.g. ``("sequence_ratio_mask",)``), so every datum carries them.
-    """
-
-    fn: Callable[[list[Any], list[Any]], tuple[Any, dict[str, float]]]
-    inputs: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-
-
 def loss_inputs(loss: str | CustomLoss, key: str = "trainer.loss_fn") -> tuple[str, ...]:
     """The datum inputs a registered loss reads beyond the base ones; a ConfigError naming ``key`` when minds cannot make one.
 
     A service loss name minds does not know (a plugin's) reads none.
     """
     # imported here: datums imports tinker, and `minds plugins` loads this module
-    from minds_core.rl.datums import EXTRA_INPUTS
     from minds_core.rl.topk_distill import TEACHER_INPUTS
+    from minds_core.training.datums import EXTRA_INPUTS
 
     declared = loss.inputs if isinstance(loss, CustomLoss) else BUILTIN_LOSSES.get(loss, BuiltinLoss("")).inputs
     known = (*EXTRA_INPUTS, *TEACHER_INPUTS)
@@ -65,18 +52,6 @@ def loss_inputs(loss: str | CustomLoss, key: str = "trainer.loss_fn") -> tuple[s
             f"a loss may ask for: {', '.join(known)}"
         )
     return declared
-
-
-def datum_column(datum: Any, key: str) -> Any:
-    """The datum's loss input ``key`` as a torch tensor of its shape."""
-    return tensor_of(datum.loss_fn_inputs[key])
-
-
-def tensor_of(value: Any) -> Any:
-    """A TensorData (or a list, array or tensor) as a torch tensor of its shape."""
-    import torch
-
-    return value.to_torch() if hasattr(value, "to_torch") else torch.as_tensor(value)
 
 
 def sequence_mean_reinforce(data: list[Any], logprobs: list[Any]) -> tuple[Any, dict[str, float]]:

@@ -8,9 +8,9 @@ from typing import Any
 
 import attrs
 
-from minds_core.logs import get_logger
+from minds_core.base.logs import get_logger
+from minds_core.episodes.groups import Dropped, Group
 from minds_core.rl.advantages import is_constant
-from minds_core.rl.rollout import Dropped, Group
 
 log = get_logger("rl")
 

@@ -8,9 +8,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from minds_core.rl.conversation import Conversation, StopReason
-from minds_core.rl.rollout import Dropped, Group
-from minds_core.rl.rollout_records import COMPONENT_PREFIX
+from minds_core.episodes.conversation import Conversation, StopReason
+from minds_core.episodes.groups import Dropped, Group
+from minds_core.episodes.rollout_records import COMPONENT_PREFIX
 
 
 def finite_mean(values: Sequence[float]) -> float:

@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from minds_core.rl.losses import CustomLoss, datum_column, tensor_of
+from minds_core.contract.parts import CustomLoss
+from minds_core.training.columns import datum_column, tensor_of
 
 if TYPE_CHECKING:
     import tinker
 
-    from minds_core.rl.rollout import Rollout
+    from minds_core.episodes.groups import Rollout
 
 #: The datum inputs the top-k loss reads beyond the base ones; a loss that declares them gets the teacher's top-k.
 TEACHER_INPUTS = ("teacher_logprobs", "distill_weights")
@@ -126,7 +127,8 @@ class DistillSettings:
     #: the forward and the reverse KL's weights (``divergence_weights``)
     forward: float
     reverse: float
-    #: ``distill.reward_weight``: the environment's reward term's weight (advantages are multiplied by it)
+    #: ``distill.reward_weight``: the environment's reward term's weight (``data_processing`` multiplies the
+    #: advantages by it before the KL penalty is taken off; the datums hold the weighed advantages)
     reward: float
 
     @classmethod
@@ -142,7 +144,8 @@ def rollout_distill_datums(
 ) -> list[tinker.Datum]:
     """The top-k datums of ``rollout``: one per sequence of its conversation with a sampled token.
 
-    ``advantages`` are per token (before ``scale``, the loss aggregation's); the rollout must have been scored.
+    ``advantages`` are per token, weighed by ``distill.reward_weight`` and less the KL penalty (``data_processing``),
+    before ``scale`` (the loss aggregation's); the rollout must have been scored.
     """
     conv = rollout.conversation
     if rollout.teacher_topk is None:
@@ -186,7 +189,7 @@ def distill_datum(
         values.extend([*map(float, top_lps), *([-99999.0] * pad)])
         distill.extend([scale * settings.forward, scale * settings.reverse] if top is not None else [0.0, 0.0])
         rl_logprobs.append(float(logprobs[i]) if sampled[i] else 0.0)
-        rl_advantages.append(float(advantages[i]) * settings.reward * scale if sampled[i] else 0.0)
+        rl_advantages.append(float(advantages[i]) * scale if sampled[i] else 0.0)
     inputs = {
         "target_tokens": tinker.TensorData(data=[t for row in ids for t in row], dtype="int64", shape=[n - 1, k + 1]),
         "logprobs": tinker.TensorData(data=rl_logprobs, dtype="float32", shape=[n - 1]),

@@ -33,9 +33,9 @@ import sys
 import threading
 from pathlib import Path
 
-from minds_core.errors import UsageError
+from minds_core.base.errors import UsageError
+from minds_core.http.limits import ServeLimits
 
-from .limits import ServeLimits
 from .samplers import SamplerBudget
 
 __all__ = ["LOOPBACK_HOSTS", "SamplerBudget", "ServeLimits", "check_exposure", "serve"]

@@ -10,9 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from minds_core.errors import UsageError
-
-from .limits import ServeLimits
+from minds_core.base.errors import UsageError
+from minds_core.http.limits import ServeLimits
 
 __all__ = ["BackgroundServer", "serve_in_background"]
 

@@ -6,7 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
-from .limits import add_limit_arguments, limits_from_arguments
+from minds_core.http.limits import add_limit_arguments, limits_from_arguments
+
 from .samplers import add_sampler_arguments, budget_from_arguments
 
 __all__ = ["add_serve_arguments", "serve_command"]
@@ -42,7 +43,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    from minds_core.errors import UsageError
+    from minds_core.base.errors import UsageError
 
     from . import check_exposure, serve
     from .listener import listen

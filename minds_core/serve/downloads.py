@@ -21,9 +21,8 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 from tinker import types
 
 from minds_core.backends.local.catalog import Catalog
-from minds_core.backends.local.checkpoints import parse_path
-
-from .errors import BadRequest, NotFound, Unauthorized
+from minds_core.backends.local.training.checkpoints import parse_path
+from minds_core.http.errors import BadRequest, NotFound, Unauthorized
 
 __all__ = ["DOWNLOADS_PREFIX", "Downloads"]
 

@@ -11,7 +11,7 @@ import zlib
 
 import zstandard
 
-from .errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from minds_core.http.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 
 __all__ = ["ENCODINGS", "decode_body"]
 

@@ -31,11 +31,11 @@ from tinker import types
 
 from minds_core.backends.local import ServiceClient, TrainingClient
 from minds_core.backends.local.catalog import capabilities, checkpoints_page, training_runs_page
-from minds_core.backends.local.checkpoints import parse_path
-from minds_core.backends.local.losses import LOSSES
+from minds_core.backends.local.training.checkpoints import parse_path
+from minds_core.backends.local.training.losses import LOSSES
+from minds_core.http.errors import BadRequest, HttpError, NotFound, TooManyRequests, public_detail
+from minds_core.http.limits import ServeLimits
 
-from .errors import BadRequest, HttpError, NotFound, TooManyRequests, public_detail
-from .limits import ServeLimits
 from .owners import RunOwners
 from .samplers import Kept, KeptSamplers, SamplerBudget
 

@@ -14,7 +14,7 @@ import os
 import secrets
 from typing import Any
 
-from minds_core.logs import get_logger
+from minds_core.base.logs import get_logger
 
 from .background import BackgroundServer, serve_in_background
 

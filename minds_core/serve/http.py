@@ -42,17 +42,9 @@ import tinker
 from tinker import types
 
 from minds_core.backends.local.catalog import Catalog
-from minds_core.backends.local.checkpoints import CheckpointStore
 from minds_core.backends.local.refusals import refusal
-from minds_core.inference import routes as inference
-from minds_core.inference.errors import ApiError
-from minds_core.inference.surface import Surface
-
-from .downloads import DOWNLOADS_PREFIX as DOWNLOADS
-from .downloads import Downloads
-from .encodings import decode_body
-from .engine import Engine
-from .errors import (
+from minds_core.backends.local.training.checkpoints import CheckpointStore
+from minds_core.http.errors import (
     BadRequest,
     HttpError,
     MethodNotAllowed,
@@ -61,7 +53,15 @@ from .errors import (
     PayloadTooLarge,
     Unauthorized,
 )
-from .limits import ServeLimits
+from minds_core.http.limits import ServeLimits
+from minds_core.inference import routes as inference
+from minds_core.inference.errors import ApiError
+from minds_core.inference.surface import Surface
+
+from .downloads import DOWNLOADS_PREFIX as DOWNLOADS
+from .downloads import Downloads
+from .encodings import decode_body
+from .engine import Engine
 from .listener import connection_room
 from .metrics import ServeMetrics
 from .served_models import ServedModels
@@ -281,14 +281,19 @@ class _Call:
     server: TinkerServer
     #: (model_id, seq_id) of a request in a training run's order, once its body is parsed
     ordered: tuple[str, int] | None = None
+    #: the body as JSON once a route has read it (``json()``), for the request's trace to name its session
+    parsed: Json | None = None
 
     def json(self) -> Json:
+        if self.parsed is not None:
+            return self.parsed
         try:
             body = json.loads(self.raw or b"{}")
         except (ValueError, RecursionError) as exc:
             raise BadRequest(f"The request body is not JSON: {exc}") from None
         if not isinstance(body, dict):
             raise BadRequest("The request body must be a JSON object")
+        self.parsed = body
         return body
 
     def model(self, cls: type[pydantic.BaseModel]) -> Any:
@@ -479,7 +484,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self._status, self._call = 0, None
-        body = lambda: self._call.raw if self._call else b""
+        body = lambda: self._call.parsed if self._call else None
         with self.server.metrics.track(self.command, urlsplit(self.path).path, lambda: self._status, body):
             self._handle()
 

@@ -19,7 +19,7 @@ import ipaddress
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from minds_core.tracing import TRACE_CAP_BYTES, TraceFile, Tracer, memory_bytes, record
+from minds_core.base.tracing import TRACE_CAP_BYTES, TraceFile, Tracer, memory_bytes, record
 
 #: the path a scraper reads
 METRICS_PATH = "/metrics"
@@ -38,7 +38,8 @@ BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 #: session trace files kept open at once
 OPEN_TRACES = 32
 #: ids a request body names its session by: a session, a training run (model), a sampling session (``<session>:sample:<n>``)
-_SESSION_KEYS = re.compile(rb'"(session_id|model_id|sampling_session_id)"\s*:\s*"([^"]{1,200})"')
+#: The body keys that name what a request belongs to, each resolved to its session by the engine.
+_SESSION_KEYS = ("session_id", "model_id", "sampling_session_id")
 
 
 class EngineLoad(Protocol):
@@ -90,9 +91,9 @@ class ServeMetrics:
         return "other"
 
     @contextlib.contextmanager
-    def track(self, method: str, path: str, status: Callable[[], int], body: Callable[[], bytes]) -> Iterator[None]:
+    def track(self, method: str, path: str, status: Callable[[], int], body: Callable[[], Mapping[str, Any] | None]) -> Iterator[None]:
         """Count the request handled in the block: in flight while it runs, then its route, ``status()`` and seconds;
-        a span in its session's trace (the session named in ``body()``)."""
+        a span in its session's trace (the session named in ``body()``, the JSON body the route parsed, if any)."""
         began = time.perf_counter_ns()
         self.in_flight.inc()
         try:
@@ -111,12 +112,15 @@ class ServeMetrics:
         if status in REFUSALS:
             self.refusals.labels(REFUSALS[status]).inc()
 
-    def session_of(self, body: bytes) -> str | None:
-        """The session a request body names (None: none, or no engine)."""
-        if self.engine is None:
+    def session_of(self, body: Mapping[str, Any] | None) -> str | None:
+        """The session a parsed request body names (None: none, no body, or no engine)."""
+        if self.engine is None or not body:
             return None
-        match = _SESSION_KEYS.search(body)
-        return self.engine.session_of(match.group(1).decode(), match.group(2).decode("utf-8", "replace")) if match else None
+        for key in _SESSION_KEYS:
+            value = body.get(key)
+            if isinstance(value, str) and value:
+                return self.engine.session_of(key, value[:200])
+        return None
 
     def answer(self) -> tuple[int, bytes, str]:
         """``GET /metrics``: status, body and content type."""

@@ -19,7 +19,7 @@ import secrets
 import threading
 from pathlib import Path
 
-from minds_core.errors import UsageError
+from minds_core.base.errors import UsageError
 
 __all__ = ["OWNERS_FILE", "SECRET_FILE", "RunOwners"]
 

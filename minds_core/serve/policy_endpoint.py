@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import threading
 
+from minds_core.http.limits import ServeLimits
 from minds_core.inference.capture import Capture
 from minds_core.inference.surface import Surface
 
 from .http import HttpServer
-from .limits import ServeLimits
 from .listener import listen
 
 __all__ = ["PolicyEndpoint"]

@@ -11,11 +11,10 @@ import collections
 import threading
 from typing import TYPE_CHECKING, Any
 
+from minds_core.envs.render import Renderer, TemplateError
+from minds_core.http.errors import HttpError
 from minds_core.inference.errors import ApiError, unknown_model
 from minds_core.inference.sampling import Policy
-from minds_core.render import Renderer, TemplateError
-
-from .errors import HttpError
 
 if TYPE_CHECKING:
     from .engine import Engine

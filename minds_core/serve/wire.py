@@ -15,8 +15,8 @@ from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
 from tinker.types.topk_logprobs import TopkLogprobs
 
-from .errors import BadRequest
-from .limits import ServeLimits
+from minds_core.http.errors import BadRequest
+from minds_core.http.limits import ServeLimits
 
 __all__ = ["PROTO_CONTENT_TYPE", "decode_forward_backward", "encode_forward_backward", "encode_sample", "parse_forward_backward"]
 

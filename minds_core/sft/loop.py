@@ -35,16 +35,19 @@ import attrs
 import tinker
 
 from minds_core.backends.retry import REJECTIONS, ServiceCallError
+from minds_core.base.errors import ConfigError, UsageError
+from minds_core.base.logs import get_logger
 from minds_core.config import RunConfig
+from minds_core.contract.environment import Message
+from minds_core.contract.plugins import Plugins, load_plugins
 from minds_core.envs.chat_format import call_problem, template_message
+from minds_core.envs.render import Renderer, TemplateError
 from minds_core.envs.single_turn import prompt_messages
-from minds_core.envs.types import Message
-from minds_core.errors import ConfigError, UsageError
-from minds_core.logs import get_logger
-from minds_core.plugins import Plugins, load_plugins
-from minds_core.render import Renderer, TemplateError
-from minds_core.rl.data_order import DataOrder
-from minds_core.rl.training_requests import (
+from minds_core.session.service import ServiceLifetime
+from minds_core.session.session import load_environments
+from minds_core.sinks import SinkSet
+from minds_core.training.data_order import DataOrder
+from minds_core.training.requests import (
     adam_params,
     apply_update,
     check_losses,
@@ -52,10 +55,7 @@ from minds_core.rl.training_requests import (
     save_checkpoint,
     step_checkpoint_name,
 )
-from minds_core.run_directory import RunDirectory, RunLock, file_error, start_point
-from minds_core.service import ServiceLifetime
-from minds_core.session import load_environments
-from minds_core.sinks import SinkSet
+from minds_core.training.run_directory import RunDirectory, RunLock, file_error, start_point
 
 log = get_logger("sft")
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from minds_core.contracts import MetricSink
-from minds_core.logs import get_logger
+from minds_core.base.logs import get_logger
+from minds_core.contract.parts import MetricSink
 
 if TYPE_CHECKING:
     from minds_core.config import RunConfig
-    from minds_core.plugins import Registry
-    from minds_core.run_directory import RunDirectory
+    from minds_core.contract.plugins import Registry
+    from minds_core.training.run_directory import RunDirectory
 
 log = get_logger("sinks")
 

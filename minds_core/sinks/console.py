@@ -25,11 +25,11 @@ from rich.progress import (
 from rich.table import Column, Table
 from rich.text import Text
 
-from minds_core import logs
+from minds_core.base import logs
+from minds_core.base.masking import MaskedStream
 from minds_core.config import RunConfig
-from minds_core.config.masking import MaskedStream
 from minds_core.report.page import printable
-from minds_core.run_directory import ROLLOUTS_FILE
+from minds_core.training.run_directory import ROLLOUTS_FILE
 
 LOG_FILE = "train.log"
 #: Characters of the progress bar itself.

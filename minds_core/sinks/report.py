@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from minds_core.report import write_report
-from minds_core.run_directory import CONFIG_FILE
+from minds_core.training.run_directory import CONFIG_FILE
 
 
 class ReportSink:

@@ -26,13 +26,14 @@ from minds_core import EpisodeSettings
 from minds_core.backends import model_tokenizer
 from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
 from minds_core.config import EnvConfig, RolloutConfig
+from minds_core.contract.plugins import load_plugins
 from minds_core.envs.cookbook.models import use_run_model
 from minds_core.envs.loading import build_environment
-from minds_core.plugins import load_plugins
-from minds_core.render import Renderer
+from minds_core.envs.render import Renderer
+from minds_core.episodes.groups import Group
+from minds_core.episodes.rollout import run_group
 from minds_core.rl.advantages import direct, group_mean
 from minds_core.rl.data_processing import ProcessingSettings, process_batch
-from minds_core.rl.rollout import Group, run_group
 
 ARITHMETIC = "tinker_cookbook.recipes.math_rl.arithmetic_env:ArithmeticDatasetBuilder"
 GUESS_NUMBER = "tinker_cookbook.recipes.multiplayer_rl.guess_number.env:GuessNumberDatasetBuilder"
@@ -140,3 +141,29 @@ def test_a_cookbook_recipe_trains_through_minds_run(tmp_path: Path, env_id: str,
     assert code in (0, 1) and [m["step"] for m in metrics] == [0, 1]  # 1: the untrained model's rewards may all tie
     assert all(m["rollouts/failed"] == 0 and m["rollouts/total"] == 8 for m in metrics)
     assert any(key.endswith(metric) for key in metrics[0])  # the env's own step metrics, per environment
+
+
+@pytest.mark.slow
+def test_a_resumed_cookbook_run_plays_the_groups_an_unbroken_run_plays(tmp_path: Path) -> None:
+    """The math recipe env: 2 steps, then resumed to 3, plays at step 2 the problems a 3-step run plays there."""
+    from minds_core.cli.command import main
+
+    sets = [
+        f"runs_dir={tmp_path}", "backend=local", f"env.id={ARITHMETIC}", "trainer.group_size=2", "trainer.groups_per_batch=2",
+        "sampling.max_tokens=4", "metrics.sinks=[]", "trainer.save_every=1", "seed=5", "rollout.drop_constant_reward_groups=false",
+        'env.args={"batch_size": 2, "n_batches": 4, "group_size": 2}',
+    ]  # fmt: skip
+    options = [a for s in sets for a in ("--set", s)]
+    # each exits 0, or 1 when the untrained model's rewards tie in every group (the run says so)
+    assert main(["run", "--steps", "2", "--name", "broken", *options]) in (0, 1)
+    assert main(["run", "--resume", str(tmp_path / "broken"), "--set", "trainer.steps=3"]) in (0, 1)
+    assert main(["run", "--steps", "3", "--name", "unbroken", *options]) in (0, 1)
+
+    def prompts(run: str) -> dict[int, list[Any]]:
+        rows = [json.loads(line) for line in (tmp_path / run / "rollouts.jsonl").read_text().splitlines()]
+        return {step: [(r["task"], r["prompt"]) for r in rows if r["step"] == step] for step in {r["step"] for r in rows}}
+
+    broken, unbroken = prompts("broken"), prompts("unbroken")
+    assert sorted(broken) == sorted(unbroken) == [0, 1, 2] and broken == unbroken and broken[2] != broken[1]
+    metrics = [json.loads(line) for line in (tmp_path / "broken" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1, 2] and all(m["rollouts/failed"] == 0 for m in metrics)

@@ -17,18 +17,18 @@ from transformers import AutoTokenizer
 from minds_core import Context, EpisodeSettings, hookimpl
 from minds_core.backends import model_tokenizer
 from minds_core.backends.local import DEFAULT_BASE_MODEL, create_service_client
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import tiny_model_path
+from minds_core.base.errors import ConfigError
 from minds_core.config import EnvConfig, RolloutConfig
+from minds_core.contract.locate import import_environment
+from minds_core.contract.plugins import load_plugins
 from minds_core.envs.conflicts import known_conflict
 from minds_core.envs.cookbook.environment import CookbookEnvironment
 from minds_core.envs.cookbook.episode import observation_tokens
 from minds_core.envs.cookbook.models import filled_args, run_model, use_run_model
 from minds_core.envs.loading import build_environment
-from minds_core.envs.locate import import_environment
-from minds_core.errors import ConfigError
-from minds_core.plugins import load_plugins
-from minds_core.render import Renderer
-from minds_core.rl.rollout import run_group
+from minds_core.envs.render import Renderer
+from minds_core.episodes.rollout import run_group
 
 SHAPES = Path(__file__).resolve().parent / "cookbook_shapes.py"
 
@@ -162,14 +162,35 @@ def test_a_plugin_registers_a_cookbook_dataset_by_name() -> None:
     assert isinstance(env, CookbookEnvironment) and len(env.tasks("train")) == 2
 
 
-def test_the_datasets_pickling_conflict_is_named_with_the_installed_versions() -> None:
+def test_the_datasets_pickling_conflict_is_named_with_the_installed_versions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The libraries' own failure, raised by an environment's load, is a usage error naming the installed versions."""
+    import importlib.metadata
     import pickle
 
-    import datasets
+    import pyarrow
+    from datasets.fingerprint import Hasher
 
-    error = pickle.PicklingError("Can't pickle <class 'MonthDayNano'>: it's not found as builtins.MonthDayNano")
-    said = known_conflict(error)
-    assert said is not None and f"datasets {datasets.__version__}" in said and "MonthDayNano" in said
+    from minds_core.cli.command import main
+
+    try:
+        Hasher.hash(pyarrow.MonthDayNano)
+    except pickle.PicklingError:
+        pass
+    else:
+        pytest.skip("the installed datasets, pyarrow and dill pickle MonthDayNano: no conflict to name")
+    env = tmp_path / "interval_env.py"
+    env.write_text(
+        "import pyarrow\nfrom datasets.fingerprint import Hasher\n\n\n"
+        "def load_environment():\n    Hasher.hash(pyarrow.MonthDayNano)  # as datasets' fingerprinting hashes what it is given\n"
+    )
+    code = main(["run", "--env", str(env), "--steps", "1", "--set", f"runs_dir={tmp_path}"])
+    error = capsys.readouterr().err
+    said = [line for line in error.splitlines() if line.startswith("minds: error:")]
+    assert code == 2 and len(said) == 1 and "Traceback" not in error, error[-2000:]
+    versions = ", ".join(f"{name} {importlib.metadata.version(name)}" for name in ("datasets", "pyarrow", "dill"))
+    assert "interval_env.py" in said[0] and f"a known conflict of the installed {versions}" in said[0]
     assert known_conflict(ValueError("something else")) is None
 
 

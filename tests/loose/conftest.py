@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from minds_core.cli.command import main
-from minds_core.envs.types import Context
+from minds_core.contract.environment import Context
 
 HERE = Path(__file__).resolve().parent
 

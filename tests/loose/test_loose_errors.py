@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from minds_core.base.errors import ConfigError
 from minds_core.cli.command import main
 from minds_core.envs.loose import LooseEnvironment, load_loose_environment
-from minds_core.errors import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from transformers import AutoTokenizer
 
 from minds_core import PolicySampler
 from minds_core.backends.local import TINY_MODEL, create_service_client
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 from minds_core.cli.command import main
 
 HARNESS = Path(__file__).resolve().parent / "harness"

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from minds_core.base.errors import ConfigError
 from minds_core.config import EnvConfig
+from minds_core.contract.plugins import load_plugins
 from minds_core.envs.loading import build_environment, warn_if_shadowing
 from minds_core.envs.loose import LooseEnvironment, load_loose_environment
-from minds_core.errors import ConfigError
-from minds_core.plugins import load_plugins
 
 ENVIRONMENT = '''
 from types import SimpleNamespace

@@ -13,14 +13,15 @@ import pytest
 import tinker
 from structlog.testing import capture_logs
 
+from minds_core.base.errors import ConfigError
 from minds_core.config import RolloutConfig
+from minds_core.contract.environment import Context
+from minds_core.contract.rubric import INVALID_PARTS_METRIC
 from minds_core.envs.cookbook.environment import CookbookEnvironment
 from minds_core.envs.loose import DRAWS, LooseEnvironment, PolicySampler, adapted, load_loose_environment
-from minds_core.envs.rubric import INVALID_PARTS_METRIC
-from minds_core.envs.types import Context
-from minds_core.errors import ConfigError
-from minds_core.render import Renderer
-from minds_core.rl.rollout import EpisodeSettings, run_rollout
+from minds_core.envs.render import Renderer
+from minds_core.episodes.groups import EpisodeSettings
+from minds_core.episodes.rollout import run_rollout
 
 
 async def test_drawn_prompts_are_shared_by_a_task_and_state_is_per_rollout(loose_dir: Path, ctx: Context) -> None:

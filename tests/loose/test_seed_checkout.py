@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from minds_core.cli.command import main
-from minds_core.envs.locate import import_environment
+from minds_core.contract.locate import import_environment
 from minds_core.testing import run_minds
 
 CHECKOUT = Path(__file__).resolve().parent / "seed_checkout"

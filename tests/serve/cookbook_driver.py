@@ -45,8 +45,8 @@ from tinker_cookbook.utils import cost_estimation
 from transformers import AutoTokenizer
 
 from minds_core.backends.local import ServiceClient as LocalServiceClient
-from minds_core.backends.local.tiny_model import TINY_MODEL as TINY_MODEL
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import TINY_MODEL as TINY_MODEL
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 
 MODEL = TINY_MODEL
 RENDERER = "role_colon"

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import tinker
 
-from minds_core.backends.local.checkpoints import CheckpointStore
 from minds_core.backends.local.rest import RestClient as LocalRestClient
 from minds_core.backends.local.session import Session
+from minds_core.backends.local.training.checkpoints import CheckpointStore
 
 from .conftest import KEY, Served
 

@@ -11,9 +11,9 @@ import pytest
 from tinker import types
 
 from minds_core.backends.local import TINY_MODEL, ServiceClient
+from minds_core.http.errors import NotFound, TooManyRequests
+from minds_core.http.limits import ServeLimits
 from minds_core.serve.engine import Engine
-from minds_core.serve.errors import NotFound, TooManyRequests
-from minds_core.serve.limits import ServeLimits
 from minds_core.serve.samplers import SamplerBudget
 
 CLIENT = "client-a"

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from minds_core.serve.limits import ServeLimits
+from minds_core.http.limits import ServeLimits
 
 from .conftest import KEY, Served, start_server
 from .flood import Flood

@@ -15,14 +15,14 @@ import zstandard
 from tinker import types
 from tinker.proto.request_conv import forward_backward_request_to_proto
 
-from minds_core.errors import UsageError
-from minds_core.serve.encodings import decode_body
-from minds_core.serve.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType, public_detail
-from minds_core.serve.limits import (
+from minds_core.base.errors import UsageError
+from minds_core.http.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType, public_detail
+from minds_core.http.limits import (
     ServeLimits,
     add_limit_arguments,
     limits_from_arguments,
 )
+from minds_core.serve.encodings import decode_body
 from minds_core.serve.owners import SECRET_FILE, RunOwners
 from minds_core.serve.wire import decode_forward_backward
 

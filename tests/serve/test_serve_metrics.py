@@ -12,8 +12,8 @@ import pytest
 import tinker
 from prometheus_client.parser import text_string_to_metric_families
 
+from minds_core.base.tracing import read_trace
 from minds_core.serve.metrics import ServeMetrics
-from minds_core.tracing import read_trace
 
 from .conftest import KEY, Served, start_server
 

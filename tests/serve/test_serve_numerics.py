@@ -14,7 +14,7 @@ import tinker
 from tinker import types
 
 from minds_core.backends.local import ServiceClient
-from minds_core.backends.local.losses import LOSSES
+from minds_core.backends.local.training.losses import LOSSES
 from minds_core.testing import with_sampled_provenance
 
 from .conftest import KEY

@@ -14,13 +14,13 @@ import tinker
 from tinker import types
 
 from minds_core.backends.local import TINY_MODEL, ServiceClient
-from minds_core.backends.local.accelerator import CpuAccelerator
-from minds_core.backends.local.adapted_models import KEPT_FREE
-from minds_core.backends.local.decode_slots import DecodeSlots, SlotSettings
+from minds_core.backends.local.model.accelerator import CpuAccelerator
+from minds_core.backends.local.model.adapted_models import KEPT_FREE
+from minds_core.backends.local.sampling.decode_slots import DecodeSlots, SlotSettings
 from minds_core.cli.command import main
+from minds_core.http.errors import NotFound
+from minds_core.http.limits import ServeLimits
 from minds_core.serve.engine import Engine
-from minds_core.serve.errors import NotFound
-from minds_core.serve.limits import ServeLimits
 from minds_core.serve.samplers import SamplerBudget
 
 from .conftest import KEY, start_server

@@ -33,8 +33,8 @@ from tinker import types
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from minds_core.backends.local import ServiceClient
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 from minds_core.backends.local.refusals import refusal
-from minds_core.backends.local.tiny_model import tiny_model_path
 from minds_core.testing import with_sampled_provenance
 
 from .conftest import KEY, Served

@@ -13,11 +13,11 @@ Same API and ``tinker.types`` as the hosted SDK::
 Importing this package imports torch.
 """
 
-from .builtin_models import DEFAULT_BASE_MODEL
-from .errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
+from .model.builtin_models import DEFAULT_BASE_MODEL
+from .model.errors import LocalBadRequestError, LocalConflictError, LocalNotFoundError
+from .model.tiny_model import TINY_MODEL
 from .sampling_client import SamplingClient
 from .service import ServiceClient, create_service_client
-from .tiny_model import TINY_MODEL
 from .training_client import TrainingClient
 
 __all__ = [

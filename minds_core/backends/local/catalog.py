@@ -16,8 +16,8 @@ from typing import Any
 
 from tinker import types
 
-from .checkpoints import METADATA_FILE, CheckpointStore, parse_path
-from .errors import LocalNotFoundError
+from .model.errors import LocalNotFoundError
+from .training.checkpoints import METADATA_FILE, CheckpointStore, parse_path
 
 __all__ = ["Catalog", "capabilities", "checkpoints_page", "training_runs_page"]
 

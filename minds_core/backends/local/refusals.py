@@ -6,8 +6,8 @@ from typing import Any
 
 from tinker.lib.public_interfaces.api_future import APIFuture
 
-from .errors import LocalBadRequestError
 from .futures import failed_future
+from .model.errors import LocalBadRequestError
 
 __all__ = ["WHY", "refusal", "refused"]
 

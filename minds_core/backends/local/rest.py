@@ -18,14 +18,14 @@ from typing import Literal, TypeVar
 from tinker import types
 from tinker.lib.public_interfaces.api_future import APIFuture
 
-from .builtin_models import BUILTIN_MODELS
 from .catalog import Catalog, capabilities
-from .checkpoints import CheckpointStore, parse_path
 from .deprecated import async_twin
-from .errors import LocalBadRequestError, LocalNotFoundError
 from .futures import completed_future, failed_future
+from .model.builtin_models import BUILTIN_MODELS
+from .model.errors import LocalBadRequestError, LocalNotFoundError
 from .refusals import refusal, refused
 from .session import Session
+from .training.checkpoints import CheckpointStore, parse_path
 
 __all__ = ["RestClient"]
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import weakref
 from pathlib import Path
 
-from .checkpoints import CheckpointStore
 from .futures import RequestQueue
-from .memory_plan import RunShape
-from .models import BaseModelRegistry
-from .placement import Placement
+from .model.memory_plan import RunShape
+from .model.models import BaseModelRegistry
+from .model.placement import Placement
+from .sampling.engine import SamplingEngine
 from .sampling_client import SamplingClient
-from .sampling_engine import SamplingEngine
 from .session import Session
+from .training.checkpoints import CheckpointStore
 
 __all__ = ["Runtime"]
 

@@ -9,11 +9,11 @@ from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurre
 from transformers import PreTrainedTokenizerBase
 
 from .deprecated import async_twin
-from .errors import LocalBadRequestError
 from .futures import RequestQueue, failed_future
-from .inputs import model_input_tokens
-from .prompt_targets import check_target_tensor
-from .sampling_engine import SamplingEngine
+from .model.errors import LocalBadRequestError
+from .model.tokens import model_input_tokens
+from .sampling.engine import SamplingEngine
+from .sampling.prompt_targets import check_target_tensor
 
 __all__ = ["SamplingClient"]
 

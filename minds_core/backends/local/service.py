@@ -25,20 +25,20 @@ from tinker.lib.public_interfaces.backcompat_training_client_future import (
 )
 from tinker.lib.public_interfaces.custom_loss import LossHandle, PerDatumLossFn, trace_loss
 
-from .builtin_models import BUILTIN_MODELS
 from .deprecated import async_twin
-from .errors import LocalBadRequestError
 from .futures import completed_future
-from .lora import LoraSpec
-from .memory_plan import RunShape
-from .placement import resolve_placement
+from .model.builtin_models import BUILTIN_MODELS
+from .model.errors import LocalBadRequestError
+from .model.lora import LoraSpec
+from .model.memory_plan import RunShape
+from .model.placement import resolve_placement
 from .refusals import refused
 from .rest import RestClient
 from .runtime import Runtime
-from .sampling_engine import SamplingEngine
+from .sampling.engine import SamplingEngine
 from .session import Session
+from .training.engine import TrainingEngine
 from .training_client import TrainingClient
-from .training_engine import TrainingEngine
 
 __all__ = ["ServiceClient", "create_service_client"]
 

@@ -7,17 +7,31 @@ import threading
 import uuid
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tinker import types
 
-from .errors import LocalNotFoundError
+from .model.errors import LocalNotFoundError
 
-if TYPE_CHECKING:
-    from .sampling_client import SamplingClient
-    from .training_client import TrainingClient
+__all__ = ["Session", "SessionRun", "SessionSampler"]
 
-__all__ = ["Session"]
+
+class SessionRun(Protocol):
+    """What a session lists of a training run (a ``TrainingClient``)."""
+
+    #: the run's id, listed in ``training_run_ids``
+    model_id: str
+
+
+class SessionSampler(Protocol):
+    """What a session reports of a sampling client (a ``SamplingClient``)."""
+
+    #: the ``tinker://`` path of the weights it samples (None: a base model, or in-memory weights)
+    model_path: str | None
+
+    def get_base_model(self) -> str:
+        """The name of the base model it samples."""
+        ...
 
 
 class Session:
@@ -37,16 +51,16 @@ class Session:
             user_metadata=dict(user_metadata) if user_metadata else None,
             display_name=display_name,
         )
-        self._runs: weakref.WeakValueDictionary[str, TrainingClient] = weakref.WeakValueDictionary()
-        self._samplers: weakref.WeakValueDictionary[str, SamplingClient] = weakref.WeakValueDictionary()
+        self._runs: weakref.WeakValueDictionary[str, SessionRun] = weakref.WeakValueDictionary()
+        self._samplers: weakref.WeakValueDictionary[str, SessionSampler] = weakref.WeakValueDictionary()
         self._sampler_numbers = itertools.count()
         self._lock = threading.Lock()
 
-    def add_run(self, client: TrainingClient) -> None:
+    def add_run(self, client: SessionRun) -> None:
         with self._lock:
             self._runs[client.model_id] = client
 
-    def add_sampler(self, client: SamplingClient) -> None:
+    def add_sampler(self, client: SessionSampler) -> None:
         with self._lock:
             self._samplers[f"{self.id}:sample:{next(self._sampler_numbers)}"] = client
 

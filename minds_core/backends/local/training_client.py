@@ -15,16 +15,16 @@ from tinker.lib.public_interfaces.custom_loss import LossHandle, check_loss_inpu
 from tinker.types.optimizer import OptimParamsBase
 from transformers import PreTrainedTokenizerBase
 
-from .age import parse_recipients
-from .checkpoints import CheckpointContents, CheckpointKind
 from .deprecated import async_twin
-from .errors import LocalBadRequestError, LocalRequestFailedError
 from .futures import failed_future
-from .inputs import DatumTensors, submitted_datum
+from .model.errors import LocalBadRequestError, LocalRequestFailedError
 from .runtime import Runtime
+from .sampling.engine import SamplingEngine
 from .sampling_client import SamplingClient
-from .sampling_engine import SamplingEngine
-from .training_engine import CustomLossFn, TrainingEngine
+from .training.age import parse_recipients
+from .training.checkpoints import CheckpointContents, CheckpointKind
+from .training.datums import DatumTensors, submitted_datum
+from .training.engine import CustomLossFn, TrainingEngine
 
 __all__ = ["TrainingClient"]
 

@@ -15,11 +15,11 @@ import collections
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from minds_core.envs.blocking import plugin_call
+from minds_core.base.blocking import plugin_call
+from minds_core.contract.environment import Context, EpisodeConversation, Task
 from minds_core.envs.cookbook.episode import CookbookEpisode, Played
 from minds_core.envs.cookbook.sources import GroupSource
 from minds_core.envs.sampler import PolicySampler
-from minds_core.envs.types import Context, EpisodeConversation, Task
 
 #: Groups whose unplayed envs and finished rollouts an environment keeps at most (a process that plays but never scores).
 KEPT_GROUPS = 1024

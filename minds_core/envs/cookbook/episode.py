@@ -13,17 +13,13 @@ for the group's ``compute_group_rewards``.
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
-from minds_core.envs.blocking import plugin_call
+from minds_core.base.blocking import plugin_call
+from minds_core.contract.environment import Context, EpisodeConversation, StepResult, Task, TokenBudgetExhausted
 from minds_core.envs.sampler import PolicySampler
-from minds_core.envs.types import Context, EpisodeConversation, StepResult, Task, TokenBudgetExhausted
-
-if TYPE_CHECKING:
-    from minds_core.envs.cookbook.environment import CookbookEnvironment
-
 
 #: The cookbook runner's metric of turns cut at their max_tokens that the env continued from (its final transition's).
 TRUNCATION_METRIC = "num_truncations_max_turn_tokens"
@@ -57,10 +53,20 @@ def _takes_extra(step: Any) -> bool:
     return "extra" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
+class EnvSource(Protocol):
+    """Where an episode takes its cookbook env and leaves what it played (``CookbookEnvironment``)."""
+
+    async def take_env(self, task: Task, sampler: PolicySampler) -> Any:
+        """An env of ``task`` that no rollout played yet."""
+
+    def keep(self, task: Task, played: Played) -> None:
+        """Remember a finished rollout of ``task`` for its group's rewards."""
+
+
 class CookbookEpisode:
     """A ``SelfDrivingEpisode`` playing one cookbook ``Env`` of its task (see the module docstring)."""
 
-    def __init__(self, environment: CookbookEnvironment, task: Task, ctx: Context) -> None:
+    def __init__(self, environment: EnvSource, task: Task, ctx: Context) -> None:
         self.environment, self.task, self.ctx = environment, task, ctx
         self.sampler = PolicySampler(ctx.sampler)
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import attrs
 
-from minds_core.errors import ConfigError
-from minds_core.logs import get_logger
+from minds_core.base.errors import ConfigError
+from minds_core.base.logs import get_logger
 
 log = get_logger("cookbook")
 

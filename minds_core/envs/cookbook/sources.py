@@ -19,10 +19,10 @@ import copy
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from minds_core.envs.blocking import plugin_call
+from minds_core.base.blocking import plugin_call
+from minds_core.base.errors import ConfigError
 from minds_core.envs.loops import run_to_completion
 from minds_core.envs.sampler import PolicySampler
-from minds_core.errors import ConfigError
 
 #: Policies whose built list of instances a seed builder keeps (off-policy rollouts may still use an older one).
 BUILT_POLICIES = 4

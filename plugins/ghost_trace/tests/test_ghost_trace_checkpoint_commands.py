@@ -19,7 +19,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from minds_core.backends.local import ServiceClient
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 from minds_core.cli.command import main
 from minds_core.report.page import printable
 from minds_core.testing import run_minds

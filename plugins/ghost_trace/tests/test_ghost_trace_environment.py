@@ -2,7 +2,7 @@
 
 import pytest
 
-from minds_core.errors import ConfigError
+from minds_core.base.errors import ConfigError
 from minds_ghost_trace.environment import REWARD_NAME, load_environment
 from minds_ghost_trace.words import WORDS
 

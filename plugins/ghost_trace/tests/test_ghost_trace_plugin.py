@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from minds_core.plugins import load_plugins
+from minds_core.contract.plugins import load_plugins
 from minds_ghost_trace.environment import REWARD_NAME
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from minds_core.report.charts import PALETTE
-from minds_core.run_directory import read_jsonl
 from minds_core.testing import chromium, run_minds, view_in_chromium
+from minds_core.training.run_directory import read_jsonl
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 

@@ -71,7 +71,7 @@ def _adam(learning_rate: float) -> Any:
 async def policy(tmp_path: Path) -> AsyncIterator[Policy]:
     """A fresh LoRA policy on the tiny local model, snapshotted once."""
     local = pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
-    from minds_core.render import Renderer
+    from minds_core.envs.render import Renderer
 
     service = local.ServiceClient(checkpoint_root=tmp_path / "checkpoints")
     training = await service.create_lora_training_client(local.TINY_MODEL, rank=8, seed=0)

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from minds_core.errors import ConfigError
+from minds_core.base.errors import ConfigError
 from minds_gradient_prophet.entropy import GENERATORS, load_entropy_intuition
 from minds_gradient_prophet.scoring import normalized_entropy
 from minds_gradient_prophet.shadow import scoring_datum

@@ -4,10 +4,10 @@ import pytest
 from attrs import evolve
 
 from minds_core import Rubric, SingleTurnEnvironment, Task
+from minds_core.base.errors import ConfigError
 from minds_core.config import EnvConfig
+from minds_core.contract.plugins import load_plugins
 from minds_core.envs.loading import build_environment
-from minds_core.errors import ConfigError
-from minds_core.plugins import load_plugins
 from minds_gradient_prophet.intuition import GradientIntuitionEnvironment, load_gradient_intuition, prediction_reward
 from minds_gradient_prophet.lessons import QA
 from minds_gradient_prophet.policy_scores import MeasurementError

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from minds_core.errors import ConfigError
-from minds_core.plugins import load_plugins
+from minds_core.base.errors import ConfigError
+from minds_core.contract.plugins import load_plugins
 from minds_gradient_prophet.lessons import LESSON_SETS
 from minds_gradient_prophet.prophet import IN_CONTEXT, SURPRISE, in_context_prompt, load_gradient_prophet
 from minds_gradient_prophet.trivia import TRIVIA
@@ -30,7 +30,7 @@ def test_the_plugin_registers_its_environments_and_reward_functions():
 def test_loading_the_plugin_does_not_import_torch():
     code = (
         "import sys\n"
-        "from minds_core.plugins import load_plugins\n"
+        "from minds_core.contract.plugins import load_plugins\n"
         "assert 'gradient_prophet' in load_plugins().registry.names('environments')\n"
         "print(sorted(m for m in ('torch', 'tinker', 'transformers') if m in sys.modules))\n"
     )

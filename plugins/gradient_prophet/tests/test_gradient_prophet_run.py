@@ -8,9 +8,9 @@ import pytest
 from minds_core import Task, hookimpl
 from minds_core.backends import create_local_service
 from minds_core.config import load_config
-from minds_core.plugins import load_plugins
+from minds_core.contract.plugins import load_plugins
 from minds_core.testing import run_minds, scripted_pick, scripted_replies_plugin
-from minds_core.training import train
+from minds_core.train import train
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 

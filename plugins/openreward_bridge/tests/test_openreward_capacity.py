@@ -7,7 +7,7 @@ import asyncio
 import aiohttp
 import pytest
 
-from minds_core.envs.types import Context, Task
+from minds_core.contract.environment import Context, Task
 from minds_openreward.environment import OpenRewardEnvironment, load_environment
 from minds_openreward.failures import is_capacity_error
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from minds_core.base.errors import ConfigError
 from minds_core.config import load_config, read_config_file
-from minds_core.errors import ConfigError
 from minds_core.testing import run_minds
 from minds_openreward.convert import convert, main, render
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from minds_core.envs.types import Context
+from minds_core.contract.environment import Context
 from minds_openreward.environment import OpenRewardEnvironment, load_environment
 from minds_openreward.episode import OpenRewardEpisode
 
@@ -134,8 +134,8 @@ async def test_without_a_terminal_tool_plain_text_gets_feedback(ors_server) -> N
 async def test_tool_aware_templates_get_the_tools_and_tool_messages(ors_server) -> None:
     from transformers import AutoTokenizer
 
-    from minds_core.backends.local.tiny_model import tiny_model_path
-    from minds_core.render import Renderer
+    from minds_core.backends.local.model.tiny_model import tiny_model_path
+    from minds_core.envs.render import Renderer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
     tokenizer.chat_template = (

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from minds_core.base.errors import ConfigError, UsageError
 from minds_core.cli.command import main
-from minds_core.envs.types import Context
-from minds_core.errors import ConfigError, UsageError
+from minds_core.contract.environment import Context
 from minds_openreward.environment import choose, load_environment
 from minds_openreward.settings import SplitSettings
 

@@ -15,10 +15,11 @@ import tinker
 from tinker import types
 
 from minds_core.config import RolloutConfig
-from minds_core.envs.types import Context
-from minds_core.render import Renderer
-from minds_core.rl.datums import rl_datum
-from minds_core.rl.rollout import EpisodeSettings, run_group
+from minds_core.contract.environment import Context
+from minds_core.envs.render import Renderer
+from minds_core.episodes.groups import EpisodeSettings
+from minds_core.episodes.rollout import run_group
+from minds_core.training.datums import rl_datum
 from minds_openreward.environment import load_environment
 
 local = pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")

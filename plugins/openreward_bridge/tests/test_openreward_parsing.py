@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from minds_core.errors import ConfigError
+from minds_core.base.errors import ConfigError
 from minds_openreward.capacity import AdaptiveLimiter
 from minds_openreward.rewards import rollout_reward
 from minds_openreward.settings import parse_settings, resolve_secrets

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from minds_core import strip_think
-from minds_core.rl.data_order import DataOrder
 from minds_core.testing import run_minds
+from minds_core.training.data_order import DataOrder
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
 

@@ -12,11 +12,12 @@ import pytest
 from fastapi import FastAPI, Request
 from tinker import types
 
+from minds_core.base.errors import ConfigError, UsageError
 from minds_core.config import RolloutConfig
-from minds_core.envs.types import Context
-from minds_core.errors import ConfigError, UsageError
-from minds_core.render import Renderer
-from minds_core.rl.rollout import EpisodeSettings, Group, run_group
+from minds_core.contract.environment import Context
+from minds_core.envs.render import Renderer
+from minds_core.episodes.groups import EpisodeSettings, Group
+from minds_core.episodes.rollout import run_group
 from minds_openreward.environment import OpenRewardEnvironment, load_environment
 from minds_openreward.local_server import serve_app
 from minds_openreward.settings import parse_settings

@@ -4,8 +4,8 @@ import subprocess
 import sys
 
 from minds_core.config import EnvConfig, RewardRef
+from minds_core.contract.plugins import load_plugins
 from minds_core.envs.loading import build_environment
-from minds_core.plugins import load_plugins
 
 REWARD_NAMES = ["self_prediction.accuracy", "self_prediction.calibration", "self_prediction.format"]
 

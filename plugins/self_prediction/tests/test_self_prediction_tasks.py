@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from minds_core.errors import ConfigError
+from minds_core.base.errors import ConfigError
 from minds_self_prediction.environment import REWARDS, load_environment
 from minds_self_prediction.problems import HUGE_RANGE, Problem, make_problems
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from minds_core.errors import ConfigError, UsageError
+from minds_core.base.errors import ConfigError, UsageError
 from minds_verifiers import load_environment
 
 
@@ -19,7 +19,7 @@ def test_the_installed_distribution_registers_verifiers_without_importing_it() -
         "import importlib.metadata as md, sys\n"
         "(ep,) = [e for e in md.entry_points(group='minds') if e.name == 'verifiers']\n"
         "assert (ep.value, ep.dist.name) == ('minds_verifiers', 'minds-plugin-verifiers'), ep\n"
-        "from minds_core.plugins import load_plugins\n"
+        "from minds_core.contract.plugins import load_plugins\n"
         "entry = load_plugins().registry.get('environments', 'verifiers')\n"
         "assert entry.obj is ep.load().load_environment\n"
         "assert 'verifiers' not in sys.modules, 'minds_verifiers imported verifiers at import time'\n"

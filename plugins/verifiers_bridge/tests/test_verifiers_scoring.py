@@ -12,8 +12,9 @@ import tinker
 
 from minds_core import Context
 from minds_core.config import RolloutConfig
-from minds_core.render import Renderer
-from minds_core.rl.rollout import EpisodeSettings, run_rollout
+from minds_core.envs.render import Renderer
+from minds_core.episodes.groups import EpisodeSettings
+from minds_core.episodes.rollout import run_rollout
 from minds_verifiers import load_environment
 
 pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")

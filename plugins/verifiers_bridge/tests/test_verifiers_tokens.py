@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 import tinker
 
-from minds_core.envs.types import Context
-from minds_core.render import Renderer
-from minds_core.rl.conversation import Conversation
-from minds_core.rl.datums import rl_datum
-from minds_core.rl.rollout import play_episode
+from minds_core.contract.environment import Context
+from minds_core.envs.render import Renderer
+from minds_core.episodes.conversation import Conversation
+from minds_core.episodes.rollout import play_episode
+from minds_core.training.datums import rl_datum
 from minds_verifiers import load_environment
 from minds_verifiers.messages import native_tool, plain_messages
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from minds_core.errors import ConfigError
+from minds_core.base.errors import ConfigError
 
 SCORER = Path(__file__).with_name("vf_score.py")
 

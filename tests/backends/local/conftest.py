@@ -10,7 +10,7 @@ import torch
 from tinker import types
 
 from minds_core.backends.local import TINY_MODEL, ServiceClient, TrainingClient
-from minds_core.backends.local.accelerator import EVENTS
+from minds_core.backends.local.model.accelerator import EVENTS
 
 SEQUENCES = ("The cat sat on the mat.", "1+1=2, 2+2=4", "Hello, world!")
 """Short texts to train on (the tiny tokenizer is byte-level: one token per character)."""

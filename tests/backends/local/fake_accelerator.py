@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from minds_core.backends.local.accelerator import Replay
+from minds_core.backends.local.model.accelerator import Replay
 
 GIB = 1 << 30
 

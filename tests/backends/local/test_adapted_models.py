@@ -11,12 +11,12 @@ import torch
 from tinker import types
 
 from minds_core.backends.local import TINY_MODEL, TrainingClient
-from minds_core.backends.local.decode_slots import DecodeSlots
-from minds_core.backends.local.held_bytes import storage_bytes
-from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
-from minds_core.backends.local.models import BaseModelRegistry
-from minds_core.backends.local.placement import Placement
-from minds_core.backends.local.sampling_engine import SamplingEngine
+from minds_core.backends.local.model.lora import LoraSpec, adapter_state, attach_lora
+from minds_core.backends.local.model.models import BaseModelRegistry
+from minds_core.backends.local.model.placement import Placement
+from minds_core.backends.local.sampling.decode_slots import DecodeSlots
+from minds_core.backends.local.sampling.engine import SamplingEngine
+from minds_core.backends.local.sampling.held_bytes import storage_bytes
 
 ADAM = types.AdamParams(learning_rate=2e-2)
 

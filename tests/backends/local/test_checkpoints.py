@@ -21,8 +21,8 @@ from minds_core.backends.local import (
     LocalNotFoundError,
     ServiceClient,
     TrainingClient,
-    checkpoints,
 )
+from minds_core.backends.local.training import checkpoints
 
 ADAM = types.AdamParams(learning_rate=1e-2, weight_decay=0.01)
 

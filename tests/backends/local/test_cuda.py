@@ -17,7 +17,7 @@ import torch
 from tinker import types
 
 from minds_core.backends.local import TINY_MODEL, ServiceClient, TrainingClient
-from minds_core.backends.local.placement import resolve_placement
+from minds_core.backends.local.model.placement import resolve_placement
 from minds_core.testing import QUICK_RUN, run_minds
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -187,8 +187,7 @@ def test_packed_gradients_match_each_datum_alone_within_bf16_tolerance(gpu_servi
 
 
 def test_chunked_logprobs_equal_full_logprobs_and_hold_one_chunk_of_a_large_vocabulary() -> None:
-    from minds_core.backends.local.head_logprobs import OutputHead
-    from minds_core.backends.local.models import target_logprobs
+    from minds_core.backends.local.model.head_logprobs import OutputHead, target_logprobs
 
     vocab, width = 151936, 256
     layer = torch.nn.Linear(width, vocab, bias=False, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
@@ -234,9 +233,9 @@ def shared_prompts(trainer: TrainingClient, groups: int = 2, samples: int = 4) -
 
 
 def test_flex_attention_block_masks_match_the_dense_mask_within_bf16_tolerance(gpu_trainer: TrainingClient) -> None:
-    from minds_core.backends.local import packed_attention
-    from minds_core.backends.local.inputs import submitted_datum
-    from minds_core.backends.local.passes import LossPasses
+    from minds_core.backends.local.model import packed_attention
+    from minds_core.backends.local.training.datums import submitted_datum
+    from minds_core.backends.local.training.passes import LossPasses
 
     placement = resolve_placement("cuda")
     assert placement.packed_attention == "flex"  # triton comes with CUDA builds of torch
@@ -262,7 +261,7 @@ def test_flex_attention_block_masks_match_the_dense_mask_within_bf16_tolerance(g
 
 
 def test_prompt_sharing_follows_the_times_measured_on_the_gpu(gpu_trainer: TrainingClient) -> None:
-    from minds_core.backends.local.pass_cost import TRIALS
+    from minds_core.backends.local.training.pass_cost import TRIALS
 
     data = shared_prompts(gpu_trainer)
     outputs = [gpu_trainer.forward_backward(data, "importance_sampling").result().metrics for _ in range(2 * TRIALS + 1)]
@@ -279,8 +278,8 @@ def test_laying_out_a_base_at_load_leaves_no_second_copy_of_its_weights_cached(t
     ``minds serve``'s sampler budget, does not count cached memory as free."""
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-    from minds_core.backends.local.models import BaseModelRegistry
-    from minds_core.backends.local.tiny_model import tiny_model_path
+    from minds_core.backends.local.model.models import BaseModelRegistry
+    from minds_core.backends.local.model.tiny_model import tiny_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
     config = Qwen3Config(

@@ -8,11 +8,12 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from minds_core.backends.local import TrainingClient, packed_attention
-from minds_core.backends.local.inputs import submitted_datum
-from minds_core.backends.local.packed_attention import block_mask, flex_kernel, prove
-from minds_core.backends.local.passes import LossPasses
-from minds_core.backends.local.placement import resolve_placement
+from minds_core.backends.local import TrainingClient
+from minds_core.backends.local.model import packed_attention
+from minds_core.backends.local.model.packed_attention import block_mask, flex_kernel, prove
+from minds_core.backends.local.model.placement import resolve_placement
+from minds_core.backends.local.training.datums import submitted_datum
+from minds_core.backends.local.training.passes import LossPasses
 
 from .test_cuda import gpu_service, gpu_trainer  # noqa: F401 - fixtures used here
 from .test_flex_fallback import mixed_request, packed_batches

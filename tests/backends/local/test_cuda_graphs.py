@@ -16,10 +16,10 @@ from minds_core.backends.local import (
     ServiceClient,
     TrainingClient,
 )
-from minds_core.backends.local.accelerator import accelerator_for
-from minds_core.backends.local.cache_argument import cache_argument, returned_cache
-from minds_core.backends.local.decode_slots import DecodeSlots, SlotSettings
-from minds_core.backends.local.device_sampling import RowSettings, row_key
+from minds_core.backends.local.model.accelerator import accelerator_for
+from minds_core.backends.local.model.cache_argument import cache_argument, returned_cache
+from minds_core.backends.local.sampling.decode_slots import DecodeSlots, SlotSettings
+from minds_core.backends.local.sampling.device_sampling import RowSettings, row_key
 
 from .test_cuda import assert_close_logprobs, gpu_service  # noqa: F401 - gpu_service: a fixture used here
 

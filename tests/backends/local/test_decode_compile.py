@@ -10,12 +10,13 @@ import torch
 from structlog.testing import capture_logs
 from tinker import types
 
-from minds_core.backends.local import TINY_MODEL, fast_decode
-from minds_core.backends.local.errors import LocalBadRequestError
-from minds_core.backends.local.fast_decode import FastDecoder
-from minds_core.backends.local.models import BaseModelRegistry
-from minds_core.backends.local.placement import Placement
-from minds_core.backends.local.sampling_engine import SamplingEngine
+from minds_core.backends.local import TINY_MODEL
+from minds_core.backends.local.model.errors import LocalBadRequestError
+from minds_core.backends.local.model.models import BaseModelRegistry
+from minds_core.backends.local.model.placement import COMPILE_MODES, Placement
+from minds_core.backends.local.sampling import fast_decode
+from minds_core.backends.local.sampling.engine import SamplingEngine
+from minds_core.backends.local.sampling.fast_decode import FastDecoder
 
 from .test_fast_decode import PROMPT_SETS, models, steps
 
@@ -128,5 +129,5 @@ def test_a_failing_compile_falls_back_to_eager_once_and_says_so(monkeypatch: pyt
 def test_a_placement_takes_only_modes_that_leave_graphs_to_the_sampler() -> None:
     with pytest.raises(LocalBadRequestError, match=r"decode_compile is 'reduce-overhead'.*default"):
         Placement(CPU, torch.float32, decode_compile="reduce-overhead")
-    for mode in (None, *fast_decode.COMPILE_MODES):
+    for mode in (None, *COMPILE_MODES):
         assert Placement(CPU, torch.float32, decode_compile=mode).decode_compile == mode

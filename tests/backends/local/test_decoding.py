@@ -16,8 +16,8 @@ from minds_core.backends.local import (
     SamplingClient,
     ServiceClient,
     TrainingClient,
-    decoding,
 )
+from minds_core.backends.local.sampling import decoding
 
 GREEDY = types.SamplingParams(max_tokens=6, temperature=0, stop=[])
 TEXTS = ("Once upon a time", "The cat", "1+1=", "Hello, world! How are you today?", "xy")

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from minds_core.backends.local import device_sampling
-from minds_core.backends.local.accelerator import accelerator_for
-from minds_core.backends.local.cuda_graphs import StepGraphs
-from minds_core.backends.local.device_sampling import (
+from minds_core.backends.local.model.accelerator import accelerator_for
+from minds_core.backends.local.sampling import device_sampling
+from minds_core.backends.local.sampling.cuda_graphs import StepGraphs
+from minds_core.backends.local.sampling.device_sampling import (
     Draws,
     RowSettings,
     row_key,

@@ -16,19 +16,19 @@ import torch
 from structlog.testing import capture_logs
 from tinker import types
 
-from minds_core import logs as minds_logs
 from minds_core.backends import backend_settings, run_shape
 from minds_core.backends.local import TINY_MODEL, LocalBadRequestError
-from minds_core.backends.local.accelerator import EVENTS
-from minds_core.backends.local.inputs import submitted_datum
-from minds_core.backends.local.lora import LoraSpec
-from minds_core.backends.local.memory_plan import MIN_ROWS, MIN_TRAIN_TOKENS, ModelSizes, RunShape, plan_memory
-from minds_core.backends.local.models import BaseModel, BaseModelRegistry
-from minds_core.backends.local.placement import Placement, resolve_placement
-from minds_core.backends.local.sampling_engine import SamplingEngine
-from minds_core.backends.local.training_engine import TrainingEngine
+from minds_core.backends.local.model.accelerator import EVENTS
+from minds_core.backends.local.model.lora import LoraSpec
+from minds_core.backends.local.model.memory_plan import MIN_ROWS, MIN_TRAIN_TOKENS, ModelSizes, RunShape, plan_memory
+from minds_core.backends.local.model.models import BaseModel, BaseModelRegistry
+from minds_core.backends.local.model.placement import Placement, resolve_placement
+from minds_core.backends.local.sampling.engine import SamplingEngine
+from minds_core.backends.local.training.datums import submitted_datum
+from minds_core.backends.local.training.engine import TrainingEngine
+from minds_core.base import logs as minds_logs
+from minds_core.base.errors import ConfigError
 from minds_core.config import load_config
-from minds_core.errors import ConfigError
 
 from .fake_accelerator import GIB, FakeAccelerator
 

@@ -19,15 +19,15 @@ from transformers import (
 )
 
 from minds_core.backends.local import TINY_MODEL, ServiceClient
-from minds_core.backends.local.cache_argument import cache_argument, returned_cache
-from minds_core.backends.local.decode_slots import _ModelForward
-from minds_core.backends.local.fast_decode import FastDecoder
-from minds_core.backends.local.kv_slots import KVSlots
-from minds_core.backends.local.lora import LoraSpec, adapter_state, attach_lora
-from minds_core.backends.local.models import BaseModelRegistry
-from minds_core.backends.local.placement import Placement
-from minds_core.backends.local.sampling_engine import SamplingEngine
-from minds_core.backends.local.tiny_model import byte_tokenizer
+from minds_core.backends.local.model.cache_argument import cache_argument, returned_cache
+from minds_core.backends.local.model.lora import LoraSpec, adapter_state, attach_lora
+from minds_core.backends.local.model.models import BaseModelRegistry
+from minds_core.backends.local.model.placement import Placement
+from minds_core.backends.local.model.tiny_model import byte_tokenizer
+from minds_core.backends.local.sampling.decode_slots import _ModelForward
+from minds_core.backends.local.sampling.engine import SamplingEngine
+from minds_core.backends.local.sampling.fast_decode import FastDecoder
+from minds_core.backends.local.sampling.kv_slots import KVSlots
 
 SIZES = {
     "vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,

@@ -18,11 +18,13 @@ from tinker import types
 from torch._dynamo.utils import counters
 from torch.nn.attention.flex_attention import BlockMask, create_mask
 
-from minds_core.backends.local import TrainingClient, packed_attention, passes
-from minds_core.backends.local.inputs import submitted_datum
-from minds_core.backends.local.packed_attention import block_mask, compile_flex, prove
-from minds_core.backends.local.packing import Group, MicroBatch, plan_waves
-from minds_core.backends.local.passes import shared_prefix_groups
+from minds_core.backends.local import TrainingClient
+from minds_core.backends.local.model import packed_attention
+from minds_core.backends.local.model.packed_attention import block_mask, compile_flex, prove
+from minds_core.backends.local.training import passes
+from minds_core.backends.local.training.datums import submitted_datum
+from minds_core.backends.local.training.packing import Group, MicroBatch, plan_waves
+from minds_core.backends.local.training.passes import shared_prefix_groups
 
 from .test_packed import rows, shared_prompt_data
 

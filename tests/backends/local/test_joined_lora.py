@@ -11,10 +11,11 @@ from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from minds_core.backends.local import TrainingClient, joined_lora
-from minds_core.backends.local.joined_lora import join_lora, use_joined
-from minds_core.backends.local.lora import LoraSpec, attach_lora
-from minds_core.backends.local.sibling_weights import lay_out, sibling_groups
+from minds_core.backends.local import TrainingClient
+from minds_core.backends.local.model.lora import LoraSpec, attach_lora
+from minds_core.backends.local.model.sibling_weights import lay_out, sibling_groups
+from minds_core.backends.local.training import joined_lora
+from minds_core.backends.local.training.joined_lora import join_lora, use_joined
 
 from .conftest import SEQUENCES
 from .test_fast_decode import models

@@ -15,7 +15,7 @@ from minds_core.backends.local import (
     ServiceClient,
     TrainingClient,
 )
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 
 ADAM = types.AdamParams(learning_rate=1e-2, weight_decay=0.01)
 Adapter = Callable[[TrainingClient], dict[str, torch.Tensor]]

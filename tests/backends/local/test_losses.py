@@ -10,7 +10,7 @@ import torch
 from tinker import types
 
 from minds_core.backends.local import LocalBadRequestError, TrainingClient
-from minds_core.backends.local.losses import LOSSES, token_losses
+from minds_core.backends.local.training.losses import LOSSES, token_losses
 
 CONFIGS = {
     "cross_entropy": {},

@@ -10,14 +10,15 @@ import torch
 from peft import PeftModel
 from tinker import types
 
-from minds_core.backends.local import TrainingClient, head_logprobs, packed_attention, pass_cost, passes
-from minds_core.backends.local.head_logprobs import OutputHead
-from minds_core.backends.local.inputs import submitted_datum
-from minds_core.backends.local.losses import LOSSES, token_losses
-from minds_core.backends.local.models import target_logprobs
-from minds_core.backends.local.packed_attention import block_mask
-from minds_core.backends.local.packing import Group, plan_waves
-from minds_core.backends.local.pass_cost import PlanTimes
+from minds_core.backends.local import TrainingClient
+from minds_core.backends.local.model import head_logprobs, packed_attention
+from minds_core.backends.local.model.head_logprobs import OutputHead, target_logprobs
+from minds_core.backends.local.model.packed_attention import block_mask
+from minds_core.backends.local.training import pass_cost, passes
+from minds_core.backends.local.training.datums import submitted_datum
+from minds_core.backends.local.training.losses import LOSSES, token_losses
+from minds_core.backends.local.training.packing import Group, plan_waves
+from minds_core.backends.local.training.pass_cost import PlanTimes
 from minds_core.testing import with_sampled_provenance
 
 CONFIGS = {"dro": {"beta": 0.5}}  # a penalty large enough to matter in the gradients

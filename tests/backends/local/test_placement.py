@@ -15,15 +15,15 @@ from tinker import types
 
 from minds_core.backends import create_local_service
 from minds_core.backends.local import LocalBadRequestError
-from minds_core.backends.local.inputs import submitted_datum
-from minds_core.backends.local.lora import LoraSpec
-from minds_core.backends.local.models import BaseModelRegistry
-from minds_core.backends.local.passes import LossPasses
-from minds_core.backends.local.placement import Placement, resolve_placement
-from minds_core.backends.local.sampling_engine import SamplingEngine
-from minds_core.backends.local.training_engine import TrainingEngine
+from minds_core.backends.local.model.lora import LoraSpec
+from minds_core.backends.local.model.models import BaseModelRegistry
+from minds_core.backends.local.model.placement import Placement, resolve_placement
+from minds_core.backends.local.sampling.engine import SamplingEngine
+from minds_core.backends.local.training.datums import submitted_datum
+from minds_core.backends.local.training.engine import TrainingEngine
+from minds_core.backends.local.training.passes import LossPasses
+from minds_core.base.errors import ConfigError, UsageError
 from minds_core.config import load_config
-from minds_core.errors import ConfigError, UsageError
 
 BF16_ON_CPU = Placement(torch.device("cpu"), torch.bfloat16)
 BF16_LOGPROB_MAX_ERROR, BF16_LOGPROB_MEAN_ERROR = 0.2, 0.03

@@ -29,7 +29,7 @@ from minds_core.backends.local import (
     ServiceClient,
     TrainingClient,
 )
-from minds_core.backends.local.losses import LOSSES
+from minds_core.backends.local.training.losses import LOSSES
 
 ADAM = types.AdamParams(learning_rate=1e-2)
 

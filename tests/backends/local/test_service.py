@@ -18,7 +18,7 @@ from minds_core.backends.local import (
     TrainingClient,
     create_service_client,
 )
-from minds_core.backends.local.tiny_model import tiny_model_path
+from minds_core.backends.local.model.tiny_model import tiny_model_path
 
 
 def test_default_model_name_and_factory(tmp_path: Path) -> None:

@@ -8,9 +8,10 @@ import pytest
 import torch
 from tinker import types
 
-from minds_core.backends.local import TrainingClient, passes
-from minds_core.backends.local.inputs import submitted_datum
-from minds_core.backends.local.losses import LOSSES
+from minds_core.backends.local import TrainingClient
+from minds_core.backends.local.training import passes
+from minds_core.backends.local.training.datums import submitted_datum
+from minds_core.backends.local.training.losses import LOSSES
 from minds_core.testing import with_sampled_provenance
 
 PROMPT = "<|im_start|>user\nWhat is 12+34? Answer with a number.<|im_end|>\n<|im_start|>assistant\n"

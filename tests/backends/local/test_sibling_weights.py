@@ -9,12 +9,12 @@ from torch import nn
 from transformers import AutoModelForCausalLM
 
 from minds_core.backends.local import TINY_MODEL
-from minds_core.backends.local.decode_slots import _ModelForward
-from minds_core.backends.local.fast_decode import FastDecoder
-from minds_core.backends.local.lora import LoraSpec, attach_lora
-from minds_core.backends.local.models import BaseModelRegistry
-from minds_core.backends.local.placement import Placement
-from minds_core.backends.local.sibling_weights import lay_out, sibling_groups
+from minds_core.backends.local.model.lora import LoraSpec, attach_lora
+from minds_core.backends.local.model.models import BaseModelRegistry
+from minds_core.backends.local.model.placement import Placement
+from minds_core.backends.local.model.sibling_weights import lay_out, sibling_groups
+from minds_core.backends.local.sampling.decode_slots import _ModelForward
+from minds_core.backends.local.sampling.fast_decode import FastDecoder
 
 from .test_fast_decode import PROMPT_SETS, models, random_adapter, steps
 

@@ -9,11 +9,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from minds_core.backends.local.builtin_models import DEFAULT_BASE_MODEL, builtin_model_path
-from minds_core.backends.local.primer_corpus import corpus, render_chat
-from minds_core.backends.local.primer_training import train_small_model
-from minds_core.backends.local.small_model import SMALL_MODEL, SMALL_SIZE, WEIGHTS_FILE, small_model_path
-from minds_core.backends.local.tiny_model import byte_tokenizer, qwen3_config
+from minds_core.backends.local.model.builtin_models import DEFAULT_BASE_MODEL, builtin_model_path
+from minds_core.backends.local.model.small_model import SMALL_MODEL, SMALL_SIZE, WEIGHTS_FILE, small_model_path
+from minds_core.backends.local.model.tiny_model import byte_tokenizer, qwen3_config
+from minds_core.backends.local.training.primer_corpus import corpus, render_chat
+from minds_core.backends.local.training.primer_training import train_small_model
 
 
 def test_the_default_model_is_minds_small_and_its_weights_ship_with_minds() -> None:
