@@ -148,6 +148,7 @@ def float64_alone(name: str, datum: types.Datum) -> Callable:
 
 
 @pytest.mark.parametrize("loss", list(LOSSES))
+@pytest.mark.slow  # a CPU-second or more of float64 numerics or bombs: the whole suite runs it
 def test_packed_gradients_equal_each_datum_alone_in_float64(
     new_trainer: Callable[..., TrainingClient],
     grads_of: Callable[[TrainingClient], dict[str, torch.Tensor]],
