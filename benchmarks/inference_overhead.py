@@ -10,7 +10,8 @@ Run: ``python benchmarks/inference_overhead.py`` (``--smoke``: seconds, figures 
 * capture overhead per call: a run's policy endpoint (``serve.policy_endpoint``: every call recorded
   for its episode's key) vs the same server and sampler without recording, both in this process,
   asked alike; the difference of the medians is the capture's cost per call, and the recording and
-  trajectory code alone is timed too.
+  trajectory code alone is timed too. The server without recording is also set against the in-process
+  sample: what serving costs when the server is not a second process on the same cores.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 import openai
 from tinker import types
 
-from minds_core.backends.local import DEFAULT_BASE_MODEL, ServiceClient
+from minds_core.backends.local import TINY_MODEL, ServiceClient
 from minds_core.envs.render import Renderer
 from minds_core.http.limits import ServeLimits
 from minds_core.inference.capture import Capture, trajectory
@@ -85,11 +86,11 @@ def main() -> None:
     tokens = 8 if args.smoke else args.tokens
 
     service = ServiceClient(device="cpu")
-    sampler = service.create_sampling_client(base_model=DEFAULT_BASE_MODEL).result()
+    sampler = service.create_sampling_client(base_model=TINY_MODEL).result()
     renderer = Renderer(sampler.get_tokenizer())
     prompt = renderer.prompt_tokens(MESSAGES)
     params = types.SamplingParams(max_tokens=tokens, temperature=1.0, seed=5)
-    ask = {"model": DEFAULT_BASE_MODEL, "messages": MESSAGES, "max_tokens": tokens, "seed": 5}
+    ask = {"model": TINY_MODEL, "messages": MESSAGES, "max_tokens": tokens, "seed": 5}
 
     with tempfile.TemporaryDirectory() as root:
         server = subprocess.Popen(
@@ -102,6 +103,8 @@ def main() -> None:
                 "0",
                 "--device",
                 "cpu",
+                "--model",
+                TINY_MODEL,
                 "--checkpoint-root",
                 root,
             ],
@@ -146,6 +149,7 @@ def main() -> None:
             {
                 "captured": lambda: captured.chat.completions.create(**ask),
                 "plain": lambda: uncaptured.chat.completions.create(**ask),
+                "in_process": lambda: sampler.sample(types.ModelInput.from_ints(prompt), 1, params).result(),
             },
             trials,
         )
@@ -159,6 +163,10 @@ def main() -> None:
     print(
         f"capture per call: {(medians['captured'] - medians['plain']) * 1e3:+.2f} ms over {medians['plain'] * 1e3:.1f} ms "
         f"(ratio {medians['captured'] / medians['plain']:.3f}); recording and trajectory code alone {bookkeeping * 1e6:.0f} us"
+    )
+    print(
+        f"served from this process (no second process on the cores): {medians['plain'] * 1e3:.1f} ms vs the in-process "
+        f"sample {medians['in_process'] * 1e3:.1f} ms, ratio {medians['plain'] / medians['in_process']:.3f}"
     )
     service.close("success")
 

@@ -10,7 +10,8 @@ Fixtures, available in any pytest session where minds-core is installed:
   and what they trained (a ServedAndTrained), to hold the one to the other token for token.
 
 Also ``run_minds`` (a short ``minds run`` in this process), ``with_sampled_provenance`` (an RL
-datum as the tinker-cookbook's loops annotate it) and pages in headless Chromium.
+datum as the tinker-cookbook's loops annotate it), ``skip_unless_installed`` (a plugin's tests skip, naming what to
+install, where the plugin is not installed) and pages in headless Chromium.
 """
 
 from __future__ import annotations
@@ -326,6 +327,34 @@ def minds_plugin(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None
 
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
     yield register
+
+
+class _NotInstalled(pytest.Module):
+    """A test module of a distribution that is not installed: collected as one skip saying what to install."""
+
+    def __init__(self, *args: Any, reason: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reason = reason
+
+    def collect(self) -> list[pytest.Item]:
+        pytest.skip(self.reason)
+
+
+def skip_unless_installed(module: str, install: str) -> Callable[..., pytest.Module | None]:
+    """A ``pytest_pycollect_makemodule`` hook for a plugin's tests/conftest.py: where ``module`` cannot be imported,
+    each test file of that folder is skipped with the reason ``<module> is not installed: <install>`` instead of failing
+    to import (a conftest itself cannot skip: pytest loads a test path's conftest before it collects).
+
+    ``pytest_pycollect_makemodule = skip_unless_installed("minds_my_env", "pip install -e plugins/my_env")``
+    """
+    import importlib.util
+
+    def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+        if importlib.util.find_spec(module) is not None:
+            return None
+        return _NotInstalled.from_parent(parent, path=module_path, reason=f"{module} is not installed: {install}")
+
+    return pytest_pycollect_makemodule
 
 
 #: Headless Chromium without a sandbox, a GPU, network services or a profile of its own.

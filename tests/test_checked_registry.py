@@ -151,6 +151,7 @@ def test_every_kind_has_a_contract_and_each_hook_s_register_is_typed_with_its_pr
 
 
 def test_every_part_the_core_and_this_repository_s_plugins_register_keeps_the_contract() -> None:
+    pytest.importorskip("minds_verifiers", reason="environment adapters come only from the verifiers_bridge plugin: pip install -c constraints.txt -e plugins/verifiers_bridge")
     loaded = load_plugins()
     assert not loaded.broken, [(p.name, p.errors) for p in loaded.broken]
     assert all(loaded.registry.names(kind) for kind in CONTRACTS), "a kind no installed plugin registers goes unchecked here"

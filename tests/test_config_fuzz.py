@@ -167,6 +167,7 @@ def _bomb(levels: int, width: int) -> str:
     ],
     ids=["billion-laughs", "wide-bomb", "recursive-mapping", "recursive-list", "deep-nesting"],
 )
+@pytest.mark.slow  # a CPU-second or more of float64 numerics or bombs: the whole suite runs it
 def test_yaml_bombs_are_refused_quickly(text, message, tmp_path, capsys):
     path = tmp_path / "bomb.yaml"
     path.write_text(text)

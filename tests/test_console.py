@@ -99,6 +99,7 @@ def test_health_metrics_agree_with_the_recorded_rollouts(piped) -> None:
             assert 0 <= row["kl/sampler_train"] < 1e-4  # on-policy: sampler and trainer hold the same weights
 
 
+@pytest.mark.slow
 def test_kl_to_the_sampler_grows_off_policy(plugins, tmp_path: Path) -> None:
     logs.configure("json", "warning")
     overrides = [f"runs_dir={tmp_path}", "name=off", "env.id=toy_char_share", "trainer.steps=3", "trainer.learning_rate=0.05", "model.base_model=minds-tiny",

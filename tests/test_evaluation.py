@@ -27,6 +27,7 @@ def _samples(groups: list[dict]) -> list[dict]:
     return [rollout for group in groups for rollout in group["rollouts"]]
 
 
+@pytest.mark.slow
 def test_eval_every_logs_eval_metrics_on_the_step_line_and_keeps_every_rollout(plugins, tmp_path):
     config = load_config(None, [*FAST, "env.id=toy_first_char", f"runs_dir={tmp_path}", "name=run", "trainer.steps=4",
                                 "trainer.eval_every=2", "trainer.eval_tasks=3", "trainer.eval_samples=4"])  # fmt: skip
@@ -129,6 +130,7 @@ def test_eval_flags_are_held_to_the_bounds_of_the_keys_they_set(flags, message, 
     assert message in err and "Traceback" not in err, err
 
 
+@pytest.mark.slow
 def test_eval_name_is_one_file_name_in_the_run_folder(plugins, minds_plugin, tmp_path, capsys):
     import minds_toy_plugin
     from minds_core.cli.command import main

@@ -43,6 +43,7 @@ class RecordingPlugin:
         register("recording", RecordingExecutor, "the local executor, recording its orders")
 
 
+@pytest.mark.slow
 def test_a_registered_executor_runs_every_group_of_a_run(minds_plugin, tmp_path) -> None:
     from minds_core.testing import run_minds
 
@@ -64,6 +65,8 @@ def test_a_registered_executor_runs_every_group_of_a_run(minds_plugin, tmp_path)
 
 def test_an_unknown_executor_exits_2_naming_the_key_and_the_registered_ones(tmp_path, capsys) -> None:
     from minds_core.testing import run_minds
+
+    pytest.importorskip("minds_ray", reason="ray is the executor offered: pip install -c constraints.txt -e plugins/ray_executor")
 
     result = run_minds("--env", "ghost_trace", "--backend", "local", runs_dir=tmp_path, overrides=["rollout.executor=rya"])
     err = capsys.readouterr().err

@@ -149,6 +149,7 @@ def _logprobs(model: torch.nn.Module) -> list[float]:
     return torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(TOKENS[1:])[:, None])[:, 0].tolist()
 
 
+@pytest.mark.slow
 def test_a_hosted_checkpoint_is_downloaded_as_a_peft_adapter(trained, file_server, tmp_path):
     rest = FakeRestClient(_urls(file_server))
     service = FakeHostedService(rest)

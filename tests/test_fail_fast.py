@@ -12,8 +12,12 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
+from minds_core import hookimpl, load_plugins
 from minds_core.backends.model_source import check_model_source
 from minds_core.base.errors import ConfigError
+from minds_core.config import load_config
+from minds_core.contract.names import check_names
+from minds_core.testing import run_minds
 
 #: A hub id that is in no cache a test makes.
 HUB_ID = "Qwen/Qwen3-0.6B"
@@ -139,3 +143,43 @@ def test_a_taken_port_fails_at_once_naming_it_before_torch_loads(tmp_path: Path)
     ]
     assert done.stdout.splitlines()[-1] == "TORCH=False"
     print(f"serve on a taken port: exit 2 after {seconds:.1f} s")
+
+
+def test_a_sink_or_span_export_that_cannot_start_stops_the_run_before_anything_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """wandb without its project, and span export without the otel extra (its absence simulated: this venv has the
+    extra): both named at once, exit 2, before a model loads, and no run folder is made."""
+    monkeypatch.setattr("minds_core.contract.names.otel_installed", lambda: False)
+    started = time.monotonic()
+    result = run_minds(
+        "--env", "ghost_trace", "--steps", "1", runs_dir=tmp_path / "runs",
+        overrides=['metrics.sinks=["console", "wandb"]', "metrics.otlp_endpoint=http://127.0.0.1:9/v1/traces"],
+    )  # fmt: skip
+    said = capsys.readouterr().err
+    assert result.exit_code == 2
+    assert 'metric sink "wandb" needs metrics.wandb_project' in said and "needs the otel extra" in said
+    assert not (tmp_path / "runs").exists()
+    assert time.monotonic() - started < 20  # no model was loaded (loading minds-small takes longer on these cores)
+
+
+def test_a_plugin_sink_whose_check_fails_is_named_with_its_plugin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    class Fussy:
+        """A sink factory whose check(config) breaks (a plugin's bug, not a missing setting)."""
+
+        def __call__(self, config, run_dir):
+            raise AssertionError("never made: the check stops the run first")
+
+        @staticmethod
+        def check(config) -> None:
+            raise KeyError("region")
+
+    class FussyPlugin:
+        @hookimpl
+        def minds_register_metric_sinks(self, register) -> None:
+            register("fussy", Fussy(), "a sink whose check breaks")
+
+    plugins = load_plugins(extra=[("fussy_plugin", FussyPlugin())])
+    config = load_config(None, ["env.id=ghost_trace", 'metrics.sinks=["fussy"]'])
+    with pytest.raises(ConfigError, match=r"metric sink \"fussy\" \(plugin fussy_plugin\): its check\(config\) raised KeyError: 'region'"):
+        check_names(config, plugins.registry)

@@ -72,6 +72,7 @@ def _run(plugins, tmp_path: Path, *overrides: str) -> list[list[dict]]:
     return [[json.loads(line) for line in (run / name).read_text().splitlines()] for name in ("metrics.jsonl", "rollouts.jsonl")]
 
 
+@pytest.mark.slow
 def test_a_group_reward_is_called_once_per_group_with_every_member(plugins, tmp_path):
     CALLS.clear()
     rows, groups = _run(plugins, tmp_path, "env.id=grp_tournament")
@@ -87,6 +88,7 @@ def test_a_group_reward_is_called_once_per_group_with_every_member(plugins, tmp_
 
 @pytest.mark.parametrize(("env", "message"), [("grp_short", "group reward function short must return one reward per member (4), got 3 values"),
                                               ("grp_exploding", "RuntimeError: judge unavailable")])
+@pytest.mark.slow
 def test_a_failing_group_reward_fails_its_rollouts_and_is_counted(plugins, tmp_path, env, message, capsys):
     rows, groups = _run(plugins, tmp_path, f"env.id={env}", "trainer.steps=1")
     (row,) = rows
@@ -95,6 +97,7 @@ def test_a_failing_group_reward_fails_its_rollouts_and_is_counted(plugins, tmp_p
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_non_number_from_a_group_reward_is_an_invalid_part(plugins, tmp_path):
     (row,), _ = _run(plugins, tmp_path, "env.id=grp_nan", "trainer.steps=1")
     assert row["rollouts/invalid_reward"] == 6 and row["rollouts/failed"] == 0
@@ -121,6 +124,7 @@ def test_length_penalty_is_kimis_length_reward_in_float64():
     assert length_penalty(["xy", "zw"], ctx) == [0.0, 0.0]
 
 
+@pytest.mark.slow
 def test_length_penalty_is_usable_from_config(plugins, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("env:\n  id: grp_tournament\n  extra_rewards: [{name: minds.length_penalty, weight: 0.5}]\n")

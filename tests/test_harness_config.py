@@ -102,6 +102,7 @@ def test_every_harness_key_maps_or_is_accepted(harness: Path, capfd) -> None:
     assert "has no effect in minds" in err
 
 
+@pytest.mark.slow
 def test_the_harness_config_trains_two_steps(harness: Path, tmp_path: Path, capfd) -> None:
     pytest.importorskip("minds_core.backends.local", reason="the local backend (torch + peft) is not installed")
     run = run_minds(str(harness), "--backend", "local", runs_dir=tmp_path / "runs", name="harness")

@@ -66,6 +66,7 @@ def _train(plugins, runs: Path, *overrides: str) -> tuple[dict, list[dict], dict
         ("cancelled", "CancelledError: "),
     ],
 )
+@pytest.mark.slow
 def test_a_base_exception_from_an_episode_fails_only_its_rollouts(hostile_plugins, tmp_path, escape, error):
     summary, rollouts, row = _train(hostile_plugins, tmp_path, f"env.args.escape={escape}")
     assert row["rollouts/failed"] == row["rollouts/total"] == 4
@@ -79,6 +80,7 @@ def test_sys_exit_while_loading_the_environment_is_a_load_failure_naming_it(host
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_a_huge_error_is_stored_cut(hostile_plugins, tmp_path):
     _, rollouts, row = _train(hostile_plugins, tmp_path, "env.args.escape=huge_error")
     assert row["rollouts/failed"] == 4
@@ -89,6 +91,7 @@ def test_a_huge_error_is_stored_cut(hostile_plugins, tmp_path):
     assert (tmp_path / "run" / "rollouts.jsonl").stat().st_size < 10 * 4 * MAX_ERROR_CHARS
 
 
+@pytest.mark.slow
 def test_a_huge_observation_is_refused_before_it_is_tokenized(hostile_plugins, tmp_path):
     _, rollouts, row = _train(hostile_plugins, tmp_path, "env.args.escape=huge_observation", "rollout.max_total_tokens=64")
     assert row["rollouts/failed"] == 4
@@ -97,6 +100,7 @@ def test_a_huge_observation_is_refused_before_it_is_tokenized(hostile_plugins, t
         assert "it was not tokenized" in rollout["error"]
 
 
+@pytest.mark.slow
 def test_a_huge_reply_ends_the_episode_truncated_before_it_is_tokenized(hostile_plugins, tmp_path):
     _, rollouts, row = _train(hostile_plugins, tmp_path, "env.args.escape=huge_reply", "rollout.max_total_tokens=64")
     assert row["rollouts/failed"] == 0 and row["rollouts/truncated"] == 4
@@ -105,6 +109,7 @@ def test_a_huge_reply_ends_the_episode_truncated_before_it_is_tokenized(hostile_
 
 
 @pytest.mark.parametrize("policy", ["zero", "fail"])
+@pytest.mark.slow
 def test_a_1e308_reward_is_an_invalid_reward_and_the_statistics_stay_finite(hostile_plugins, tmp_path, policy):
     _, rollouts, row = _train(hostile_plugins, tmp_path, "env.args.escape=huge_reward", f"rollout.invalid_reward={policy}",
                               "rollout.drop_constant_reward_groups=false")  # fmt: skip
@@ -116,6 +121,7 @@ def test_a_1e308_reward_is_an_invalid_reward_and_the_statistics_stay_finite(host
         assert row["rollouts/failed"] == 0 and row["reward/mean"] == 0.0
 
 
+@pytest.mark.slow
 def test_chdir_in_an_episode_moves_nothing_the_run_writes(hostile_plugins, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     elsewhere = tmp_path / "elsewhere"
@@ -129,6 +135,7 @@ def test_chdir_in_an_episode_moves_nothing_the_run_writes(hostile_plugins, tmp_p
     assert not (elsewhere / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_step_that_sets_a_signal_based_timeout_runs_as_in_a_script(hostile_plugins, tmp_path):
     """Sync plugin code runs on the main thread (math_verify's timeouts need it), not in a thread of its own."""
     summary, rollouts, row = _train(hostile_plugins, tmp_path, "env.args.escape=alarm")
@@ -136,6 +143,7 @@ def test_a_step_that_sets_a_signal_based_timeout_runs_as_in_a_script(hostile_plu
     assert summary["trained_steps"] == 1
 
 
+@pytest.mark.slow
 def test_a_close_that_never_returns_is_given_up_after_the_rollout_timeout(hostile_plugins, tmp_path):
     began = time.monotonic()
     summary, rollouts, row = _train(hostile_plugins, tmp_path, "env.args.escape=close_block", "rollout.timeout=1")

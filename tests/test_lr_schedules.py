@@ -40,6 +40,7 @@ def test_an_unknown_schedule_is_a_config_error():
         load_config(None, ["trainer.lr_min_ratio=1.5"])
 
 
+@pytest.mark.slow
 def test_a_run_uses_the_scheduled_rate_each_step(plugins, tmp_path):
     logs.configure("json", "warning")
     config = load_config(None, ["env.id=toy_char_share", "sampling.max_tokens=8", "trainer.group_size=4",

@@ -53,6 +53,7 @@ def _env(tmp_path: Path, name: str, source: str) -> str:
 
 
 @pytest.mark.parametrize("reward", ["1 / 3", "0.1"])
+@pytest.mark.slow
 def test_a_run_whose_rewards_are_all_equal_ends_with_exit_1_and_the_reason(tmp_path: Path, capfd, reward: str) -> None:
     env = _env(tmp_path, "constant_env", CONSTANT_ENV.replace("REWARD", reward))
     run = run_minds("--env", env, *TINY, runs_dir=tmp_path / "runs", overrides=[*SMALL, "metrics.sinks=[console]"], quiet=False)
@@ -73,6 +74,7 @@ def test_a_run_whose_rewards_are_all_equal_ends_with_exit_1_and_the_reason(tmp_p
     assert len(run.checkpoints) == 1  # the final checkpoint is still written
 
 
+@pytest.mark.slow
 def test_a_run_whose_rollouts_all_fail_ends_with_exit_1_and_the_error(tmp_path: Path, capfd) -> None:
     env = _env(tmp_path, "failing_env", FAILING_ENV)
     run = run_minds("--env", env, *TINY, runs_dir=tmp_path / "runs", overrides=SMALL)
@@ -82,6 +84,7 @@ def test_a_run_whose_rollouts_all_fail_ends_with_exit_1_and_the_error(tmp_path: 
     assert "no step trained: all 12 rollouts failed (first error: " in err and "grader offline" in err
 
 
+@pytest.mark.slow
 def test_a_run_where_one_step_trains_succeeds(tmp_path: Path) -> None:
     # reward depends on the reply length: different replies, different rewards
     step = "def step(self, text):\n        return {\"reward\": "

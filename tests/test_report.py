@@ -80,6 +80,7 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_the_report_is_written_at_the_end_and_self_contained(run_dir: Path) -> None:
     text = (run_dir / REPORT_FILE).read_text()
     assert "status: finished" in text
@@ -230,6 +231,22 @@ def test_eval_metrics_get_their_own_curves(tmp_path: Path, run_dir: Path) -> Non
     assert evals["eval/toy_char_share/reward/mean"]["data-steps"] == "0 2"
     assert evals["eval/toy_char_share/reward/mean"]["data-values"] == "0.0 0.2"
     assert evals["eval/toy_char_share/pass@1"]["data-steps"] == "2"
+
+
+def test_task_tags_and_an_environments_own_metrics_get_curves(tmp_path: Path, run_dir: Path) -> None:
+    """What a cookbook env reports (its step metrics, its groups' logging tags) is drawn per step, not only listed."""
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    rows = _rows(copy / "metrics.jsonl")
+    for row in rows:
+        row.update({"env/toy_char_share/correct": 0.25 * row["step"], "tag/pairs/reward_mean": 0.5, "tag/pairs/groups": 2})
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = Page(write_report(copy).read_text())
+    series = {a["data-key"]: a for a in page.all("g", "series")}
+    steps = " ".join(str(r["step"]) for r in rows)
+    assert series["env/toy_char_share/correct"]["data-steps"] == series["tag/pairs/reward_mean"]["data-steps"] == steps
+    assert series["env/toy_char_share/correct"]["data-values"] == " ".join(str(0.25 * r["step"]) for r in rows)
+    assert "env/toy_char_share/groups" not in series and "env/toy_char_share/reward_mean" in series  # counts stay in the table
 
 
 def test_an_interrupted_run_with_a_torn_last_line_still_reports(tmp_path: Path, run_dir: Path) -> None:

@@ -89,6 +89,7 @@ def test_a_resume_with_no_step_left_to_train_exits_2_and_changes_nothing(finishe
     assert {p.name: p.read_bytes() for p in finished_run.iterdir()} == before  # no "steps: -1" summary, no config change
 
 
+@pytest.mark.slow
 def test_harmless_changes_are_allowed_and_recorded(plugins, finished_run):
     config = load_config(finished_run / "config.yaml", ["trainer.steps=3", "rollout.concurrency=2",
                                                         "metrics.rollouts_per_step=1", "tinker.api_key=tml-again"],

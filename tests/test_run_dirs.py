@@ -30,6 +30,7 @@ def _config(tmp_path: Path, *overrides: str):
                               f"runs_dir={tmp_path}", *overrides])
 
 
+@pytest.mark.slow
 def test_a_second_run_with_the_same_name_is_refused_and_changes_nothing(plugins, tmp_path):
     train(_config(tmp_path, "name=same", "trainer.learning_rate=1e-3"), plugins=plugins)
     run = tmp_path / "same"

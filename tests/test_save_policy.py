@@ -18,6 +18,7 @@ def test_runs_save_periodically_by_default():
     assert RunConfig().trainer.save_every == 5
 
 
+@pytest.mark.slow
 def test_rolling_saves_keep_the_last_two_states_and_the_final_checkpoint(plugins, tmp_path):
     logs.configure("json", "warning")
     config = load_config(None, ["env.id=toy_char_share", "trainer.steps=7", "trainer.save_every=2",

@@ -175,6 +175,7 @@ def test_bad_tool_calls_and_weights_name_the_line_and_message(tmp_path, change, 
         read_conversations(_write(tmp_path / "tools.jsonl", [record]))
 
 
+@pytest.mark.slow
 def test_minds_sft_trains_on_tool_calling_chats_with_a_model_whose_template_shows_tools(tmp_path):
     model = Path(shutil.copytree(tiny_model_path(), tmp_path / "tool-model"))  # a local model directory, as a user's
     (model / "chat_template.jinja").write_text(QWEN_STYLE_TOOLS_TEMPLATE)
@@ -218,6 +219,7 @@ class CapitalsPlugin:
         register("shout", lambda: SingleTurnEnvironment({"train": tasks}, Rubric([lambda completion, answer: float(completion == answer)])))
 
 
+@pytest.mark.slow
 def test_sft_on_an_environments_tasks_with_answers(tmp_path):
     plugins = load_plugins(extra=[("shout", CapitalsPlugin())])
     config = load_config(None, ["trainer.mode=sft", "env.id=shout", "sft.eval_fraction=0.25", "trainer.steps=6",
@@ -226,6 +228,7 @@ def test_sft_on_an_environments_tasks_with_answers(tmp_path):
     assert summary["eval/loss_after"] < 0.7 * summary["eval/loss_before"], summary
 
 
+@pytest.mark.slow
 def test_sft_shows_its_loss_and_its_config_and_report_name_what_ran(tmp_path, capsys):
     from minds_core.report import write_report
 

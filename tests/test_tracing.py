@@ -164,6 +164,7 @@ def traced_run(plugins, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(train(config, plugins=plugins)["run_dir"])
 
 
+@pytest.mark.slow
 def test_a_run_writes_a_trace_whose_spans_nest(traced_run: Path) -> None:
     spans = _spans(traced_run / "trace.json")
     names = {e["name"] for e in spans.values()}

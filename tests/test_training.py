@@ -94,6 +94,7 @@ def test_constant_groups_can_be_dropped(plugins, tmp_path):
     assert row["groups/dropped_constant"] == 2 and row["train/skipped"] == 1
 
 
+@pytest.mark.slow
 def test_several_environments_with_weights_and_rubric_overrides(plugins, tmp_path):
     config = tmp_path / "mix.yaml"
     config.write_text(
@@ -158,6 +159,7 @@ def test_resume_from_saved_weights_starts_where_they_left(plugins, tmp_path):
     assert again[0]["reward/mean"] > 0.5
 
 
+@pytest.mark.slow
 def test_secrets_stay_out_of_the_run_directory(plugins, tmp_path, capsys):
     logs.configure("json", "debug")  # every event, not only warnings
     try:
@@ -182,6 +184,7 @@ def test_eval_reports_rewards_without_training(plugins, tmp_path):
     assert not list(tmp_path.rglob("metrics.jsonl"))
 
 
+@pytest.mark.slow
 def test_a_failing_sink_is_disabled_and_training_goes_on(plugins, tmp_path, capsys):
     rows = _train(plugins, tmp_path, "env.id=toy_char_share", "trainer.steps=3", "metrics.sinks=[toy_exploding]")
     assert [r["step"] for r in rows] == [0, 1, 2]
@@ -224,6 +227,7 @@ def test_an_episode_without_any_reward_is_a_failed_rollout(plugins, tmp_path):
     assert row["rollouts/failed"] == 2 and row["groups/dropped_failures"] == 1 and row["train/skipped"] == 1
 
 
+@pytest.mark.slow
 def test_checkpoints_can_be_sampled_from(plugins, tmp_path):
     """A saved sampler checkpoint loads the weights trained up to its step and samples from them."""
     import tinker

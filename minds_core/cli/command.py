@@ -6,6 +6,7 @@ Imports are lazy so that ``minds --help`` and ``minds plugins`` stay fast and ne
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -72,7 +73,9 @@ def _add_resume_checks(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+@functools.cache
 def build_parser() -> argparse.ArgumentParser:
+    """The `minds` command's parser (built once: parsing leaves it as it is)."""
     parser = argparse.ArgumentParser(
         prog="minds",
         description="Reinforcement learning of language models on the Tinker API, with plugins for environments and rewards.",

@@ -13,20 +13,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from minds_core.base.errors import ConfigError, MindsError
+from minds_core.base.tracing import OTEL_MISSING, otel_installed
 from minds_core.config import EnvConfig, RunConfig
 from minds_core.contract.locate import MODULE_PREFIX, findable, is_path_like
-from minds_core.contract.plugins import Registry
+from minds_core.contract.plugins import Entry, Registry
 
 AUTO_BACKEND = "auto"
 
 
 def check_names(config: RunConfig, registry: Registry) -> None:
-    """A ConfigError listing every name in ``config`` that nothing provides."""
+    """A ConfigError listing every name in ``config`` that nothing provides, and what a metric sink or the span export
+    it names lacks to start (their ``check``), before anything opens."""
     problems = list(_problems(config, registry))
     if len(problems) == 1:
         raise ConfigError(problems[0])
     if problems:
-        raise ConfigError("unknown names in the configuration:\n" + "\n".join(f"  - {p}" for p in problems))
+        raise ConfigError("the configuration cannot run:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 def _problems(config: RunConfig, registry: Registry) -> Iterator[str]:
@@ -45,6 +47,24 @@ def _problems(config: RunConfig, registry: Registry) -> Iterator[str]:
         lookups.append(("backends", config.backend, "backend"))
     for kind, name, key in lookups:
         yield from _lookup(registry, kind, name, key)
+    for sink in config.metrics.sinks:
+        if sink in registry.names("metric_sinks"):
+            yield from _sink_problems(registry.lookup("metric_sinks", sink, "metrics.sinks"), config)
+    if config.metrics.otlp_endpoint and not otel_installed():
+        yield OTEL_MISSING
+
+
+def _sink_problems(entry: Entry, config: RunConfig) -> Iterator[str]:
+    """What the sink's optional ``check(config)`` says it lacks (a missing package or setting)."""
+    check = getattr(entry.obj, "check", None)
+    if check is None:
+        return
+    try:
+        check(config)
+    except MindsError as exc:
+        yield str(exc)
+    except Exception as exc:  # noqa: BLE001 - a plugin's check that fails is reported by name, as its sink would be
+        yield f'metric sink "{entry.name}" (plugin {entry.plugin}): its check(config) raised {type(exc).__name__}: {exc}'
 
 
 def _env_keys(config: RunConfig) -> Iterator[tuple[str, EnvConfig]]:

@@ -148,6 +148,10 @@ class SinkFactory(Protocol):
         """
         ...
 
+    # Optional: ``check(config) -> None``, raising ``minds_core.UsageError`` (or ``ConfigError``) when the sink cannot
+    # start with ``config`` (a missing package or setting). minds calls it with the names check, before any service
+    # opens or run folder is made, and on ``--dry-run``, so such a run fails in seconds and writes nothing.
+
 
 @attrs.frozen
 class BackendFit:
@@ -298,7 +302,7 @@ CONTRACTS: dict[str, Contract] = {
     "reward_functions": Contract(RewardFunction, "fn(**inputs) (a RewardFunction)", None, REWARD_NAME_RULE),
     "advantage_estimators": Contract(AdvantageEstimator, "fn(rewards) (an AdvantageEstimator)", 1),
     "losses": LossContract(str | CustomLoss, "fn(data, logprobs) (the LossFunction of a CustomLoss)", 2),
-    "metric_sinks": Contract(SinkFactory, "factory(config, run_dir) (a SinkFactory)", 2),
+    "metric_sinks": Contract(SinkFactory, "factory(config, run_dir) (a SinkFactory)", 2, methods={"check": ("config",)}),
     "backends": Contract(
         BackendFactory,
         "factory(config, run_dir) (a BackendFactory)",

@@ -249,6 +249,10 @@ def _chart_sections(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]
                     "component",
                 )
             )
+        own = _keys(rows, rf"env/{re.escape(env)}/(?!reward[_/]|groups$|failed$).+")  # the episodes' own metrics
+        reward.append(line_chart(f"Episode metrics (mean) · {env}", [_series(rows, k, k.split("/", 2)[2]) for k in own]))
+    tags = [m.group(1) for k in _keys(rows, r"tag/.+/reward_mean") if (m := re.fullmatch(r"tag/(.+)/reward_mean", k))]
+    reward.append(line_chart("Reward per task tag (mean)", [_series(rows, f"tag/{t}/reward_mean", t) for t in tags], "reward"))
     training = [
         line_chart("Loss", [_series(rows, k) for k in _keys(rows, r"train/loss.*")]),
         line_chart("KL", [_series(rows, k) for k in _keys(rows, r"kl/.+")], "nats/token"),

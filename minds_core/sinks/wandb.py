@@ -9,6 +9,7 @@ masked; W&B's console capture is off (it would copy output before masking).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -27,13 +28,18 @@ ID_FILE = "wandb.json"
 class WandbSink:
     """Logs each step's record to a Weights & Biases run; a resumed run continues the same W&B run."""
 
-    def __init__(self, config: RunConfig, run_dir: Path) -> None:
+    @staticmethod
+    def check(config: RunConfig) -> None:
+        """A UsageError when the sink cannot start: no metrics.wandb_project, or no wandb package (checked before the run)."""
         if not config.metrics.wandb_project:
             raise UsageError('metric sink "wandb" needs metrics.wandb_project (e.g. --set metrics.wandb_project=my-project)')
-        try:
-            import wandb
-        except ImportError:
-            raise UsageError('metric sink "wandb" needs the wandb package: pip install "minds-core[wandb]"') from None
+        if importlib.util.find_spec("wandb") is None:
+            raise UsageError('metric sink "wandb" needs the wandb package: pip install "minds-core[wandb]"')
+
+    def __init__(self, config: RunConfig, run_dir: Path) -> None:
+        self.check(config)
+        import wandb
+
         self.id_file = Path(run_dir) / ID_FILE
         saved = _saved_id(self.id_file)
         command, sys.argv = sys.argv, redact_arguments(sys.argv)  # W&B stores the command line with the run

@@ -127,6 +127,7 @@ def test_the_multi_turn_guess_number_env_matches_the_cookbooks_loop(backend: tup
     ],
     ids=["math", "guess_number"],
 )
+@pytest.mark.slow
 def test_a_cookbook_recipe_trains_through_minds_run(tmp_path: Path, env_id: str, args: dict[str, Any], metric: str) -> None:
     """``minds run`` with the recipe's builder named in [env] id: two steps, no failed rollout, the env's metrics per step."""
     from minds_core.cli.command import main
@@ -140,3 +141,29 @@ def test_a_cookbook_recipe_trains_through_minds_run(tmp_path: Path, env_id: str,
     assert code in (0, 1) and [m["step"] for m in metrics] == [0, 1]  # 1: the untrained model's rewards may all tie
     assert all(m["rollouts/failed"] == 0 and m["rollouts/total"] == 8 for m in metrics)
     assert any(key.endswith(metric) for key in metrics[0])  # the env's own step metrics, per environment
+
+
+@pytest.mark.slow
+def test_a_resumed_cookbook_run_plays_the_groups_an_unbroken_run_plays(tmp_path: Path) -> None:
+    """The math recipe env: 2 steps, then resumed to 3, plays at step 2 the problems a 3-step run plays there."""
+    from minds_core.cli.command import main
+
+    sets = [
+        f"runs_dir={tmp_path}", "backend=local", f"env.id={ARITHMETIC}", "trainer.group_size=2", "trainer.groups_per_batch=2",
+        "sampling.max_tokens=4", "metrics.sinks=[]", "trainer.save_every=1", "seed=5", "rollout.drop_constant_reward_groups=false",
+        'env.args={"batch_size": 2, "n_batches": 4, "group_size": 2}',
+    ]  # fmt: skip
+    options = [a for s in sets for a in ("--set", s)]
+    # each exits 0, or 1 when the untrained model's rewards tie in every group (the run says so)
+    assert main(["run", "--steps", "2", "--name", "broken", *options]) in (0, 1)
+    assert main(["run", "--resume", str(tmp_path / "broken"), "--set", "trainer.steps=3"]) in (0, 1)
+    assert main(["run", "--steps", "3", "--name", "unbroken", *options]) in (0, 1)
+
+    def prompts(run: str) -> dict[int, list[Any]]:
+        rows = [json.loads(line) for line in (tmp_path / run / "rollouts.jsonl").read_text().splitlines()]
+        return {step: [(r["task"], r["prompt"]) for r in rows if r["step"] == step] for step in {r["step"] for r in rows}}
+
+    broken, unbroken = prompts("broken"), prompts("unbroken")
+    assert sorted(broken) == sorted(unbroken) == [0, 1, 2] and broken == unbroken and broken[2] != broken[1]
+    metrics = [json.loads(line) for line in (tmp_path / "broken" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1, 2] and all(m["rollouts/failed"] == 0 for m in metrics)

@@ -162,14 +162,35 @@ def test_a_plugin_registers_a_cookbook_dataset_by_name() -> None:
     assert isinstance(env, CookbookEnvironment) and len(env.tasks("train")) == 2
 
 
-def test_the_datasets_pickling_conflict_is_named_with_the_installed_versions() -> None:
+def test_the_datasets_pickling_conflict_is_named_with_the_installed_versions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The libraries' own failure, raised by an environment's load, is a usage error naming the installed versions."""
+    import importlib.metadata
     import pickle
 
-    import datasets
+    import pyarrow
+    from datasets.fingerprint import Hasher
 
-    error = pickle.PicklingError("Can't pickle <class 'MonthDayNano'>: it's not found as builtins.MonthDayNano")
-    said = known_conflict(error)
-    assert said is not None and f"datasets {datasets.__version__}" in said and "MonthDayNano" in said
+    from minds_core.cli.command import main
+
+    try:
+        Hasher.hash(pyarrow.MonthDayNano)
+    except pickle.PicklingError:
+        pass
+    else:
+        pytest.skip("the installed datasets, pyarrow and dill pickle MonthDayNano: no conflict to name")
+    env = tmp_path / "interval_env.py"
+    env.write_text(
+        "import pyarrow\nfrom datasets.fingerprint import Hasher\n\n\n"
+        "def load_environment():\n    Hasher.hash(pyarrow.MonthDayNano)  # as datasets' fingerprinting hashes what it is given\n"
+    )
+    code = main(["run", "--env", str(env), "--steps", "1", "--set", f"runs_dir={tmp_path}"])
+    error = capsys.readouterr().err
+    said = [line for line in error.splitlines() if line.startswith("minds: error:")]
+    assert code == 2 and len(said) == 1 and "Traceback" not in error, error[-2000:]
+    versions = ", ".join(f"{name} {importlib.metadata.version(name)}" for name in ("datasets", "pyarrow", "dill"))
+    assert "interval_env.py" in said[0] and f"a known conflict of the installed {versions}" in said[0]
     assert known_conflict(ValueError("something else")) is None
 
 

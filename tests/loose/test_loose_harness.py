@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("verifiers", reason="these tests run verifiers environments: pip install -c constraints.txt -e plugins/verifiers_bridge (make setup does)")
 import tinker
 import verifiers as vf
 from transformers import AutoTokenizer
@@ -71,6 +73,7 @@ def _index(group: dict) -> int:
     return int(group["task"].split("-")[1])
 
 
+@pytest.mark.slow
 def test_src_layout_project_importing_a_sibling_trains(run: Run) -> None:
     metrics, rollouts = run("configs/src_riddle.toml")
     letters = importlib.import_module("environments.letter_bank").LETTERS  # importable now, as for the environment
@@ -82,6 +85,7 @@ def test_src_layout_project_importing_a_sibling_trains(run: Run) -> None:
     assert all(m["tokens/sampled"] <= 12 * 6 for m in metrics)  # [trainer.args] max_new_tokens
 
 
+@pytest.mark.slow
 def test_verifiers_single_turn_env_with_a_rubric_group_and_monitors_trains(run: Run, tokenizer: object) -> None:
     metrics, rollouts = run("configs/vf_quiz.toml")
     letters = importlib.import_module("environments.letter_bank").LETTERS
@@ -134,6 +138,7 @@ async def test_the_rubric_group_scores_fixed_replies_with_the_policy_at_hand(har
         service.close("success")
 
 
+@pytest.mark.slow
 def test_builder_returning_a_list_of_instances_trains_with_each_policy(run: Run, tokenizer: object) -> None:
     metrics, rollouts = run("configs/lesson_probe.toml")
     module = sys.modules["lesson_probe"]
@@ -151,6 +156,7 @@ def test_builder_returning_a_list_of_instances_trains_with_each_policy(run: Run,
         assert "env/./environments/lesson_probe/style" not in m  # a label, not a number
 
 
+@pytest.mark.slow
 def test_dataset_without_answers_scores_with_an_empty_answer_and_warns_once(run: Run, capsys: pytest.CaptureFixture[str]) -> None:
     # These random-byte replies differ in reward (their word count) within a group only by chance: seed 1 gives
     # a group that does under the sampler's draws, so that a step trains.

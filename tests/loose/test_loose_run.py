@@ -26,6 +26,7 @@ def _check(metrics: list[dict], rollouts: list[dict], group_size: int = 3) -> No
     assert len(rollouts) == 4 and all(len(g["rollouts"]) == group_size for g in rollouts)
 
 
+@pytest.mark.slow
 def test_seed_toml_layout_runs_a_folder_environment(train: Train, tmp_path: Path) -> None:
     config = tmp_path / "train_echo.toml"
     config.write_text(
@@ -62,6 +63,7 @@ api_key_env = "MINDS_LOOSE_TEST_UNSET_KEY"
         assert all(0.0 <= r["reward"] <= 1.0 for r in group["rollouts"])
 
 
+@pytest.mark.slow
 def test_async_module_environment_trains_two_turns(train: Train) -> None:
     metrics, rollouts = train(*TINY, "--set", "env.id=seedlike_envs.async_steps")
     _check(metrics, rollouts)
@@ -72,6 +74,7 @@ def test_async_module_environment_trains_two_turns(train: Train) -> None:
 
 
 @pytest.mark.parametrize("style", ["cookbook", "mapping"])
+@pytest.mark.slow
 def test_cookbook_style_multi_turn_environment_trains_two_turns(train: Train, style: str) -> None:
     metrics, rollouts = train(*TINY, "--set", "env.id=seedlike_envs.cookbook_turns", "--set", f"env.args.style={style}")
     _check(metrics, rollouts)
@@ -80,6 +83,7 @@ def test_cookbook_style_multi_turn_environment_trains_two_turns(train: Train, st
         assert all(len(r["completion"]) == 2 for r in group["rollouts"])
 
 
+@pytest.mark.slow
 def test_rubric_dataset_environment_trains(train: Train) -> None:
     metrics, rollouts = train(*TINY, "--set", "env.id=seedlike_envs.rubric_rows", "--set", "env.args.max_chars=8")
     _check(metrics, rollouts)
@@ -89,12 +93,14 @@ def test_rubric_dataset_environment_trains(train: Train) -> None:
     assert {g["prompt"][0]["content"] for g in rollouts} <= {f"What is the capital of {c}?" for c in ("France", "Japan", "Peru", "Kenya", "Chile")}
 
 
+@pytest.mark.slow
 def test_step_dataset_environment_trains(train: Train) -> None:
     metrics, rollouts = train(*TINY, "--set", "env.id=seedlike_envs.step_rows")
     _check(metrics, rollouts)
     assert all(g["prompt"][0] == {"role": "system", "content": "Be brief."} for g in rollouts)
 
 
+@pytest.mark.slow
 def test_model_aware_environment_builds_with_each_policy(train: Train) -> None:
     module = importlib.import_module("seedlike_envs.model_aware")
     module.BUILT_WITH.clear()
@@ -105,6 +111,7 @@ def test_model_aware_environment_builds_with_each_policy(train: Train) -> None:
     assert all("env/seedlike_envs.model_aware/reward/keeps_talking" in m for m in metrics)
 
 
+@pytest.mark.slow
 def test_example_config_runs_from_the_repository_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(ROOT)
     args = ["run", "configs/loose_example.toml", "--steps", "2", "--name", "example"]

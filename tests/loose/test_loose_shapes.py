@@ -111,6 +111,7 @@ async def test_async_object_continues_on_its_own_copy(loose_dir: Path, ctx: Cont
 
 
 async def test_rubric_rows_get_what_they_name(loose_dir: Path, ctx: Context) -> None:
+    pytest.importorskip("verifiers", reason="seedlike_envs.rubric_rows is built on verifiers: pip install -c constraints.txt -e plugins/verifiers_bridge")
     env = load_loose_environment("seedlike_envs.rubric_rows", {"max_chars": 10})
     tasks = env.tasks("train")
     assert [t.prompt for t in tasks][:2] == ["What is the capital of France?", "What is the capital of Japan?"]
@@ -139,6 +140,7 @@ async def test_step_rows_share_one_object(loose_dir: Path, ctx: Context) -> None
 
 
 async def test_build_receives_the_rollouts_sampler_once_per_policy(loose_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("verifiers", reason="seedlike_envs.model_aware is built on verifiers: pip install -c constraints.txt -e plugins/verifiers_bridge")
     from minds_core.backends.local import TINY_MODEL, create_service_client
 
     module = importlib.import_module("seedlike_envs.model_aware")

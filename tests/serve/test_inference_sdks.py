@@ -218,6 +218,9 @@ def test_off_loopback_rules_hold_the_key(tmp_path: Path) -> None:
         assert good.chat.completions.create(
             model="minds-tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2
         ).choices
+        with pytest.raises(openai.APIStatusError) as large:  # a body past --max-body-bytes, refused as it is read
+            good.chat.completions.create(model="minds-tiny", messages=[{"role": "user", "content": "x" * 30_000}], max_tokens=2)
+        assert large.value.status_code == 413 and "max-body-bytes" in large.value.body["message"], large.value.body
     finally:
         assert server.stop() == 0
 

@@ -35,13 +35,11 @@ class ScriptedSampler:
     def __init__(self, renderer: Renderer, reply: str) -> None:
         self.tokens = [*renderer.encode(reply), renderer.tokenizer.eos_token_id]
         self.prompts: list[list[int]] = []
-        self.seeds: list[int | None] = []
-        self.max_tokens: list[int | None] = []
+        self.params: list[types.SamplingParams] = []
 
     def sample(self, prompt: types.ModelInput, n: int, params: types.SamplingParams, topk_sample_logprobs: int = 0) -> _Done:
         self.prompts.append(prompt.to_ints())
-        self.seeds.append(params.seed)
-        self.max_tokens.append(params.max_tokens)
+        self.params.append(params)
         sequence = types.SampledSequence(
             stop_reason="stop", sequence_id="s", _tokens_list=self.tokens, _logprobs_list=[-0.5] * len(self.tokens)
         )
@@ -148,6 +146,23 @@ def test_a_stop_string_ends_the_text(renderer: Renderer) -> None:
     assert message["stop_reason"] == "stop_sequence" and message["stop_sequence"] == "\n"
 
 
+def test_openais_sampling_fields_reach_the_sampler(renderer: Renderer) -> None:
+    sampler = ScriptedSampler(renderer, "x")
+    surface = Surface(OneModel(sampler, renderer))
+    route = routes.find("/v1/chat/completions")
+    assert route is not None
+    ask = {"model": "scripted", "messages": USER, "n": 3, "temperature": 0.3, "top_p": 0.5, "top_k": 4, "stop": ["\n"]}
+    for size in ({"max_completion_tokens": 7, "max_tokens": 9}, {"max_tokens": 9}):
+        status, answer = routes.answer(surface, route, "POST", json.dumps({**ask, **size}).encode(), "c")
+        assert status == 200 and len(answer["choices"]) == 3, answer
+    first, second = sampler.params
+    assert (first.max_tokens, second.max_tokens) == (7, 9)  # max_completion_tokens, when given, wins over max_tokens
+    assert (first.temperature, first.top_p, first.top_k) == (0.3, 0.5, 4) and first.stop[0] == "\n"
+    for field, value in (("top_p", 0), ("max_completion_tokens", 0), ("n", 0)):
+        status, answer = routes.answer(surface, route, "POST", json.dumps({**ask, field: value}).encode(), "c")
+        assert status == 400 and answer["error"]["param"] == field, answer
+
+
 @pytest.mark.parametrize(
     ("path", "body", "status", "words"),
     [
@@ -229,7 +244,7 @@ def test_a_request_without_a_seed_takes_the_policys(renderer: Renderer) -> None:
     assert route is not None
     for body in ({}, {"seed": 5}):
         routes.answer(seeded, route, "POST", json.dumps({"model": "scripted", "messages": USER, **body}).encode(), "c")
-    assert sampler.seeds == [77, 5]  # the policy's seed, unless the request gives its own
+    assert [p.seed for p in sampler.params] == [77, 5]  # the policy's seed, unless the request gives its own
 
 
 def test_a_prompt_past_the_budget_is_refused_and_a_completion_is_held_within_it(renderer: Renderer) -> None:
@@ -242,8 +257,9 @@ def test_a_prompt_past_the_budget_is_refused_and_a_completion_is_held_within_it(
     status, answer = routes.answer(surface, route, "POST", json.dumps({"model": "m", "messages": long}).encode(), "c")
     assert status == 400 and "rollout.max_total_tokens" in answer["error"]["message"]
     routes.answer(surface, route, "POST", json.dumps({"model": "m", "messages": USER, "max_tokens": 1000}).encode(), "c")
-    assert len(sampler.prompts[-1]) + 16 <= 40 and sampler.max_tokens[-1] == 16  # the run's max_tokens caps the client's 1000
+    # the run's max_tokens caps the client's 1000
+    assert len(sampler.prompts[-1]) + 16 <= 40 and sampler.params[-1].max_tokens == 16
     routes.answer(
         surface, route, "POST", json.dumps({"model": "m", "messages": [{"role": "user", "content": "z" * 20}]}).encode(), "c"
     )
-    assert sampler.max_tokens[-1] == 40 - len(sampler.prompts[-1]) < 16  # what room the budget leaves
+    assert sampler.params[-1].max_tokens == 40 - len(sampler.prompts[-1]) < 16  # what room the budget leaves

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,38 @@ def test_sample_chat_and_export_work_on_a_run_trained_through_the_server(served:
     assert any(p.abs().sum() > 0 for name, p in model.named_parameters() if "lora_B" in name)
     for text in (trained.stderr, sampled.stdout + sampled.stderr, chatted.stdout + chatted.stderr, exported.stdout + exported.stderr):
         assert KEY not in text
+
+
+AGENT = """
+import json
+from openai import OpenAI
+
+reply = OpenAI(max_retries=0).chat.completions.create(model="any", messages=[{"role": "user", "content": "hi"}], max_tokens=6)
+print(json.dumps({"reward": sum(reply.choices[0].token_ids) % 97 / 97}))
+"""
+
+
+def test_an_agent_program_trains_through_the_hosted_sampler(served: Served, run_minds, tmp_path: Path) -> None:
+    """The harness environment's endpoint on the tinker backend: the program's calls are sampled by the server."""
+    (tmp_path / "agent.py").write_text(AGENT)
+    (tmp_path / "tasks.jsonl").write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
+    before = _sampled_tokens(served)
+    ran = run_minds(
+        ["run", "--env", "harness", "--backend", "tinker", "--model", "minds-tiny", "--steps", "2", "--name", "agent",
+         "--set", f"tinker.base_url={served.url}", "--set", f'env.args={{"command": ["{sys.executable}", "agent.py"], "tasks": "tasks.jsonl"}}',
+         "--set", "trainer.group_size=2", "--set", "trainer.groups_per_batch=2", "--set", "metrics.sinks=[]",
+         "--set", "rollout.drop_constant_reward_groups=false"],
+        env={"TINKER_API_KEY": KEY},
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    metrics = _rows(tmp_path / "runs" / "agent" / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [0, 1]
+    assert all(m["rollouts/failed"] == 0 and m["env/harness/harness/calls"] == 1 and m["train/datums"] > 0 for m in metrics)
+    assert _sampled_tokens(served) - before >= 2 * 4 * 1  # every episode's call was sampled by the server
+    assert KEY not in ran.stdout + ran.stderr
+
+
+def _sampled_tokens(served: Served) -> float:
+    """The server's count of tokens sampled (its Prometheus metrics)."""
+    text = urllib.request.urlopen(f"{served.url}/metrics", timeout=30).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("minds_serve_tokens_sampled"))

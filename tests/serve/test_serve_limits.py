@@ -118,6 +118,7 @@ def _deflate(data: bytes, wbits: int) -> bytes:
     ],
     ids=["zstd", "gzip", "deflate-zlib", "deflate-raw"],
 )
+@pytest.mark.slow  # a CPU-second or more of float64 numerics or bombs: the whole suite runs it
 def test_a_compressed_bomb_is_refused_before_its_output_is_held(encoding: str, pack) -> None:
     limit = 1 << 20
     bomb = pack(bytes(64 << 20)) * 16  # 1 GiB once decompressed (gzip and zstd: 16 members or frames)

@@ -17,6 +17,8 @@ from minds_core.serve.metrics import ServeMetrics
 
 from .conftest import KEY, Served, start_server
 
+pytestmark = pytest.mark.slow  # a real `minds serve` process, started for this module
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Path]]:

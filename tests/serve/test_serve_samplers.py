@@ -90,6 +90,7 @@ def _collected_down_to(refs: list[weakref.ref[object]], alive: int, within: floa
     assert sum(ref() is not None for ref in refs) == alive
 
 
+@pytest.mark.slow
 def test_the_kept_samplers_stay_within_the_memory_budget_and_dropped_ones_free_their_memory(local: ServiceClient) -> None:
     probe = Loop(Engine(local, [TINY_MODEL], ServeLimits()))
     first = probe.new_sampler()

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from minds_core.base.tracing.otlp import OtlpSink
+from minds_core.base.tracing.otlp import OTEL_MISSING, OtlpSink, otel_installed
 from minds_core.base.tracing.self_times import SelfTimes, category
 from minds_core.base.tracing.spans import (
     MAIN_LANE,
@@ -48,6 +48,7 @@ from minds_core.base.tracing.trace_file import FLUSH_SECONDS, TRACE_CAP_BYTES, T
 __all__ = [
     "FLUSH_SECONDS",
     "MAIN_LANE",
+    "OTEL_MISSING",
     "TRACE_CAP_BYTES",
     "TRACE_FILE",
     "OtlpSink",
@@ -58,6 +59,7 @@ __all__ = [
     "Tracer",
     "active",
     "category",
+    "otel_installed",
     "current",
     "memory_bytes",
     "read_trace",

@@ -6,6 +6,16 @@ from typing import Any
 
 from minds_core.base.tracing.spans import Span, Tracer
 
+#: What a run that exports spans (metrics.otlp_endpoint) without the otel extra is told, before it starts.
+OTEL_MISSING = "metrics.otlp_endpoint: exporting spans needs the otel extra: pip install 'minds-core[otel]'"
+
+
+def otel_installed() -> bool:
+    """Whether the OpenTelemetry SDK and its OTLP/HTTP exporter can be imported (without importing them)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"))
+
 
 class OtlpSink:
     """Spans to an OpenTelemetry collector (OTLP over HTTP), through the ``opentelemetry-sdk`` (the ``otel`` extra).
@@ -22,9 +32,7 @@ class OtlpSink:
         except ImportError:
             from minds_core.base.errors import ConfigError
 
-            raise ConfigError(
-                "metrics.otlp_endpoint: exporting spans needs the otel extra: pip install 'minds-core[otel]'"
-            ) from None
+            raise ConfigError(OTEL_MISSING) from None
         if exporter is None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 

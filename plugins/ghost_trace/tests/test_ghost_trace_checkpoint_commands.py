@@ -78,6 +78,7 @@ def test_minds_eval_on_the_run_reports_and_keeps_every_rollout(trained, capsys):
     assert (trained.run_dir / "eval" / "step-000001-test-2.jsonl").exists() and path.exists()  # never overwritten
 
 
+@pytest.mark.slow
 def test_minds_eval_on_a_tinker_path_writes_to_output(trained, tmp_path, capsys):
     sampler = trained.checkpoints[-1]["sampler_path"]
     out = tmp_path / "x.jsonl"
@@ -92,6 +93,7 @@ def test_minds_eval_on_a_tinker_path_writes_to_output(trained, tmp_path, capsys)
     assert (out.read_text(), out.with_name("x.summary.json").read_text()) == kept
 
 
+@pytest.mark.slow
 def test_export_loads_in_plain_peft_with_the_local_samplers_logprobs(trained, tmp_path):
     out = tmp_path / "adapter"
     assert main(["export", str(trained.run_dir), str(out), "--merge"]) == 0
@@ -127,6 +129,7 @@ def test_export_refuses_a_folder_in_use_and_keeps_it(trained, tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir()] == ["busy"]  # no staging folder left behind
 
 
+@pytest.mark.slow
 def test_bad_checkpoints_are_usage_errors(trained, tmp_path, capsys):
     assert main(["eval", str(tmp_path / "nope")]) == 2
     assert "not a run folder (no such folder)" in capsys.readouterr().err
@@ -166,6 +169,7 @@ def test_chat_reads_stdin_and_matches_minds_sample(trained):
     assert replies[0] == printable(reply["text"]) + "\n" and 1 <= reply["tokens"] <= 8  # chat shows control bytes
 
 
+@pytest.mark.slow
 def test_sample_can_use_the_environments_system_prompt(trained, capsys):
     from minds_ghost_trace.prompts import SYSTEM_PROMPT, task_prompt
 

@@ -14,6 +14,7 @@ pytest.importorskip("minds_core.backends.local", reason="the local backend (torc
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "ghost_trace.toml"
 
 
+@pytest.mark.slow
 def test_minds_run_trains_ghost_trace(tmp_path: Path) -> None:
     # Eight long, hot replies a task: about one in six holds five integers (a valid code, scored by the policy's
     # log-probs), the rest score the -10 penalty, so rewards differ within a group and the run trains.

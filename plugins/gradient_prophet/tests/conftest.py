@@ -10,6 +10,9 @@ import attrs
 import pytest
 
 from minds_core import Context
+from minds_core.testing import skip_unless_installed
+
+pytest_pycollect_makemodule = skip_unless_installed("minds_gradient_prophet", "pip install -c constraints.txt -e plugins/gradient_prophet")
 
 
 @attrs.define

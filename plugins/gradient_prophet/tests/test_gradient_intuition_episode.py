@@ -62,6 +62,7 @@ async def test_the_prompt_is_the_inner_task_plus_the_prediction_task(policy):
     assert f"learning rate {LR:g}" in text
 
 
+@pytest.mark.slow
 async def test_reward_is_inner_reward_plus_alpha_times_prediction_closeness(policy):
     env = wrapped()
     (task,) = env.tasks("train")

@@ -95,6 +95,7 @@ def counting(ctx) -> tuple[Any, CountingService]:
     return evolve(ctx, service=service), service
 
 
+@pytest.mark.slow
 async def test_delta_is_one_step_from_the_policy_weights(policy):
     # Move the policy away from its initialisation first, so "from the policy" differs from "from the base".
     await policy.train_on([("Say something.", " Rome is far away.")], 5e-2, steps=2)
@@ -151,6 +152,7 @@ async def test_the_before_score_is_measured_once_per_checkpoint_and_probe(policy
     assert service.befores[2:] == [(updated.policy_checkpoint, datum_key(probe))]
 
 
+@pytest.mark.slow
 async def test_delta_follows_the_policy_checkpoint_after_the_policy_trains(policy):
     ctx, service = counting(policy.ctx)
     example, probe = _data(ctx)
@@ -167,6 +169,7 @@ async def test_delta_follows_the_policy_checkpoint_after_the_policy_trains(polic
     assert (service.created, service.restored) == (2, 1)  # the first trainer's shadow was restored to the new state
 
 
+@pytest.mark.slow
 async def test_the_shadow_leaves_the_policy_bit_identical(policy):
     await policy.train_on([("Say something.", " Rome is far away.")], 5e-2)
     ctx = await policy.snapshot()

@@ -59,6 +59,7 @@ async def test_delta_is_the_log_prob_shift_the_training_client_sees(policy):
     assert await measure_delta(policy.ctx, LESSONS.lesson, probe) == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.slow
 async def test_every_probe_is_measured_with_the_current_policy(policy):
     env = load_gradient_prophet()
     before_ctx = policy.ctx

@@ -43,6 +43,7 @@ def _run(tmp_path: Path, name: str, *extra: str) -> list[dict]:
     return run.metrics
 
 
+@pytest.mark.slow
 def test_gradient_prophet_trains_and_measures_every_probe(tmp_path, minds_plugin):
     minds_plugin(scripted_replies_plugin("scripted_gradient_prophet", "gradient_prophet", scripted_deltas))
     steps = _run(tmp_path, "gradient_prophet", 'env.args.kinds=["in_context"]')
@@ -53,6 +54,7 @@ def test_gradient_prophet_trains_and_measures_every_probe(tmp_path, minds_plugin
         assert 0 < step["env/scripted_gradient_prophet/reward/gradient_prophet.in_context"] <= 1
 
 
+@pytest.mark.slow
 def test_entropy_intuition_trains(tmp_path, minds_plugin):
     minds_plugin(scripted_replies_plugin("scripted_entropy_intuition", "entropy_intuition", scripted_entropy))
     steps = _run(tmp_path, "entropy_intuition")

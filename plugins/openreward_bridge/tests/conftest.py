@@ -17,6 +17,10 @@ from typing import Any
 
 import pytest
 
+from minds_core.testing import skip_unless_installed
+
+pytest_pycollect_makemodule = skip_unless_installed("minds_openreward", "pip install -c constraints.txt -e plugins/openreward_bridge")
+
 os.environ["OPENREWARD_DISABLE_UPDATE_CHECK"] = "1"
 os.environ.setdefault("OPENREWARD_LOG_LEVEL", "WARNING")
 

@@ -14,6 +14,7 @@ from minds_openreward.environment import choose, load_environment
 from minds_openreward.settings import SplitSettings
 
 
+@pytest.mark.slow
 def test_hosted_environment_uses_the_openreward_key(hosted_env) -> None:
     start = len(hosted_env.log.keys)
     env = load_environment(name="Org/ToolLab", splits={"train": {"num_samples": 2}})
@@ -72,6 +73,7 @@ def test_split_settings_apply_to_the_served_tasks(ors_server) -> None:
     assert [t.info["spec"]["target"] for t in tasks] == [3 + t.info["index"] for t in tasks]
 
 
+@pytest.mark.slow
 def test_auth_errors_stop_minds_run_before_training(hosted_env, monkeypatch, tmp_path: Path, capsys) -> None:
     monkeypatch.setenv("OPENREWARD_API_KEY", "sk-or-wrong-1111")
     code = main(
@@ -85,6 +87,7 @@ def test_auth_errors_stop_minds_run_before_training(hosted_env, monkeypatch, tmp
     assert not (tmp_path / "denied").exists()
 
 
+@pytest.mark.slow
 def test_bad_args_stop_minds_run_with_every_problem(ors_server, tmp_path: Path, capsys) -> None:
     code = main(
         ["run", "--env", "openreward", "--backend", "local", "--set", f"runs_dir={tmp_path}",

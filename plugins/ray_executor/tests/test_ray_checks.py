@@ -22,6 +22,7 @@ def test_a_worker_with_other_minds_versions_is_refused_naming_both() -> None:
     assert "node-7" in message and "minds-plugin-ray" not in message  # only what differs
 
 
+@pytest.mark.slow
 def test_a_secret_in_an_environment_s_args_stops_the_run_before_ray_starts(tmp_path, capsys) -> None:
     secret = "sk-do-not-ship-7f3a9c"
     result = run_minds(

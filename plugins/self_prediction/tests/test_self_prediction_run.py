@@ -40,6 +40,7 @@ def scripted_answer(task: Task, reply: str) -> str:
     ])  # fmt: skip
 
 
+@pytest.mark.slow
 def test_minds_run_trains_self_prediction(tmp_path: Path, minds_plugin) -> None:
     minds_plugin(scripted_replies_plugin("scripted_self_prediction", "self_prediction", scripted_answer))
     run = run_minds(

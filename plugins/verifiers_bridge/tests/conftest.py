@@ -8,6 +8,10 @@ from typing import Any
 
 import pytest
 
+from minds_core.testing import skip_unless_installed
+
+pytest_pycollect_makemodule = skip_unless_installed("minds_verifiers", "pip install -c constraints.txt -e plugins/verifiers_bridge")
+
 VF_ENVIRONMENTS = Path(__file__).resolve().parent / "vf_environments"
 
 

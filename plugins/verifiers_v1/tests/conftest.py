@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from minds_core.testing import skip_unless_installed
+
+pytest_pycollect_makemodule = skip_unless_installed("minds_verifiers_v1", "pip install -c constraints.txt -e plugins/verifiers_v1")
+
 ROOT = Path(__file__).resolve().parents[3]
 
 

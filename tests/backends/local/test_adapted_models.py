@@ -75,6 +75,7 @@ def test_a_dropped_samplers_weights_are_reused_by_the_next_snapshot(
     [(torch.float32, 1e-4, 1e-5), (torch.bfloat16, 0.2, 0.03)],  # bf16: the merged weights round once to 2^-8
     ids=["float32", "bfloat16"],
 )
+@pytest.mark.slow  # a CPU-second or more of float64 numerics or bombs: the whole suite runs it
 def test_a_merged_snapshot_decodes_as_the_unmerged_side_path_does(
     trainer: TrainingClient, sft_datum: Callable[..., types.Datum], dtype: torch.dtype, max_error: float,
     mean_error: float,

@@ -107,6 +107,7 @@ def failing_backend(graph: torch.fx.GraphModule, example_inputs: list[torch.Tens
 
 
 @torch.inference_mode()
+@pytest.mark.slow
 def test_a_failing_compile_falls_back_to_eager_once_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fast_decode, "_compile", lambda function, mode: torch.compile(function, backend=failing_backend))
     monkeypatch.setattr(fast_decode, "_compiled_by_mode", {})

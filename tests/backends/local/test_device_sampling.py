@@ -114,6 +114,7 @@ SETTINGS = {
 
 @pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("vocab", [50, 64])
+@pytest.mark.slow  # a CPU-second or more of float64 numerics or bombs: the whole suite runs it
 def test_draws_follow_softmax_at_their_temperature_within_top_k_and_top_p(vocab: int, device: str) -> None:
     """20,000 seeded draws per setting (64 rows x 320 steps) pass a chi-square test at p = 1e-4 against
     softmax(logits / T) after truncation, and fail it against a temperature 12% off: the test can fail. A

@@ -72,6 +72,7 @@ class Products(TorchDispatchMode):
 
 
 @pytest.mark.parametrize("name", list(models()))
+@pytest.mark.slow  # a CPU-second or more of float64 numerics or bombs: the whole suite runs it
 def test_joined_groups_give_peft_outputs_and_gradients_in_float64(name: str) -> None:
     base = loaded(name)
     theirs, ours = adapted(base), adapted(base)

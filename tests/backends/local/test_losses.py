@@ -148,6 +148,7 @@ def test_unknown_loss_and_config_keys_are_rejected() -> None:
 
 
 @pytest.mark.parametrize("name", ["ppo", "cispo", "dro", "importance_sampling"])
+@pytest.mark.slow  # a CPU-second or more of float64 numerics or bombs: the whole suite runs it
 def test_forward_backward_gradients_match_a_float64_custom_loss(
     name: str,
     new_trainer: Callable[..., TrainingClient],

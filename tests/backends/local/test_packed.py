@@ -148,6 +148,7 @@ def float64_alone(name: str, datum: types.Datum) -> Callable:
 
 
 @pytest.mark.parametrize("loss", list(LOSSES))
+@pytest.mark.slow  # a CPU-second or more of float64 numerics or bombs: the whole suite runs it
 def test_packed_gradients_equal_each_datum_alone_in_float64(
     new_trainer: Callable[..., TrainingClient],
     grads_of: Callable[[TrainingClient], dict[str, torch.Tensor]],
@@ -321,6 +322,7 @@ def test_requests_share_their_prompts_when_the_measured_passes_say_it_is_faster(
     assert metrics[-1]["ms_per_ktoken_whole:mean"] == pytest.approx(1e6 * whole)
 
 
+@pytest.mark.slow
 def test_the_plan_follows_the_times_measured_on_the_real_model(trainer: TrainingClient) -> None:
     data = shared_prompt_data(200, (30, 50, 20, 40), seed=9)
     outputs = [trainer.forward_backward(data, "cross_entropy").result().metrics for _ in range(2 * pass_cost.TRIALS + 1)]
@@ -332,6 +334,7 @@ def test_the_plan_follows_the_times_measured_on_the_real_model(trainer: Training
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")  # unfused on the CPU: slow, right
+@pytest.mark.slow
 def test_flex_attention_block_masks_give_the_dense_masks_log_probs_and_gradients(trainer: TrainingClient) -> None:
     data = shared_prompt_data(30, (5, 12, 7, 3), seed=4) + shared_prompt_data(0, (9, 23, 40, 2, 17), seed=5)
     items = [submitted_datum(datum, i) for i, datum in enumerate(data)]

@@ -107,6 +107,7 @@ def test_groups_are_found_by_their_shared_prompt(
 
 
 @pytest.mark.parametrize("loss", list(LOSSES))
+@pytest.mark.slow  # a CPU-second or more of float64 numerics or bombs: the whole suite runs it
 def test_shared_prefix_gradients_equal_each_datum_alone(
     new_trainer: Callable[..., TrainingClient],
     grads_of: Callable[[TrainingClient], dict[str, torch.Tensor]],
