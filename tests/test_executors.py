@@ -96,7 +96,7 @@ def test_an_executor_factory_that_returns_no_executor_stops_the_run_naming_it_an
     assert result.exit_code == 1
     assert (
         "rollout.executor = 'forgetful' (plugin forgetful_plugin): its factory returned NoneType None, "
-        "not a RolloutExecutor: it lacks needs_sampler_path, startup_seconds, run_groups, close"
+        "not a RolloutExecutor: it lacks needs_sampler_path, run_groups, close"
     ) in err
     assert "Traceback" not in err
     assert not (tmp_path / "test").exists()  # found before any run folder is made

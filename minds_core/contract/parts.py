@@ -235,9 +235,8 @@ class RolloutExecutor(Protocol):
     #: Whether workers sample from a saved path (``Policy.sampler_path``): the session then saves
     #: each policy's sampler weights (``save_weights_for_sampler``) as it snapshots them.
     needs_sampler_path: bool
-    #: Seconds the executor took to start its workers, before step 0 (a run's first metrics line has it as
-    #: ``executor/startup_seconds``); None for one with none to start (in process).
-    startup_seconds: float | None
+    # Optional: ``startup_seconds: float | None``, the seconds the executor took to start its workers before step 0
+    # (a run's first metrics line has it as ``executor/startup_seconds``); absent or None: nothing to start.
 
     async def run_groups(self, orders: Sequence[GroupOrder], policy: Policy) -> list[Group]:
         """:param orders: the groups to roll out.

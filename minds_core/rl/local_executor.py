@@ -20,7 +20,6 @@ class LocalExecutor:
     """Runs the groups of a session as asyncio tasks of this process."""
 
     needs_sampler_path = False
-    startup_seconds = None  # nothing to start
 
     def __init__(self, session: Session) -> None:
         self.session = session

@@ -254,8 +254,9 @@ class RLLoop:
             for step in range(start, cadence.steps):
                 with span("step", step=step):
                     record, policy, checkpoint, stopping = await self.one_step(step, ahead, cadence, stop, run, policy)
-                    if step == start and self.session.executor.startup_seconds is not None:  # this process's first line
-                        record["executor/startup_seconds"] = round(self.session.executor.startup_seconds, 3)
+                    startup = getattr(self.session.executor, "startup_seconds", None)  # optional (RolloutExecutor)
+                    if step == start and startup is not None:  # this process's first line
+                        record["executor/startup_seconds"] = round(startup, 3)
                     with span("write_metrics"):
                         sinks.write(record)
                     if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics

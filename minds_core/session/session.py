@@ -212,7 +212,7 @@ class Session:
         name = self.config.rollout.executor
         entry = self.plugins.registry.lookup("rollout_executors", name, "rollout.executor")
         executor = await maybe_await(entry.obj(self))
-        lacking = [part for part in ("needs_sampler_path", "startup_seconds", "run_groups", "close") if not hasattr(executor, part)]
+        lacking = [part for part in ("needs_sampler_path", "run_groups", "close") if not hasattr(executor, part)]
         if lacking:
             raise MindsError(
                 f"rollout.executor = {name!r} (plugin {entry.plugin}): its factory returned {type(executor).__name__} "
