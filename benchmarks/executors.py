@@ -41,7 +41,7 @@ async def _seconds(executor: str, settings: list[str], tasks: int, samples: int,
         ],
     )  # fmt: skip
     async with await Session.open(config) as session:
-        startup = session.executor.startup_seconds or 0.0
+        startup = getattr(session.executor, "startup_seconds", None) or 0.0  # optional (RolloutExecutor)
         policy = await session.start_sampling(None)
         warm = EvalPlan("train", tasks=min(tasks, 2 * (os.cpu_count() or 1)), samples=1)
         await evaluate_policy(session, policy, warm, step=0, require_held_out=False)
