@@ -47,7 +47,7 @@ lint: setup  ## ruff, with the rules pyproject.toml selects, and import-linter's
 	$(VENV)/bin/lint-imports --no-cache
 
 test: setup verifiers-v1  ## the whole test suite (core and plugins), with a progress line per test file
-	@echo "make test: the whole suite, slow tests included: about 30 minutes on 2 cores (the fast subset, 'make test-fast': one process, 78 CPU-seconds, 2.5 minutes under load)"
+	@echo "make test: the whole suite, slow tests included: about 30 minutes on 2 cores (the fast subset, 'make test-fast': one process, about 60 CPU-seconds, 70 s on idle cores)"
 	$(PY) -m pytest -n auto --maxprocesses 4 --dist loadfile --durations=10
 
 test-fast: setup  ## the fast subset: every test not marked slow

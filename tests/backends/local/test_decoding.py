@@ -273,6 +273,7 @@ def _kv_check(batch: object) -> Callable[[int], None]:
     return check
 
 
+@pytest.mark.slow  # a third of a CPU-second or more of the local engine's numerics: the whole suite runs it
 def test_a_ragged_batch_with_staggered_departures_holds_a_small_multiple_of_its_live_kv(
     sampler: SamplingClient, encode: Callable[[str], list[int]], count_forwards: Callable[..., list[int]]
 ) -> None:
@@ -290,6 +291,7 @@ def test_a_ragged_batch_with_staggered_departures_holds_a_small_multiple_of_its_
     assert 32 in sizes  # all 32 rows decoded together, then left one by one
 
 
+@pytest.mark.slow  # a third of a CPU-second or more of the local engine's numerics: the whole suite runs it
 def test_a_multi_turn_shape_joining_ever_longer_prompts_holds_a_small_multiple_of_its_live_kv(
     sampler: SamplingClient, encode: Callable[[str], list[int]], count_forwards: Callable[..., list[int]]
 ) -> None:

@@ -174,6 +174,7 @@ def random_adapter(base: torch.nn.Module, spec: LoraSpec, seed: int) -> dict[str
     return adapter_state(model)
 
 
+@pytest.mark.slow  # a third of a CPU-second or more of the local engine's numerics: the whole suite runs it
 def test_a_pooled_tree_decodes_with_each_new_snapshots_adapter() -> None:
     """Unmerged on a bf16 base, the adapter's factors are stacked in copies: the next sampler of the same
     pooled module tree must decode with its own snapshot, not the stacked copies of the one before."""

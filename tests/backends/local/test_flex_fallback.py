@@ -123,6 +123,7 @@ def assert_same(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> 
         torch.testing.assert_close(got[name], value, rtol=0, atol=1e-5 * float(value.abs().max()), msg=name)
 
 
+@pytest.mark.slow  # a third of a CPU-second or more of the local engine's numerics: the whole suite runs it
 def test_a_backward_that_fails_after_the_probe_leaves_the_accumulated_gradients_and_reruns_densely(
     trainer: TrainingClient, fresh_flex: Callable[[FakeKernel], None]
 ) -> None:
@@ -179,6 +180,7 @@ def test_the_probe_runs_once_per_kind_of_input(fresh_flex: Callable[[FakeKernel]
     assert kernel.calls == 2 and kernel.backward_calls == 2  # GQA 2:1, then 1:1
 
 
+@pytest.mark.slow  # a third of a CPU-second or more of the local engine's numerics: the whole suite runs it
 def test_a_failure_that_is_not_flex_attentions_is_raised_and_leaves_the_gradients(
     trainer: TrainingClient, fresh_flex: Callable[[FakeKernel], None]
 ) -> None:

@@ -75,6 +75,7 @@ def test_load_state_resets_the_optimizer(
     assert_same_adapter(adapter_of(trainer), adapter_of(fresh))
 
 
+@pytest.mark.slow  # a third of a CPU-second or more of the local engine's numerics: the whole suite runs it
 def test_load_state_with_optimizer_resumes_the_saved_moments(
     service: ServiceClient, trainer: TrainingClient, data, saved: str, adapter_of: Adapter
 ) -> None:

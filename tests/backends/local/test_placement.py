@@ -68,6 +68,7 @@ def bf16_base(request: pytest.FixtureRequest):
     return BaseModelRegistry(replace(placement, merge_adapters=False)).get("minds-tiny")
 
 
+@pytest.mark.slow  # a third of a CPU-second or more of the local engine's numerics: the whole suite runs it
 def test_bf16_base_trains_float32_lora_and_optimizer_state(bf16_base, encode: Callable[[str], list[int]]) -> None:
     trainer = TrainingEngine(bf16_base, LoraSpec(rank=4), seed=0)
     assert bf16_base.model.get_input_embeddings().weight.dtype in (torch.bfloat16, torch.float16)

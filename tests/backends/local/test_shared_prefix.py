@@ -117,6 +117,7 @@ def test_shared_prefix_gradients_equal_each_datum_alone(
     assert_same(*alone_and_together(new_trainer, grads_of, group_data, loss))
 
 
+@pytest.mark.slow  # a third of a CPU-second or more of the local engine's numerics: the whole suite runs it
 def test_suffixes_split_over_micro_batches_still_match(
     new_trainer: Callable[..., TrainingClient],
     grads_of: Callable[[TrainingClient], dict[str, torch.Tensor]],

@@ -50,6 +50,7 @@ def test_the_corpus_is_the_same_for_a_seed_and_rendered_as_the_models_chat_templ
     assert render_chat(messages) == byte_tokenizer().apply_chat_template(messages, tokenize=False)
 
 
+@pytest.mark.slow  # a third of a CPU-second or more of the local engine's numerics: the whole suite runs it
 def test_training_is_deterministic_given_the_seed_and_lowers_the_loss() -> None:
     losses: list[float] = []
     first, _ = train_small_model(seed=1, steps=4, batch=2, length=32, progress=lambda step, loss: losses.append(loss))
