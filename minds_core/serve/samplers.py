@@ -127,9 +127,8 @@ class KeptSamplers:
         """Keep a new sampling session as the most recently used; drop the least recently used past the limits."""
         self._kept[sampler_id] = kept
         self._kept.move_to_end(sampler_id)
-        held = {id(entry.sampler.engine): entry.sampler.held_bytes for entry in self._kept.values()}  # per engine: shared once
         while len(self._kept) > 1:
-            total = sum(held[engine] for engine in {id(entry.sampler.engine) for entry in self._kept.values()})
+            total = self.held_bytes()
             if len(self._kept) > self.max_samplers:
                 why = f"minds serve keeps the {self.max_samplers} most recently used sampling clients (--max-samplers)"
             elif total > self.memory_bytes:
