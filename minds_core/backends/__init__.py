@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from minds_core.backends.builtin_folders import made_builtin_folder
 from minds_core.base.errors import UsageError
 from minds_core.config import BUILTIN_MODELS, RunConfig
 from minds_core.config.schema import LOCAL_CHECKPOINTS
@@ -29,18 +30,23 @@ def sampler_tokenizer(sampler: Any, base_model: str) -> Any:
 
     The hosted SDK loads it by the model's name from the Hugging Face hub; a model
     only this machine has (``minds-small`` or ``minds-tiny`` behind ``minds serve``) is read
-    from the directory the local backend makes it in, without asking the hub (which has no such
-    model: offline, the SDK's lookup retried for about a minute before failing). The local
+    from the folder the local backend makes it in, without asking the hub (which has no such
+    model: offline, the SDK's lookup retried for about a minute before failing). Where that folder
+    is made already, neither the local backend nor transformers' model code is imported (seconds
+    in each Ray worker): the built-in models' tokenizer is a ``PreTrainedTokenizerFast``. The local
     backend's own samplers give theirs. Any other failure is a UsageError.
     """
     import tinker
 
     if base_model in BUILTIN_MODELS and isinstance(sampler, tinker.SamplingClient):
-        from transformers import AutoTokenizer
+        from transformers import PreTrainedTokenizerFast
 
-        from minds_core.backends.local.model.builtin_models import builtin_model_path
+        folder = made_builtin_folder(base_model)
+        if folder is None:  # not made on this machine yet: the local backend makes it
+            from minds_core.backends.local.model.builtin_models import builtin_model_path
 
-        return AutoTokenizer.from_pretrained(str(builtin_model_path(base_model)))
+            folder = builtin_model_path(base_model)
+        return PreTrainedTokenizerFast.from_pretrained(str(folder))
     try:
         return sampler.get_tokenizer()
     except OSError as exc:

@@ -14,12 +14,13 @@ under a name that carries the weights' digest, so new weights never meet an old 
 
 from __future__ import annotations
 
-import hashlib
-from functools import cache
 from pathlib import Path
 
 from safetensors.torch import load_file
 from transformers import Qwen3ForCausalLM
+
+from minds_core.backends.builtin_folders import SMALL_WEIGHTS_FILE as WEIGHTS_FILE
+from minds_core.backends.builtin_folders import builtin_folder
 
 from .tiny_model import ModelSize, byte_tokenizer, cached_model, qwen3_config, save_model
 
@@ -28,7 +29,6 @@ __all__ = ["SMALL_MODEL", "SMALL_SIZE", "WEIGHTS_FILE", "small_model_path"]
 SMALL_MODEL = "minds-small"
 #: About 0.8M parameters: wide enough to learn words and formats in minutes on a CPU, fast to sample.
 SMALL_SIZE = ModelSize(hidden=128, intermediate=384, layers=4, heads=4, kv_heads=2, head_dim=32)
-WEIGHTS_FILE = Path(__file__).parents[1] / "minds-small.safetensors"
 
 
 def small_model_path() -> Path:
@@ -38,12 +38,7 @@ def small_model_path() -> Path:
             f"{WEIGHTS_FILE} is missing (it ships with minds-core); rebuild it with "
             "`python -m minds_core.backends.local.training.primer_training`, or reinstall minds-core"
         )
-    return cached_model(f"{SMALL_MODEL}-{_weights_digest()}", _write_from_weights)
-
-
-@cache
-def _weights_digest() -> str:
-    return hashlib.sha256(WEIGHTS_FILE.read_bytes()).hexdigest()[:12]
+    return cached_model(builtin_folder(SMALL_MODEL), _write_from_weights)
 
 
 def _write_from_weights(directory: Path) -> None:

@@ -20,10 +20,11 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
+from minds_core.backends.builtin_folders import builtin_folder
+
 __all__ = ["TINY_MODEL", "tiny_model_path"]
 
 TINY_MODEL = "minds-tiny"
-_VERSIONED_NAME = "minds-tiny-v1"
 _SEED = 20240611
 _SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 _MAX_LENGTH = 8192
@@ -35,26 +36,17 @@ _CHAT_TEMPLATE = (
 )
 
 
-def cache_dir() -> Path:
-    """Root of minds' cache: ``$MINDS_CACHE_DIR``, else ``$XDG_CACHE_HOME/minds``, else ``~/.cache/minds``."""
-    if override := os.environ.get("MINDS_CACHE_DIR"):
-        return Path(override)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "minds"
-
-
 def tiny_model_path() -> Path:
     """The cached model directory, built first if missing (safe against concurrent builders)."""
-    return cached_model(_VERSIONED_NAME, _build)
+    return cached_model(builtin_folder(TINY_MODEL), _build)
 
 
-def cached_model(versioned_name: str, build: Callable[[Path], None]) -> Path:
-    """``cache_dir()/models/<versioned_name>``, made by ``build(staging)`` first if missing (safe against races)."""
-    final = cache_dir() / "models" / versioned_name
+def cached_model(final: Path, build: Callable[[Path], None]) -> Path:
+    """The model folder ``final`` (``builtin_folder``'s), made by ``build(staging)`` first if missing (safe against races)."""
     if (final / "config.json").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{versioned_name}.", dir=final.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
         build(staging)
         os.chmod(staging, 0o755)
