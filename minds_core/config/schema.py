@@ -152,9 +152,9 @@ class RayConfig:
     """Episodes on a Ray cluster (``rollout.executor = "ray"``, the minds-plugin-ray distribution)."""
 
     address: str = arg("", doc="the cluster: auto (the one this machine belongs to), ray://host:port, or empty = start one here")
-    num_cpus: float = arg(1.0, within(0, 1024), doc="CPUs each episode reserves on its node")
-    resources: dict[str, float] = arg({}, each_value(within(0, MAX_WEIGHT)), doc="custom resources each episode reserves, e.g. {sandbox = 1}")
-    max_in_flight: int = arg(0, within(0, MAX_ROLLOUTS_PER_STEP), doc="episodes running on the cluster at once, at most (0 = rollout.concurrency)")
+    num_cpus: float = arg(1.0, within(0, 1024), doc="CPUs each Ray worker reserves on its node (the cluster's CPUs / this = the workers kept)")
+    resources: dict[str, float] = arg({}, each_value(within(0, MAX_WEIGHT)), doc="custom resources each Ray worker reserves, e.g. {sandbox = 1}")
+    max_in_flight: int = arg(0, within(0, MAX_ROLLOUTS_PER_STEP), doc="episodes running on the cluster at once, at most, shared out between the workers (0 = rollout.concurrency)")
     serve_host: str = arg("", doc="local backend: the address the run serves its engine on for the workers (empty = this node's Ray address)")
 
 

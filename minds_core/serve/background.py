@@ -32,12 +32,16 @@ class BackgroundServer:
         self._thread.join(timeout=5)
 
 
-def serve_in_background(service: Any, models: list[str], host: str, api_key: str, port: int = 0) -> BackgroundServer:
+def serve_in_background(
+    service: Any, models: list[str], host: str, api_key: str, port: int = 0, max_samplers: int | None = None
+) -> BackgroundServer:
     """Serve the local ``service`` (a ``minds_core.backends.local.ServiceClient``) on ``host:port``.
 
     :param models: the base models clients may sample (the run's).
     :param api_key: the one key requests must send.
     :param port: 0 = a free port the system picks.
+    :param max_samplers: the most sampling sessions kept, the least recently used dropped past it (None: as
+        ``minds serve`` keeps, ``--max-samplers``); a pool of workers that each keep a few gives their sum.
     """
     from minds_core.backends.local import ServiceClient
 
@@ -46,10 +50,12 @@ def serve_in_background(service: Any, models: list[str], host: str, api_key: str
     from .engine import Engine
     from .http import TinkerServer
     from .listener import listen
+    from .samplers import SamplerBudget
 
     limits = ServeLimits()
+    budget = SamplerBudget() if max_samplers is None else SamplerBudget(max_samplers=max_samplers)
     try:
-        server = TinkerServer(listen(host, port, limits.backlog), Engine(service, models, limits), (api_key,), limits)
+        server = TinkerServer(listen(host, port, limits.backlog), Engine(service, models, limits, budget), (api_key,), limits)
     except OSError as exc:
         raise UsageError(f"cannot serve the run's engine for the workers on {host}:{port}: {exc}") from None
     thread = threading.Thread(target=server.serve_forever, name="minds-serve-workers", daemon=True)

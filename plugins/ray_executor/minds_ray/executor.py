@@ -2,12 +2,15 @@
 
 The workers (``Player`` actors, as many as the cluster's CPUs hold at ``ray.num_cpus`` each, at most
 ``ray.max_in_flight``) start when the executor opens, before step 0, and serve the whole run; their
-start-up is logged apart from the steps. The driver (the run's process) keeps the loop: it hands each
-episode to an idle worker and gets back finished token-level rollouts. The worker retries the episode's
-own failures as in process; a worker or node that dies costs the attempt it was playing (sent again while
-``rollout.retries`` allow, else the rollout fails with the reason) and the worker is replaced; a worker
-that overruns ``rollout.timeout`` where asyncio cannot stop it is killed and replaced. Group rubrics,
-dropping and everything after run here, as in process.
+start-up is logged apart from the steps. The episodes in flight (``ray.max_in_flight``, else
+``rollout.concurrency``) are shared out between them: each worker plays up to ``slots`` at once on its
+event loop, so that their sampling requests reach the engine together and decode in one batch, as in
+process. The driver (the run's process) keeps the loop: it hands each episode to a free slot of a worker
+and gets back finished token-level rollouts. The worker retries the episode's own failures as in process;
+a worker or node that dies costs the attempts it was playing (each sent again while ``rollout.retries``
+allow, else the rollout fails with the reason) and the worker is replaced; a worker with an episode that
+overruns ``rollout.timeout`` where asyncio cannot stop it is killed (its other episodes are lost with it)
+and replaced. Group rubrics, dropping and everything after run here, as in process.
 """
 
 from __future__ import annotations
@@ -67,19 +70,21 @@ class RayExecutor:
 
     needs_sampler_path = True
 
-    def __init__(self, session: Any, endpoint: Endpoint, server: Any, key: str, owns_ray: bool, workers: int) -> None:
+    def __init__(self, session: Any, endpoint: Endpoint, server: Any, key: str, owns_ray: bool, workers: int, slots: int) -> None:
         self.session = session
         self.endpoint = endpoint
         self.server = server  # the run's engine served for the workers (local backend), else None
         self.key = key  # that server's key ('' = none), handed to the workers in their runtime_env
         self.owns_ray = owns_ray  # whether this executor connected this process to Ray (and so disconnects it)
-        self.workers = workers  #: the workers kept for the run (each plays one episode at a time)
+        self.workers = workers  #: the workers kept for the run
+        self.slots = slots  #: the episodes each worker plays at once, at most
         self.versions = installed_versions(["minds-core"] + sorted({p.distribution for p in session.plugins.plugins if p.distribution and p.ok}))
         self.episodes_per_node: Counter[str] = Counter()  #: finished attempts per Ray node id
         self.lost_attempts = 0  #: attempts lost with their worker or node
         self.startup_seconds = 0.0  #: seconds the workers took to start (before step 0)
-        self._idle: asyncio.Queue[Any] = asyncio.Queue()  # the started workers not playing an episode
+        self._idle: asyncio.Queue[Any] = asyncio.Queue()  # a started worker once per free slot
         self._actors: set[Any] = set()  # every worker started and not yet killed
+        self._ready = 0  # workers that were ready (counted for the start-up's error)
         self._starting: set[asyncio.Task[None]] = set()  # replacements under way
 
     @classmethod
@@ -106,11 +111,12 @@ class RayExecutor:
                 raise UsageError(f"ray.address = {cfg.ray.address!r}: cannot connect to {where}: {type(exc).__name__}: {detail}{hint}") from None
         executor = None
         try:
-            endpoint, server, key = _endpoint(session)
             nodes = [n for n in ray.nodes() if n.get("Alive")]
             cpus = ray.cluster_resources().get("CPU", 0)
+            workers, slots = _pool(cfg, cpus)
+            endpoint, server, key = _endpoint(session, workers)
             log.info("ray cluster", address=cfg.ray.address or "local", nodes=len(nodes), cpus=cpus, sampler=endpoint.url or "hosted")
-            executor = cls(session, endpoint, server, key, owns_ray, _worker_count(cfg, cpus))
+            executor = cls(session, endpoint, server, key, owns_ray, workers, slots)
             await executor._start_workers()
         except BaseException:
             if executor is not None:
@@ -124,19 +130,22 @@ class RayExecutor:
         """Start every worker and wait until each is ready; log the seconds taken (apart from the steps)."""
         began = time.perf_counter()
         try:
-            await asyncio.wait_for(asyncio.gather(*(self._add_worker() for _ in range(self.workers))), START_TIMEOUT)
+            actors = await asyncio.wait_for(asyncio.gather(*(self._add_worker() for _ in range(self.workers))), START_TIMEOUT)
         except TimeoutError:
             cfg = self.session.config.ray
             raise UsageError(
-                f"ray: {self.workers - self._idle.qsize()} of {self.workers} workers did not start in {START_TIMEOUT:g} s; "
+                f"ray: {self.workers - self._ready} of {self.workers} workers did not start in {START_TIMEOUT:g} s; "
                 f"the cluster may lack the resources each asks for (ray.num_cpus = {cfg.num_cpus:g}, ray.resources = "
                 f"{dict(cfg.resources)}): lower ray.max_in_flight or ray.num_cpus, or add nodes"
             ) from None
         self.startup_seconds = time.perf_counter() - began
-        log.info("ray workers started", workers=self.workers, seconds=round(self.startup_seconds, 2))
+        for _ in range(self.slots):  # round by round: the first episodes go one to each worker
+            for actor in actors:
+                self._idle.put_nowait(actor)
+        log.info("ray workers started", workers=self.workers, episodes_each=self.slots, seconds=round(self.startup_seconds, 2))
 
-    async def _add_worker(self) -> None:
-        """Start one worker and, once ready, make it idle (a worker refused for its versions stops the run)."""
+    async def _add_worker(self) -> Any:
+        """Start one worker and wait until it is ready (a worker refused for its versions stops the run)."""
         import ray
 
         from minds_ray.worker import Player
@@ -145,7 +154,13 @@ class RayExecutor:
         runtime_env = {"env_vars": {SERVED_KEY_ENV: self.key}} if self.key else None
         actor = (
             ray.remote(Player)
-            .options(num_cpus=cfg.num_cpus, resources=dict(cfg.resources) or None, max_restarts=0, runtime_env=runtime_env)
+            .options(
+                num_cpus=cfg.num_cpus,
+                resources=dict(cfg.resources) or None,
+                max_restarts=0,
+                max_concurrency=self.slots,
+                runtime_env=runtime_env,
+            )
             .remote()
         )
         self._actors.add(actor)
@@ -159,7 +174,14 @@ class RayExecutor:
         except BaseException:
             self._kill(actor)
             raise
-        self._idle.put_nowait(actor)
+        self._ready += 1
+        return actor
+
+    async def _join(self) -> None:
+        """Start a worker in place of one lost, and free its slots once it is ready."""
+        actor = await self._add_worker()
+        for _ in range(self.slots):
+            self._idle.put_nowait(actor)
 
     def _setup(self) -> WorkerSetup:
         cfg = self.session.config
@@ -167,9 +189,12 @@ class RayExecutor:
         return WorkerSetup(self.versions, self.endpoint, cfg.model.base_model, dict(cfg.model.chat_template_args), envs)
 
     def _replace(self, actor: Any) -> None:
-        """Kill a worker that was lost or overran, and start another in the background (joins when ready)."""
+        """Kill a worker that was lost or overran, and start another in the background (joins when ready); once
+        per worker, however many of its episodes saw it go."""
+        if actor not in self._actors:
+            return
         self._kill(actor)
-        task = asyncio.ensure_future(self._add_worker())
+        task = asyncio.ensure_future(self._join())
         self._starting.add(task)
         task.add_done_callback(self._replaced)
 
@@ -239,6 +264,8 @@ class RayExecutor:
         # a worker stuck where asyncio cannot interrupt it (a blocking call) overruns every attempt's timeout
         deadline = timeout * (attempts - episode.attempt + 1) + DEADLINE_GRACE if timeout > 0 else None
         actor = await self._idle.get()
+        while not isinstance(actor, _NoWorkers) and actor not in self._actors:  # a free slot of a worker since killed
+            actor = await self._idle.get()
         if isinstance(actor, _NoWorkers):
             self._idle.put_nowait(actor)  # for the next attempt that waits
             error = f"no Ray worker left: every worker was lost and none could be started again (last: {actor.error})"
@@ -286,12 +313,14 @@ class RayExecutor:
             ray.shutdown()
 
 
-def _worker_count(cfg: Any, cpus: float) -> int:
-    """The workers kept for the run: as many as the cluster's CPUs hold at ``ray.num_cpus`` each, at most the episodes
-    in flight (``ray.max_in_flight``, else ``rollout.concurrency``); one at least."""
+def _pool(cfg: Any, cpus: float) -> tuple[int, int]:
+    """The workers kept for the run, and the episodes each plays at once: as many workers as the cluster's CPUs hold at
+    ``ray.num_cpus`` each, at most the episodes in flight (``ray.max_in_flight``, else ``rollout.concurrency``), one at
+    least; those episodes shared out between them."""
     in_flight = cfg.ray.max_in_flight or cfg.rollout.concurrency
     held = math.floor(cpus / cfg.ray.num_cpus + 1e-9) if cfg.ray.num_cpus > 0 else in_flight
-    return max(1, min(in_flight, held))
+    workers = max(1, min(in_flight, held))
+    return workers, math.ceil(in_flight / workers)
 
 
 def _follow_token_auth() -> bool:
@@ -316,8 +345,14 @@ def _check_no_secrets(session: Any) -> None:
             )
 
 
-def _endpoint(session: Any) -> tuple[Endpoint, Any, str]:
-    """Where the workers sample, the server this run starts for them (or None), and that server's key ('' = none)."""
+def _endpoint(session: Any, workers: int) -> tuple[Endpoint, Any, str]:
+    """Where the workers sample, the server this run starts for them (or None), and that server's key ('' = none).
+
+    The server keeps as many sampling sessions as the workers do (``SAMPLERS_KEPT`` each, the base model's and the
+    latest policies'), so that none is dropped under a worker (``minds serve`` keeps 16, ``--max-samplers``); they share
+    one engine per saved policy, whose memory is counted once."""
+    from minds_ray.worker import SAMPLERS_KEPT
+
     cfg = session.config
     if session.backend == "tinker":
         return Endpoint(cfg.tinker.base_url, cfg.tinker.api_key_env), None, ""
@@ -327,7 +362,7 @@ def _endpoint(session: Any) -> tuple[Endpoint, Any, str]:
         )
     host = cfg.ray.serve_host or _node_address()
     key = "tml-" + secrets.token_urlsafe(24)
-    server = serve_in_background(session.service, [cfg.model.base_model], host, key)
+    server = serve_in_background(session.service, [cfg.model.base_model], host, key, max_samplers=workers * SAMPLERS_KEPT)
     return Endpoint(server.url, SERVED_KEY_ENV), server, key
 
 

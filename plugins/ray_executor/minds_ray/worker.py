@@ -1,10 +1,13 @@
 """The Ray side: a ``Player`` actor, started with the run and kept for it, plays one rollout at a time (from its
 ``attempt``, retrying as in process) and sends back the finished, token-level rollout.
 
-Per worker process, made in ``Player.ready`` (before step 0) and kept between episodes: the plugins, the Tinker
-client, the base model's sampler, tokenizer and renderer, each environment (built from its entry point and args,
-never unpickled) and the version check passed; then one sampler per policy path (each step's, made by the step's
-first episode on this worker). One event loop on a thread of its own runs every episode of the process.
+Per worker process, made in ``Player.ready`` (before step 0) and kept between episodes: the modules an episode
+runs (imported with this one), the event loop of the episodes, the plugins, the Tinker client, the base model's
+sampler, tokenizer and renderer, each environment (built from its entry point and args, never unpickled) and the
+version check passed; then one sampler per policy path (each step's, made by the step's first episode on this
+worker). One event loop on a thread of its own runs every episode of the process, up to the executor's ``slots``
+at once (the actor's ``max_concurrency``: a thread each waits for its episode), so that their sampling requests
+reach the engine together.
 """
 
 from __future__ import annotations
@@ -18,11 +21,23 @@ from typing import Any
 
 import attrs
 
-from minds_core import background_loop
+from minds_core import (
+    Context,
+    EpisodeSettings,
+    Renderer,
+    background_loop,
+    build_environment,
+    load_plugins,
+    run_rollout,
+    sampler_tokenizer,
+    use_run_model,
+)
 from minds_ray.order import Endpoint, EpisodeOrder, WorkerRefused, WorkerSetup, check_versions
 
 #: Samplers kept per worker process, the most recently used: one policy version per step, older ones unused.
 SAMPLERS_KEPT = 4
+#: The event loop (a thread of its own) that plays every episode of the worker process.
+EPISODE_LOOP = "minds-ray-episodes"
 
 _lock = threading.Lock()
 _cache: dict[Any, Any] = {}
@@ -37,10 +52,9 @@ class Player:
         (WorkerRefused if the versions differ, the key is missing or an environment cannot be built here)."""
         import ray
 
-        from minds_core import load_plugins
-
         node = ray.get_runtime_context().get_node_id()
         _check_versions_once(setup.versions, node)
+        background_loop(EPISODE_LOOP)  # started now, not by the first episode
         plugins = _cached("plugins", load_plugins)
         service = _cached(("service", setup.endpoint), lambda: _service(setup.endpoint))
         sampler = _sampler(service, setup.endpoint, None, setup.base_model)  # the tokenizer's source
@@ -66,7 +80,7 @@ def play(order: EpisodeOrder) -> tuple[Any, str]:
 
     node = ray.get_runtime_context().get_node_id()
     _check_versions_once(order.versions, node)
-    return asyncio.run_coroutine_threadsafe(_play(order), background_loop("minds-ray-episodes")).result(), node
+    return asyncio.run_coroutine_threadsafe(_play(order), background_loop(EPISODE_LOOP)).result(), node
 
 
 def _cached(key: Any, make: Any) -> Any:
@@ -83,8 +97,6 @@ def _check_versions_once(driver: dict[str, str], node: str) -> None:
 
 
 async def _play(order: EpisodeOrder) -> Any:
-    from minds_core import Context, EpisodeSettings, load_plugins, run_rollout
-
     plugins = _cached("plugins", load_plugins)
     service = _cached(("service", order.endpoint), lambda: _service(order.endpoint))
     sampler = _sampler(service, order.endpoint, order.sampler_path, order.base_model)
@@ -140,8 +152,6 @@ def _sampler(service: Any, endpoint: Endpoint, sampler_path: str | None, base_mo
 def _run_model(sampler: Any, base_model: str, chat_template_args: dict[str, Any]) -> Any:
     """The renderer of the run's model (its tokenizer the sampler's, loaded once), named as the run's model for
     tinker-cookbook environments, which render for it."""
-    from minds_core import Renderer, sampler_tokenizer, use_run_model
-
     key = ("renderer", base_model, json.dumps(chat_template_args, sort_keys=True))
     renderer = _cached(key, lambda: Renderer(sampler_tokenizer(sampler, base_model), chat_template_args))
     use_run_model(base_model, lambda: renderer.tokenizer)
@@ -150,7 +160,5 @@ def _run_model(sampler: Any, base_model: str, chat_template_args: dict[str, Any]
 
 def _environment(env: Any, plugins: Any) -> Any:
     """The environment of an ``EnvConfig``, built once per worker process from its entry point and args."""
-    from minds_core import build_environment
-
     key = ("env", env.id, json.dumps(env.args, sort_keys=True, default=str))
     return _cached(key, lambda: build_environment(env, plugins.registry))

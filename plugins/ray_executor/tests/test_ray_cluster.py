@@ -171,7 +171,42 @@ def test_a_resume_after_the_driver_was_killed_continues_with_the_same_data_order
     assert prompts(resumed) == prompts(whole.rollouts)
 
 
+def test_more_workers_than_the_engine_keeps_sampling_sessions_by_default_lose_no_episode(cluster, tmp_path, capsys) -> None:
+    """At ``ray.num_cpus = 0.1`` the 2-CPU cluster holds 20 workers, more than the 16 sampling sessions the served
+    engine keeps by default; each worker makes one for the base model as it starts and one per step's policy, and
+    plays 2 episodes a step: the run's engine keeps as many sessions as its workers do, so none is dropped under them."""
+    settings = [*QUICK, "ray.num_cpus=0.1", "trainer.group_size=4", "trainer.groups_per_batch=10", "env.args.tasks=20"]
+    result = run_minds("--env", ENV, "--steps", "2", "--backend", "local", runs_dir=tmp_path, name="many", overrides=[*settings, *_ray(cluster)])
+    (started,) = [json.loads(line) for line in capsys.readouterr().err.splitlines() if '"ray workers started"' in line]
+    assert started["workers"] == 20
+    assert [(row["rollouts/total"], row["rollouts/failed"]) for row in result.metrics] == [(40, 0), (40, 0)]
+
+
+def test_when_every_worker_is_lost_and_none_can_start_again_waiting_episodes_fail_at_once_naming_why(cluster, tmp_path) -> None:
+    """One worker (``ray.max_in_flight = 1``) whose episode ends its process, and no other can start (the test
+    environment builds in one worker only): the attempts waiting for a worker, the lost one's retry among them, fail
+    with the reason and the run ends, where they would otherwise wait for a worker forever."""
+    once = tmp_path / "once"
+    once.mkdir()
+    settings = [*QUICK, f"env.args.one_worker_dir={once}", "ray.max_in_flight=1", "rollout.retries=1", "trainer.groups_per_batch=1"]
+    argv = ["run", "--env", ENV, "--steps", "1", "--backend", "local", "--name", "none-left", "--set", f"runs_dir={tmp_path}"]
+    for assignment in ["metrics.sinks=[]", *settings, *_ray(cluster)]:
+        argv += ["--set", assignment]
+    driver = subprocess.Popen(_minds(*argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        _, err = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    err = err.decode()
+    assert driver.returncode in (0, 1), err[-3000:]
+    assert "a Ray worker was lost with its episode" in err and "a Ray worker could not be replaced" in err
+    assert "no Ray worker left" in err and "builds in one Ray worker only" in err, err[-3000:]
+
+
 def test_killing_the_second_node_mid_run_costs_one_attempt_which_is_retried(cluster, tmp_path) -> None:
+    """One episode at a time per worker (``ray.max_in_flight = 2``, 2 workers): the node takes the one it was playing."""
     records = tmp_path / "records"
     records.mkdir()
     settings = [
@@ -180,6 +215,7 @@ def test_killing_the_second_node_mid_run_costs_one_attempt_which_is_retried(clus
         "env.args.burn_seconds=4",
         "rollout.retries=1",
         "trainer.groups_per_batch=3",
+        "ray.max_in_flight=2",
     ]
     argv = ["run", "--env", ENV, "--steps", "1", "--backend", "local", "--name", "lost", "--set", f"runs_dir={tmp_path}"]
     for assignment in ["metrics.sinks=[]", *settings, *_ray(cluster)]:
