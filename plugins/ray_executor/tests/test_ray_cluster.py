@@ -194,7 +194,7 @@ def test_when_every_worker_is_lost_and_none_can_start_again_waiting_episodes_fai
         argv += ["--set", assignment]
     driver = subprocess.Popen(_minds(*argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        _, err = driver.communicate(timeout=300)
+        _, err = driver.communicate(timeout=240)
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
