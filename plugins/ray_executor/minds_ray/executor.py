@@ -77,7 +77,8 @@ class RayExecutor:
         self.key = key  # that server's key ('' = none), handed to the workers in their runtime_env
         self.owns_ray = owns_ray  # whether this executor connected this process to Ray (and so disconnects it)
         self.workers = workers  #: the workers kept for the run
-        self.slots = slots  #: the episodes each worker plays at once, at most
+        self.slots = slots  #: the episodes a worker plays at once, at most
+        self.in_flight = session.config.ray.max_in_flight or session.config.rollout.concurrency  #: episodes at once, all workers
         self.versions = installed_versions(["minds-core"] + sorted({p.distribution for p in session.plugins.plugins if p.distribution and p.ok}))
         self.episodes_per_node: Counter[str] = Counter()  #: finished attempts per Ray node id
         self.lost_attempts = 0  #: attempts lost with their worker or node
@@ -85,6 +86,7 @@ class RayExecutor:
         self._idle: asyncio.Queue[Any] = asyncio.Queue()  # a started worker once per free slot
         self._actors: set[Any] = set()  # every worker started and not yet killed
         self._ready = 0  # workers that were ready (counted for the start-up's error)
+        self._slots_of: dict[Any, int] = {}  # each ready worker's share of the episodes in flight
         self._starting: set[asyncio.Task[None]] = set()  # replacements under way
 
     @classmethod
@@ -139,10 +141,9 @@ class RayExecutor:
                 f"{dict(cfg.resources)}): lower ray.max_in_flight or ray.num_cpus, or add nodes"
             ) from None
         self.startup_seconds = time.perf_counter() - began
-        for _ in range(self.slots):  # round by round: the first episodes go one to each worker
-            for actor in actors:
-                self._idle.put_nowait(actor)
-        log.info("ray workers started", workers=self.workers, episodes_each=self.slots, seconds=round(self.startup_seconds, 2))
+        for index in range(self.in_flight):  # round by round: the first episodes go one to each worker
+            self._free(actors[index % self.workers])
+        log.info("ray workers started", workers=self.workers, in_flight=self.in_flight, seconds=round(self.startup_seconds, 2))
 
     async def _add_worker(self) -> Any:
         """Start one worker and wait until it is ready (a worker refused for its versions stops the run)."""
@@ -177,11 +178,16 @@ class RayExecutor:
         self._ready += 1
         return actor
 
-    async def _join(self) -> None:
-        """Start a worker in place of one lost, and free its slots once it is ready."""
+    def _free(self, actor: Any) -> None:
+        """Give the pool one more free slot of ``actor``'s (and count it as the worker's)."""
+        self._slots_of[actor] = self._slots_of.get(actor, 0) + 1
+        self._idle.put_nowait(actor)
+
+    async def _join(self, slots: int) -> None:
+        """Start a worker in place of one lost, and free as many slots as that one had once it is ready."""
         actor = await self._add_worker()
-        for _ in range(self.slots):
-            self._idle.put_nowait(actor)
+        for _ in range(slots):
+            self._free(actor)
 
     def _setup(self) -> WorkerSetup:
         cfg = self.session.config
@@ -194,7 +200,7 @@ class RayExecutor:
         if actor not in self._actors:
             return
         self._kill(actor)
-        task = asyncio.ensure_future(self._join())
+        task = asyncio.ensure_future(self._join(self._slots_of.pop(actor, 1)))
         self._starting.add(task)
         task.add_done_callback(self._replaced)
 
