@@ -10,12 +10,14 @@ and gets back finished token-level rollouts. The worker retries the episode's ow
 a worker or node that dies costs the attempts it was playing (each sent again while ``rollout.retries``
 allow, else the rollout fails with the reason) and the worker is replaced; a worker with an episode that
 overruns ``rollout.timeout`` where asyncio cannot stop it is killed (its other episodes are lost with it)
-and replaced. Group rubrics, dropping and everything after run here, as in process.
+and replaced. Each step starts workers on the CPUs of nodes that joined the cluster, which take their share of
+the slots once ready. Group rubrics, dropping and everything after run here, as in process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import secrets
 import time
@@ -87,6 +89,8 @@ class RayExecutor:
         self._actors: set[Any] = set()  # every worker started and not yet killed
         self._ready = 0  # workers that were ready (counted for the start-up's error)
         self._slots_of: dict[Any, int] = {}  # each ready worker's share of the episodes in flight
+        self._retiring: Counter[Any] = Counter()  # slots of a worker given to one that joined, dropped as they free
+        self._growing: set[asyncio.Task[None]] = set()  # workers starting on CPUs that joined the cluster
         self._starting: set[asyncio.Task[None]] = set()  # replacements under way
 
     @classmethod
@@ -212,16 +216,62 @@ class RayExecutor:
             if not self._actors and not self._starting:  # none left to wait on: every waiting attempt fails, never hangs
                 self._idle.put_nowait(_NoWorkers(error))
 
+    def _grow(self) -> None:
+        """Start workers on the CPUs of nodes that joined since the run began, as many as they hold at ``ray.num_cpus``
+        each while the workers are fewer than the episodes in flight; each takes its share of the slots once ready."""
+        import ray
+
+        target, _ = _pool(self.session.config, ray.cluster_resources().get("CPU", 0))
+        for _ in range(target - self.workers):
+            self.workers += 1
+            task = asyncio.ensure_future(asyncio.wait_for(self._take_share(), START_TIMEOUT))
+            self._growing.add(task)
+            task.add_done_callback(self._grown)
+
+    async def _take_share(self) -> None:
+        """Start a worker and move to it its share of the slots, from the workers that hold the most; its slots go
+        first in the queue, between the others' (the free slots of the workers that gave theirs are dropped now, the
+        busy ones as they free)."""
+        actor = await self._add_worker()
+        moved = 0
+        for _ in range(self.in_flight // (len(self._slots_of) + 1)):
+            richest = max(self._slots_of, key=lambda held: self._slots_of[held])
+            if self._slots_of[richest] <= 1:
+                break
+            self._slots_of[richest] -= 1
+            self._retiring[richest] += 1
+            moved += 1
+        kept = []
+        while not self._idle.empty():
+            entry = self._idle.get_nowait()
+            if entry in self._actors and self._retiring[entry] > 0:
+                self._retiring[entry] -= 1
+            else:
+                kept.append(entry)
+        self._slots_of[actor] = moved
+        for entry in itertools.chain.from_iterable(itertools.zip_longest([actor] * moved, kept)):
+            if entry is not None:
+                self._idle.put_nowait(entry)
+        log.info("a Ray worker joined", workers=len(self._slots_of), in_flight=moved)
+
+    def _grown(self, task: asyncio.Task[None]) -> None:
+        self._growing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.workers -= 1
+            log.warning("a Ray worker could not start on the cluster's new CPUs", error=" ".join(str(task.exception()).split())[:300])
+
     def _kill(self, actor: Any) -> None:
         import ray
 
         self._actors.discard(actor)
+        self._retiring.pop(actor, None)
         try:
             ray.kill(actor, no_restart=True)
         except Exception:  # noqa: BLE001 - a worker already gone (its node died) has nothing left to kill
             pass
 
     async def run_groups(self, orders: Sequence[GroupOrder], policy: Any) -> list[Group]:
+        self._grow()
         return list(await asyncio.gather(*(self._group(order, policy) for order in orders)))
 
     async def _group(self, order: GroupOrder, policy: Any) -> Group:
@@ -270,8 +320,10 @@ class RayExecutor:
         # a worker stuck where asyncio cannot interrupt it (a blocking call) overruns every attempt's timeout
         deadline = timeout * (attempts - episode.attempt + 1) + DEADLINE_GRACE if timeout > 0 else None
         actor = await self._idle.get()
-        while not isinstance(actor, _NoWorkers) and actor not in self._actors:  # a free slot of a worker since killed
-            actor = await self._idle.get()
+        while not isinstance(actor, _NoWorkers) and (actor not in self._actors or self._retiring[actor] > 0):
+            if actor in self._actors:  # a slot given to a worker that joined
+                self._retiring[actor] -= 1
+            actor = await self._idle.get()  # else a free slot of a worker since killed
         if isinstance(actor, _NoWorkers):
             self._idle.put_nowait(actor)  # for the next attempt that waits
             error = f"no Ray worker left: every worker was lost and none could be started again (last: {actor.error})"
@@ -309,7 +361,7 @@ class RayExecutor:
 
         if self.episodes_per_node:
             log.info("episodes per Ray node", nodes=dict(self.episodes_per_node), lost=self.lost_attempts)
-        for task in list(self._starting):
+        for task in [*self._starting, *self._growing]:
             task.cancel()
         for actor in list(self._actors):  # a connection kept open (not this executor's) must not keep the workers' CPUs
             self._kill(actor)

@@ -64,6 +64,11 @@ class LocalCluster:
         self._wait_for(2)
         return self
 
+    def join(self, name: str) -> None:
+        """Start one more node (one CPU, the resource ``name``) and wait until it is alive."""
+        self._start(name, f"--address={self.address}", f'--resources={{"{name}": 1}}')
+        self._wait_for(len(self.nodes))
+
     def _wait_for(self, count: int, timeout: float = 240.0) -> None:
         """Until ``count`` nodes are alive (``ray status`` lists them), else RuntimeError with the nodes' logs."""
         deadline = time.monotonic() + timeout

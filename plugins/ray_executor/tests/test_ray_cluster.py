@@ -205,6 +205,35 @@ def test_when_every_worker_is_lost_and_none_can_start_again_waiting_episodes_fai
     assert "no Ray worker left" in err and "builds in one Ray worker only" in err, err[-3000:]
 
 
+def test_a_node_that_joins_mid_run_gets_a_worker_and_episodes_from_the_next_step(cluster, tmp_path) -> None:
+    """2 workers at the default ``ray.num_cpus = 1``; a third node joins after step 0: a worker starts there and takes its
+    share of the episodes in flight. The node leaves again at the end (killed), as the cluster was."""
+    records = tmp_path / "records"
+    records.mkdir()
+    settings = [*QUICK, f"env.args.record_dir={records}", "env.args.burn_seconds=1", "trainer.groups_per_batch=3"]
+    argv = ["run", "--env", ENV, "--steps", "10", "--backend", "local", "--name", "joined", "--set", f"runs_dir={tmp_path}"]
+    for assignment in ["metrics.sinks=[]", *settings, *_ray(cluster)]:
+        argv += ["--set", assignment]
+    metrics = tmp_path / "joined" / "metrics.jsonl"
+    driver = subprocess.Popen(_minds(*argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        try:
+            _wait(lambda: metrics.is_file() and metrics.read_text().count("\n") >= 1 or driver.poll() is not None, "step 0")
+            cluster.join("third")
+            _, err = driver.communicate(timeout=400)
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.wait()
+    finally:
+        cluster.kill("third")
+    err = err.decode()
+    assert driver.returncode == 0, err[-3000:]
+    assert '"a Ray worker joined"' in err
+    assert any(r["name"] == "third" for r in _records(records, "start"))
+    assert all(json.loads(line)["rollouts/failed"] == 0 for line in metrics.read_text().splitlines())
+
+
 def test_killing_the_second_node_mid_run_costs_one_attempt_which_is_retried(cluster, tmp_path) -> None:
     """One episode at a time per worker (``ray.max_in_flight = 2``, 2 workers): the node takes the one it was playing."""
     records = tmp_path / "records"
