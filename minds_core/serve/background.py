@@ -25,6 +25,10 @@ class BackgroundServer:
         host, port = server.server_address[:2]
         self.url = f"http://{host}:{port}"  #: where workers reach it
 
+    def keep_samplers(self, count: int) -> None:
+        """Keep up to ``count`` sampling sessions from now on (see ``serve_in_background``'s ``max_samplers``)."""
+        self._server.engine.keep_samplers(count)
+
     def close(self) -> None:
         """Stop accepting requests and wait for the serving thread (requests in flight are abandoned)."""
         self._server.shutdown()

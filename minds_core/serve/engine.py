@@ -164,6 +164,12 @@ class Engine:
                 **{key: float(value) for key, value in self._tokens.items()},
             }
 
+    def keep_samplers(self, count: int) -> None:
+        """Keep up to ``count`` sampling sessions from now on (``SamplerBudget.max_samplers``; a pool of workers that
+        grew keeps more), dropping the least recently used past it as new ones are kept."""
+        with self._lock:
+            self.samplers.max_samplers = count
+
     def session_of(self, key: str, value: str) -> str | None:
         """The session a request belongs to, from the id its body names first (``metrics.EngineLoad``)."""
         if key == "model_id":

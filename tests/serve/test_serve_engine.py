@@ -45,6 +45,22 @@ def test_the_least_recently_used_sampling_sessions_are_dropped_and_named_when_as
             engine.get_sampler("never-made", CLIENT)
 
 
+def test_a_pool_that_grows_keeps_more_sampling_sessions_from_then_on(tmp_path: Path) -> None:
+    """``keep_samplers`` (a Ray executor whose pool grew): the sessions past the old count are kept, none dropped."""
+    with ServiceClient(checkpoint_root=tmp_path, device="cpu") as local:
+        engine = Engine(local, [TINY_MODEL], ServeLimits(), SamplerBudget(max_samplers=2))
+        session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), CLIENT)
+        engine.keep_samplers(4)
+        ids = [
+            engine.create_sampling_session(
+                types.CreateSamplingSessionRequest(session_id=session.session_id, sampling_session_seq_id=seq, base_model=TINY_MODEL),
+                CLIENT,
+            ).sampling_session_id
+            for seq in range(4)
+        ]
+        assert [engine.get_sampler(kept, CLIENT).sampler_id for kept in ids] == ids
+
+
 def _new_run(engine: Engine, client: str) -> tuple[str, str]:
     """A new session of ``client`` and a training run in it: (session id, model id)."""
     session = engine.create_session(types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0.38.0"), client)

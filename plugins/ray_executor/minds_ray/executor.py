@@ -221,12 +221,18 @@ class RayExecutor:
         each while the workers are fewer than the episodes in flight; each takes its share of the slots once ready."""
         import ray
 
+        from minds_ray.worker import SAMPLERS_KEPT
+
         target, _ = _pool(self.session.config, ray.cluster_resources().get("CPU", 0))
+        if target <= self.workers:
+            return
         for _ in range(target - self.workers):
-            self.workers += 1
             task = asyncio.ensure_future(asyncio.wait_for(self._take_share(), START_TIMEOUT))
             self._growing.add(task)
             task.add_done_callback(self._grown)
+        self.workers = target
+        if self.server is not None:  # the served engine keeps the new workers' sampling sessions too
+            self.server.keep_samplers(self.workers * SAMPLERS_KEPT)
 
     async def _take_share(self) -> None:
         """Start a worker and move to it its share of the slots, from the workers that hold the most; its slots go
