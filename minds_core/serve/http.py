@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import hmac
+import http.client
 import json
 import re
 import shutil
@@ -450,7 +451,6 @@ _RETRIED = {408, 409, 429}
 _PROTOCOL_HINTS = {
     400: "send a request line of the form METHOD /path HTTP/1.1",
     414: "the request line is over 65536 bytes: send the data in the body",
-    431: "send at most 100 headers of at most 65536 bytes each",
     501: "minds serve answers GET, POST, PUT, DELETE and PATCH",
     505: "send HTTP/1.1 (or HTTP/1.0)",
 }
@@ -458,6 +458,22 @@ _PROTOCOL_HINTS = {
 
 class _HungUp(Exception):
     """The client went silent or away in the middle of a request: the connection is closed, nothing answered."""
+
+
+class _HeaderBudget:
+    """A request's reader while its headers are read: past ``left`` bytes in all, ``http.client.LineTooLong``, which
+    http.server answers 431 (each line is read only up to what is left, so no more is ever held)."""
+
+    def __init__(self, source: Any, left: int) -> None:
+        self.source, self.left = source, left
+
+    def readline(self, size: int = -1) -> bytes:
+        wanted = self.left + 1 if size < 0 else min(size, self.left + 1)
+        line = self.source.readline(wanted)
+        self.left -= len(line)
+        if self.left < 0:
+            raise http.client.LineTooLong("headers past max_header_bytes")
+        return line
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -526,8 +542,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, body, content_type)
 
     def parse_request(self) -> bool:
-        """http.server's parsing, less HTTP/0.9 (no status line, no headers: nothing a Tinker client reads)."""
-        if not super().parse_request():
+        """http.server's parsing, less HTTP/0.9 (no status line, no headers: nothing a Tinker client reads), with the
+        headers read through ``_HeaderBudget``: a client can make the server hold and parse ``max_header_bytes`` of
+        them at most (http.server alone takes 100 lines of 64 KiB, 6.4 MB, and its parser needs some 5 times that)."""
+        source = self.rfile
+        self.rfile = _HeaderBudget(source, self.server.limits.max_header_bytes)
+        try:
+            parsed = super().parse_request()
+        finally:
+            self.rfile = source
+        if not parsed:
             return False
         if self.request_version == "HTTP/0.9":
             self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request line {self.requestline[:200]!r}: no HTTP version")
@@ -538,7 +562,13 @@ class _Handler(BaseHTTPRequestHandler):
         """http.server's own refusals (a malformed request line, headers past its limits) as JSON, not an HTML page."""
         self._body_read = False  # whatever follows the request line is not read: the connection closes
         reason = message or HTTPStatus(code).phrase
-        self._send_detail(code, f"{reason[:300]}: {_PROTOCOL_HINTS.get(code, 'send a well-formed HTTP/1.1 request')}")
+        hint = _PROTOCOL_HINTS.get(code, "send a well-formed HTTP/1.1 request")
+        if code == HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE:
+            reason, hint = "Request headers too large", (
+                f"send at most 100 headers, of at most 65536 bytes each and {self.server.limits.max_header_bytes} bytes "
+                "in all (this server's max_header_bytes; minds serve --max-header-bytes raises it)"
+            )
+        self._send_detail(code, f"{reason[:300]}: {hint}")
 
     def _send_detail(self, status: int, detail: str) -> None:
         """An error answer: ``{"detail": ...}``, the shape of every error this server sends, server paths hidden."""
