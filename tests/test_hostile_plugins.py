@@ -216,14 +216,18 @@ def test_minds_own_cancellation_and_the_users_ctrl_c_still_stop_the_run():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_while_a_sync_step_blocks_a_second_signal_exits_at_once(installed_plugin, tmp_path, signum):
+@pytest.mark.parametrize(
+    ("signum", "escape"),
+    # async_block: an async step that blocks between its awaits (the first signal printed nothing)
+    [(signal.SIGINT, "block"), (signal.SIGTERM, "block"), (signal.SIGINT, "async_block")],
+)
+def test_while_a_sync_step_blocks_a_second_signal_exits_at_once(installed_plugin, tmp_path, signum, escape):
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     environ["PYTHONPATH"] = str(installed_plugin("hostile_plugin"))
     log = tmp_path / "stderr.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "minds_core.cli.command", "--log-format", "json", "run", "--env", "hostile", "--name", "run",
-         "--set", f"runs_dir={tmp_path}", *(f"--set={o}" for o in FAST[1:6]), "--set", "env.args.escape=block",
+         "--set", f"runs_dir={tmp_path}", *(f"--set={o}" for o in FAST[1:6]), "--set", f"env.args.escape={escape}",
          "--set", "rollout.timeout=0"],
         cwd=tmp_path, env=environ, stdout=subprocess.DEVNULL, stderr=log.open("w"),
     )  # fmt: skip

@@ -52,6 +52,8 @@ class HostileEpisode:
             threading.Thread(target=threading.Event().wait, name="hostile-forever", daemon=False).start()
         if escape == "block":  # blocks: no await, no timeout of its own (a judge asked without one)
             time.sleep(3600)
+        if escape == "async_block":  # an async step that blocks between its awaits, as sync code would
+            return self._blocks_inside_async_def()
         if escape == "alarm":  # a timeout on SIGALRM, as math_verify's parse/verify set one: the main thread only
             previous = signal.signal(signal.SIGALRM, signal.default_int_handler)
             signal.setitimer(signal.ITIMER_REAL, 30)
@@ -61,6 +63,11 @@ class HostileEpisode:
             return StepResult(reward=random.random(), done=False, messages=[{"role": "user", "content": "word " * 4_000_000}])
         if escape == "huge_reward":
             return StepResult(reward=1e308)
+        return StepResult(reward=random.random())
+
+    async def _blocks_inside_async_def(self) -> StepResult:
+        await asyncio.sleep(0)
+        time.sleep(3600)
         return StepResult(reward=random.random())
 
     async def close(self) -> None:
