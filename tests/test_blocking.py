@@ -112,3 +112,16 @@ def test_an_awaited_plugin_call_is_cancelled_through_and_returns_its_value():
 
     assert asyncio.run(plugin_call("reward function 'v'", value)) == 7
     assert blocking_now() is None
+
+
+def test_a_timeout_names_the_reward_that_blocked_not_the_step_that_called_it():
+    # a loose environment's rewards run inside minds' own LooseEpisode.step: the user's function is the one to name
+    async def step() -> float:
+        return await plugin_call("reward function 'slow'", time.sleep, 0.4)
+
+    async def rollout() -> None:
+        await plugin_call("episode LooseEpisode.step", step)
+
+    with pytest.raises(TimeoutError) as late:
+        asyncio.run(within_timeout(rollout(), 0.3))
+    assert str(late.value).startswith("timed out after 0.3 s: reward function 'slow' ran 0.4 s synchronously"), late.value

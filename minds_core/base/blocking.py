@@ -37,6 +37,7 @@ class SyncCall:
 
     what: str  #: what it is, as messages name it: "reward function 'math.correct'", "episode MyEpisode.step"
     started: float  #: time.monotonic() when it began
+    inner: tuple[str, float] | None = None  #: (what, seconds) of the longest call made inside it (a step's reward)
 
     def seconds(self) -> float:
         return time.monotonic() - self.started
@@ -97,14 +98,18 @@ def _timed(what: str) -> Iterator[None]:
         yield
     finally:
         _running = outer
-        if outer is None:  # a call nested in another (an episode's step calling its rubric) is counted once
-            seconds = call.seconds()
+        seconds = call.seconds()
+        named = call.inner if call.inner is not None and call.inner[1] >= seconds / 2 else (what, seconds)
+        if outer is not None:  # a call nested in another (an episode's step calling its rubric) is counted once,
+            if outer.inner is None or named[1] > outer.inner[1]:  # by the outer, named as the inner that took most
+                outer.inner = named
+        else:
             _LEDGER.total += seconds
             watch = _stopwatch.get()
             if watch is not None:
                 watch.own += seconds
                 if watch.longest is None or seconds > watch.longest[1]:
-                    watch.longest = (what, seconds)
+                    watch.longest = named
 
 
 async def plugin_call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
