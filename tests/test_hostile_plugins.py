@@ -217,11 +217,17 @@ def test_minds_own_cancellation_and_the_users_ctrl_c_still_stop_the_run():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("signum", "escape"),
-    # async_block: an async step that blocks between its awaits (the first signal printed nothing)
-    [(signal.SIGINT, "block"), (signal.SIGTERM, "block"), (signal.SIGINT, "async_block")],
+    ("signum", "escape", "blocked"),
+    # async_block: an async step that blocks between its awaits; episode_block: the environment's episode() (the
+    # first signal printed nothing for either)
+    [
+        (signal.SIGINT, "block", "episode HostileEpisode.step"),
+        (signal.SIGTERM, "block", "episode HostileEpisode.step"),
+        (signal.SIGINT, "async_block", "episode HostileEpisode.step"),
+        (signal.SIGTERM, "episode_block", "environment HostileEnvironment.episode"),
+    ],
 )
-def test_while_a_sync_step_blocks_a_second_signal_exits_at_once(installed_plugin, tmp_path, signum, escape):
+def test_while_a_sync_step_blocks_a_second_signal_exits_at_once(installed_plugin, tmp_path, signum, escape, blocked):
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     environ["PYTHONPATH"] = str(installed_plugin("hostile_plugin"))
     log = tmp_path / "stderr.log"
@@ -247,5 +253,5 @@ def test_while_a_sync_step_blocks_a_second_signal_exits_at_once(installed_plugin
     finally:
         proc.kill()
     said = log.read_text()
-    assert re.search(r"stopping: waiting for episode HostileEpisode\.step \(blocked \d+s\); press Ctrl-C again to exit now", said), said
+    assert re.search(rf"stopping: waiting for {re.escape(blocked)} \(blocked \d+s\); press Ctrl-C again to exit now", said), said
     assert f"{signal.Signals(signum).name} again: exiting now" in said

@@ -91,7 +91,7 @@ async def run_rollout(
         conversation = Conversation(settings.renderer, sampler or ctx.sampler, params, cfg.max_total_tokens, cfg.max_turns)
         episode = None
         try:
-            episode = env.episode(task, ctx)
+            episode = await plugin_call(f"environment {type(env).__qualname__}.episode", env.episode, task, ctx)
             raw, metrics = await within_timeout(contained(play_episode(episode, conversation)), cfg.timeout)
         except TimeoutError as exc:
             last = Rollout(conversation, error=str(exc) or f"timed out after {cfg.timeout:g} s", timed_out=True, attempts=attempt)

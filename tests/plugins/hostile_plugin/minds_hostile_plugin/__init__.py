@@ -77,7 +77,7 @@ class HostileEpisode:
 
 class HostileEnvironment:
     """Two tasks whose episodes escape as ``escape`` says; ``close_exit`` makes ``close()`` call sys.exit(4), ``close_block``
-    makes it (and every episode's) await for an hour."""
+    makes it (and every episode's) await for an hour; ``episode_block`` makes ``episode()`` block for an hour."""
 
     def __init__(self, escape: str, secret: str, elsewhere: str) -> None:
         self.escape, self.secret, self.elsewhere = escape, secret, elsewhere
@@ -86,6 +86,8 @@ class HostileEnvironment:
         return [Task(prompt="", id=f"t{i}") for i in range(2)]
 
     def episode(self, task: Task, ctx) -> HostileEpisode:
+        if self.escape == "episode_block":  # a new episode set up synchronously (a sandbox started without a timeout)
+            time.sleep(3600)
         return HostileEpisode(self.escape, self.secret, self.elsewhere)
 
     async def close(self) -> None:
