@@ -31,6 +31,15 @@ def _add_checkpoint_arguments(parser: argparse.ArgumentParser, required: bool = 
     parser.add_argument("--config", metavar="FILE", help="config file for a tinker:// path (a run folder has its own)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
     parser.add_argument("--backend", metavar="NAME", help="local | tinker (default: where the checkpoint lives)")
+    add_accept_changed_argument(parser)
+
+
+def add_accept_changed_argument(parser: argparse.ArgumentParser) -> None:
+    """``--accept-changed-checkpoints``, for every command that loads a local checkpoint (its refusal names the flag)."""
+    parser.add_argument(
+        "--accept-changed-checkpoints", action="store_true",
+        help="load a local checkpoint whose files changed after it was saved (an adapter copied in, a folder linked), knowingly",
+    )  # fmt: skip
 
 
 def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
