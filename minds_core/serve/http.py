@@ -594,7 +594,7 @@ class _Handler(BaseHTTPRequestHandler):
             if method != self.command:
                 allowed.append(method)
                 continue
-            client = self.server.engine.owners.client_of(self.headers.get("X-API-Key", ""))
+            client = self.server.caller(inference.request_key(self.headers))  # the key _check_key let in
             self._call = _Call(self.server.engine, client, match.groups(), self.path, raw, self.headers, self.server)
             value = handler(self._call)
             return value if isinstance(value, tuple) else _json(value)
