@@ -98,12 +98,15 @@ REAL_WORLD_SECRET_NAMES = [
     "AWS_SESSION_TOKEN", "TWILIO_AUTH_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_BOT_TOKEN", "STRIPE_SECRET_KEY",
     "NPM_TOKEN", "PYPI_PASSWORD", "DOCKER_PASSWORD", "WANDB_API_KEY", "HUGGING_FACE_HUB_TOKEN", "oauth_token",
     "refreshToken", "otp", "totp_secret", "webhook_secret", "credentials_base64", "firebase_credentials",
+    "AZURE_OPENAI_KEY", "wandb_key", "openai_key", "ANTHROPIC_KEY", "stripe_key", "storageKey", "SLACK_WEBHOOK_URL",
+    "discord_webhook", "NGROK_AUTHTOKEN", "github_pat", "GH_PAT", "creds", "gcp_creds_json",
 ]  # fmt: skip
 #: Names that read like them and hold no secret: where a secret is, what kind it is, public halves.
 REAL_WORLD_ORDINARY_NAMES = [
     "credentials_file", "GOOGLE_APPLICATION_CREDENTIALS_PATH", "service_account_file", "service_account_email",
     "jwt_algorithm", "jwt_audience", "public_key_pem", "cert_pem", "connection_timeout", "key_json",
     "token_count", "max_tokens_value", "eos_token_text", "session_dir", "auth_method", "json", "value",
+    "answer_key", "prompt_key", "dataset_key", "webhook_path", "pattern", "seed", "access_key_id",
 ]  # fmt: skip
 ORDINARY_NAMES = [
     "max_tokens", "stop_token", "eos_token", "pad_token", "num_tokens", "max_total_tokens", "tokenizer", "api_key_env",
