@@ -8,12 +8,16 @@ import io
 import attrs
 import pytest
 
-from minds_core import arg, at_least, env_args
+from minds_core import Task, arg, at_least, env_args
 from minds_core.base.errors import ConfigError
 from minds_core.base.masking import MaskedStream, mask, mask_data, remember
 from minds_core.base.secrets import REDACTED, is_secret_key, redact, secret_values
 from minds_core.cli.command import main
 from minds_core.config import load_config
+from minds_core.contract.plugin_errors import error_text
+from minds_core.episodes.conversation import Conversation
+from minds_core.episodes.groups import Group, Rollout
+from minds_core.rl.outcome import no_datum_reason
 from minds_core.sinks.wandb import redact_arguments
 from minds_core.training.run_directory import RunDirectory
 
@@ -183,3 +187,13 @@ def test_the_command_line_w_and_b_stores_has_no_secret():
 def test_a_list_of_secrets_under_a_plural_name_is_redacted_whole():
     shown = redact({"args": {"api_keys": ["sk-plural-1", "sk-plural-2"], "max_new_tokens": 64}})
     assert shown == {"args": {"api_keys": [REDACTED, REDACTED], "max_new_tokens": 64}}
+
+
+def test_a_plugin_error_quoting_a_secret_is_masked_before_any_cut_of_it():
+    # a run's "no step trained" reason quotes the first error cut to 160 characters: a secret across the cut was
+    # left half shown ("az az-SECRET"), the rest of it no longer matching what masking searches for
+    secret = "az-SECRET-4242-cut"
+    remember([secret])
+    failed = Rollout(Conversation(None, None, None, 64, 1), error=error_text(RuntimeError("x" * 130 + f" key {secret}")))
+    reason = no_datum_reason([Group("env", Task(prompt="", id="t"), [failed])])
+    assert "az-SEC" not in reason and "***" in reason, reason
