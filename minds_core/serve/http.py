@@ -84,6 +84,8 @@ MAX_ACCEPT_BACKOFF_SECONDS = 0.5
 #: After refusing a body it did not read, the server reads (and drops) this much of it, so that the
 #: client sees the answer instead of a reset connection.
 _DRAIN_BYTES = 4 << 20
+#: A chunk's size, as HTTP/1.1 writes it: hex digits only (no sign, no "0x", no "_").
+_HEX = re.compile(rb"[0-9A-Fa-f]+")
 
 
 @dataclass
@@ -669,7 +671,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._read_chunked(limit)
         else:
             given = self.headers.get("Content-Length") or "0"
-            if not given.isdigit():
+            if not (given.isascii() and given.isdigit()):  # "²" is a digit to str.isdigit, not to int()
                 raise BadRequest(f"Content-Length {given!r} is not a byte count")
             if int(given) > limit:
                 raise _too_large(f"Content-Length {given}", limit)
@@ -681,10 +683,10 @@ class _Handler(BaseHTTPRequestHandler):
         pieces, size = [], 0
         while True:
             line = self._read_line()
-            try:
-                length = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise BadRequest(f"Bad chunk size line {line[:40]!r} in a chunked body") from None
+            size_field = line.split(b";", 1)[0].strip()
+            if not _HEX.fullmatch(size_field):  # int() takes "-1", which read() takes as "all there is": no cap
+                raise BadRequest(f"Bad chunk size line {line[:40]!r} in a chunked body: send hex digits")
+            length = int(size_field, 16)
             if length == 0:
                 while self._read_line() not in (b"\r\n", b"\n", b""):
                     pass  # trailers
