@@ -26,6 +26,7 @@ import json
 import re
 import shutil
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -249,6 +250,14 @@ class HttpServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._release(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed outside a request's answer: a client gone (reset, broken pipe, timed out) is
+        nothing to report; anything else is one line, not socketserver's traceback on stderr for each (a client
+        resetting its connections would flood the log)."""
+        error = sys.exc_info()[1]
+        if not isinstance(error, OSError):
+            print(f"minds serve: a connection from {client_address[0]} failed: {type(error).__name__}: {error}", file=sys.stderr)
 
     def _release(self, connection: socket.socket) -> None:
         with self._connections_lock:
