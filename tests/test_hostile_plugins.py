@@ -218,13 +218,14 @@ def test_minds_own_cancellation_and_the_users_ctrl_c_still_stop_the_run():
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("signum", "escape", "blocked"),
-    # async_block: an async step that blocks between its awaits; episode_block: the environment's episode() (the
-    # first signal printed nothing for either)
+    # async_block: an async step that blocks between its awaits; episode_block: the environment's episode();
+    # sync_close_block: an episode's sync close() (the first signal printed nothing for any of them)
     [
         (signal.SIGINT, "block", "episode HostileEpisode.step"),
         (signal.SIGTERM, "block", "episode HostileEpisode.step"),
         (signal.SIGINT, "async_block", "episode HostileEpisode.step"),
         (signal.SIGTERM, "episode_block", "environment HostileEnvironment.episode"),
+        (signal.SIGINT, "sync_close_block", "episode HostileEpisode.close"),
     ],
 )
 def test_while_a_sync_step_blocks_a_second_signal_exits_at_once(installed_plugin, tmp_path, signum, escape, blocked):

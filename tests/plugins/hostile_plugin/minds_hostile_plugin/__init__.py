@@ -70,7 +70,12 @@ class HostileEpisode:
         time.sleep(3600)
         return StepResult(reward=random.random())
 
-    async def close(self) -> None:
+    def close(self) -> object:
+        if self.escape == "sync_close_block":  # a sync teardown that blocks (a container stopped without a timeout)
+            time.sleep(3600)
+        return self._close()
+
+    async def _close(self) -> None:
         if self.escape == "close_block":  # a teardown that never returns (a sandbox asked to stop, without a timeout)
             await asyncio.sleep(3600)
 
