@@ -64,3 +64,39 @@ def test_a_run_whose_server_dies_exits_1_naming_the_step_the_request_and_the_che
     ), last
     assert seconds < 60, f"the run took {seconds:.0f} s to give up"  # start-up and step 0 included
     assert (Path(tmp_path) / "r" / "checkpoints.jsonl").read_text().count("\n") == 1
+
+
+def test_an_evaluation_whose_server_dies_exits_1_naming_it(installed_plugin, tmp_path):
+    # minds eval of a served checkpoint waited on the SDK's retries for minutes (over 150 s, printing only its lines)
+    served = start_server(tmp_path, "--model", "minds-tiny")
+    try:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("MINDS_", "TINKER_"))}
+        environ.update(PYTHONPATH=str(installed_plugin("toy_plugin")), TINKER_API_KEY=KEY,
+                       TOY_SERVER_PID=str(served.process.pid), TOY_SERVER_URL=served.url)  # fmt: skip
+        command = [sys.executable, "-m", "minds_core.cli.command", "--log-format", "json"]
+        trained = subprocess.run(
+            [*command, "run", "--env", "toy_server_dies", "--model", "minds-tiny", "--set", "env.args.phase=none",
+             "--backend", "tinker", "--set", f"tinker.base_url={served.url}", "--steps", "1", "--name", "r",
+             "--set", f"runs_dir={tmp_path}", "--set", "trainer.group_size=2", "--set", "trainer.groups_per_batch=1",
+             "--set", "sampling.max_tokens=8", "--set", "metrics.sinks=[]"],
+            cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=90,
+        )  # fmt: skip
+        assert trained.returncode == 0, trained.stderr[-2000:]
+        began = time.monotonic()
+        evaluated = subprocess.run(  # the third episode kills the server before its second turn samples
+            [*command, "eval", str(tmp_path / "r"), "--samples", "4", "--split", "train", "--set", "env.args.phase=sample",
+             "--set", f"tinker.unreachable_timeout={UNREACHABLE}"],
+            cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=90,
+        )  # fmt: skip
+        seconds = time.monotonic() - began
+    finally:
+        served.process.kill()
+        served.process.wait(timeout=30)
+    last = evaluated.stderr.strip().splitlines()[-1]
+    assert evaluated.returncode == 1 and "Traceback" not in evaluated.stderr, evaluated.stderr[-3000:]
+    assert re.fullmatch(
+        rf"minds: error: evaluation: sampling tinker://\S+ got no answer \(ServiceLost: the service at {re.escape(served.url)} "
+        rf"has not answered for \d+ s \(tinker\.unreachable_timeout = {UNREACHABLE}; last: .+\)\)",
+        last,
+    ), last
+    assert seconds < 60, f"the evaluation took {seconds:.0f} s to give up"
