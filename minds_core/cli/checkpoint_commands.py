@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import sys
 from collections.abc import Iterator
@@ -292,11 +293,13 @@ def _chat_model(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
         seed=args.seed,
     )
     with ServiceLifetime.choose(config, plugins.registry) as door:
+        where, request = f"minds {args.command}", f"sampling {ref.sampler_path}"
         try:
-            sampler = door.service.create_sampling_client(model_path=ref.sampler_path).result()
+            sampler = door.result(door.service.create_sampling_client(model_path=ref.sampler_path), where, request)
         except REJECTIONS as exc:
             raise UsageError(f"cannot sample from {ref.sampler_path}: {exc}") from None
-        yield ChatModel.create(sampler, config.model.base_model, config.model.chat_template_args, params), system
+        wait = functools.partial(door.result, where=where, request=request)
+        yield ChatModel.create(sampler, config.model.base_model, config.model.chat_template_args, params, wait), system
 
 
 def _check_bounds(flag: str, value: float | None, low: float, high: float) -> None:

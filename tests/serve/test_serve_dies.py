@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from .conftest import KEY, start_server
@@ -100,3 +101,52 @@ def test_an_evaluation_whose_server_dies_exits_1_naming_it(installed_plugin, tmp
         last,
     ), last
     assert seconds < 60, f"the evaluation took {seconds:.0f} s to give up"
+
+
+def test_a_sample_whose_server_dies_exits_1_naming_it(installed_plugin, tmp_path):
+    # minds sample (and chat) waited on the SDK's futures without a watch: as long as the SDK retried
+    served = start_server(tmp_path, "--model", "minds-tiny")
+    try:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("MINDS_", "TINKER_"))}
+        environ.update(PYTHONPATH=str(installed_plugin("toy_plugin")), TINKER_API_KEY=KEY)
+        command = [sys.executable, "-m", "minds_core.cli.command", "--log-format", "json"]
+        trained = subprocess.run(
+            [*command, "run", "--env", "toy_server_dies", "--set", "env.args.phase=none", "--model", "minds-tiny", "--backend", "tinker",
+             "--set", f"tinker.base_url={served.url}", "--steps", "1", "--name", "r", "--set", f"runs_dir={tmp_path}",
+             "--set", "trainer.group_size=2", "--set", "trainer.groups_per_batch=1", "--set", "sampling.max_tokens=8",
+             "--set", "metrics.sinks=[]"],
+            cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=90,
+        )  # fmt: skip
+        assert trained.returncode == 0, trained.stderr[-2000:]
+        def samples_taken() -> float:
+            found = re.search(r'route="POST /api/v1/asample",status="200"\} (\S+)', httpx.get(served.url + "/metrics").text)
+            return float(found.group(1)) if found else 0.0
+
+        trained_samples = samples_taken()
+        sampling = subprocess.Popen(  # long enough on minds-tiny that the server dies while it samples
+            [*command, "sample", str(tmp_path / "r"), "--prompt", "hi", "-n", "64", "--max-tokens", "4000",
+             "--set", f"tinker.unreachable_timeout={UNREACHABLE}"],
+            cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while samples_taken() == trained_samples:  # until its sample request is taken
+            assert sampling.poll() is None and time.monotonic() < deadline, sampling.communicate()[1][-2000:]
+            time.sleep(0.1)
+        served.process.kill()
+        began = time.monotonic()
+        try:
+            _, stderr = sampling.communicate(timeout=60)
+        finally:
+            sampling.kill()
+        seconds = time.monotonic() - began
+    finally:
+        served.process.kill()
+        served.process.wait(timeout=30)
+    last = stderr.strip().splitlines()[-1]
+    assert sampling.returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
+    assert re.fullmatch(
+        rf"minds: error: minds sample: sampling tinker://\S+ got no answer \(ServiceLost: the service at "
+        rf"{re.escape(served.url)} has not answered for \d+ s \(tinker\.unreachable_timeout = {UNREACHABLE}; last: .+\)\)",
+        last,
+    ), last
+    assert seconds < 30, f"minds sample took {seconds:.0f} s to give up"
