@@ -42,6 +42,9 @@ class V1Args:
     python: str = arg(
         "", doc=f"the interpreter that has verifiers>=0.4 and uv; default: ${PYTHON_VARIABLE}, else {DEFAULT_VENV}/bin/python"
     )
+    local_runtime: bool = arg(
+        False, doc="play a seat whose env asks for a sandbox runtime (docker, podman, modal, ...) on this machine anyway"
+    )
     test_tasks: int = arg(0, at_least(0), doc="the last N tasks are the held-out split evaluation uses (0: evaluate on all)")
     check_timeout: float = arg(600.0, within(1.0, 3600.0), doc=f"seconds loading the environment may take ({FIRST_USE})")
     max_calls: int = arg(64, within(1, 100_000), doc="model calls one episode may make; past them it fails as flooding")
@@ -96,7 +99,7 @@ def load_environment(**raw: Any) -> HarnessEnvironment:
     chosen = env_args(V1Args, raw, env="verifiers_v1")
     python = interpreter(chosen.python)
     spec = {"taskset": chosen.taskset, "args": chosen.args, "harness": chosen.harness, "env": chosen.env,
-            "path": [str(Path(folder).absolute()) for folder in chosen.path]}  # fmt: skip
+            "path": [str(Path(folder).absolute()) for folder in chosen.path], "local_runtime": chosen.local_runtime}  # fmt: skip
     tasks = [minds_task(listed, chosen.taskset) for listed in check(python, spec, chosen.check_timeout)]
     if not tasks:
         raise ConfigError(f"verifiers_v1: taskset {chosen.taskset!r} lists no task")

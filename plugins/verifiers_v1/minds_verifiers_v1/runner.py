@@ -3,7 +3,7 @@
 minds runs this file by path with that interpreter, so verifiers and its dependencies (mcp 2, renderers,
 transformers) live in a virtual environment of their own, apart from the run's (where openreward pins an
 older sse-starlette than verifiers' mcp needs). Two modes, each given the spec as one JSON argument
-(``taskset``, ``args``, ``harness``, ``env``, ``path``: see ``minds_verifiers_v1.V1Args``):
+(``taskset``, ``args``, ``harness``, ``env``, ``path``, ``local_runtime``: see ``minds_verifiers_v1.V1Args``):
 
 ``check SPEC``
     Load the environment, prepare each agent's harness program through ``uv`` (the first use fetches
@@ -47,8 +47,16 @@ def _env_config(spec: dict[str, Any]) -> Any:
     # a taskset without a harness of its own gets verifiers' default, bash, which would run the model's commands on
     # this machine (the subprocess runtime): the bridge's default is the tool-less null chat harness instead
     harness = spec.get("harness") or ("null" if vf.default_harness_id(spec["taskset"]) == "bash" else "")
+    generic = vf.AgentConfig().runtime  # verifiers' own default (a Prime sandbox), which no env author chose
     for name, field in cls.model_fields.items():
         if isinstance(field.default, vf.AgentConfig):  # every seat plays on this machine, reaching the loopback endpoint
+            runtime = field.default.runtime
+            if runtime != generic and runtime.type != "subprocess" and not spec.get("local_runtime"):
+                raise Refused(
+                    f"the env's {name!r} seat asks for the {runtime.type} runtime (a sandbox), and the bridge plays every "
+                    "seat on this machine's subprocess runtime, so what its harness runs would run here: set "
+                    "env.args.local_runtime = true to train it on this machine knowingly"
+                )
             seat: dict[str, Any] = {"runtime": {"type": "subprocess"}}
             if harness and field.default.harness is None:
                 seat["harness"] = {"id": harness}

@@ -115,3 +115,37 @@ def test_an_episode_verifiers_cannot_finish_fails_its_rollout_counted(vf_python:
     errors = [rollout["error"] for group in result.rollouts for rollout in group["rollouts"]]
     assert all("flooded the endpoint" in error for error in errors), errors
     assert all(rollout["reward"] is None for group in result.rollouts for rollout in group["rollouts"])
+
+
+SANDBOXED = '''
+"""A taskset whose env seats its agent on the docker runtime (a sandbox), as an env author writes it."""
+
+import verifiers.v1 as vf
+
+from minds_sums_v1 import SumsTaskset
+
+
+class SandboxedConfig(vf.EnvConfig):
+    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.DockerConfig())
+
+
+class SandboxedEnv(vf.Env[SandboxedConfig]):
+    async def run(self, task, agents):
+        await agents.agent.run(task)
+
+
+__all__ = ["SandboxedEnv", "SumsTaskset"]
+'''
+
+
+@pytest.mark.slow
+def test_a_seat_its_env_puts_in_a_sandbox_is_refused_unless_local_runtime_is_set(vf_python: str, tasksets: Path, tmp_path: Path) -> None:
+    """The bridge plays every seat on this machine: a seat the env author sandboxed is named, not silently run here."""
+    from minds_verifiers_v1 import load_environment
+
+    (tmp_path / "sandboxed_v1.py").write_text(SANDBOXED)
+    args = {"taskset": "sandboxed_v1", "path": [str(tmp_path), str(tasksets)], "python": vf_python, "args": {"num_tasks": 2}}
+    with pytest.raises(ConfigError, match=r"'agent' seat asks for the docker runtime .*env\.args\.local_runtime = true"):
+        load_environment(**args)
+    env = load_environment(**args, local_runtime=True)
+    assert [task.id for task in env.tasks("train")] == ["sum-0", "sum-1"]
