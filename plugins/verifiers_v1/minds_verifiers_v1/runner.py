@@ -16,7 +16,7 @@ older sse-starlette than verifiers' mcp needs). Two modes:
     code 2.
 ``relay SOCKET``
     One episode, as minds' ``harness`` environment runs a program per episode (this mode imports nothing of
-    verifiers: it starts in milliseconds). It reads the minds task (JSON, with its ``index``) on stdin and asks
+    verifiers: a tenth of a CPU-second). It reads the minds task (JSON, with its ``index``) on stdin and asks
     the runner at ``SOCKET`` to play that task once with verifiers' own runtime: the env's agents on the
     subprocess runtime, their model client an ``EvalClientConfig`` on ``OPENAI_BASE_URL`` with the key in
     ``OPENAI_API_KEY`` (the run's policy endpoint and the episode's key), so every model call is sampled and
