@@ -15,6 +15,7 @@ checkpoint's adapter files (``export_adapter``).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -157,6 +158,22 @@ class ServiceLifetime:
                 if watch.lost:
                     raise ServiceCallError(where, request, ServiceLost(watch.lost), 1) from None
 
+    def _watched(self, work: Callable[[], T], where: str) -> T:
+        """``work()``, which waits on the SDK's futures itself (a backend's export); with a watch, on a thread of its
+        own, so that a lost service ends the wait (``result``) while the SDK still retries."""
+        if self.backoff.watch is None:
+            return work()
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                done.set_result(work())
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, which raises it
+                done.set_exception(exc)
+
+        threading.Thread(target=run, daemon=True, name="minds-watched").start()  # daemon: a lost service's wait ends the command
+        return self.result(done, where, "its requests")
+
     async def call(self, where: str, request: str, send: Callable[[], Awaitable[T]]) -> T:
         """``send()``'s result, transient failures retried (``ServiceCallError`` when it fails for good)."""
         result, _ = await call_service(where, request, send, self.backoff)
@@ -206,7 +223,7 @@ class ServiceLifetime:
                 "sample from the checkpoint with minds sample, or ask the backend's author for export_adapter"
             )
         try:
-            return export(self.config, self.service, checkpoint, out_dir)
+            return self._watched(lambda: export(self.config, self.service, checkpoint, out_dir), f"export of {checkpoint}")
         except (MindsError, OSError):  # a clear message already, or a file error the command reports
             raise
         except Exception as exc:

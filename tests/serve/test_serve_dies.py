@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -145,3 +146,36 @@ def test_a_sample_whose_server_dies_exits_1_naming_it(installed_plugin, tmp_path
         seconds = time.monotonic() - began
     _exited_naming_the_lost_service(sampling.returncode, stderr, r"minds sample: sampling tinker://\S+", served.url)
     assert seconds < 30, f"minds sample took {seconds:.0f} s to give up"
+
+
+def test_an_export_whose_server_stops_answering_exits_1_naming_it(installed_plugin, tmp_path):
+    # minds export waited on the SDK's futures (load, save_weights_external, the download's URLs) without a watch
+    with _served_then_killed(tmp_path) as served:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("MINDS_", "TINKER_"))}
+        environ.update(PYTHONPATH=str(installed_plugin("toy_plugin")), TINKER_API_KEY=KEY)
+        _train_one_step(served.url, environ, tmp_path)
+
+        def loads_asked() -> float:
+            found = re.search(r'requests_total\{route="POST /api/v1/load_weights",status="200"\} (\S+)', httpx.get(served.url + "/metrics").text)
+            return float(found.group(1)) if found else 0.0
+
+        trained_loads = loads_asked()
+        exporting = subprocess.Popen(
+            [*COMMAND, "export", str(tmp_path / "r"), str(tmp_path / "out"), "--set", f"tinker.unreachable_timeout={UNREACHABLE}"],
+            cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while loads_asked() == trained_loads:  # until the export asks for the saved state to be loaded
+            assert exporting.poll() is None and time.monotonic() < deadline, exporting.communicate()[1][-2000:]
+            time.sleep(0.02)
+        os.kill(served.process.pid, signal.SIGSTOP)  # alive, silent: the SDK would retry its polls for minutes
+        began = time.monotonic()
+        try:
+            _, stderr = exporting.communicate(timeout=60)
+        finally:
+            exporting.kill()
+            os.kill(served.process.pid, signal.SIGCONT)
+        seconds = time.monotonic() - began
+    _exited_naming_the_lost_service(exporting.returncode, stderr, r"export of tinker://\S+: its requests", served.url)
+    assert seconds < 30, f"minds export took {seconds:.0f} s to give up"
+    assert not (tmp_path / "out").exists()  # nothing half-written
