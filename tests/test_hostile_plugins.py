@@ -216,14 +216,25 @@ def test_minds_own_cancellation_and_the_users_ctrl_c_still_stop_the_run():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_while_a_sync_step_blocks_a_second_signal_exits_at_once(installed_plugin, tmp_path, signum):
+@pytest.mark.parametrize(
+    ("signum", "escape", "blocked"),
+    # async_block: an async step that blocks between its awaits; episode_block: the environment's episode();
+    # sync_close_block: an episode's sync close() (the first signal printed nothing for any of them)
+    [
+        (signal.SIGINT, "block", "episode HostileEpisode.step"),
+        (signal.SIGTERM, "block", "episode HostileEpisode.step"),
+        (signal.SIGINT, "async_block", "episode HostileEpisode.step"),
+        (signal.SIGTERM, "episode_block", "environment HostileEnvironment.episode"),
+        (signal.SIGINT, "sync_close_block", "episode HostileEpisode.close"),
+    ],
+)
+def test_while_a_sync_step_blocks_a_second_signal_exits_at_once(installed_plugin, tmp_path, signum, escape, blocked):
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MINDS_")}
     environ["PYTHONPATH"] = str(installed_plugin("hostile_plugin"))
     log = tmp_path / "stderr.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "minds_core.cli.command", "--log-format", "json", "run", "--env", "hostile", "--name", "run",
-         "--set", f"runs_dir={tmp_path}", *(f"--set={o}" for o in FAST[1:6]), "--set", "env.args.escape=block",
+         "--set", f"runs_dir={tmp_path}", *(f"--set={o}" for o in FAST[1:6]), "--set", f"env.args.escape={escape}",
          "--set", "rollout.timeout=0"],
         cwd=tmp_path, env=environ, stdout=subprocess.DEVNULL, stderr=log.open("w"),
     )  # fmt: skip
@@ -243,5 +254,5 @@ def test_while_a_sync_step_blocks_a_second_signal_exits_at_once(installed_plugin
     finally:
         proc.kill()
     said = log.read_text()
-    assert re.search(r"stopping: waiting for episode HostileEpisode\.step \(blocked \d+s\); press Ctrl-C again to exit now", said), said
+    assert re.search(rf"stopping: waiting for {re.escape(blocked)} \(blocked \d+s\); press Ctrl-C again to exit now", said), said
     assert f"{signal.Signals(signum).name} again: exiting now" in said

@@ -86,4 +86,5 @@ def test_a_second_ctrl_c_exits_at_once_even_when_the_step_hangs(installed_plugin
     proc.wait(timeout=300)  # a hang guard
     assert time.monotonic() - began < 5
     assert proc.returncode == 130
-    assert "SIGINT again: exiting now; continue from the last checkpoint with: minds run --resume runs/hung" in log.read_text()
+    said = log.read_text()  # stopped in step 0: no checkpoint yet, and the hint does not claim one
+    assert "SIGINT again: exiting now; continue with: minds run --resume runs/hung (from its last checkpoint; from step 0 if none was saved)" in said

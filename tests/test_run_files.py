@@ -468,6 +468,24 @@ def test_a_changed_checkpoint_resumes_when_accepted_knowingly(finished_run, tmp_
     assert "changed after it was saved" in resumed.stderr and "loading it anyway" in resumed.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["sample", "--prompt", "hi", "--max-tokens", "2"], ["eval", "--tasks", "1"]])
+def test_a_changed_checkpoint_loads_from_the_checkpoint_commands_only_when_accepted(finished_run, tmp_path, run_minds, command):
+    # their refusal said "load it knowingly with --accept-changed-checkpoints", a flag only minds run took
+    run = _copy(finished_run, tmp_path)
+    older = _checkpoint_folders(run)[-2]
+    run_id, kind, name = read_jsonl(run / CHECKPOINTS_FILE)[-1]["sampler_path"].removeprefix("tinker://").split("/")
+    sampler = run.parent / "_checkpoints" / run_id / kind / name  # what sample and eval load
+    shutil.copyfile(older / "adapter_model.safetensors", sampler / "adapter_model.safetensors")
+    refused = run_minds([command[0], str(run), *command[1:]], plugins=["toy_plugin"])
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "adapter_model.safetensors is not the file saved with it" in refused.stderr, refused.stderr[-2000:]
+    assert "--accept-changed-checkpoints" in refused.stderr
+    loaded = run_minds([command[0], str(run), *command[1:], "--accept-changed-checkpoints"], plugins=["toy_plugin"])
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert "changed after it was saved" in loaded.stderr and "loading it anyway" in loaded.stderr
+
+
 def test_a_run_that_never_saved_resumes_at_step_0(tmp_path):
     run = RunDirectory.create(_config(tmp_path))
     append_line(run.path / METRICS_FILE, {"step": 0})

@@ -8,12 +8,16 @@ import io
 import attrs
 import pytest
 
-from minds_core import arg, at_least, env_args
+from minds_core import Task, arg, at_least, env_args
 from minds_core.base.errors import ConfigError
 from minds_core.base.masking import MaskedStream, mask, mask_data, remember
 from minds_core.base.secrets import REDACTED, is_secret_key, redact, secret_values
 from minds_core.cli.command import main
 from minds_core.config import load_config
+from minds_core.contract.plugin_errors import error_text
+from minds_core.episodes.conversation import Conversation
+from minds_core.episodes.groups import Group, Rollout
+from minds_core.rl.outcome import no_datum_reason
 from minds_core.sinks.wandb import redact_arguments
 from minds_core.training.run_directory import RunDirectory
 
@@ -98,12 +102,15 @@ REAL_WORLD_SECRET_NAMES = [
     "AWS_SESSION_TOKEN", "TWILIO_AUTH_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_BOT_TOKEN", "STRIPE_SECRET_KEY",
     "NPM_TOKEN", "PYPI_PASSWORD", "DOCKER_PASSWORD", "WANDB_API_KEY", "HUGGING_FACE_HUB_TOKEN", "oauth_token",
     "refreshToken", "otp", "totp_secret", "webhook_secret", "credentials_base64", "firebase_credentials",
+    "AZURE_OPENAI_KEY", "wandb_key", "openai_key", "ANTHROPIC_KEY", "stripe_key", "storageKey", "SLACK_WEBHOOK_URL",
+    "discord_webhook", "NGROK_AUTHTOKEN", "github_pat", "GH_PAT", "creds", "gcp_creds_json",
 ]  # fmt: skip
 #: Names that read like them and hold no secret: where a secret is, what kind it is, public halves.
 REAL_WORLD_ORDINARY_NAMES = [
     "credentials_file", "GOOGLE_APPLICATION_CREDENTIALS_PATH", "service_account_file", "service_account_email",
     "jwt_algorithm", "jwt_audience", "public_key_pem", "cert_pem", "connection_timeout", "key_json",
     "token_count", "max_tokens_value", "eos_token_text", "session_dir", "auth_method", "json", "value",
+    "answer_key", "prompt_key", "dataset_key", "webhook_path", "pattern", "seed", "access_key_id",
 ]  # fmt: skip
 ORDINARY_NAMES = [
     "max_tokens", "stop_token", "eos_token", "pad_token", "num_tokens", "max_total_tokens", "tokenizer", "api_key_env",
@@ -180,3 +187,13 @@ def test_the_command_line_w_and_b_stores_has_no_secret():
 def test_a_list_of_secrets_under_a_plural_name_is_redacted_whole():
     shown = redact({"args": {"api_keys": ["sk-plural-1", "sk-plural-2"], "max_new_tokens": 64}})
     assert shown == {"args": {"api_keys": [REDACTED, REDACTED], "max_new_tokens": 64}}
+
+
+def test_a_plugin_error_quoting_a_secret_is_masked_before_any_cut_of_it():
+    # a run's "no step trained" reason quotes the first error cut to 160 characters: a secret across the cut was
+    # left half shown ("az az-SECRET"), the rest of it no longer matching what masking searches for
+    secret = "az-SECRET-4242-cut"
+    remember([secret])
+    failed = Rollout(Conversation(None, None, None, 64, 1), error=error_text(RuntimeError("x" * 130 + f" key {secret}")))
+    reason = no_datum_reason([Group("env", Task(prompt="", id="t"), [failed])])
+    assert "az-SEC" not in reason and "***" in reason, reason

@@ -1,5 +1,5 @@
 """The tracer: spans that nest across asyncio tasks, the trace file a run writes (readable however the run ends,
-capped), OTLP export, and a real run's trace on minds-tiny (nesting, phases that add up, plugin spans, errors)."""
+capped), OTLP export, and a real run's trace on minds-tiny (nesting, phases that add up, plugin spans, errors; an SFT run's)."""
 
 from __future__ import annotations
 
@@ -337,3 +337,36 @@ def test_a_resumed_run_continues_its_trace(tmp_path: Path, ending: str) -> None:
     second.shutdown()
     events = json.loads(path.read_text())  # one array again, closed
     assert [e["args"]["step"] for e in events if e.get("ph") == "X"] == [0, 1, 2, 3]
+
+
+@pytest.mark.slow
+def test_an_sft_run_writes_a_trace_of_its_steps_updates_evaluations_and_saves(tmp_path: Path) -> None:
+    logs.configure("json", "warning")
+    chats = [
+        {"messages": [{"role": "user", "content": f"Say {word}."}, {"role": "assistant", "content": word}]}
+        for word in ["cat", "dog", "sun", "map", "cup", "pen"]
+    ]
+    data = tmp_path / "chats.jsonl"
+    data.write_text("".join(json.dumps(chat) + "\n" for chat in chats))
+    settings = ["trainer.mode=sft", f"sft.data={data}", "sft.batch_size=2", "sft.eval_fraction=0.34", "sft.eval_every=2"]
+    settings += ["trainer.steps=3", "trainer.save_every=2", "model.base_model=minds-tiny", "metrics.sinks=[]"]
+    run_dir = Path(train(load_config(None, [*settings, f"runs_dir={tmp_path}", "name=sft"]))["run_dir"])
+    spans = _spans(run_dir / "trace.json")
+    steps = {e["args"]["step"]: e for e in spans.values() if e["name"] == "step"}
+    assert sorted(steps) == [0, 1, 2]
+
+    def under_step(name: str) -> list[int]:
+        """The steps whose span holds a ``name`` span, one per such span (spans at the top level left out)."""
+        found = []
+        for event in (e for e in spans.values() if e["name"] == name and e["args"]["parent_id"] is not None):
+            (step,) = [a for a in _ancestors(spans, event) if a["name"] == "step"]
+            assert _inside(event, step)
+            found.append(step["args"]["step"])
+        return sorted(found)
+
+    assert under_step("train") == under_step("forward_backward") == under_step("optim_step") == [0, 1, 2]
+    assert under_step("write_metrics") == [0, 1, 2]
+    assert under_step("save") == under_step("checkpoint") == [1, 2]  # save_every=2, and the last step
+    assert under_step("evaluation") == [1, 2]  # eval_every=2, and the last step
+    before = [e for e in spans.values() if e["name"] == "evaluation" and e["args"]["parent_id"] is None]
+    assert [e["args"]["step"] for e in before] == [0]  # the held-out loss before training, outside any step

@@ -3,7 +3,8 @@
 Sync reward functions and episode methods run on the event loop's thread, by design: code that
 installs signal handlers (math_verify's SIGALRM timeouts) or holds thread-bound state (a sqlite
 connection, a tokenizer) works only there. While one runs, nothing else does: no other rollout
-samples or scores, no signal is acted on. ``plugin_call`` records which call is running and since
+samples or scores, no signal is acted on; the same holds of an ``async def`` between two awaits
+(``time.sleep`` in it blocks as much). ``plugin_call`` records which call is running and since
 when, so that
 
 - a Ctrl-C or SIGTERM names it at once (``blocking_now``, read by ``minds_core.base.interrupt``), and
@@ -19,7 +20,8 @@ import contextlib
 import contextvars
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Iterator
+import types
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from typing import Any, TypeVar
 
 import attrs
@@ -35,6 +37,7 @@ class SyncCall:
 
     what: str  #: what it is, as messages name it: "reward function 'math.correct'", "episode MyEpisode.step"
     started: float  #: time.monotonic() when it began
+    inner: tuple[str, float] | None = None  #: (what, seconds) of the longest call made inside it (a step's reward)
 
     def seconds(self) -> float:
         return time.monotonic() - self.started
@@ -95,24 +98,52 @@ def _timed(what: str) -> Iterator[None]:
         yield
     finally:
         _running = outer
-        if outer is None:  # a call nested in another (an episode's step calling its rubric) is counted once
-            seconds = call.seconds()
+        seconds = call.seconds()
+        named = call.inner if call.inner is not None and call.inner[1] >= seconds / 2 else (what, seconds)
+        if outer is not None:  # a call nested in another (an episode's step calling its rubric) is counted once,
+            if outer.inner is None or named[1] > outer.inner[1]:  # by the outer, named as the inner that took most
+                outer.inner = named
+        else:
             _LEDGER.total += seconds
             watch = _stopwatch.get()
             if watch is not None:
                 watch.own += seconds
                 if watch.longest is None or seconds > watch.longest[1]:
-                    watch.longest = (what, seconds)
+                    watch.longest = named
 
 
 async def plugin_call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` on this thread, its sync part timed as ``what``; an awaitable result is awaited.
+    """``fn(*args, **kwargs)`` on this thread, its sync part timed as ``what``; an awaitable result is awaited, each
+    stretch of it that runs on this thread (an ``async def`` between two awaits: ``time.sleep`` there blocks as
+    much) timed as ``what`` too.
 
     The call is traced as a span (``span_name(what)``) whose ``call`` attribute is ``what``."""
     with span(span_name(what), call=what):
         with _timed(what):
             value = fn(*args, **kwargs)
-        return await value if inspect.isawaitable(value) else value
+        return await _stepped(what, value.__await__()) if inspect.isawaitable(value) else value
+
+
+@types.coroutine
+def _stepped(what: str, steps: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
+    """Await an awaitable's iterator (``__await__()``) step by step, each step timed as ``what``; what the event
+    loop sends or throws in (a cancellation) is passed on to it."""
+    sent: Any = None
+    thrown: BaseException | None = None
+    while True:
+        try:
+            with _timed(what):
+                waiting_on = steps.throw(thrown) if thrown is not None else steps.send(sent)
+        except StopIteration as done:
+            return done.value
+        sent, thrown = None, None
+        try:
+            sent = yield waiting_on
+        except GeneratorExit:
+            steps.close()
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the loop's cancellation (or any error), for the awaitable
+            thrown = exc
 
 
 def span_name(what: str) -> str:

@@ -94,7 +94,10 @@ class StopOnSignal:
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.signum is not None:
             name = signal.Signals(signum).name
-            message = f"minds: {name} again: exiting now; continue from the last checkpoint with: {self.resume_hint}\n"
+            message = (
+                f"minds: {name} again: exiting now; continue with: {self.resume_hint} "
+                "(from its last checkpoint; from step 0 if none was saved)\n"
+            )
             os.write(sys.stderr.fileno(), message.encode())
             os._exit(128 + signum)
         self.signum = signum

@@ -35,11 +35,15 @@ _SECRET_WORDS = frozenset(
         "secret", "secrets", "password", "passwd", "pwd", "pass", "passphrase", "credential", "credentials",
         "auth", "authorization", "bearer", "cookie", "cookies", "session", "sessionid", "dsn",
         "apikey", "secretkey", "privatekey", "accesskey", "signingkey", "token", "apitoken", "accesstoken",
-        "jwt", "jwk", "keyfile", "apisecret", "otp", "totp",
+        "jwt", "jwk", "keyfile", "apisecret", "otp", "totp", "authtoken", "creds", "webhook",
     }
 )  # fmt: skip
-#: Secrets named by their last two words (Google's ``service_account`` JSON, Azure's ``connection_string``).
-_SECRET_PHRASES = frozenset({("service", "account"), ("connection", "string"), ("client", "assertion")})
+#: Secrets named by their last two words (Google's ``service_account`` JSON, Azure's ``connection_string``, a Slack
+#: ``webhook_url`` that anyone holding it can post to, a GitHub personal access token ``github_pat``).
+_SECRET_PHRASES = frozenset(
+    {("service", "account"), ("connection", "string"), ("client", "assertion"), ("webhook", "url"),
+     ("github", "pat"), ("gh", "pat"), ("gitlab", "pat")}
+)  # fmt: skip
 #: Words that say how a secret is written, not what it is: ``credentials_json``, ``private_key_pem``,
 #: ``service_account_info``, ``api_key_b64`` hold the secret the words before name (``*_file``/``*_path`` name
 #: where it is, and are not secrets).
@@ -52,6 +56,9 @@ _KEY_KINDS = frozenset(
     {
         "api", "access", "secret", "private", "signing", "encryption", "client", "auth", "ssh", "license",
         "session", "master", "app", "account", "service", "subscription", "admin", "hmac", "webhook", "deploy",
+        # services whose keys are API keys (``AZURE_OPENAI_KEY``, ``wandb_key``, a judge's ``openai_key``)
+        "openai", "anthropic", "azure", "wandb", "stripe", "storage", "firebase", "gemini", "cohere", "mistral",
+        "groq", "tinker",
     }
 )  # fmt: skip
 #: ``*_token`` settings that are not secrets: special tokens of a tokenizer, counts.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import sys
 from collections.abc import Iterator
@@ -31,6 +32,15 @@ def _add_checkpoint_arguments(parser: argparse.ArgumentParser, required: bool = 
     parser.add_argument("--config", metavar="FILE", help="config file for a tinker:// path (a run folder has its own)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
     parser.add_argument("--backend", metavar="NAME", help="local | tinker (default: where the checkpoint lives)")
+    add_accept_changed_argument(parser)
+
+
+def add_accept_changed_argument(parser: argparse.ArgumentParser) -> None:
+    """``--accept-changed-checkpoints``, for every command that loads a local checkpoint (its refusal names the flag)."""
+    parser.add_argument(
+        "--accept-changed-checkpoints", action="store_true",
+        help="load a local checkpoint whose files changed after it was saved (an adapter copied in, a folder linked), knowingly",
+    )  # fmt: skip
 
 
 def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
@@ -283,11 +293,13 @@ def _chat_model(args: argparse.Namespace) -> Iterator[tuple[Any, str | None]]:
         seed=args.seed,
     )
     with ServiceLifetime.choose(config, plugins.registry) as door:
+        where, request = f"minds {args.command}", f"sampling {ref.sampler_path}"
         try:
-            sampler = door.service.create_sampling_client(model_path=ref.sampler_path).result()
+            sampler = door.result(door.service.create_sampling_client(model_path=ref.sampler_path), where, request)
         except REJECTIONS as exc:
             raise UsageError(f"cannot sample from {ref.sampler_path}: {exc}") from None
-        yield ChatModel.create(sampler, config.model.base_model, config.model.chat_template_args, params), system
+        wait = functools.partial(door.result, where=where, request=request)
+        yield ChatModel.create(sampler, config.model.base_model, config.model.chat_template_args, params, wait), system
 
 
 def _check_bounds(flag: str, value: float | None, low: float, high: float) -> None:

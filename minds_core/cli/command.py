@@ -67,10 +67,7 @@ def _add_resume_checks(parser: argparse.ArgumentParser) -> None:
         "--start-over", action="store_true",
         help="with --resume: train the run again from step 0 when its checkpoints.jsonl is missing or empty",
     )  # fmt: skip
-    parser.add_argument(
-        "--accept-changed-checkpoints", action="store_true",
-        help="load a local checkpoint whose files changed after it was saved (an adapter copied in, a folder linked), knowingly",
-    )  # fmt: skip
+    checkpoint_commands.add_accept_changed_argument(parser)
 
 
 @functools.cache
@@ -114,7 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     from minds_core.serve.command import add_serve_arguments
 
     serve_help = "serve the local backend as a Tinker API over HTTP (point any Tinker SDK program at it)"
-    add_serve_arguments(commands.add_parser("serve", parents=[shared], help=serve_help))
+    serve = commands.add_parser("serve", parents=[shared], help=serve_help)
+    add_serve_arguments(serve)
+    checkpoint_commands.add_accept_changed_argument(serve)
     return parser
 
 
@@ -236,10 +235,6 @@ def _run_command(args: argparse.Namespace) -> int:
         from minds_core.base.errors import UsageError
 
         raise UsageError("--start-over goes with --resume DIR: it trains that run again from step 0")
-    if args.accept_changed_checkpoints:
-        from minds_core.config.schema import ACCEPT_CHANGED_CHECKPOINTS
-
-        os.environ[ACCEPT_CHANGED_CHECKPOINTS] = "1"  # read where the local store loads a checkpoint
     config = _resolve_config(args, resume)
     # Before torch is imported, in the order the run checks, the same with --dry-run: what a resumed run is,
     # then the names the config uses (plugin collisions surface in load_plugins).
@@ -299,6 +294,10 @@ def _main(argv: Sequence[str] | None) -> int:
     if not args.command:
         parser.print_help()
         return 2
+    if getattr(args, "accept_changed_checkpoints", False):
+        from minds_core.config.schema import ACCEPT_CHANGED_CHECKPOINTS
+
+        os.environ[ACCEPT_CHANGED_CHECKPOINTS] = "1"  # read where the local store loads a checkpoint
     from minds_core.base import logs
     from minds_core.base.errors import MindsError
     from minds_core.base.interrupt import RunInterrupted

@@ -17,7 +17,7 @@ from minds_core.config.presets import PRESETS
 from minds_core.config.rules import Rule, arg, each_value, one_of, optional_of, within
 
 #: An environment variable: set (to 1) to load a local checkpoint whose files changed after it was saved, knowingly (a warning says so);
-#: ``minds run --accept-changed-checkpoints`` sets it.
+#: ``--accept-changed-checkpoints`` (``minds run``, ``sft``, ``eval``, ``sample``, ``chat``, ``export``, ``serve``) sets it.
 ACCEPT_CHANGED_CHECKPOINTS = "MINDS_ACCEPT_CHANGED_CHECKPOINTS"
 
 #: The embedded default: a small model that has learned a little (words, numbers, formats), built from a file minds ships.

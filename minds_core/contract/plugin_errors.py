@@ -16,6 +16,8 @@ import signal
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from minds_core.base.masking import mask
+
 T = TypeVar("T")
 
 #: The longest error text stored for a rollout (rollouts.jsonl, the report, logs); longer ones are cut.
@@ -69,10 +71,11 @@ async def contained(work: Awaitable[T]) -> T:
 
 
 def error_text(error: BaseException) -> str:
-    """``Type: message`` of a plugin's error (of what it raised, for a PluginExit), cut to ``MAX_ERROR_CHARS``."""
+    """``Type: message`` of a plugin's error (of what it raised, for a PluginExit), cut to ``MAX_ERROR_CHARS``;
+    secrets masked first (``masking.mask``), so that no cut of it, here or where it is quoted, leaves half of one."""
     if isinstance(error, PluginExit):
         error = error.error
-    text = f"{type(error).__name__}: {error}"
+    text = mask(f"{type(error).__name__}: {error}")
     if len(text) <= MAX_ERROR_CHARS:
         return text
     return f"{text[:MAX_ERROR_CHARS]}... [cut: {len(text):,} characters in all]"

@@ -26,7 +26,6 @@ from minds_core.contract.rubric import (
     INVALID_PARTS_METRIC,
     MAX_REWARD,
     as_reward,
-    maybe_await,
 )
 from minds_core.envs.turns import take_turns
 from minds_core.episodes.coalesce import GroupSampler
@@ -91,7 +90,7 @@ async def run_rollout(
         conversation = Conversation(settings.renderer, sampler or ctx.sampler, params, cfg.max_total_tokens, cfg.max_turns)
         episode = None
         try:
-            episode = env.episode(task, ctx)
+            episode = await plugin_call(f"environment {type(env).__qualname__}.episode", env.episode, task, ctx)
             raw, metrics = await within_timeout(contained(play_episode(episode, conversation)), cfg.timeout)
         except TimeoutError as exc:
             last = Rollout(conversation, error=str(exc) or f"timed out after {cfg.timeout:g} s", timed_out=True, attempts=attempt)
@@ -128,7 +127,9 @@ async def close_quietly(obj: Any, what: str, timeout: float) -> None:
     close = getattr(obj, "close", None)
     if callable(close):
         try:
-            closing = contained(maybe_await(close()))  # in wait_for's task, a sys.exit would end the event loop
+            # timed and named as any plugin call (a sync close() that blocks is named at Ctrl-C); contained: in
+            # wait_for's task, a sys.exit would end the event loop
+            closing = contained(plugin_call(f"{what} {type(obj).__qualname__}.close", close))
             await (asyncio.wait_for(closing, timeout) if timeout > 0 else closing)
         except BaseException as exc:  # sys.exit in close() included: it never sets the run's exit code
             if not raised_by_plugin(exc):

@@ -41,13 +41,19 @@ class ChatModel:
     sampler: Any
     renderer: Renderer
     params: tinker.types.SamplingParams
+    #: a sample request's result from its future (``ServiceLifetime.result``: given up once the service is lost)
+    wait: Callable[[Any], Any] = lambda future: future.result()
 
     @classmethod
-    def create(cls, sampler: Any, base_model: str, template_args: dict[str, Any], params: tinker.types.SamplingParams) -> ChatModel:
+    def create(
+        cls, sampler: Any, base_model: str, template_args: dict[str, Any], params: tinker.types.SamplingParams,
+        wait: Callable[[Any], Any] | None = None,
+    ) -> ChatModel:  # fmt: skip
         from minds_core.backends import sampler_tokenizer
 
         try:
-            return cls(sampler, Renderer(sampler_tokenizer(sampler, base_model), template_args), params)
+            renderer = Renderer(sampler_tokenizer(sampler, base_model), template_args)
+            return cls(sampler, renderer, params, *([wait] if wait is not None else []))
         except TemplateError as exc:
             raise UsageError(f"cannot chat with this model: {exc}") from None
 
@@ -56,7 +62,7 @@ class ChatModel:
         prompt = tinker.types.ModelInput.from_ints(self.renderer.prompt_tokens(messages))
         turn = sum(message["role"] == "assistant" for message in messages)
         params = self.params.model_copy(update={"seed": turn_seed(self.params.seed, turn)})
-        response = self.sampler.sample(prompt, n, params).result()
+        response = self.wait(self.sampler.sample(prompt, n, params))
         return [
             Reply(
                 text=self.renderer.decode(seq.tokens),

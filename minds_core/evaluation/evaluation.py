@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from minds_core.backends.retry import ServiceCallError, ServiceLost, guarded
 from minds_core.base.errors import ConfigError
 from minds_core.base.logs import get_logger
 from minds_core.config import RunConfig, TrainerConfig
@@ -205,5 +206,12 @@ async def _evaluate(
     config: RunConfig, plan: EvalPlan, model_path: str | None, state_path: str | None, plugins: Plugins | None
 ) -> Evaluation:
     async with await Session.open(config, plugins) as session:
-        policy = await session.start_sampling(model_path, state_path)
-        return await evaluate_policy(session, policy, plan, step=0, require_held_out=False)
+
+        async def sampled() -> Evaluation:
+            policy = await session.start_sampling(model_path, state_path)
+            return await evaluate_policy(session, policy, plan, step=0, require_held_out=False)
+
+        try:  # a service that stops answering ends the evaluation within tinker.unreachable_timeout, not the SDK's minutes
+            return await guarded(sampled(), session.backoff)
+        except ServiceLost as exc:
+            raise ServiceCallError("evaluation", f"sampling {model_path or config.model.base_model}", exc, 1) from None

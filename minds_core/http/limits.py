@@ -53,6 +53,9 @@ class ServeLimits:
         1 << 16, "most bytes of user_metadata and display_name (as JSON) a session may carry; each is kept while the server runs"
     )
     max_pending_requests: int = _limit(1024, "most unfinished requests (queued or running) one API key may have; more are answered 429")
+    max_header_bytes: int = _limit(
+        65536, "most bytes of a request's headers, all lines together (each is held, and parsed, before the key is checked)"
+    )
     backlog: int = _limit(128, "listen backlog: connections the system holds while the server accepts others")
     max_connections: int = _limit(
         512,

@@ -107,7 +107,8 @@ def serve(
     thread = threading.Thread(target=server.serve_forever, name="minds-serve", daemon=True)
     thread.start()
     bound_host, bound_port = server.server_address[:2]
-    print(json.dumps({"url": f"http://{bound_host}:{bound_port}", "host": bound_host, "port": bound_port}), flush=True)
+    named = f"[{bound_host}]" if ":" in bound_host else bound_host  # an IPv6 address, bracketed in a URL
+    print(json.dumps({"url": f"http://{named}:{bound_port}", "host": bound_host, "port": bound_port}), flush=True)
     try:
         while not stop.wait(0.5):
             pass

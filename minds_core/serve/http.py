@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import errno
 import hmac
+import http.client
 import json
 import re
 import shutil
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -83,6 +85,8 @@ MAX_ACCEPT_BACKOFF_SECONDS = 0.5
 #: After refusing a body it did not read, the server reads (and drops) this much of it, so that the
 #: client sees the answer instead of a reset connection.
 _DRAIN_BYTES = 4 << 20
+#: A chunk's size, as HTTP/1.1 writes it: hex digits only (no sign, no "0x", no "_").
+_HEX = re.compile(rb"[0-9A-Fa-f]+")
 
 
 @dataclass
@@ -246,6 +250,14 @@ class HttpServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._release(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed outside a request's answer: a client gone (reset, broken pipe, timed out) is
+        nothing to report; anything else is one line, not socketserver's traceback on stderr for each (a client
+        resetting its connections would flood the log)."""
+        error = sys.exc_info()[1]
+        if not isinstance(error, OSError):
+            print(f"minds serve: a connection from {client_address[0]} failed: {type(error).__name__}: {error}", file=sys.stderr)
 
     def _release(self, connection: socket.socket) -> None:
         with self._connections_lock:
@@ -450,7 +462,6 @@ _RETRIED = {408, 409, 429}
 _PROTOCOL_HINTS = {
     400: "send a request line of the form METHOD /path HTTP/1.1",
     414: "the request line is over 65536 bytes: send the data in the body",
-    431: "send at most 100 headers of at most 65536 bytes each",
     501: "minds serve answers GET, POST, PUT, DELETE and PATCH",
     505: "send HTTP/1.1 (or HTTP/1.0)",
 }
@@ -458,6 +469,22 @@ _PROTOCOL_HINTS = {
 
 class _HungUp(Exception):
     """The client went silent or away in the middle of a request: the connection is closed, nothing answered."""
+
+
+class _HeaderBudget:
+    """A request's reader while its headers are read: past ``left`` bytes in all, ``http.client.LineTooLong``, which
+    http.server answers 431 (each line is read only up to what is left, so no more is ever held)."""
+
+    def __init__(self, source: Any, left: int) -> None:
+        self.source, self.left = source, left
+
+    def readline(self, size: int = -1) -> bytes:
+        wanted = self.left + 1 if size < 0 else min(size, self.left + 1)
+        line = self.source.readline(wanted)
+        self.left -= len(line)
+        if self.left < 0:
+            raise http.client.LineTooLong("headers past max_header_bytes")
+        return line
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -526,8 +553,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, body, content_type)
 
     def parse_request(self) -> bool:
-        """http.server's parsing, less HTTP/0.9 (no status line, no headers: nothing a Tinker client reads)."""
-        if not super().parse_request():
+        """http.server's parsing, less HTTP/0.9 (no status line, no headers: nothing a Tinker client reads), with the
+        headers read through ``_HeaderBudget``: a client can make the server hold and parse ``max_header_bytes`` of
+        them at most (http.server alone takes 100 lines of 64 KiB, 6.4 MB, and its parser needs some 5 times that)."""
+        source = self.rfile
+        self.rfile = _HeaderBudget(source, self.server.limits.max_header_bytes)
+        try:
+            parsed = super().parse_request()
+        finally:
+            self.rfile = source
+        if not parsed:
             return False
         if self.request_version == "HTTP/0.9":
             self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request line {self.requestline[:200]!r}: no HTTP version")
@@ -538,7 +573,13 @@ class _Handler(BaseHTTPRequestHandler):
         """http.server's own refusals (a malformed request line, headers past its limits) as JSON, not an HTML page."""
         self._body_read = False  # whatever follows the request line is not read: the connection closes
         reason = message or HTTPStatus(code).phrase
-        self._send_detail(code, f"{reason[:300]}: {_PROTOCOL_HINTS.get(code, 'send a well-formed HTTP/1.1 request')}")
+        hint = _PROTOCOL_HINTS.get(code, "send a well-formed HTTP/1.1 request")
+        if code == HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE:
+            reason, hint = "Request headers too large", (
+                f"send at most 100 headers, of at most 65536 bytes each and {self.server.limits.max_header_bytes} bytes "
+                "in all (this server's max_header_bytes; minds serve --max-header-bytes raises it)"
+            )
+        self._send_detail(code, f"{reason[:300]}: {hint}")
 
     def _send_detail(self, status: int, detail: str) -> None:
         """An error answer: ``{"detail": ...}``, the shape of every error this server sends, server paths hidden."""
@@ -564,7 +605,7 @@ class _Handler(BaseHTTPRequestHandler):
             if method != self.command:
                 allowed.append(method)
                 continue
-            client = self.server.engine.owners.client_of(self.headers.get("X-API-Key", ""))
+            client = self.server.caller(inference.request_key(self.headers))  # the key _check_key let in
             self._call = _Call(self.server.engine, client, match.groups(), self.path, raw, self.headers, self.server)
             value = handler(self._call)
             return value if isinstance(value, tuple) else _json(value)
@@ -639,7 +680,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._read_chunked(limit)
         else:
             given = self.headers.get("Content-Length") or "0"
-            if not given.isdigit():
+            if not (given.isascii() and given.isdigit()):  # "²" is a digit to str.isdigit, not to int()
                 raise BadRequest(f"Content-Length {given!r} is not a byte count")
             if int(given) > limit:
                 raise _too_large(f"Content-Length {given}", limit)
@@ -651,10 +692,10 @@ class _Handler(BaseHTTPRequestHandler):
         pieces, size = [], 0
         while True:
             line = self._read_line()
-            try:
-                length = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise BadRequest(f"Bad chunk size line {line[:40]!r} in a chunked body") from None
+            size_field = line.split(b";", 1)[0].strip()
+            if not _HEX.fullmatch(size_field):  # int() takes "-1", which read() takes as "all there is": no cap
+                raise BadRequest(f"Bad chunk size line {line[:40]!r} in a chunked body: send hex digits")
+            length = int(size_field, 16)
             if length == 0:
                 while self._read_line() not in (b"\r\n", b"\n", b""):
                     pass  # trailers

@@ -14,8 +14,15 @@ SPARE_DESCRIPTORS = 32
 
 
 def listen(host: str, port: int, backlog: int) -> socket.socket:
-    """A TCP socket listening on ``host:port`` (0: a free port the system picks); OSError when it cannot be had."""
-    return socket.create_server((host, port), backlog=backlog)
+    """A TCP socket listening on ``host:port`` (0: a free port the system picks), IPv4 where ``host`` has an IPv4
+    address, else IPv6 (``::1``); OSError when it cannot be had (a negative errno, getaddrinfo's: ``host`` does not
+    resolve)."""
+    try:
+        return socket.create_server((host, port), backlog=backlog)
+    except OSError as exc:
+        if exc.errno is None or exc.errno >= 0 or not socket.has_ipv6:  # the address resolved: taken, or not ours
+            raise
+    return socket.create_server((host, port), family=socket.AF_INET6, backlog=backlog)
 
 
 def connection_room(wanted: int) -> int:

@@ -15,6 +15,8 @@ checkpoint's adapter files (``export_adapter``).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
@@ -24,7 +26,7 @@ import attrs
 import tinker
 
 from minds_core.backends import backend_settings, choose_backend, rest_client
-from minds_core.backends.retry import REJECTIONS, Backoff, call_service
+from minds_core.backends.retry import REJECTIONS, Backoff, ServiceCallError, ServiceLost, call_service
 from minds_core.base.errors import MindsError, UsageError
 from minds_core.base.interrupt import RunInterrupted, StopOnSignal
 from minds_core.base.logs import get_logger
@@ -39,6 +41,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 log = get_logger("service")
+
+#: How often a command without an event loop looks up from a wait on the service to see whether it is lost.
+_WAIT_SLICE_SECONDS = 0.5
 
 
 def exit_status(error: BaseException | None) -> str:
@@ -61,6 +66,7 @@ class ServiceLifetime:
     service: Any = None  #: the service client, once ``open``
     _stop: StopOnSignal | None = None
     _closed: bool = False
+    _watching: _WatchThread | None = None
 
     @classmethod
     def choose(cls, config: RunConfig, registry: Registry) -> ServiceLifetime:
@@ -127,11 +133,46 @@ class ServiceLifetime:
         await self.close(error)
 
     def __enter__(self) -> Self:
-        """For commands without an event loop of their own (sample, chat, export): no watch outlives ``open``'s loop."""
-        return asyncio.run(self.open(watched=False))
+        """For commands without an event loop of their own (sample, chat, export): the backend's watch (``watch``)
+        runs on a thread of its own, read by ``result``."""
+        asyncio.run(self.open(watched=False))
+        watch = getattr(self.factory, "watch", None)
+        if callable(watch):
+            self._watching = _WatchThread(lambda: watch(self.config))
+            self.backoff = attrs.evolve(self.backoff, watch=self._watching.watch)
+        return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        if self._watching is not None:
+            self._watching.stop()
         asyncio.run(self.close(error))
+
+    def result(self, future: Any, where: str, request: str) -> Any:
+        """An SDK future's result, in a command without an event loop (``with``); a ``ServiceCallError`` naming
+        ``where`` and ``request`` once the service stops answering (the SDK alone retries for many minutes)."""
+        watch = self.backoff.watch
+        while True:
+            try:
+                return future.result(timeout=None if watch is None else _WAIT_SLICE_SECONDS)
+            except TimeoutError:
+                if watch.lost:
+                    raise ServiceCallError(where, request, ServiceLost(watch.lost), 1) from None
+
+    def _watched(self, work: Callable[[], T], where: str) -> T:
+        """``work()``, which waits on the SDK's futures itself (a backend's export); with a watch, on a thread of its
+        own, so that a lost service ends the wait (``result``) while the SDK still retries."""
+        if self.backoff.watch is None:
+            return work()
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                done.set_result(work())
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, which raises it
+                done.set_exception(exc)
+
+        threading.Thread(target=run, daemon=True, name="minds-watched").start()  # daemon: a lost service's wait ends the command
+        return self.result(done, where, "its requests")
 
     async def call(self, where: str, request: str, send: Callable[[], Awaitable[T]]) -> T:
         """``send()``'s result, transient failures retried (``ServiceCallError`` when it fails for good)."""
@@ -182,10 +223,42 @@ class ServiceLifetime:
                 "sample from the checkpoint with minds sample, or ask the backend's author for export_adapter"
             )
         try:
-            return export(self.config, self.service, checkpoint, out_dir)
+            return self._watched(lambda: export(self.config, self.service, checkpoint, out_dir), f"export of {checkpoint}")
         except (MindsError, OSError):  # a clear message already, or a file error the command reports
             raise
         except Exception as exc:
             if not raised_by_plugin(exc):
                 raise
             raise MindsError(f"backend {self.backend!r} failed to export {checkpoint}: {error_text(exc)}") from exc
+
+
+class _WatchThread:
+    """A backend's service watch (``make()``: it needs a running loop; None: no watch) on an event loop of its own
+    thread, for a command whose own thread waits on the SDK's futures."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._done: asyncio.Event | None = None
+        self.watch: Any = None
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._run(make),), daemon=True,
+                                        name="minds-service-watch")  # fmt: skip
+        self._thread.start()
+        self._started.wait()
+
+    async def _run(self, make: Callable[[], Any]) -> None:
+        self._done = asyncio.Event()
+        try:
+            self.watch = make()
+        finally:
+            self._started.set()
+        await self._done.wait()
+        if self.watch is not None:
+            self.watch.stop()
+
+    def stop(self) -> None:
+        if self._done is not None:
+            self._loop.call_soon_threadsafe(self._done.set)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()

@@ -37,6 +37,7 @@ import tinker
 from minds_core.backends.retry import REJECTIONS, ServiceCallError
 from minds_core.base.errors import ConfigError, UsageError
 from minds_core.base.logs import get_logger
+from minds_core.base.tracing import run_tracer, span
 from minds_core.config import RunConfig
 from minds_core.contract.environment import Message
 from minds_core.contract.plugins import Plugins, load_plugins
@@ -258,7 +259,8 @@ async def _train_sft(
                 log.info("resuming", run=str(run.path), step=start.step, checkpoint=start.state_path)
             sizes = {"train": len(data.train), "held_out": len(data.held_out)}
             log.info("sft", run=str(run.path), backend=door.backend, **sizes, steps=config.trainer.steps)
-            summary = await _loop(door, client, data, run, sinks, start.step)
+            with run_tracer(config.metrics, run.path, f"minds sft {run.path.name}"):
+                summary = await _loop(door, client, data, run, sinks, start.step)
         except ServiceCallError as exc:  # keep what the run trained, say how to continue it
             raise exc.resumable(run.shown, await save_after_failure(client, run, exc.intact_after, door.backoff)) from exc.error
         except OSError as exc:  # the checkpoint store, train.log or a sink's file: disk full, read-only
@@ -269,7 +271,8 @@ async def _train_sft(
 
 
 async def _held_out_loss(door: ServiceLifetime, client: Any, data: list[tinker.Datum], step: int) -> float:
-    output = await door.call(f"step {step}", "forward", lambda: client.forward(data, "cross_entropy"))
+    with span("evaluation", step=step):
+        output = await door.call(f"step {step}", "forward", lambda: client.forward(data, "cross_entropy"))
     return mean_nll(data, output)[0]
 
 
@@ -285,32 +288,36 @@ async def _loop(
     last_eval = first_eval
     with door.stop_on_signal(f"minds sft --resume {run.shown}") as stop:
         for step in range(start, cfg.steps):
-            step_began = time.perf_counter()
-            batch = [data.train[index] for _, index in schedule.batch(step)]
-            adam = adam_params(cfg, step)
-            forward_backward = functools.partial(client.forward_backward, batch, "cross_entropy")
-            output = await apply_update(forward_backward, functools.partial(client.optim_step, adam), step, door.backoff)
-            loss, tokens = mean_nll(batch, output)
-            if tokens:
-                check_losses({"train/loss": loss}, step, run)
-            record: dict[str, Any] = {
-                "step": step,
-                "train/loss": loss,
-                "train/tokens": tokens,
-                "train/learning_rate": adam.learning_rate,
-                "train/datums": len(batch),
-            }
-            if step == 0 and first_eval is not None:
-                record["eval/loss_before"] = first_eval
-            last_step = step == cfg.steps - 1
-            if data.held_out and (last_step or (config.sft.eval_every and (step + 1) % config.sft.eval_every == 0)):
-                last_eval = record["eval/loss"] = await _held_out_loss(door, client, data.held_out, step)
-            stopping = stop.requested
-            checkpoint = None
-            if last_step or stopping or (cfg.save_every and (step + 1) % cfg.save_every == 0):
-                checkpoint = await save_checkpoint(client, step, step_checkpoint_name(step), door.backoff, with_sampler=True)
-            record["time/step"] = time.perf_counter() - step_began
-            sinks.write(record)
+            with span("step", step=step):
+                step_began = time.perf_counter()
+                batch = [data.train[index] for _, index in schedule.batch(step)]
+                adam = adam_params(cfg, step)
+                forward_backward = functools.partial(client.forward_backward, batch, "cross_entropy")
+                with span("train", step=step):
+                    output = await apply_update(forward_backward, functools.partial(client.optim_step, adam), step, door.backoff)
+                loss, tokens = mean_nll(batch, output)
+                if tokens:
+                    check_losses({"train/loss": loss}, step, run)
+                record: dict[str, Any] = {
+                    "step": step,
+                    "train/loss": loss,
+                    "train/tokens": tokens,
+                    "train/learning_rate": adam.learning_rate,
+                    "train/datums": len(batch),
+                }
+                if step == 0 and first_eval is not None:
+                    record["eval/loss_before"] = first_eval
+                last_step = step == cfg.steps - 1
+                if data.held_out and (last_step or (config.sft.eval_every and (step + 1) % config.sft.eval_every == 0)):
+                    last_eval = record["eval/loss"] = await _held_out_loss(door, client, data.held_out, step)
+                stopping = stop.requested
+                checkpoint = None
+                if last_step or stopping or (cfg.save_every and (step + 1) % cfg.save_every == 0):
+                    with span("save", step=step):
+                        checkpoint = await save_checkpoint(client, step, step_checkpoint_name(step), door.backoff, with_sampler=True)
+                record["time/step"] = time.perf_counter() - step_began
+                with span("write_metrics"):
+                    sinks.write(record)
             if checkpoint is not None:  # after the metrics line: a resume never skips a step's metrics
                 run.record_checkpoint(checkpoint)
             if stopping and not last_step:

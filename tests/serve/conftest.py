@@ -20,7 +20,7 @@ KEY = "tml-serve-test"
 
 @dataclass
 class Served:
-    """A running ``minds serve``: its URL and process."""
+    """A running server (``minds serve``, or another for comparison): its URL and process."""
 
     url: str
     process: subprocess.Popen[str]
@@ -47,6 +47,15 @@ def start_server(
 
     ``memory_limit`` (bytes of address space) and ``open_files`` (descriptors) bound the server process, so
     that a request that makes it allocate without bound, or a flood of connections, shows as a failure."""
+    argv = [sys.executable, "-m", "minds_core.cli.command", "serve", "--port", "0", "--checkpoint-root", str(tmp_path / "ckpt"), *extra]
+    return launch(argv, env=env, memory_limit=memory_limit, open_files=open_files)
+
+
+def launch(
+    argv: list[str], env: dict[str, str] | None = None, memory_limit: int | None = None, open_files: int | None = None
+) -> Served:
+    """Start a server process that prints ``{"url": ...}`` as its first line of stdout (as ``minds serve`` does), bounded
+    as ``start_server`` says; waits for that line."""
 
     def bound() -> None:
         if memory_limit is not None:
@@ -55,7 +64,7 @@ def start_server(
             resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "minds_core.cli.command", "serve", "--port", "0", "--checkpoint-root", str(tmp_path / "ckpt"), *extra],
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -65,7 +74,7 @@ def start_server(
     line = process.stdout.readline() if process.stdout else ""
     if not line:
         process.kill()
-        raise AssertionError(f"minds serve printed no URL; stderr:\n{process.stderr.read() if process.stderr else ''}")
+        raise AssertionError(f"{argv[1:4]} printed no URL; stderr:\n{process.stderr.read() if process.stderr else ''}")
     return Served(json.loads(line)["url"], process)
 
 

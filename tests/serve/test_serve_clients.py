@@ -97,6 +97,15 @@ def test_sigterm_stops_the_server_cleanly_while_a_client_waits(tmp_path: Path) -
     assert "minds serve: stopped" in server.process.stderr.read()
 
 
+def test_the_ipv6_loopback_is_served_as_it_is_named(tmp_path: Path) -> None:
+    # ::1 is a loopback host (no key needed); it was refused as "not a name this machine resolves"
+    server = start_server(tmp_path, "--model", "minds-tiny", "--host", "::1")
+    assert server.url.startswith("http://[::1]:"), server.url
+    service = tinker.ServiceClient(base_url=server.url, api_key=KEY)
+    service.create_lora_training_client("minds-tiny", rank=2).result()
+    assert server.stop() == 0
+
+
 def test_bad_arguments_exit_2_without_a_traceback(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "minds_core.cli.command", "serve", "--port", "0", "--model", "no-such-model-dir"],

@@ -7,6 +7,7 @@ clients by closing the connections that have waited longest for their request, n
 from __future__ import annotations
 
 import socket
+import struct
 import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -90,3 +91,19 @@ def test_with_256_open_files_slow_sockets_do_not_stop_it_answering_new_clients(f
         _served_anew(few_files)
     assert flood.dropped > 0
     assert few_files.process.poll() is None
+
+
+def test_connections_reset_mid_request_line_leave_no_traceback_in_the_log(tmp_path) -> None:
+    # socketserver printed a traceback for each connection a client reset while its request line was read
+    server = start_server(tmp_path, "--model", "minds-tiny", "--api-key", KEY)
+    try:
+        for _ in range(20):
+            with socket.create_connection(_address(server), timeout=10) as conn:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = reset
+                conn.sendall(b"GET /api/v1/hea")
+                time.sleep(0.01)
+        _served_anew(server)
+    finally:
+        assert server.stop() == 0
+    stderr = server.process.stderr.read()
+    assert "Traceback" not in stderr and "reset" not in stderr, stderr[-2000:]

@@ -246,6 +246,25 @@ def test_another_client_finds_nothing_of_a_clients_state(guarded: Served, tmp_pa
     owner.close("success").result()
 
 
+def test_keys_sent_as_bearer_tokens_keep_clients_apart_as_x_api_key_does(guarded: Served) -> None:
+    # the server lets a key in as X-API-Key or Authorization: Bearer; the Tinker routes knew a client by X-API-Key
+    # only, so every Bearer client was the same "no key" client: one retrieved another's results
+    def bearer(key: str) -> httpx.Client:
+        return httpx.Client(base_url=guarded.url, headers={"Authorization": f"Bearer {key}"}, timeout=120)
+
+    with bearer(VICTIM) as mine:
+        create = types.CreateModelRequest(
+            session_id=_session(mine), model_seq_id=0, base_model="minds-tiny", lora_config=types.LoraConfig(rank=2)
+        )
+        future = mine.post("/api/v1/create_model", json=create.model_dump(mode="json")).json()
+        model_id = _result(mine, future)["model_id"]
+    with bearer(ATTACKER) as other:
+        assert other.post("/api/v1/retrieve_future", json={"request_id": future["request_id"]}).status_code == 404
+        assert other.post("/api/v1/get_info", json={"model_id": model_id}).status_code == 404
+    with _client(guarded, VICTIM) as same:  # the same key, sent the SDK's way: the same client
+        assert same.post("/api/v1/get_info", json={"model_id": model_id}).status_code == 200
+
+
 def _sdk_routes() -> list[tuple[str, str]]:
     """(method, path) of every ``/api/v1`` call in the installed SDK's sources, placeholders filled in."""
     sources = Path(tinker.__file__).parent

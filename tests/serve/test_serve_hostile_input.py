@@ -57,9 +57,19 @@ def _raw(served: Served, data: bytes) -> tuple[int, str, dict]:
         (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", 414, "65536"),
         (b"GET /api/v1/healthz HTTP/1.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n", 431, "headers"),
         (b"GET /api/v1/healthz HTTP/1.1\r\n" + b"X-Many: 1\r\n" * 150 + b"\r\n", 431, "headers"),
+        (b"GET /api/v1/healthz HTTP/1.1\r\n" + (b"X-Big: " + b"a" * 8000 + b"\r\n") * 20 + b"\r\n", 431, "65536 bytes in all"),
+        # the headers are refused as soon as they pass the bound, not held (and parsed) while the rest arrives
+        (b"GET /api/v1/healthz HTTP/1.1\r\n" + (b"X-Big: " + b"a" * 8000 + b"\r\n") * 20, 431, "max_header_bytes"),
         (b"BREW /api/v1/healthz HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 501, "GET, POST"),
+        # a chunk of size -1 was read to the end of the stream, past max_body_bytes (300 MB held, then a 500)
+        (b"POST /api/v1/create_session HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\n" + b"a" * 65536, 400, "hex digits"),
+        (b"POST /api/v1/create_session HTTP/1.1\r\nContent-Length: \xb2\r\n\r\nab", 400, "not a byte count"),
     ],
-    ids=["no-words", "four-words", "http-0.9", "version-9.9", "version-garbage", "uri-too-long", "header-too-long", "too-many-headers", "method"],
+    ids=[
+        "no-words", "four-words", "http-0.9", "version-9.9", "version-garbage", "uri-too-long", "header-too-long",
+        "too-many-headers", "headers-too-large", "headers-too-large-unfinished", "method", "negative-chunk",
+        "unicode-digit-length",
+    ],  # fmt: skip
 )
 def test_malformed_http_is_answered_json(served: Served, request_bytes: bytes, status: int, words: str) -> None:
     got, content_type, body = _raw(served, request_bytes)

@@ -8,8 +8,11 @@ policy endpoint; nothing is faked.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +118,139 @@ def test_an_episode_verifiers_cannot_finish_fails_its_rollout_counted(vf_python:
     errors = [rollout["error"] for group in result.rollouts for rollout in group["rollouts"]]
     assert all("flooded the endpoint" in error for error in errors), errors
     assert all(rollout["reward"] is None for group in result.rollouts for rollout in group["rollouts"])
+
+
+SANDBOXED = '''
+"""A taskset whose env seats its agent on the docker runtime (a sandbox), as an env author writes it."""
+
+import verifiers.v1 as vf
+
+from minds_sums_v1 import SumsTaskset
+
+
+class SandboxedConfig(vf.EnvConfig):
+    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.DockerConfig())
+
+
+class SandboxedEnv(vf.Env[SandboxedConfig]):
+    async def run(self, task, agents):
+        await agents.agent.run(task)
+
+
+__all__ = ["SandboxedEnv", "SumsTaskset"]
+'''
+
+
+@pytest.mark.slow
+def test_a_seat_its_env_puts_in_a_sandbox_is_refused_unless_local_runtime_is_set(vf_python: str, tasksets: Path, tmp_path: Path) -> None:
+    """The bridge plays every seat on this machine: a seat the env author sandboxed is named, not silently run here."""
+    from minds_verifiers_v1 import load_environment
+
+    (tmp_path / "sandboxed_v1.py").write_text(SANDBOXED)
+    args = {"taskset": "sandboxed_v1", "path": [str(tmp_path), str(tasksets)], "python": vf_python, "args": {"num_tasks": 2}}
+    with pytest.raises(ConfigError, match=r"'agent' seat asks for the docker runtime .*env\.args\.local_runtime = true"):
+        load_environment(**args)
+    env = load_environment(**args, local_runtime=True)
+    try:
+        assert [task.id for task in env.tasks("train")] == ["sum-0", "sum-1"]
+    finally:
+        env.close()
+
+
+HANGING = '''
+"""minds_sums_v1's tasks, whose env hangs on task 0 (as an env waiting on a sandbox that never answers)."""
+
+import asyncio
+
+import verifiers.v1 as vf
+
+from minds_sums_v1 import SumsTaskset
+
+
+class HangingConfig(vf.EnvConfig):
+    agent: vf.AgentConfig = vf.AgentConfig()
+
+
+class HangingEnv(vf.Env[HangingConfig]):
+    async def run(self, task, agents):
+        if task.data.id == "sum-0":
+            await asyncio.sleep(3600)
+        await agents.agent.run(task)
+
+
+__all__ = ["HangingEnv", "SumsTaskset"]
+'''
+
+
+@pytest.mark.slow
+def test_an_episode_past_its_timeout_is_cancelled_in_the_runner_and_the_others_train(
+    vf_python: str, tasksets: Path, tmp_path: Path, minds_env_run: Any
+) -> None:
+    """One runner plays every episode: the hanging one's relay is killed at rollout.timeout, its episode is counted
+    timed out, and the other task's episodes of the same step are played by the same runner and scored."""
+    (tmp_path / "hanging_v1.py").write_text(HANGING)
+    args = {"taskset": "hanging_v1", "path": [str(tmp_path), str(tasksets)], "python": vf_python, "args": {"num_tasks": 2}}
+    overrides = ["rollout.timeout=8", "rollout.retries=0", "rollout.max_failing_rollouts=3", "trainer.group_size=3"]
+    result = minds_env_run("verifiers_v1", args=args, steps=1, overrides=overrides)
+    # (the one task left gives minds-small's replies one reward, so the step may train on nothing: exit 1, said so)
+    assert result.exit_code == 0 or "no step trained" in result.error, result.error
+    (metrics,) = result.metrics
+    assert metrics["rollouts/timed_out"] == 3 and metrics["rollouts/failed"] == 3 and metrics["rollouts/total"] == 6, metrics
+    played = [rollout for group in result.rollouts for rollout in group["rollouts"] if rollout["reward"] is not None]
+    assert len(played) == 3 and all(set(rollout["components"]) == {"vf.correct", "vf.digits"} for rollout in played), played
+
+
+def _runner_pids() -> set[int]:
+    """The pids of the `runner.py serve` processes of this machine (linux /proc)."""
+    pids = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 2 and argv[1].endswith(b"runner.py") and argv[2] == b"serve":
+            pids.add(int(cmdline.parent.name))
+    return pids
+
+
+@pytest.mark.slow
+def test_a_runner_that_died_fails_each_episode_naming_it_and_a_killed_run_leaves_no_runner(vf_python: str, tasksets: Path, tmp_path: Path) -> None:
+    from minds_verifiers_v1 import load_environment
+
+    before = _runner_pids()
+    env = load_environment(taskset="minds_sums_v1", path=[str(tasksets)], python=vf_python, args={"num_tasks": 2})
+    try:
+        os.killpg(env.runner.process.pid, signal.SIGKILL)
+        env.runner.process.wait(timeout=30)
+        relay = subprocess.run(
+            env.command, input=json.dumps({"index": 0}), capture_output=True, text=True, timeout=30,
+            env={**os.environ, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "k"},
+        )  # fmt: skip
+        assert relay.returncode == 1
+        assert "the verifiers runner at" in relay.stderr and "did not answer" in relay.stderr and "it has exited" in relay.stderr
+    finally:
+        env.close()
+    assert not env.runner.folder.exists()
+    # a run killed -9 leaves no runner behind: the runner's stdin closes with the run's process, and it exits
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, vf_python, str(tasksets)], stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None
+    folder = Path(holder.stdout.readline().strip())
+    started = _runner_pids() - before
+    assert folder.is_dir() and len(started) == 1, (folder, started)
+    holder.kill()
+    holder.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while (started & _runner_pids() or folder.exists()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not started & _runner_pids() and not folder.exists()
+
+
+HOLDER = """
+import sys, time
+from minds_verifiers_v1 import load_environment
+env = load_environment(taskset="minds_sums_v1", path=[sys.argv[2]], python=sys.argv[1], args={"num_tasks": 2})
+print(env.runner.folder, flush=True)
+time.sleep(3600)
+"""

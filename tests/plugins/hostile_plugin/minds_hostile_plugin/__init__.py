@@ -52,6 +52,8 @@ class HostileEpisode:
             threading.Thread(target=threading.Event().wait, name="hostile-forever", daemon=False).start()
         if escape == "block":  # blocks: no await, no timeout of its own (a judge asked without one)
             time.sleep(3600)
+        if escape == "async_block":  # an async step that blocks between its awaits, as sync code would
+            return self._blocks_inside_async_def()
         if escape == "alarm":  # a timeout on SIGALRM, as math_verify's parse/verify set one: the main thread only
             previous = signal.signal(signal.SIGALRM, signal.default_int_handler)
             signal.setitimer(signal.ITIMER_REAL, 30)
@@ -63,14 +65,24 @@ class HostileEpisode:
             return StepResult(reward=1e308)
         return StepResult(reward=random.random())
 
-    async def close(self) -> None:
+    async def _blocks_inside_async_def(self) -> StepResult:
+        await asyncio.sleep(0)
+        time.sleep(3600)
+        return StepResult(reward=random.random())
+
+    def close(self) -> object:
+        if self.escape == "sync_close_block":  # a sync teardown that blocks (a container stopped without a timeout)
+            time.sleep(3600)
+        return self._close()
+
+    async def _close(self) -> None:
         if self.escape == "close_block":  # a teardown that never returns (a sandbox asked to stop, without a timeout)
             await asyncio.sleep(3600)
 
 
 class HostileEnvironment:
     """Two tasks whose episodes escape as ``escape`` says; ``close_exit`` makes ``close()`` call sys.exit(4), ``close_block``
-    makes it (and every episode's) await for an hour."""
+    makes it (and every episode's) await for an hour; ``episode_block`` makes ``episode()`` block for an hour."""
 
     def __init__(self, escape: str, secret: str, elsewhere: str) -> None:
         self.escape, self.secret, self.elsewhere = escape, secret, elsewhere
@@ -79,6 +91,8 @@ class HostileEnvironment:
         return [Task(prompt="", id=f"t{i}") for i in range(2)]
 
     def episode(self, task: Task, ctx) -> HostileEpisode:
+        if self.escape == "episode_block":  # a new episode set up synchronously (a sandbox started without a timeout)
+            time.sleep(3600)
         return HostileEpisode(self.escape, self.secret, self.elsewhere)
 
     async def close(self) -> None:
