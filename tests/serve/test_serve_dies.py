@@ -116,35 +116,43 @@ def test_an_evaluation_whose_server_dies_exits_1_naming_it(installed_plugin, tmp
     assert seconds < 60, f"the evaluation took {seconds:.0f} s to give up"
 
 
+def _stopped_once_asked(served: Served, route: str, command: list[str], cwd: Path, environ: dict[str, str], stop: signal.Signals) -> tuple[int, str, float]:
+    """Run ``command``; once the server has answered one more ``route`` request than before, send it ``stop``
+    (SIGKILL: dead; SIGSTOP: alive and silent, continued afterwards). The command's exit code, its stderr and the
+    seconds it took to exit after the signal."""
+
+    def answered() -> float:
+        found = re.search(rf'requests_total\{{route="{route}",status="200"\}} (\S+)', httpx.get(served.url + "/metrics").text)
+        return float(found.group(1)) if found else 0.0
+
+    before = answered()
+    process = subprocess.Popen(command, cwd=cwd, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while answered() == before:
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-2000:]
+        time.sleep(0.02)
+    os.kill(served.process.pid, stop)
+    began = time.monotonic()
+    try:
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+        if stop == signal.SIGSTOP:
+            os.kill(served.process.pid, signal.SIGCONT)
+    return process.returncode, stderr, time.monotonic() - began
+
+
 def test_a_sample_whose_server_dies_exits_1_naming_it(installed_plugin, tmp_path):
     # minds sample (and chat) waited on the SDK's futures without a watch: as long as the SDK retried
     with _served_then_killed(tmp_path) as served:
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("MINDS_", "TINKER_"))}
         environ.update(PYTHONPATH=str(installed_plugin("toy_plugin")), TINKER_API_KEY=KEY)
         _train_one_step(served.url, environ, tmp_path)
-
-        def samples_taken() -> float:
-            found = re.search(r'route="POST /api/v1/asample",status="200"\} (\S+)', httpx.get(served.url + "/metrics").text)
-            return float(found.group(1)) if found else 0.0
-
-        trained_samples = samples_taken()
-        sampling = subprocess.Popen(  # long enough on minds-tiny that the server dies while it samples
-            [*COMMAND, "sample", str(tmp_path / "r"), "--prompt", "hi", "-n", "64", "--max-tokens", "4000",
-             "--set", f"tinker.unreachable_timeout={UNREACHABLE}"],
-            cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while samples_taken() == trained_samples:  # until its sample request is taken
-            assert sampling.poll() is None and time.monotonic() < deadline, sampling.communicate()[1][-2000:]
-            time.sleep(0.1)
-        served.process.kill()
-        began = time.monotonic()
-        try:
-            _, stderr = sampling.communicate(timeout=60)
-        finally:
-            sampling.kill()
-        seconds = time.monotonic() - began
-    _exited_naming_the_lost_service(sampling.returncode, stderr, r"minds sample: sampling tinker://\S+", served.url)
+        sampling = [*COMMAND, "sample", str(tmp_path / "r"), "--prompt", "hi", "-n", "64", "--max-tokens", "4000",
+                    "--set", f"tinker.unreachable_timeout={UNREACHABLE}"]  # fmt: skip
+        # long enough on minds-tiny that the server dies while it samples
+        code, stderr, seconds = _stopped_once_asked(served, "POST /api/v1/asample", sampling, tmp_path, environ, signal.SIGKILL)
+    _exited_naming_the_lost_service(code, stderr, r"minds sample: sampling tinker://\S+", served.url)
     assert seconds < 30, f"minds sample took {seconds:.0f} s to give up"
 
 
@@ -154,28 +162,9 @@ def test_an_export_whose_server_stops_answering_exits_1_naming_it(installed_plug
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("MINDS_", "TINKER_"))}
         environ.update(PYTHONPATH=str(installed_plugin("toy_plugin")), TINKER_API_KEY=KEY)
         _train_one_step(served.url, environ, tmp_path)
-
-        def loads_asked() -> float:
-            found = re.search(r'requests_total\{route="POST /api/v1/load_weights",status="200"\} (\S+)', httpx.get(served.url + "/metrics").text)
-            return float(found.group(1)) if found else 0.0
-
-        trained_loads = loads_asked()
-        exporting = subprocess.Popen(
-            [*COMMAND, "export", str(tmp_path / "r"), str(tmp_path / "out"), "--set", f"tinker.unreachable_timeout={UNREACHABLE}"],
-            cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while loads_asked() == trained_loads:  # until the export asks for the saved state to be loaded
-            assert exporting.poll() is None and time.monotonic() < deadline, exporting.communicate()[1][-2000:]
-            time.sleep(0.02)
-        os.kill(served.process.pid, signal.SIGSTOP)  # alive, silent: the SDK would retry its polls for minutes
-        began = time.monotonic()
-        try:
-            _, stderr = exporting.communicate(timeout=60)
-        finally:
-            exporting.kill()
-            os.kill(served.process.pid, signal.SIGCONT)
-        seconds = time.monotonic() - began
-    _exited_naming_the_lost_service(exporting.returncode, stderr, r"export of tinker://\S+: its requests", served.url)
+        exporting = [*COMMAND, "export", str(tmp_path / "r"), str(tmp_path / "out"), "--set", f"tinker.unreachable_timeout={UNREACHABLE}"]
+        # once the export asks for the saved state, the server goes silent: the SDK would retry its polls for minutes
+        code, stderr, seconds = _stopped_once_asked(served, "POST /api/v1/load_weights", exporting, tmp_path, environ, signal.SIGSTOP)
+    _exited_naming_the_lost_service(code, stderr, r"export of tinker://\S+: its requests", served.url)
     assert seconds < 30, f"minds export took {seconds:.0f} s to give up"
     assert not (tmp_path / "out").exists()  # nothing half-written
