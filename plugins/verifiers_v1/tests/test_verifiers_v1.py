@@ -190,7 +190,8 @@ def test_an_episode_past_its_timeout_is_cancelled_in_the_runner_and_the_others_t
     timed out, and the other task's episodes of the same step are played by the same runner and scored."""
     (tmp_path / "hanging_v1.py").write_text(HANGING)
     args = {"taskset": "hanging_v1", "path": [str(tmp_path), str(tasksets)], "python": vf_python, "args": {"num_tasks": 2}}
-    overrides = ["rollout.timeout=8", "rollout.retries=0", "rollout.max_failing_rollouts=3", "trainer.group_size=3"]
+    # (a played episode takes seconds, more on a loaded machine: the timeout leaves it room, the hanging one never ends)
+    overrides = ["rollout.timeout=40", "rollout.retries=0", "rollout.max_failing_rollouts=3", "trainer.group_size=3"]
     result = minds_env_run("verifiers_v1", args=args, steps=1, overrides=overrides)
     # (the one task left gives minds-small's replies one reward, so the step may train on nothing: exit 1, said so)
     assert result.exit_code == 0 or "no step trained" in result.error, result.error
