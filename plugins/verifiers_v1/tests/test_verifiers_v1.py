@@ -183,7 +183,7 @@ __all__ = ["HangingEnv", "SumsTaskset"]
 
 
 @pytest.mark.slow
-def test_an_episode_past_its_timeout_is_cancelled_in_the_runner_and_the_others_train(
+def test_an_episode_past_its_timeout_fails_counted_while_the_same_runner_plays_the_others(
     vf_python: str, tasksets: Path, tmp_path: Path, minds_env_run: Any
 ) -> None:
     """One runner plays every episode: the hanging one's relay is killed at rollout.timeout, its episode is counted
